@@ -1,0 +1,18 @@
+// Human durations on command lines and in messages: "500ms", "30s", "10m", "1h30m".
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace dt {
+
+// Parses a positive duration with a unit ("500ms", "30s", "10m", "2h", "1m30s"). A bare number
+// is refused, since "30" could mean seconds or milliseconds. INVALID_ARGUMENT names `flag`.
+absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, absl::string_view text);
+
+int64_t ToMillis(absl::Duration d);
+
+}  // namespace dt

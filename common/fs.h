@@ -1,0 +1,43 @@
+// File-system helpers with the durability the coordinator's invariants need: data is fsynced
+// before it is renamed into place, and the directory is fsynced after the rename.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace dt {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `contents` to a temporary file beside `path`, fsyncs it, renames it over `path` and
+// fsyncs the directory: readers see the old file or the new one, never a torn one.
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents,
+                             mode_t mode = 0644);
+
+// Points the symbolic link `link` at `target` atomically (a temporary link renamed over it).
+absl::Status ReplaceSymlink(const std::string& target, const std::string& link);
+
+absl::Status FsyncFile(const std::string& path);
+absl::Status FsyncDir(const std::string& dir);
+
+// mkdir -p; FAILED_PRECONDITION naming the path and errno text when it cannot.
+absl::Status MakeDirs(const std::string& path);
+
+// rm -rf; OK when the path does not exist.
+absl::Status RemoveAll(const std::string& path);
+
+// Whether the process may create files in `dir` (access(W_OK|X_OK)).
+bool IsWritableDir(const std::string& dir);
+
+// The directory part of a path ("/a/b" → "/a").
+std::string Dirname(const std::string& path);
+
+// Joins two path parts with exactly one '/'.
+std::string JoinPath(absl::string_view a, absl::string_view b);
+
+}  // namespace dt

@@ -1,0 +1,23 @@
+// The coordinator's limits. Every RPC checks its input against these and names the limit in the
+// error it returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dt {
+
+inline constexpr size_t kMaxKeyBytes = 512;
+inline constexpr size_t kMaxValueBytes = 4 << 20;            // 4 MiB
+inline constexpr int64_t kMaxKeysPerRun = 100'000;
+inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;      // 1 MiB
+inline constexpr int64_t kMaxWorldSize = 65'536;
+inline constexpr size_t kMaxNameChars = 128;                 // experiment, barrier, node names
+inline constexpr size_t kMaxPathBytes = 4096;
+inline constexpr size_t kMaxMessageBytes = 64 << 10;         // error messages and stacks
+inline constexpr size_t kMaxTrainerArgs = 1024;
+inline constexpr size_t kMaxCheckpointFiles = 4096;
+// gRPC messages carry a value of up to kMaxValueBytes plus framing.
+inline constexpr int kMaxGrpcMessageBytes = 16 << 20;
+
+}  // namespace dt

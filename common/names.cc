@@ -1,0 +1,129 @@
+#include "common/names.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/limits.h"
+
+namespace dt {
+namespace {
+
+bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+// Counts UTF-8 code points; returns -1 for malformed UTF-8.
+int64_t Utf8Length(absl::string_view s) {
+  int64_t count = 0;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return -1;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return -1;
+    }
+    i += len;
+    ++count;
+  }
+  return count;
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view value, absl::string_view rule) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", Quote(value), " is invalid: ", rule));
+}
+
+}  // namespace
+
+std::string Quote(absl::string_view value) {
+  constexpr size_t kShown = 80;
+  std::string shown = absl::CHexEscape(value.substr(0, kShown));
+  if (value.size() > kShown) absl::StrAppend(&shown, "…(", value.size(), " bytes)");
+  return absl::StrCat("\"", shown, "\"");
+}
+
+absl::Status ValidateLabel(absl::string_view field, absl::string_view value) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must not be empty"));
+  int64_t chars = Utf8Length(value);
+  if (chars < 0) return Invalid(field, value, "not valid UTF-8");
+  if (static_cast<size_t>(chars) > kMaxNameChars) {
+    return Invalid(field, value,
+                   absl::StrCat(chars, " characters exceeds the limit of ", kMaxNameChars));
+  }
+  for (char c : value) {
+    if (IsControl(static_cast<unsigned char>(c))) {
+      return Invalid(field, value, "contains a control character");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateExperimentName(absl::string_view name) {
+  constexpr absl::string_view kField = "experiment name";
+  if (absl::Status s = ValidateLabel(kField, name); !s.ok()) return s;
+  if (name == "." || name == "..") return Invalid(kField, name, "\".\" and \"..\" are not names");
+  if (absl::StrContains(name, '/')) return Invalid(kField, name, "contains '/'");
+  if (absl::StrContains(name, "..")) return Invalid(kField, name, "contains \"..\"");
+  if (name.front() == '-') return Invalid(kField, name, "starts with '-'");
+  if (absl::ascii_isspace(static_cast<unsigned char>(name.front())) ||
+      absl::ascii_isspace(static_cast<unsigned char>(name.back()))) {
+    return Invalid(kField, name, "starts or ends with whitespace");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRunId(absl::string_view run_id) {
+  if (run_id.empty()) return absl::InvalidArgumentError("run id must not be empty");
+  bool ok = run_id.size() == 18 && absl::StartsWith(run_id, "r-");
+  for (size_t i = 2; ok && i < run_id.size(); ++i) {
+    char c = run_id[i];
+    ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  }
+  if (!ok) return Invalid("run id", run_id, "expected \"r-\" and 16 lower-case hex digits");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateStoreKey(absl::string_view key) {
+  if (key.empty()) return absl::InvalidArgumentError("store key must not be empty");
+  if (key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("store key ", Quote(key), " is ", key.size(),
+                                                   " bytes; the limit is ", kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAbsolutePath(absl::string_view field, absl::string_view path) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(field, " must not be empty"));
+  if (path.size() > kMaxPathBytes) {
+    return Invalid(field, path, absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
+  }
+  if (path.front() != '/') return Invalid(field, path, "must be an absolute path");
+  for (char c : path) {
+    if (c == '\0') return Invalid(field, path, "contains NUL");
+    if (IsControl(static_cast<unsigned char>(c))) {
+      return Invalid(field, path, "contains a control character");
+    }
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") return Invalid(field, path, "contains a \"..\" component");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMetricName(absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError("metric name must not be empty");
+  if (name.size() > kMaxNameChars) {
+    return Invalid("metric name", name, absl::StrCat("longer than ", kMaxNameChars, " characters"));
+  }
+  if (!absl::ascii_isalpha(static_cast<unsigned char>(name[0])) && name[0] != '_') {
+    return Invalid("metric name", name, "must start with a letter or '_'");
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' &&
+        c != '-') {
+      return Invalid("metric name", name, "allowed characters are A-Z a-z 0-9 _ . / -");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dt

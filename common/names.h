@@ -1,0 +1,34 @@
+// Validation of user-supplied names and identifiers. Each returns INVALID_ARGUMENT with a message
+// that names the field, the offending value (escaped) and the rule it broke.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace dt {
+
+// Experiment names become directory names: non-empty, ≤128 characters, valid UTF-8, no '/',
+// no "..", not ".", no NUL or other control characters, no leading '-' or whitespace at either end.
+absl::Status ValidateExperimentName(absl::string_view name);
+
+// Barrier names, node names, metric names: non-empty, ≤128 characters, no control characters.
+absl::Status ValidateLabel(absl::string_view field, absl::string_view value);
+
+// Run ids look like "r-" followed by 16 lower-case hex digits.
+absl::Status ValidateRunId(absl::string_view run_id);
+
+// Store keys: non-empty, ≤512 bytes (any bytes, as c10d allows).
+absl::Status ValidateStoreKey(absl::string_view key);
+
+// An absolute, normalised-enough path: starts with '/', ≤4096 bytes, no NUL, no ".." component.
+absl::Status ValidateAbsolutePath(absl::string_view field, absl::string_view path);
+
+// Metric names: ≤128 chars of [A-Za-z0-9_./-], starting with a letter or '_'.
+absl::Status ValidateMetricName(absl::string_view name);
+
+// A printable, bounded rendering of user input for error messages.
+std::string Quote(absl::string_view value);
+
+}  // namespace dt

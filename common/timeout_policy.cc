@@ -1,0 +1,37 @@
+#include "common/timeout_policy.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+
+namespace dt {
+
+absl::Status ValidateTimeouts(const CoordinatorTimeouts& t) {
+  if (t.heartbeat_timeout < 2 * t.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--heartbeat-timeout (", absl::FormatDuration(t.heartbeat_timeout),
+        ") must be at least twice --heartbeat-interval (", absl::FormatDuration(t.heartbeat_interval),
+        "), or one late heartbeat would declare a rank dead"));
+  }
+  if (t.hang_timeout <= t.heartbeat_timeout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--hang-timeout (", absl::FormatDuration(t.hang_timeout), ") must exceed --heartbeat-timeout (",
+        absl::FormatDuration(t.heartbeat_timeout), "), so a dead rank is reported as dead, not as a hang"));
+  }
+  return absl::OkStatus();
+}
+
+v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
+  v1::TimeoutPolicy p;
+  p.set_heartbeat_interval_ms(ToMillis(t.heartbeat_interval));
+  p.set_heartbeat_timeout_ms(ToMillis(t.heartbeat_timeout));
+  p.set_init_timeout_ms(ToMillis(t.rendezvous_timeout));
+  p.set_hang_timeout_ms(ToMillis(t.hang_timeout));
+  p.set_store_timeout_ms(ToMillis(t.rendezvous_timeout));
+  p.set_barrier_timeout_ms(ToMillis(t.hang_timeout));
+  p.set_collective_timeout_ms(
+      ToMillis(t.hang_timeout + t.heartbeat_timeout + 2 * t.heartbeat_interval));
+  p.set_checkpoint_lease_ms(ToMillis(t.hang_timeout));
+  return p;
+}
+
+}  // namespace dt

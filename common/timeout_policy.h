@@ -1,0 +1,30 @@
+// One policy for every timeout of a run, so that none fires before the one that should name the
+// cause: the coordinator's hang watchdog (which names the stuck ranks) fires, and tells every
+// rank through the heartbeat reply, before the process group's collective timeout would throw
+// inside a collective with no idea who is missing.
+#pragma once
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "dt/v1/common.pb.h"
+
+namespace dt {
+
+struct CoordinatorTimeouts {
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  absl::Duration hang_timeout = absl::Minutes(10);
+  absl::Duration rendezvous_timeout = absl::Minutes(10);  // also the init timeout
+};
+
+// INVALID_ARGUMENT unless heartbeat_timeout ≥ 2 × heartbeat_interval and the hang timeout exceeds
+// the heartbeat timeout (a hang must not be reported before a silent rank would be).
+absl::Status ValidateTimeouts(const CoordinatorTimeouts& t);
+
+// The policy sent to trainers:
+//   init = store = rendezvous timeout (set-up may wait for the slowest process to start);
+//   barrier = hang timeout; checkpoint lease = hang timeout;
+//   collective = hang + heartbeat timeout + 2 heartbeat intervals.
+v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t);
+
+}  // namespace dt

@@ -1,0 +1,28 @@
+// BarrierService, ExperimentService: gRPC glue.
+#include "coordinator/services.h"
+
+namespace dt {
+
+grpc::ServerUnaryReactor* BarrierServiceImpl::Barrier(grpc::CallbackServerContext* ctx,
+                                                      const v1::BarrierRequest* req,
+                                                      v1::BarrierResponse* out) {
+  auto* reactor = new PendingUnaryReactor<v1::BarrierResponse>(deps_, "Barrier", out);
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    reactor->pending()->Complete(who.status());
+    return reactor;
+  }
+  deps_.coordinator->Barrier(*req, reactor->pending());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ExperimentServiceImpl::GetExperiment(grpc::CallbackServerContext* ctx,
+                                                               const v1::GetExperimentRequest* req,
+                                                               v1::Experiment* out) {
+  RpcTimer timer(deps_, "GetExperiment");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::Experiment>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->GetExperiment(req->run_id()));
+}
+
+}  // namespace dt

@@ -1,0 +1,46 @@
+// The file-system half of checkpoint leadership: verify a writer's files against its manifest,
+// publish the directory atomically, point `latest` at it, keep the last K, and clean up partial
+// directories. Invariant: `checkpoints/latest` names a complete, checksummed checkpoint or nothing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dt/v1/checkpoint.pb.h"
+#include "dt/v1/common.pb.h"
+
+namespace dt {
+
+inline constexpr char kManifestFile[] = "manifest.json";
+inline constexpr char kLatestLink[] = "latest";
+
+std::string CheckpointDirName(int64_t step);                       // "step-<step>"
+std::string PartialDirName(int64_t step, const std::string& nonce);  // "step-<step>.partial-<nonce>"
+
+// INVALID_ARGUMENT for a malformed manifest (names with '/', duplicates, bad sizes or digests).
+absl::Status ValidateManifest(const v1::Manifest& manifest);
+
+// Verifies `partial_dir` holds exactly the manifest's files with their sizes and SHA-256 (DATA_LOSS
+// naming the first mismatch), writes manifest.json, renames the directory to `final_dir`, fsyncs,
+// and points `<checkpoints_dir>/latest` at it. Returns the published checkpoint.
+absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const std::string& checkpoints_dir,
+                                                    const std::string& partial_dir,
+                                                    const std::string& final_dir, int64_t step,
+                                                    const v1::Manifest& manifest);
+
+// Removes every step-<N> directory whose step is not in `keep`.
+absl::Status ApplyRetention(const std::string& checkpoints_dir, const std::vector<int64_t>& keep);
+
+// Removes every *.partial-* directory (nothing reads them; a dead writer leaves them behind).
+// Returns how many were removed.
+absl::StatusOr<int> RemovePartials(const std::string& checkpoints_dir);
+
+// The checkpoint `latest` names, if it exists and its manifest's sizes match the files (the
+// trainer verifies checksums when it loads). Used when an experiment directory is reused.
+std::optional<v1::CheckpointInfo> FindLatest(const std::string& checkpoints_dir);
+
+}  // namespace dt

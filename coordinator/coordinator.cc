@@ -1,0 +1,743 @@
+// Runs: submission, the state machine, failures and restarts, persistence, watchers.
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <set>
+
+#include <nlohmann/json.hpp>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "common/names.h"
+#include "coordinator/checkpoint_publisher.h"
+#include "coordinator/coordinator_internal.h"
+#include "coordinator/experiment_dir.h"
+
+namespace dt {
+
+bool IsTerminal(v1::RunState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::string StateName(v1::RunState state) { return v1::RunState_Name(state); }
+
+google::protobuf::Timestamp ToProtoTime(absl::Time t) {
+  google::protobuf::Timestamp ts;
+  int64_t nanos = absl::ToUnixNanos(t);
+  ts.set_seconds(nanos / 1'000'000'000);
+  ts.set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
+  return ts;
+}
+
+absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
+std::string DescribeFailure(const v1::Failure& f) {
+  std::string who;
+  if (f.rank() >= 0) {
+    who = absl::StrCat("rank ", f.rank());
+    if (!f.node().empty() || !f.host().empty()) {
+      absl::StrAppend(&who, " (node ", f.node().empty() ? "?" : f.node(), ", host ",
+                      f.host().empty() ? "?" : f.host(), ")");
+    }
+    absl::StrAppend(&who, " ");
+  }
+  switch (f.kind()) {
+    case v1::Failure::REPORTED_ERROR:
+      return absl::StrCat(who, "failed at step ", f.step(), ": ",
+                          f.exception_type().empty() ? "" : absl::StrCat(f.exception_type(), ": "),
+                          f.message());
+    case v1::Failure::PROCESS_EXITED:
+      return absl::StrCat(who, "exited: ", f.message());
+    default:
+      return absl::StrCat(who, f.message());
+  }
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers,
+                         StateDb* db)
+    : options_(std::move(options)),
+      policy_(DerivePolicy(options_.timeouts)),
+      clock_(clock),
+      timers_(timers),
+      db_(db) {}
+
+Coordinator::~Coordinator() {
+  {
+    absl::MutexLock lock(&registry_mu_);
+    shutting_down_ = true;
+    if (health_timer_ != 0) timers_->Cancel(health_timer_);
+  }
+  absl::MutexLock lock(&publishing_mu_);
+  publishing_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &publishing_));
+}
+
+void Coordinator::AddObserver(RunObserver* observer) {
+  absl::MutexLock lock(&observers_mu_);
+  observers_list_.push_back(observer);
+}
+
+// ---- Auth ----------------------------------------------------------------------------------
+
+std::optional<std::string> Coordinator::RunForTokenDigest(const std::string& token_sha256) const {
+  absl::MutexLock lock(&registry_mu_);
+  auto it = token_to_run_.find(token_sha256);
+  if (it == token_to_run_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::Status Coordinator::Authorize(const Principal& who, const std::string& run_id) {
+  if (who.admin || who.run_id == run_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "the token of run ", who.run_id, " may not touch run ", run_id, "; use that run's token or the admin token"));
+}
+
+absl::Status Coordinator::RequireAdmin(const Principal& who, absl::string_view what) {
+  if (who.admin) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " needs the admin token; the token given belongs to run ", who.run_id));
+}
+
+// ---- Lookup ---------------------------------------------------------------------------------
+
+absl::StatusOr<Coordinator::RunPtr> Coordinator::FindRun(const std::string& run_id) const {
+  if (absl::Status s = ValidateRunId(run_id); !s.ok()) return s;
+  absl::MutexLock lock(&registry_mu_);
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) {
+    return absl::NotFoundError(absl::StrCat("run ", run_id, " does not exist (dtctl list shows the runs)"));
+  }
+  return it->second;
+}
+
+std::vector<Coordinator::RunPtr> Coordinator::AllRuns() const {
+  absl::MutexLock lock(&registry_mu_);
+  std::vector<RunPtr> out;
+  out.reserve(runs_.size());
+  for (const auto& [id, run] : runs_) out.push_back(run);
+  return out;
+}
+
+// ---- State machine --------------------------------------------------------------------------
+
+void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
+  const v1::RunSpec& spec = run.stored.run.spec();
+  auto gen = std::make_unique<Generation>(number, spec.nodes(), spec.procs_per_node());
+  std::string run_id = run.stored.run.run_id();
+  std::string scope = absl::StrCat("run ", run_id, " generation ", number);
+  gen->store = std::make_shared<KvStore>(scope, timers_, options_.max_keys_per_run);
+  RunEntry* entry = &run;
+  // Barrier timeouts arrive on the timer thread: the hook finds the run and takes its lock first.
+  gen->barriers = std::make_unique<BarrierTable>(
+      scope, spec.nodes() * spec.procs_per_node(), clock_, timers_,
+      [this, entry](int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeRank(*entry, rank); },
+      [this, run_id, number](absl::Time when, const std::string& name, uint64_t sequence) {
+        return timers_->Schedule(when, [this, run_id, number, name, sequence] {
+          absl::StatusOr<RunPtr> found = FindRun(run_id);
+          if (!found.ok()) return;
+          RunPtr r = *found;
+          Deferred deferred;
+          absl::MutexLock lock(&r->mu);
+          if (r->gen && r->gen->number == number) r->gen->barriers->Expire(name, sequence, deferred);
+        });
+      });
+  run.gen = std::move(gen);
+  run.stored.run.set_generation(number);
+}
+
+std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
+  if (run.gen && run.gen->assigned && rank >= 0 && rank < static_cast<int>(run.gen->ranks.size())) {
+    const v1::RankStatus& r = run.gen->ranks[rank];
+    return absl::StrCat("rank ", rank, " (node ", r.node(), ", host ", r.host(), ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  if (r.state() == state) return;
+  v1::RunState old = r.state();
+  r.set_state(state);
+  absl::Time now = clock_->Now();
+  *r.mutable_updated_at() = ToProtoTime(now);
+  if (IsTerminal(state)) *r.mutable_ended_at() = ToProtoTime(now);
+  std::string detail;
+  if (state == v1::RUNNING) {
+    detail = absl::StrCat(" (generation ", r.generation(), ", ", r.world_size(), " ranks)");
+  } else if (state == v1::RESTARTING || state == v1::FAILED || state == v1::CANCELLED) {
+    detail = absl::StrCat(": ", DescribeFailure(r.reason()));
+  }
+  DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") "
+               << StateName(old) << " -> " << StateName(state) << detail;
+  Persist(run);
+  Notify(run, deferred);
+}
+
+void Coordinator::Persist(RunEntry& run) {
+  *run.stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
+  if (absl::Status s = db_->SaveRun(run.stored); !s.ok()) {
+    DT_LOG(Error) << "cannot persist run " << run.stored.run.run_id() << ": " << s.message();
+  }
+}
+
+void Coordinator::PersistRanks(RunEntry& run) {
+  if (!run.gen) return;
+  Generation& g = *run.gen;
+  if (g.health) {
+    for (auto& r : g.ranks) {
+      r.set_step(g.health->step(r.rank()));
+      *r.mutable_last_heartbeat() = ToProtoTime(g.health->last_heartbeat(r.rank()));
+    }
+    run.stored.run.set_step(g.health->group_step());
+  }
+  if (absl::Status s = db_->SaveRanks(run.stored.run.run_id(), g.ranks); !s.ok()) {
+    DT_LOG(Error) << "cannot persist ranks of run " << run.stored.run.run_id() << ": " << s.message();
+  }
+  g.ranks_dirty = false;
+  g.last_flush = clock_->Now();
+}
+
+v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
+  v1::Run r = run.stored.run;
+  const Generation* g = run.gen.get();
+  if (g != nullptr && g->health) r.set_step(g->health->group_step());
+  std::optional<v1::CheckpointInfo> latest = Latest(run);
+  r.set_latest_checkpoint_step(latest ? latest->step() : -1);
+  if (!with_ranks) return r;
+  for (const auto& f : run.failures) *r.add_failures() = f;
+  if (g == nullptr) return r;
+  if (g->assigned) {
+    for (const auto& rank : g->ranks) {
+      v1::RankStatus* out = r.add_ranks();
+      *out = rank;
+      if (g->health) {
+        out->set_step(g->health->step(rank.rank()));
+        *out->mutable_last_heartbeat() = ToProtoTime(g->health->last_heartbeat(rank.rank()));
+      }
+    }
+  } else {
+    for (const Registrant& reg : g->rendezvous.registrants()) {
+      v1::RankStatus* out = r.add_ranks();
+      out->set_rank(-1);
+      out->set_local_rank(reg.local_slot);
+      out->set_node(reg.node);
+      out->set_host(reg.host);
+      out->set_pid(reg.pid);
+      out->set_state(v1::RankStatus::WAITING);
+      out->set_incarnation(reg.incarnation);
+      out->set_generation(g->number);
+    }
+  }
+  return r;
+}
+
+void Coordinator::Notify(RunEntry& run, Deferred& deferred) {
+  auto snapshot = std::make_shared<const v1::Run>(Snapshot(run, /*with_ranks=*/true));
+  run.observed = snapshot;
+  bool done = IsTerminal(run.stored.run.state());
+  for (auto& [id, watcher] : run.watchers) {
+    WatchCallback cb = watcher.callback;
+    deferred.Add([cb, snapshot, done] {
+      WatchUpdate update;
+      update.event.emplace();
+      *update.event->mutable_snapshot() = *snapshot;
+      update.done = done;
+      cb(update);
+    });
+  }
+  if (done) run.watchers.clear();
+  absl::MutexLock lock(&observers_mu_);
+  for (RunObserver* o : observers_list_) {
+    deferred.Add([o, snapshot] { o->OnRunChanged(*snapshot); });
+  }
+}
+
+void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred) {
+  Generation& g = *run.gen;
+  if (!g.stopped.ok()) return;
+  g.stopped = cause;
+  if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
+  g.rendezvous.FailAll(cause, deferred);
+  g.store->Abort(cause, deferred);
+  g.barriers->Abort(cause, deferred);
+  if (g.round && g.round->state == CheckpointRound::State::kOpen) {
+    AbortRound(run, *g.round, cause, deferred);
+  }
+}
+
+void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
+                                 std::optional<absl::Status> waiter_status) {
+  Generation& g = *run.gen;
+  v1::Run& r = run.stored.run;
+  if (!g.stopped.ok() || IsTerminal(r.state())) return;  // the first failure is the root cause
+  failure.set_generation(g.number);
+  *failure.mutable_time() = ToProtoTime(clock_->Now());
+  std::string cause = DescribeFailure(failure);
+  DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;
+  bool cancelled = failure.kind() == v1::Failure::CANCELLED;
+  absl::Status status = waiter_status.value_or(absl::AbortedError(
+      cancelled ? absl::StrCat("run ", r.run_id(), " was cancelled: ", failure.message())
+                : absl::StrCat("generation ", g.number, " of run ", r.run_id(), " failed: ", cause)));
+  for (auto& rank : g.ranks) {
+    if (rank.state() != v1::RankStatus::ACTIVE) continue;
+    rank.set_state(rank.rank() == failure.rank() && !cancelled ? v1::RankStatus::FAILED
+                                                               : v1::RankStatus::STOPPED);
+  }
+  StopGeneration(run, status, deferred);
+  PersistRanks(run);
+  run.failures.push_back(failure);
+  if (absl::Status s = db_->AddFailure(r.run_id(), failure); !s.ok()) {
+    DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
+  }
+  run.ended_generations[g.number] = cause;
+  *r.mutable_reason() = failure;
+  if (cancelled) {
+    SetState(run, v1::CANCELLED, deferred);
+  } else if (r.restarts() < r.spec().max_restarts()) {
+    r.set_restarts(r.restarts() + 1);
+    DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of "
+                 << r.spec().max_restarts() << " as generation " << g.number + 1;
+    NewGeneration(run, g.number + 1);  // destroys `g`
+    SetState(run, v1::RESTARTING, deferred);
+  } else {
+    SetState(run, v1::FAILED, deferred);
+  }
+}
+
+absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& run,
+                                                                     int64_t generation, int rank,
+                                                                     RankUse use) {
+  const v1::Run& r = run.stored.run;
+  Generation& g = *run.gen;
+  if (generation < g.number) {
+    auto it = run.ended_generations.find(generation);
+    return absl::AbortedError(absl::StrCat(
+        "generation ", generation, " of run ", r.run_id(), " has ended",
+        it == run.ended_generations.end() ? "" : absl::StrCat(": ", it->second),
+        "; the run is at generation ", g.number, " (", StateName(r.state()), ")"));
+  }
+  if (IsTerminal(r.state())) {
+    return absl::AbortedError(absl::StrCat(
+        "run ", r.run_id(), " has ended ", StateName(r.state()),
+        r.has_reason() ? absl::StrCat(": ", DescribeFailure(r.reason())) : ""));
+  }
+  if (generation > g.number) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
+  }
+  if (!g.stopped.ok()) return g.stopped;
+  int world = r.spec().nodes() * r.spec().procs_per_node();
+  bool tool = use == RankUse::kToolAllowed && rank == -1;
+  if (!tool && (rank < 0 || rank >= world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside 0..", world - 1, " of run ", r.run_id()));
+  }
+  return &g;
+}
+
+void Coordinator::WriteRunJson(const RunEntry& run) const {
+  const v1::Run& r = run.stored.run;
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(r.spec(), &spec_json, options);
+  nlohmann::json doc;
+  doc["run_id"] = r.run_id();
+  doc["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
+  doc["world_size"] = r.spec().nodes() * r.spec().procs_per_node();
+  doc["generation"] = r.generation();
+  doc["restarts"] = r.restarts();
+  doc["created_at"] = absl::FormatTime(absl::RFC3339_sec, FromProtoTime(r.created_at()), absl::UTCTimeZone());
+  doc["resumed_from_step"] = r.resumed_from_step();
+  doc["coordinator_version"] = options_.version;
+  nlohmann::json hosts = nlohmann::json::array();
+  std::set<std::string> versions;
+  if (run.gen && run.gen->assigned) {
+    for (const auto& rank : run.gen->ranks) {
+      hosts.push_back({{"rank", rank.rank()}, {"node", rank.node()}, {"host", rank.host()},
+                       {"local_rank", rank.local_rank()}, {"pid", rank.pid()}});
+    }
+  }
+  doc["ranks"] = hosts;
+  std::string path = JoinPath(r.exp_dir(), "run.json");
+  if (absl::Status s = WriteFileAtomic(path, doc.dump(2) + "\n"); !s.ok()) {
+    DT_LOG(Warning) << "cannot write " << path << ": " << s.message();
+  }
+}
+
+// ---- Runs -----------------------------------------------------------------------------------
+
+namespace {
+
+absl::Status ValidateSpec(const v1::RunSpec& spec) {
+  if (absl::Status s = ValidateExperimentName(spec.experiment_name()); !s.ok()) return s;
+  if (absl::Status s = ValidateAbsolutePath("save dir", spec.save_dir()); !s.ok()) return s;
+  if (spec.nodes() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("nodes must be at least 1, not ", spec.nodes()));
+  }
+  if (spec.procs_per_node() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
+  }
+  int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();
+  if (world > kMaxWorldSize) {
+    return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ",
+                                                     spec.procs_per_node(), " = ", world,
+                                                     " exceeds the limit of ", kMaxWorldSize));
+  }
+  if (spec.max_restarts() < 0 || spec.max_restarts() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max restarts must be within 0..1000, not ", spec.max_restarts()));
+  }
+  if (spec.keep_checkpoints() < 0 || spec.keep_checkpoints() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep checkpoints must be within 0..1000, not ", spec.keep_checkpoints()));
+  }
+  if (static_cast<size_t>(spec.trainer_args_size()) > kMaxTrainerArgs) {
+    return absl::InvalidArgumentError(absl::StrCat("", spec.trainer_args_size(),
+                                                   " trainer arguments exceed the limit of ",
+                                                   kMaxTrainerArgs));
+  }
+  for (const auto& arg : spec.trainer_args()) {
+    if (arg.size() > kMaxPathBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trainer argument ", Quote(arg), " is longer than ", kMaxPathBytes, " bytes"));
+    }
+  }
+  for (const auto& arg : spec.sbatch_args()) {
+    if (arg.size() > kMaxPathBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("sbatch argument ", Quote(arg), " is too long"));
+    }
+  }
+  const std::string& mode = spec.wandb().mode();
+  if (!mode.empty() && mode != "online" && mode != "offline" && mode != "disabled") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "W&B mode ", Quote(mode), " is not one of online, offline, disabled"));
+  }
+  if (!spec.join_key().empty()) {
+    if (absl::Status s = ValidateLabel("join key", spec.join_key()); !s.ok()) return s;
+  }
+  if (!spec.trainer_path().empty()) {
+    if (absl::Status s = ValidateAbsolutePath("trainer path", spec.trainer_path()); !s.ok()) return s;
+  }
+  for (const auto& [k, v] : spec.labels()) {
+    if (absl::Status s = ValidateLabel("label name", k); !s.ok()) return s;
+    if (v.size() > kMaxPathBytes) return absl::InvalidArgumentError(absl::StrCat("label ", Quote(k), " is too long"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
+  if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
+  v1::RunSpec spec = request_spec;
+  if (spec.scheduler() == v1::SCHEDULER_UNSPECIFIED) spec.set_scheduler(v1::LOCAL);
+  if (spec.log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED) spec.set_log_strategy(v1::MAIN);
+  if (spec.keep_checkpoints() == 0) spec.set_keep_checkpoints(3);
+  std::string exp_dir = JoinPath(spec.save_dir(), spec.experiment_name());
+
+  Deferred deferred;
+  absl::MutexLock registry(&registry_mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  if (!spec.join_key().empty()) {
+    auto joined = join_keys_.find(spec.join_key());
+    if (joined != join_keys_.end()) {
+      RunPtr run = runs_.at(joined->second);
+      absl::MutexLock lock(&run->mu);
+      const v1::Run& r = run->stored.run;
+      if (!IsTerminal(r.state())) {
+        v1::SubmitRunResponse out;
+        out.set_run_id(r.run_id());
+        out.set_exp_dir(r.exp_dir());
+        out.set_resume_step(r.resumed_from_step());
+        out.set_joined(true);
+        return out;  // no run token: the caller's own token already may act on the run
+      }
+    }
+  }
+  auto [first, last] = exp_dir_runs_.equal_range(exp_dir);
+  for (auto it = first; it != last; ++it) {
+    RunPtr other = runs_.at(it->second);
+    absl::MutexLock lock(&other->mu);
+    if (!IsTerminal(other->stored.run.state())) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "run ", it->second, " (", StateName(other->stored.run.state()),
+          ") already uses experiment directory ", exp_dir, "; cancel it (dtctl cancel ", it->second,
+          ") or choose another --name"));
+    }
+  }
+  absl::StatusOr<ExperimentDir> dir = PrepareExperimentDir(spec.save_dir(), spec.experiment_name());
+  if (!dir.ok()) return dir.status();
+
+  auto run = std::make_shared<RunEntry>();
+  std::string run_id;
+  do {
+    run_id = absl::StrCat("r-", RandomHex(8));
+  } while (runs_.contains(run_id));
+  std::string token = absl::StrCat("dt_run_", RandomHex(24));
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  r.set_run_id(run_id);
+  *r.mutable_spec() = spec;
+  r.set_state(v1::PENDING);
+  r.set_world_size(spec.nodes() * spec.procs_per_node());
+  r.set_exp_dir(dir->path);
+  r.set_latest_checkpoint_step(dir->resume ? dir->resume->step() : -1);
+  r.set_resumed_from_step(dir->resume ? dir->resume->step() : 0);
+  *r.mutable_created_at() = ToProtoTime(clock_->Now());
+  run->stored.token_sha256 = Sha256Hex(token);
+  run->stored.join_key = spec.join_key();
+  run->stored.resume_from = dir->resume;
+  NewGeneration(*run, 0);
+  Persist(*run);
+  WriteRunJson(*run);
+  runs_.emplace(run_id, run);
+  token_to_run_.emplace(run->stored.token_sha256, run_id);
+  exp_dir_runs_.emplace(exp_dir, run_id);
+  if (!spec.join_key().empty()) join_keys_[spec.join_key()] = run_id;
+  DT_LOG(Info) << "run " << run_id << " (" << spec.experiment_name() << ") submitted: "
+               << spec.nodes() << " node(s) x " << spec.procs_per_node() << ", "
+               << v1::Scheduler_Name(spec.scheduler()) << ", exp dir " << dir->path
+               << (dir->resume ? absl::StrCat(", resuming from step ", dir->resume->step()) : "");
+  Notify(*run, deferred);
+
+  v1::SubmitRunResponse out;
+  out.set_run_id(run_id);
+  out.set_run_token(token);
+  out.set_exp_dir(dir->path);
+  out.set_resume_step(r.resumed_from_step());
+  return out;
+}
+
+absl::StatusOr<v1::Run> Coordinator::GetRun(const std::string& run_id) {
+  absl::StatusOr<RunPtr> run = FindRun(run_id);
+  if (!run.ok()) return run.status();
+  absl::MutexLock lock(&(*run)->mu);
+  return Snapshot(**run, /*with_ranks=*/true);
+}
+
+absl::StatusOr<std::vector<v1::Run>> Coordinator::ListRuns(int limit,
+                                                           const std::vector<v1::RunState>& states) {
+  if (limit < 0) return absl::InvalidArgumentError(absl::StrCat("limit must not be negative, not ", limit));
+  std::vector<v1::Run> out;
+  for (const RunPtr& run : AllRuns()) {
+    absl::MutexLock lock(&run->mu);
+    if (!states.empty() &&
+        std::find(states.begin(), states.end(), run->stored.run.state()) == states.end()) {
+      continue;
+    }
+    out.push_back(Snapshot(*run, /*with_ranks=*/false));
+  }
+  std::sort(out.begin(), out.end(), [](const v1::Run& a, const v1::Run& b) {
+    absl::Time ta = FromProtoTime(a.created_at()), tb = FromProtoTime(b.created_at());
+    if (ta != tb) return ta > tb;
+    return a.run_id() < b.run_id();
+  });
+  if (limit > 0 && static_cast<int>(out.size()) > limit) out.resize(limit);
+  return out;
+}
+
+absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const std::string& reason) {
+  if (reason.size() > kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cancel reason is longer than ", kMaxMessageBytes, " bytes"));
+  }
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  if (!IsTerminal(run->stored.run.state())) {
+    v1::Failure failure;
+    failure.set_kind(v1::Failure::CANCELLED);
+    failure.set_rank(-1);
+    failure.set_message(reason.empty() ? "cancelled by a user" : reason);
+    FailGeneration(*run, failure, deferred);
+  }
+  return Snapshot(*run, /*with_ranks=*/true);
+}
+
+absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest& request) {
+  if (request.scheduler_job_id().empty() || request.scheduler_job_id().size() > kMaxNameChars) {
+    return absl::InvalidArgumentError("scheduler job id must be 1..128 characters");
+  }
+  if (!request.launcher_host().empty()) {
+    if (absl::Status s = ValidateLabel("launcher host", request.launcher_host()); !s.ok()) return s;
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  if (IsTerminal(r.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
+  }
+  r.set_scheduler_job_id(request.scheduler_job_id());
+  r.set_launcher_host(request.launcher_host());
+  Persist(*run);
+  Notify(*run, deferred);
+  return Snapshot(*run, /*with_ranks=*/true);
+}
+
+absl::StatusOr<v1::Experiment> Coordinator::GetExperiment(const std::string& run_id) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  absl::MutexLock lock(&run->mu);
+  const v1::Run& r = run->stored.run;
+  ExperimentDir paths = ExperimentPaths(r.exp_dir());
+  v1::Experiment out;
+  out.set_run_id(r.run_id());
+  out.set_exp_dir(paths.path);
+  out.set_logs_dir(paths.logs_dir);
+  out.set_checkpoints_dir(paths.checkpoints_dir);
+  out.set_created_by_this_run(!run->stored.resume_from.has_value() && r.resumed_from_step() == 0);
+  if (std::optional<v1::CheckpointInfo> latest = Latest(*run)) *out.mutable_resume() = *latest;
+  absl::StatusOr<std::string> json = ReadFile(JoinPath(paths.path, "run.json"));
+  if (json.ok()) out.set_run_json(*json);
+  return out;
+}
+
+// ---- Watch ----------------------------------------------------------------------------------
+
+absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool include_metrics,
+                                            WatchCallback callback) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  uint64_t id;
+  {
+    absl::MutexLock lock(&registry_mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    id = next_watch_id_++;
+  }
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  WatchUpdate first;
+  first.event.emplace();
+  *first.event->mutable_snapshot() = Snapshot(*run, /*with_ranks=*/true);
+  first.done = IsTerminal(run->stored.run.state());
+  deferred.Add([callback, first] { callback(first); });
+  if (!first.done) run->watchers.emplace(id, RunEntry::Watcher{include_metrics, std::move(callback)});
+  return id;
+}
+
+void Coordinator::Unwatch(const std::string& run_id, uint64_t watch_id) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return;
+  absl::MutexLock lock(&(*found)->mu);
+  (*found)->watchers.erase(watch_id);
+}
+
+// ---- Start-up and shutdown ------------------------------------------------------------------
+
+absl::Status Coordinator::Load() {
+  absl::StatusOr<std::vector<LoadedRun>> loaded = db_->LoadRuns();
+  if (!loaded.ok()) return loaded.status();
+  int active = 0;
+  absl::Time now = clock_->Now();
+  absl::MutexLock registry(&registry_mu_);
+  for (LoadedRun& l : *loaded) {
+    auto run = std::make_shared<RunEntry>();
+    absl::MutexLock lock(&run->mu);
+    run->stored = std::move(l.stored);
+    run->failures = std::move(l.failures);
+    run->checkpoints = std::move(l.checkpoints);
+    for (const auto& f : run->failures) {
+      run->ended_generations[f.generation()] = DescribeFailure(f);
+    }
+    v1::Run& r = run->stored.run;
+    NewGeneration(*run, r.generation());
+    if (!IsTerminal(r.state())) {
+      ++active;
+      Generation& g = *run->gen;
+      bool complete = static_cast<int>(l.ranks.size()) == r.world_size();
+      for (const auto& rank : l.ranks) complete = complete && rank.generation() == g.number;
+      if (r.state() == v1::RUNNING && complete) {
+        g.assigned = true;
+        g.ranks = l.ranks;
+        int64_t start = run->checkpoints.empty() ? r.resumed_from_step() : run->checkpoints.back().step();
+        g.health = std::make_unique<HealthTracker>(r.world_size(), start, now);
+        for (const auto& rank : g.ranks) {
+          if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank());
+          g.health->Heartbeat(rank.rank(), rank.step(), now);
+        }
+        g.health->GraceAll(now);
+      } else if (r.state() == v1::RUNNING || r.state() == v1::RENDEZVOUS) {
+        // The registrations were in flight: trainers retry them against this generation.
+        r.set_state(v1::RENDEZVOUS);
+      }
+      absl::StatusOr<int> removed = RemovePartials(ExperimentPaths(r.exp_dir()).checkpoints_dir);
+      if (removed.ok() && *removed > 0) {
+        DT_LOG(Info) << "run " << r.run_id() << ": removed " << *removed
+                     << " partial checkpoint directories left by the previous coordinator";
+      }
+    }
+    run->observed = std::make_shared<const v1::Run>(Snapshot(*run, true));
+    std::string id = r.run_id();
+    token_to_run_.emplace(run->stored.token_sha256, id);
+    exp_dir_runs_.emplace(r.exp_dir(), id);
+    if (!run->stored.join_key.empty()) join_keys_[run->stored.join_key] = id;
+    runs_.emplace(id, std::move(run));
+  }
+  DT_LOG(Info) << "loaded " << loaded->size() << " runs from the state database (" << active << " active)";
+  return absl::OkStatus();
+}
+
+void Coordinator::Start() { ScheduleHealthCheck(); }
+
+void Coordinator::ScheduleHealthCheck() {
+  absl::MutexLock lock(&registry_mu_);
+  if (shutting_down_) return;
+  health_timer_ = timers_->Schedule(clock_->Now() + options_.health_check_period, [this] {
+    CheckHealth();
+    ScheduleHealthCheck();
+  });
+}
+
+void Coordinator::Shutdown() {
+  {
+    absl::MutexLock lock(&registry_mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    if (health_timer_ != 0) timers_->Cancel(health_timer_);
+  }
+  absl::Status unavailable = absl::UnavailableError(
+      "the coordinator is shutting down; retry against its replacement");
+  for (const RunPtr& run : AllRuns()) {
+    Deferred deferred;
+    absl::MutexLock lock(&run->mu);
+    if (run->gen) {
+      Generation& g = *run->gen;
+      g.rendezvous.FailAll(unavailable, deferred);
+      g.store->Abort(unavailable, deferred);
+      g.barriers->Abort(unavailable, deferred);
+      if (g.round && (g.round->state == CheckpointRound::State::kOpen)) {
+        for (auto& [rank, reply] : g.round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
+        g.round->waiting.clear();
+      }
+      PersistRanks(*run);
+    }
+    for (auto& [id, watcher] : run->watchers) {
+      WatchCallback cb = watcher.callback;
+      deferred.Add([cb, unavailable] {
+        WatchUpdate update;
+        update.done = true;
+        update.end = unavailable;
+        cb(update);
+      });
+    }
+    run->watchers.clear();
+  }
+}
+
+}  // namespace dt

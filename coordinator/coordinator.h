@@ -1,0 +1,222 @@
+// The coordinator's logic, free of gRPC so tests can drive it with a fake clock: runs and their
+// state machine, rendezvous, the per-generation key-value store and barriers, health (heartbeats,
+// reported errors, the hang watchdog), experiment directories, checkpoint leadership and metric
+// ingestion. The *_service.cc files translate RPCs to these calls.
+//
+// Threading: one registry lock and one lock per run (registry → run, never the reverse); the
+// key-value store has its own lock. Calls that wait (Register, Barrier, BeginCheckpoint,
+// CommitCheckpoint, store get/wait) take a Pending and never block the calling thread; replies
+// are delivered after every lock is released.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/timeout_policy.h"
+#include "coordinator/barrier_table.h"
+#include "coordinator/clock.h"
+#include "coordinator/health_tracker.h"
+#include "coordinator/kv_store.h"
+#include "coordinator/pending.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/state_db.h"
+#include "coordinator/timer_queue.h"
+#include "dt/v1/barrier.pb.h"
+#include "dt/v1/checkpoint.pb.h"
+#include "dt/v1/experiment.pb.h"
+#include "dt/v1/metrics.pb.h"
+#include "dt/v1/rendezvous.pb.h"
+#include "dt/v1/runs.pb.h"
+#include "dt/v1/store.pb.h"
+
+namespace dt {
+
+struct CoordinatorOptions {
+  CoordinatorTimeouts timeouts;
+  int64_t max_keys_per_run = 100'000;
+  std::string version = "dev";
+  // How often heartbeat and hang checks run (also flushes rank progress to the database).
+  absl::Duration health_check_period = absl::Milliseconds(250);
+};
+
+// Receives every accepted metric batch and run change; the Prometheus exporter and the W&B
+// forwarder implement it. Called outside the coordinator's locks; must not block.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void OnRunChanged(const v1::Run& run) = 0;
+  virtual void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) = 0;
+};
+
+// Who is calling, once the token was checked.
+struct Principal {
+  bool admin = false;
+  std::string run_id;  // the run a run token belongs to
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers, StateDb* db);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Loads every run from the database. Runs that were active keep their generation and ranks;
+  // their trainers have a full heartbeat timeout to reconnect. Partial checkpoint directories of
+  // active runs are removed.
+  absl::Status Load();
+  // Starts the periodic health check on the timer queue.
+  void Start();
+  // Fails every waiting call with UNAVAILABLE (the server is going away) and stops the checks.
+  void Shutdown();
+
+  const CoordinatorOptions& options() const { return options_; }
+  v1::TimeoutPolicy policy() const { return policy_; }
+  void AddObserver(RunObserver* observer);
+
+  // ---- Auth -------------------------------------------------------------------------------
+  // The run whose token has this SHA-256, if any.
+  std::optional<std::string> RunForTokenDigest(const std::string& token_sha256) const;
+  // OK for the admin and for the run's own token; PERMISSION_DENIED otherwise.
+  static absl::Status Authorize(const Principal& who, const std::string& run_id);
+  static absl::Status RequireAdmin(const Principal& who, absl::string_view what);
+
+  // ---- Runs -------------------------------------------------------------------------------
+  absl::StatusOr<v1::SubmitRunResponse> SubmitRun(const v1::RunSpec& spec);
+  absl::StatusOr<v1::Run> GetRun(const std::string& run_id);
+  absl::StatusOr<std::vector<v1::Run>> ListRuns(int limit, const std::vector<v1::RunState>& states);
+  absl::StatusOr<v1::Run> CancelRun(const std::string& run_id, const std::string& reason);
+  absl::StatusOr<v1::Run> AttachLaunch(const v1::AttachLaunchRequest& request);
+  absl::StatusOr<v1::Experiment> GetExperiment(const std::string& run_id);
+
+  // Watchers get a snapshot at once, then every change. The last update has `done` set: after
+  // the run ended (end OK), or when the coordinator shuts down (end UNAVAILABLE).
+  struct WatchUpdate {
+    std::optional<v1::RunEvent> event;
+    bool done = false;
+    absl::Status end;
+  };
+  using WatchCallback = std::function<void(const WatchUpdate& update)>;
+  absl::StatusOr<uint64_t> Watch(const std::string& run_id, bool include_metrics,
+                                 WatchCallback callback);
+  void Unwatch(const std::string& run_id, uint64_t watch_id);
+
+  // ---- Rendezvous and health --------------------------------------------------------------
+  void Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply);
+  // The caller of a waiting Register went away.
+  void WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
+                            const std::string& incarnation);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
+  absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
+  // Runs the heartbeat and hang checks once (the timer does this every health_check_period).
+  void CheckHealth();
+
+  // ---- Store and barriers -----------------------------------------------------------------
+  // The store of a run's current generation (ABORTED for an old one).
+  absl::StatusOr<std::shared_ptr<KvStore>> OpenStore(const v1::StoreScope& scope);
+  absl::Duration StoreTimeout(int64_t timeout_ms) const;
+  void Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply);
+
+  // ---- Checkpoints ------------------------------------------------------------------------
+  void BeginCheckpoint(const v1::BeginCheckpointRequest& request,
+                       PendingPtr<v1::BeginCheckpointResponse> reply);
+  void CommitCheckpoint(const v1::CommitCheckpointRequest& request,
+                        PendingPtr<v1::CommitCheckpointResponse> reply);
+  absl::Status AbortCheckpoint(const v1::AbortCheckpointRequest& request);
+  absl::StatusOr<v1::CheckpointInfo> LatestCheckpoint(const std::string& run_id);
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
+
+  // ---- Metrics ----------------------------------------------------------------------------
+  absl::Status IngestMetrics(const v1::MetricBatch& batch);
+  absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(const v1::QueryMetricsRequest& request);
+
+ private:
+  struct CheckpointRound;
+  struct Generation;
+  struct RunEntry;
+  using RunPtr = std::shared_ptr<RunEntry>;
+
+  absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const;
+  std::vector<RunPtr> AllRuns() const;
+
+  // State machine (run lock held).
+  void NewGeneration(RunEntry& run, int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void SetState(RunEntry& run, v1::RunState state, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Fails the current generation with `failure` as its root cause; waiting calls get
+  // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
+  void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
+                      std::optional<absl::Status> waiter_status = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Aborts the generation's store, barriers, rendezvous and open checkpoint round.
+  void StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void Persist(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void PersistRanks(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+
+  // Rendezvous helpers.
+  void CompleteRendezvous(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void OnRendezvousTimeout(const std::string& run_id, int64_t generation);
+  v1::RegisterResponse MakeRegisterResponse(const RunEntry& run, const Seat& seat) const
+      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // The generation a trainer call names, checked: ABORTED for an old one (naming why it ended),
+  // FAILED_PRECONDITION for one not yet assigned or from the future, INVALID_ARGUMENT for a rank
+  // out of range.
+  enum class RankUse { kRequired, kToolAllowed };
+  absl::StatusOr<Generation*> LiveGeneration(RunEntry& run, int64_t generation, int rank,
+                                             RankUse use = RankUse::kRequired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+
+  // Checkpoint helpers.
+  // Called as each rank is released from the arrival barrier; the first opens the round.
+  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
+                           const PendingPtr<v1::BeginCheckpointResponse>& reply);
+  void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
+                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                     absl::StatusOr<v1::CheckpointInfo> result);
+  void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
+  // Keeps the newest keep_checkpoints committed checkpoints; deletes the others.
+  void ApplyRetentionLocked(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const
+      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+
+  void ScheduleHealthCheck();
+
+  const CoordinatorOptions options_;
+  const v1::TimeoutPolicy policy_;
+  const Clock* const clock_;
+  TimerQueue* const timers_;
+  StateDb* const db_;
+
+  mutable absl::Mutex registry_mu_;
+  absl::flat_hash_map<std::string, RunPtr> runs_ ABSL_GUARDED_BY(registry_mu_);
+  absl::flat_hash_map<std::string, std::string> token_to_run_ ABSL_GUARDED_BY(registry_mu_);
+  absl::flat_hash_map<std::string, std::string> join_keys_ ABSL_GUARDED_BY(registry_mu_);
+  std::multimap<std::string, std::string> exp_dir_runs_ ABSL_GUARDED_BY(registry_mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(registry_mu_) = false;
+  uint64_t next_watch_id_ ABSL_GUARDED_BY(registry_mu_) = 1;
+  TimerQueue::Id health_timer_ ABSL_GUARDED_BY(registry_mu_) = 0;
+  // Observers are a leaf lock: notified under run locks.
+  mutable absl::Mutex observers_mu_;
+  std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
+  // Checkpoint verification runs on its own threads, off the RPC threads; the destructor waits.
+  absl::Mutex publishing_mu_;
+  int publishing_ ABSL_GUARDED_BY(publishing_mu_) = 0;
+};
+
+}  // namespace dt

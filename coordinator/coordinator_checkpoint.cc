@@ -1,0 +1,386 @@
+// Checkpoint leadership: rounds with one elected writer, a lease, verification and atomic commit.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/crypto.h"
+#include "common/duration.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "coordinator/checkpoint_publisher.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_internal.h"
+#include "coordinator/experiment_dir.h"
+
+namespace dt {
+namespace {
+
+constexpr char kCheckpointBarrier[] = "dt.checkpoint";
+
+v1::BeginCheckpointResponse RoundReply(const std::string& id, int writer, const std::string& partial,
+                                       const std::string& final_dir, int64_t lease_ms) {
+  v1::BeginCheckpointResponse out;
+  out.set_round_id(id);
+  out.set_writer_rank(writer);
+  out.set_partial_dir(partial);
+  out.set_final_dir(final_dir);
+  out.set_lease_ms(lease_ms);
+  return out;
+}
+
+}  // namespace
+
+void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
+                                  PendingPtr<v1::BeginCheckpointResponse> reply) {
+  if (request.step() <= 0) {
+    reply->Complete(absl::InvalidArgumentError(
+        absl::StrCat("checkpoint step must be positive, not ", request.step())));
+    return;
+  }
+  if (request.timeout_ms() < 0) {
+    reply->Complete(absl::InvalidArgumentError("timeout_ms must not be negative"));
+    return;
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) {
+    reply->Complete(found.status());
+    return;
+  }
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (!live.ok()) {
+    reply->Complete(live.status());
+    return;
+  }
+  Generation& g = **live;
+  if (!g.assigned) {
+    reply->Complete(absl::FailedPreconditionError("checkpoint before rendezvous completed"));
+    return;
+  }
+  if (g.round && (g.round->state == CheckpointRound::State::kOpen ||
+                  g.round->state == CheckpointRound::State::kVerifying)) {
+    if (g.round->step == request.step()) {
+      // This rank's earlier Begin reply was lost: the round it opened is still the one.
+      reply->Complete(RoundReply(g.round->id, g.round->writer, g.round->partial_dir,
+                                 g.round->final_dir, policy_.checkpoint_lease_ms()));
+      return;
+    }
+    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
+        " while the round for step ", g.round->step, " is still open")));
+    return;
+  }
+  if (g.arriving_step != 0 && g.arriving_step != request.step()) {
+    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
+        " but other ranks asked for step ", g.arriving_step, ": the ranks disagree on the step")));
+    return;
+  }
+  g.arriving_step = request.step();
+  absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
+                                                    : absl::Milliseconds(policy_.barrier_timeout_ms());
+  int64_t generation = g.number;
+  int64_t step = request.step();
+  auto arrived = MakePending<BarrierRelease>(
+      [this, run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
+        if (!r.ok()) {
+          absl::MutexLock lock(&run->mu);
+          if (run->gen->number == generation && run->gen->arriving_step == step) {
+            run->gen->arriving_step = 0;
+          }
+          reply->Complete(r.status());
+          return;
+        }
+        OpenCheckpointRound(run, generation, step, r->sequence, reply);
+      });
+  g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
+}
+
+void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step,
+                                      uint64_t sequence,
+                                      const PendingPtr<v1::BeginCheckpointResponse>& reply) {
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  Generation& g = *run->gen;
+  if (g.number != generation || !g.stopped.ok()) {
+    reply->Complete(g.number != generation
+                        ? absl::AbortedError(absl::StrCat("generation ", generation, " has ended"))
+                        : g.stopped);
+    return;
+  }
+  if (!g.round || g.round->sequence != sequence) {
+    // The first rank released from the arrival barrier opens the round.
+    auto round = std::make_shared<CheckpointRound>();
+    const v1::Run& r = run->stored.run;
+    std::string nonce = RandomHex(4);
+    round->id = absl::StrCat(generation, ".", step, ".", nonce);
+    round->generation = generation;
+    round->sequence = sequence;
+    round->step = step;
+    round->writer = 0;  // every rank of a live generation is alive: the lowest is rank 0
+    for (const auto& rs : g.ranks) {
+      if (rs.state() == v1::RankStatus::ACTIVE) {
+        round->writer = rs.rank();
+        break;
+      }
+    }
+    round->writer_desc = DescribeRank(*run, round->writer);
+    round->checkpoints_dir = ExperimentPaths(r.exp_dir()).checkpoints_dir;
+    round->partial_dir = JoinPath(round->checkpoints_dir, PartialDirName(step, nonce));
+    round->final_dir = JoinPath(round->checkpoints_dir, CheckpointDirName(step));
+    round->opened = clock_->Now();
+    g.round = round;
+    g.arriving_step = 0;
+    if (absl::Status s = MakeDirs(round->partial_dir); !s.ok()) {
+      AbortRound(*run, *round, s, deferred);
+    } else {
+      std::string run_id = r.run_id();
+      std::string round_id = round->id;
+      round->lease_timer = timers_->Schedule(
+          clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
+          [this, run_id, round_id] { OnLeaseExpired(run_id, round_id); });
+    }
+  }
+  CheckpointRound& round = *g.round;
+  if (round.state == CheckpointRound::State::kAborted) {
+    reply->Complete(round.outcome);
+    return;
+  }
+  reply->Complete(RoundReply(round.id, round.writer, round.partial_dir, round.final_dir,
+                             policy_.checkpoint_lease_ms()));
+}
+
+void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
+                                   PendingPtr<v1::CommitCheckpointResponse> reply) {
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) {
+    reply->Complete(found.status());
+    return;
+  }
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  Generation& g = *run->gen;
+  std::shared_ptr<CheckpointRound> round = g.round;
+  if (request.generation() != g.number || !round || round->id != request.round_id()) {
+    absl::Status live = LiveGeneration(*run, request.generation(), request.rank()).status();
+    reply->Complete(!live.ok() ? live
+                               : absl::InvalidArgumentError(absl::StrCat(
+                                     "unknown checkpoint round ", request.round_id(),
+                                     " (the coordinator may have restarted, which voids open rounds)")));
+    return;
+  }
+  int world = static_cast<int>(g.ranks.size());
+  if (request.rank() < 0 || request.rank() >= world) {
+    reply->Complete(absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " is outside 0..", world - 1)));
+    return;
+  }
+  switch (round->state) {
+    case CheckpointRound::State::kCommitted: {
+      v1::CommitCheckpointResponse out;
+      *out.mutable_checkpoint() = round->info;
+      reply->Complete(out);
+      return;
+    }
+    case CheckpointRound::State::kAborted:
+      reply->Complete(round->outcome);
+      return;
+    default:
+      break;
+  }
+  bool is_writer = request.rank() == round->writer;
+  if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
+    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
+        "rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round->writer)));
+    return;
+  }
+  if (is_writer && round->state == CheckpointRound::State::kOpen) {
+    if (absl::Status s = ValidateManifest(request.manifest()); !s.ok()) {
+      reply->Complete(s);
+      return;
+    }
+    round->state = CheckpointRound::State::kVerifying;
+    if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
+    {
+      absl::MutexLock publishing(&publishing_mu_);
+      ++publishing_;
+    }
+    v1::Manifest manifest = request.manifest();
+    std::thread([this, run, round, manifest] {
+      absl::Time start = absl::Now();
+      absl::StatusOr<v1::CheckpointInfo> result = VerifyAndPublish(
+          round->checkpoints_dir, round->partial_dir, round->final_dir, round->step, manifest);
+      if (result.ok()) {
+        DT_LOG(Info) << "run " << run->stored.run.run_id() << ": checkpoint step " << round->step
+                     << " verified and published (" << result->bytes() << " bytes, "
+                     << absl::FormatDuration(absl::Now() - start) << ")";
+      }
+      FinishPublish(run, round, std::move(result));
+      absl::MutexLock publishing(&publishing_mu_);
+      --publishing_;
+    }).detach();
+  }
+  auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
+  if (!inserted) {
+    deferred.Complete(it->second, absl::StatusOr<v1::CommitCheckpointResponse>(
+                                      absl::CancelledError("replaced by a retry of the same rank")));
+    it->second = reply;
+  }
+}
+
+void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                                absl::StatusOr<v1::CheckpointInfo> result) {
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  if (!result.ok()) {
+    AbortRound(*run, *round, result.status(), deferred);
+    return;
+  }
+  v1::CheckpointInfo info = *result;
+  info.set_generation(round->generation);
+  info.set_writer_rank(round->writer);
+  round->info = info;
+  round->state = CheckpointRound::State::kCommitted;
+  const std::string& run_id = run->stored.run.run_id();
+  auto& list = run->checkpoints;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
+             list.end());
+  list.push_back(info);
+  if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
+    DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
+  }
+  run->stored.run.set_latest_checkpoint_step(info.step());
+  ApplyRetentionLocked(*run);
+  v1::CommitCheckpointResponse out;
+  *out.mutable_checkpoint() = info;
+  for (auto& [rank, reply] : round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(out));
+  round->waiting.clear();
+  // Progress is not a hang: a long checkpoint must not trip the watchdog.
+  if (run->gen && run->gen->number == round->generation && run->gen->health) {
+    Generation& g = *run->gen;
+    for (const auto& rs : g.ranks) {
+      if (!g.health->finished(rs.rank())) g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), clock_->Now());
+    }
+  }
+  Persist(*run);
+  Notify(*run, deferred);
+}
+
+void Coordinator::ApplyRetentionLocked(RunEntry& run) {
+  auto keep_count = static_cast<size_t>(std::max(1, run.stored.run.spec().keep_checkpoints()));
+  auto& list = run.checkpoints;
+  while (list.size() > keep_count) {
+    if (absl::Status s = db_->DeleteCheckpoint(run.stored.run.run_id(), list.front().step()); !s.ok()) {
+      DT_LOG(Error) << s.message();
+    }
+    list.erase(list.begin());
+  }
+  std::vector<int64_t> keep;
+  for (const auto& c : list) keep.push_back(c.step());
+  // A checkpoint this run resumed from stays while fewer than K newer ones exist.
+  if (run.stored.resume_from && list.size() < keep_count) keep.push_back(run.stored.resume_from->step());
+  std::string dir = ExperimentPaths(run.stored.run.exp_dir()).checkpoints_dir;
+  if (absl::Status s = ApplyRetention(dir, keep); !s.ok()) {
+    DT_LOG(Warning) << "retention in " << dir << ": " << s.message();
+  }
+}
+
+void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
+                             Deferred& deferred) {
+  if (round.state == CheckpointRound::State::kAborted ||
+      round.state == CheckpointRound::State::kCommitted) {
+    return;
+  }
+  round.state = CheckpointRound::State::kAborted;
+  round.outcome = cause.code() == absl::StatusCode::kAborted || cause.code() == absl::StatusCode::kDataLoss ||
+                          cause.code() == absl::StatusCode::kUnavailable
+                      ? cause
+                      : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step,
+                                                        " aborted: ", cause.message()));
+  if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
+  if (absl::Status s = RemoveAll(round.partial_dir); !s.ok()) DT_LOG(Error) << s.message();
+  DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
+                  << " aborted: " << round.outcome.message();
+  for (auto& [rank, reply] : round.waiting) {
+    deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(round.outcome));
+  }
+  round.waiting.clear();
+}
+
+void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& round_id) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return;
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
+  if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
+  AbortRound(*run, *round,
+             absl::AbortedError(absl::StrCat(
+                 "checkpoint round for step ", round->step, " aborted: the writer ", round->writer_desc,
+                 " did not commit within its lease of ",
+                 absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms())))),
+             deferred);
+}
+
+absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request) {
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (!live.ok()) return live.status();
+  std::shared_ptr<CheckpointRound> round = (*live)->round;
+  if (!round || round->id != request.round_id()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id()));
+  }
+  if (request.rank() != round->writer) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                   " may not abort the round: the writer is rank ",
+                                                   round->writer));
+  }
+  if (round->state != CheckpointRound::State::kOpen) return absl::OkStatus();
+  AbortRound(*run, *round,
+             absl::AbortedError(absl::StrCat("the writer ", round->writer_desc,
+                                             " aborted the checkpoint at step ", round->step, ": ",
+                                             request.reason().empty() ? "no reason given" : request.reason())),
+             deferred);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return found.status();
+  absl::MutexLock lock(&(*found)->mu);
+  std::optional<v1::CheckpointInfo> latest = Latest(**found);
+  if (!latest) return absl::NotFoundError(absl::StrCat("run ", run_id, " has no committed checkpoint"));
+  return *latest;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointInfo>> Coordinator::ListCheckpoints(const std::string& run_id) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return found.status();
+  RunEntry& run = **found;
+  absl::MutexLock lock(&run.mu);
+  std::vector<v1::CheckpointInfo> out;
+  bool resume_listed = false;
+  if (run.stored.resume_from) {
+    for (const auto& c : run.checkpoints) resume_listed = resume_listed || c.step() == run.stored.resume_from->step();
+    // Listed while it is still on disk (retention may have removed it).
+    struct stat st;
+    if (!resume_listed && ::stat(run.stored.resume_from->path().c_str(), &st) == 0) {
+      out.push_back(*run.stored.resume_from);
+    }
+  }
+  out.insert(out.end(), run.checkpoints.begin(), run.checkpoints.end());
+  return out;
+}
+
+}  // namespace dt

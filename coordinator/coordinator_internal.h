@@ -1,0 +1,73 @@
+// Per-run state of the Coordinator, shared by its coordinator_*.cc files.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coordinator/coordinator.h"
+
+namespace dt {
+
+struct Coordinator::CheckpointRound {
+  enum class State { kOpen, kVerifying, kCommitted, kAborted };
+  std::string id;
+  int64_t generation = 0;
+  uint64_t sequence = 0;  // the arrival barrier instance that opened it
+  int64_t step = 0;
+  int writer = 0;
+  std::string writer_desc;
+  std::string checkpoints_dir;
+  std::string partial_dir;
+  std::string final_dir;
+  State state = State::kOpen;
+  TimerQueue::Id lease_timer = 0;
+  absl::Time opened;
+  std::map<int, PendingPtr<v1::CommitCheckpointResponse>> waiting;  // rank → commit reply
+  absl::Status outcome;      // when aborted
+  v1::CheckpointInfo info;   // when committed
+};
+
+struct Coordinator::Generation {
+  Generation(int64_t n, int nodes, int procs_per_node)
+      : number(n), rendezvous(nodes, procs_per_node) {}
+  int64_t number;
+  Rendezvous rendezvous;
+  bool assigned = false;
+  std::vector<v1::RankStatus> ranks;  // by rank, once assigned
+  std::unique_ptr<HealthTracker> health;
+  std::shared_ptr<KvStore> store;
+  std::unique_ptr<BarrierTable> barriers;
+  std::shared_ptr<CheckpointRound> round;  // the open round, or the last one
+  int64_t arriving_step = 0;                // step of the checkpoint arrival in progress
+  absl::Status stopped;                     // non-OK once the generation ended
+  TimerQueue::Id rendezvous_timer = 0;
+  bool ranks_dirty = false;
+  absl::Time last_flush;
+};
+
+struct Coordinator::RunEntry {
+  absl::Mutex mu;
+  StoredRun stored;
+  std::vector<v1::Failure> failures;
+  std::vector<v1::CheckpointInfo> checkpoints;  // committed by this run, by step
+  std::unique_ptr<Generation> gen;
+  std::map<int64_t, std::string> ended_generations;  // generation → why it ended
+  struct Watcher {
+    bool metrics = false;
+    WatchCallback callback;
+  };
+  std::map<uint64_t, Watcher> watchers;
+  // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
+  std::shared_ptr<const v1::Run> observed;
+};
+
+bool IsTerminal(v1::RunState state);
+std::string StateName(v1::RunState state);
+google::protobuf::Timestamp ToProtoTime(absl::Time t);
+absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
+// "rank 3 (node n2, host h2) reported RuntimeError: …" — a failure in one line.
+std::string DescribeFailure(const v1::Failure& failure);
+
+}  // namespace dt

@@ -1,0 +1,89 @@
+// Metric ingestion and history.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/limits.h"
+#include "common/names.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_internal.h"
+
+namespace dt {
+
+absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
+  size_t bytes = batch.ByteSizeLong();
+  if (bytes > kMaxMetricBatchBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("metric batch of ", bytes,
+                                                     " bytes exceeds the limit of ",
+                                                     kMaxMetricBatchBytes, " (1 MiB); send smaller batches"));
+  }
+  for (const auto& p : batch.points()) {
+    if (p.step() < 0) return absl::InvalidArgumentError(absl::StrCat("metric step ", p.step(), " is negative"));
+    if (!std::isfinite(p.time())) return absl::InvalidArgumentError("metric time must be finite");
+    for (const auto& [name, value] : p.values()) {
+      if (absl::Status s = ValidateMetricName(name); !s.ok()) return s;
+    }
+  }
+  for (const auto& [name, value] : batch.summary()) {
+    if (absl::Status s = ValidateMetricName(name); !s.ok()) return s;
+  }
+  absl::StatusOr<RunPtr> found = FindRun(batch.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  std::shared_ptr<const v1::Run> observed;
+  {
+    absl::MutexLock lock(&run->mu);
+    const v1::Run& r = run->stored.run;
+    int world = r.spec().nodes() * r.spec().procs_per_node();
+    if (batch.rank() < 0 || batch.rank() >= world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", batch.rank(), " is outside 0..", world - 1, " of run ", r.run_id()));
+    }
+    // Points of an ended generation are still real history (a trainer flushing as it exits).
+    if (batch.generation() > r.generation() || batch.generation() < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "generation ", batch.generation(), " of run ", r.run_id(), " does not exist"));
+    }
+    std::vector<const v1::MetricPoint*> points;
+    points.reserve(batch.points_size());
+    for (const auto& p : batch.points()) points.push_back(&p);
+    if (absl::Status s = db_->AppendMetrics(r.run_id(), batch.rank(), points); !s.ok()) return s;
+    for (auto& [id, watcher] : run->watchers) {
+      if (!watcher.metrics) continue;
+      WatchCallback cb = watcher.callback;
+      for (const auto& p : batch.points()) {
+        WatchUpdate update;
+        update.event.emplace();
+        v1::MetricPointEvent* m = update.event->mutable_metric();
+        m->set_rank(batch.rank());
+        m->set_step(p.step());
+        m->set_time(p.time());
+        m->mutable_values()->insert(p.values().begin(), p.values().end());
+        deferred.Add([cb, update = std::move(update)] { cb(update); });
+      }
+    }
+    observed = run->observed;
+  }
+  absl::MutexLock lock(&observers_mu_);
+  for (RunObserver* o : observers_list_) o->OnMetrics(*observed, batch);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::QueryMetricsRequest& request) {
+  if (request.limit() < 0) return absl::InvalidArgumentError("limit must not be negative");
+  if (!request.name().empty()) {
+    if (absl::Status s = ValidateMetricName(request.name()); !s.ok()) return s;
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  std::optional<int32_t> rank;
+  if (request.has_rank()) rank = request.rank();
+  absl::StatusOr<std::vector<v1::MetricRecord>> records =
+      db_->QueryMetrics(request.run_id(), request.name(), rank, request.from_step(), request.limit());
+  if (!records.ok()) return records.status();
+  v1::QueryMetricsResponse out;
+  for (auto& rec : *records) *out.add_records() = std::move(rec);
+  return out;
+}
+
+}  // namespace dt

@@ -1,0 +1,440 @@
+// Rendezvous and health: registration, heartbeats, reported errors, leaving, the watchdog.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/duration.h"
+#include "common/limits.h"
+#include "common/log.h"
+#include "common/names.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_internal.h"
+
+namespace dt {
+namespace {
+
+absl::Status ValidateIdentity(const std::string& node, const std::string& incarnation,
+                              const std::string& host, int pid) {
+  if (absl::Status s = ValidateLabel("node", node); !s.ok()) return s;
+  if (absl::Status s = ValidateLabel("incarnation", incarnation); !s.ok()) return s;
+  if (absl::Status s = ValidateLabel("host", host); !s.ok()) return s;
+  if (pid < 0) return absl::InvalidArgumentError(absl::StrCat("pid must not be negative, not ", pid));
+  return absl::OkStatus();
+}
+
+std::string Truncate(const std::string& text) {
+  if (text.size() <= kMaxMessageBytes) return text;
+  return absl::StrCat(text.substr(0, kMaxMessageBytes), "…(truncated from ", text.size(), " bytes)");
+}
+
+}  // namespace
+
+std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
+  if (!run.checkpoints.empty()) return run.checkpoints.back();
+  return run.stored.resume_from;
+}
+
+v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, const Seat& seat) const {
+  const v1::Run& r = run.stored.run;
+  v1::RegisterResponse out;
+  out.set_run_id(r.run_id());
+  out.set_rank(seat.assignment.rank);
+  out.set_world_size(r.spec().nodes() * r.spec().procs_per_node());
+  out.set_local_rank(seat.assignment.local_rank);
+  out.set_local_world_size(seat.assignment.local_world_size);
+  out.set_node_rank(seat.assignment.node_rank);
+  out.set_nodes(seat.assignment.nodes);
+  out.set_generation(r.generation());
+  out.set_exp_dir(r.exp_dir());
+  if (std::optional<v1::CheckpointInfo> latest = Latest(run)) *out.mutable_resume() = *latest;
+  *out.mutable_spec() = r.spec();
+  *out.mutable_timeouts() = policy_;
+  out.set_restarts(r.restarts());
+  return out;
+}
+
+void Coordinator::Register(const v1::RegisterRequest& request,
+                           PendingPtr<v1::RegisterResponse> reply) {
+  if (absl::Status s = ValidateIdentity(request.node(), request.incarnation(), request.host(),
+                                        request.pid());
+      !s.ok()) {
+    reply->Complete(s);
+    return;
+  }
+  if (request.local_slot() < 0) {
+    reply->Complete(absl::InvalidArgumentError(
+        absl::StrCat("local slot must not be negative, not ", request.local_slot())));
+    return;
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) {
+    reply->Complete(found.status());
+    return;
+  }
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  if (IsTerminal(r.state())) {
+    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+        "run ", r.run_id(), " has ended ", StateName(r.state()),
+        r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
+        "; submit a new run to train again")));
+    return;
+  }
+  const v1::RunSpec& spec = r.spec();
+  const v1::WorldView& view = request.expected();
+  int world = spec.nodes() * spec.procs_per_node();
+  if ((view.world_size() != 0 && view.world_size() != world) ||
+      (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
+      (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
+    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+        "the trainer on ", request.host(), " expects world size ", view.world_size(), " (",
+        view.nodes(), " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(),
+        " has world size ", world, " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
+        " per node); start the trainers with the run's shape instead of forming a smaller world")));
+    return;
+  }
+
+  if (run->gen->assigned) {
+    Generation& g = *run->gen;
+    auto seat = std::find_if(g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) {
+      return rs.node() == request.node() && rs.local_rank() == request.local_slot();
+    });
+    if (seat == g.ranks.end()) {
+      std::vector<std::string> nodes;
+      for (const auto& rs : g.ranks) {
+        if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
+      }
+      reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+          "node ", Quote(request.node()), " slot ", request.local_slot(), " is not part of generation ",
+          g.number, " of run ", r.run_id(), ", whose ranks are on nodes ", absl::StrJoin(nodes, ", "))));
+      return;
+    }
+    if (seat->incarnation() == request.incarnation()) {
+      // A retry whose first reply was lost: same answer.
+      Registrant reg{seat->node(), seat->local_rank(), seat->incarnation(), seat->host(), seat->pid()};
+      Assignment a{seat->rank(), seat->local_rank(), 0, seat->node_rank(), 0};
+      a.local_world_size = static_cast<int>(std::count_if(g.ranks.begin(), g.ranks.end(),
+          [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
+      a.nodes = g.ranks.empty() ? 0 : g.ranks.back().node_rank() + 1;
+      reply->Complete(MakeRegisterResponse(*run, Seat{reg, a}));
+      return;
+    }
+    // The same slot from a new process: the old one restarted, so its generation is over.
+    v1::Failure failure;
+    failure.set_kind(v1::Failure::REPLACED);
+    failure.set_rank(seat->rank());
+    failure.set_node(seat->node());
+    failure.set_host(seat->host());
+    failure.set_step(g.health ? g.health->step(seat->rank()) : 0);
+    failure.set_message(absl::StrCat("was restarted: pid ", request.pid(), " on ", request.host(),
+                                     " registered for its slot, replacing pid ", seat->pid()));
+    FailGeneration(*run, failure, deferred);
+    if (IsTerminal(r.state())) {
+      reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+          "run ", r.run_id(), " has ended ", StateName(r.state()), ": ", DescribeFailure(r.reason()))));
+      return;
+    }
+  }
+
+  Generation& g = *run->gen;
+  Registrant registrant{request.node(),     request.local_slot(), request.incarnation(),
+                        request.host(),     request.pid(),        request.version(),
+                        clock_->Now()};
+  // The seat's reply builds the RegisterResponse once rendezvous completes.
+  PendingPtr<Seat> seat_reply = MakePending<Seat>([this, run, reply](absl::StatusOr<Seat> seat) {
+    if (!seat.ok()) {
+      reply->Complete(seat.status());
+      return;
+    }
+    absl::MutexLock lock(&run->mu);
+    reply->Complete(MakeRegisterResponse(*run, *seat));
+  });
+  if (absl::Status s = g.rendezvous.Join(registrant, seat_reply, deferred); !s.ok()) {
+    reply->Complete(s);
+    return;
+  }
+  if (g.rendezvous_timer == 0) {
+    std::string run_id = r.run_id();
+    int64_t number = g.number;
+    g.rendezvous_timer = timers_->Schedule(
+        clock_->Now() + options_.timeouts.rendezvous_timeout,
+        [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
+  }
+  if (r.state() == v1::PENDING || r.state() == v1::RESTARTING) SetState(*run, v1::RENDEZVOUS, deferred);
+  if (g.rendezvous.complete()) CompleteRendezvous(*run, deferred);
+}
+
+void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
+  Generation& g = *run.gen;
+  v1::Run& r = run.stored.run;
+  if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
+  std::vector<Seat> seats = g.rendezvous.Assign(deferred);
+  absl::Time now = clock_->Now();
+  std::optional<v1::CheckpointInfo> latest = Latest(run);
+  int64_t start_step = latest ? latest->step() : 0;
+  g.assigned = true;
+  g.ranks.clear();
+  std::vector<std::string> hosts;
+  for (const Seat& seat : seats) {
+    v1::RankStatus& rs = g.ranks.emplace_back();
+    rs.set_rank(seat.assignment.rank);
+    rs.set_local_rank(seat.assignment.local_rank);
+    rs.set_node(seat.registrant.node);
+    rs.set_node_rank(seat.assignment.node_rank);
+    rs.set_host(seat.registrant.host);
+    rs.set_pid(seat.registrant.pid);
+    rs.set_state(v1::RankStatus::ACTIVE);
+    rs.set_step(start_step);
+    rs.set_incarnation(seat.registrant.incarnation);
+    rs.set_generation(g.number);
+    *rs.mutable_last_heartbeat() = ToProtoTime(now);
+    if (hosts.empty() || hosts.back() != seat.registrant.host) hosts.push_back(seat.registrant.host);
+  }
+  g.health = std::make_unique<HealthTracker>(static_cast<int>(seats.size()), start_step, now);
+  r.set_world_size(static_cast<int>(seats.size()));
+  r.set_step(start_step);
+  DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": all " << seats.size()
+               << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes)
+               << " node(s) (" << absl::StrJoin(hosts, ", ") << ")"
+               << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
+  PersistRanks(run);
+  WriteRunJson(run);
+  SetState(run, v1::RUNNING, deferred);
+}
+
+void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generation) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return;
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  Generation& g = *run->gen;
+  if (g.number != generation || g.assigned || !g.stopped.ok() || IsTerminal(run->stored.run.state())) {
+    return;
+  }
+  g.rendezvous_timer = 0;
+  std::string message = absl::StrCat("rendezvous of generation ", generation, " timed out after ",
+                                     absl::FormatDuration(options_.timeouts.rendezvous_timeout), ": ",
+                                     g.rendezvous.Describe());
+  v1::Failure failure;
+  failure.set_kind(v1::Failure::RENDEZVOUS_TIMEOUT);
+  failure.set_rank(-1);
+  failure.set_message(message);
+  FailGeneration(*run, failure, deferred,
+                 absl::DeadlineExceededError(absl::StrCat("run ", run_id, ": ", message)));
+}
+
+void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node,
+                                       int local_slot, const std::string& incarnation) {
+  absl::StatusOr<RunPtr> found = FindRun(run_id);
+  if (!found.ok()) return;
+  RunPtr run = *found;
+  absl::MutexLock lock(&run->mu);
+  if (!run->gen || run->gen->assigned) return;
+  if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation)) {
+    DT_LOG(Info) << "run " << run_id << ": registration of " << node << "/" << local_slot
+                 << " withdrawn (its caller went away)";
+  }
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
+  if (request.step() < 0 || request.total_steps() < 0) {
+    return absl::InvalidArgumentError("step and total steps must not be negative");
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  Generation& g = *run->gen;
+  v1::HeartbeatResponse out;
+  out.set_run_state(r.state());
+  out.set_current_generation(g.number);
+  if (request.generation() < g.number || IsTerminal(r.state())) {
+    absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+    out.set_directive(v1::HeartbeatResponse::STOP);
+    out.set_reason(std::string(live.status().message()));
+    return out;
+  }
+  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (!live.ok()) return live.status();
+  if (!g.assigned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
+  }
+  v1::RankStatus& rank = g.ranks[request.rank()];
+  if (rank.incarnation() != request.incarnation()) {
+    return absl::AbortedError(absl::StrCat(
+        "rank ", request.rank(), " of generation ", g.number, " belongs to incarnation ",
+        rank.incarnation(), " (pid ", rank.pid(), " on ", rank.host(),
+        "); this process was replaced and must exit"));
+  }
+  g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
+  if (request.total_steps() > 0) r.set_total_steps(request.total_steps());
+  g.ranks_dirty = true;
+  out.set_directive(v1::HeartbeatResponse::CONTINUE);
+  return out;
+}
+
+absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
+    const v1::ReportErrorRequest& request) {
+  if (request.rank() < -1) return absl::InvalidArgumentError("rank must be ≥ -1");
+  if (request.rank() == -1) {
+    if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
+  }
+  if (request.message().empty()) return absl::InvalidArgumentError("error message must not be empty");
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  v1::ReportErrorResponse out;
+  if (IsTerminal(r.state())) {
+    out.set_run_state(r.state());
+    out.set_current_generation(r.generation());
+    return out;  // nothing left to fail
+  }
+  Generation& g = *run->gen;
+  if (request.generation() < g.number) {
+    return LiveGeneration(*run, request.generation(), 0).status();
+  }
+  if (request.generation() > g.number) {
+    return absl::FailedPreconditionError(absl::StrCat("generation ", request.generation(),
+                                                      " of run ", r.run_id(), " does not exist"));
+  }
+  v1::Failure failure;
+  failure.set_kind(request.process_exited() ? v1::Failure::PROCESS_EXITED : v1::Failure::REPORTED_ERROR);
+  failure.set_rank(request.rank());
+  failure.set_node(request.node());
+  failure.set_host(request.host());
+  failure.set_step(request.step());
+  failure.set_message(Truncate(request.message()));
+  failure.set_exception_type(Truncate(request.exception_type()));
+  failure.set_stack(Truncate(request.stack()));
+  int world = r.spec().nodes() * r.spec().procs_per_node();
+  if (request.rank() >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside 0..", world - 1));
+  }
+  if (g.assigned) {
+    int rank = request.rank();
+    if (rank < 0) {
+      for (const auto& rs : g.ranks) {
+        if (rs.node() == request.node() && rs.local_rank() == request.local_slot()) rank = rs.rank();
+      }
+    }
+    if (rank >= 0) {
+      const v1::RankStatus& rs = g.ranks[rank];
+      if (!request.incarnation().empty() && request.incarnation() != rs.incarnation()) {
+        return absl::AbortedError(absl::StrCat("rank ", rank, " of generation ", g.number,
+                                               " belongs to another incarnation; this report is stale"));
+      }
+      failure.set_rank(rank);
+      failure.set_node(rs.node());
+      if (failure.host().empty()) failure.set_host(rs.host());
+      if (failure.step() == 0 && g.health) failure.set_step(g.health->step(rank));
+    }
+  }
+  FailGeneration(*run, failure, deferred);
+  out.set_run_state(r.state());
+  out.set_current_generation(run->gen->number);
+  return out;
+}
+
+absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& request) {
+  if (request.final_step() < 0) return absl::InvalidArgumentError("final step must not be negative");
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  v1::LeaveResponse out;
+  if (r.state() == v1::SUCCEEDED && request.generation() == run->gen->number) {
+    out.set_run_state(r.state());
+    return out;  // a retry after the last rank left
+  }
+  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (!live.ok()) return live.status();
+  Generation& g = **live;
+  if (!g.assigned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
+  }
+  v1::RankStatus& rank = g.ranks[request.rank()];
+  if (rank.incarnation() != request.incarnation()) {
+    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " belongs to incarnation ",
+                                           rank.incarnation(), "; this process was replaced"));
+  }
+  if (rank.state() != v1::RankStatus::FINISHED) {
+    g.health->Heartbeat(request.rank(), request.final_step(), clock_->Now());
+    g.health->Finish(request.rank());
+    rank.set_state(v1::RankStatus::FINISHED);
+    g.ranks_dirty = true;
+  }
+  if (g.health->all_finished()) {
+    int64_t final_step = 0;
+    for (const auto& rs : g.ranks) final_step = std::max(final_step, g.health->step(rs.rank()));
+    r.set_step(final_step);
+    PersistRanks(*run);
+    StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")), deferred);
+    SetState(*run, v1::SUCCEEDED, deferred);
+  }
+  out.set_run_state(r.state());
+  return out;
+}
+
+void Coordinator::CheckHealth() {
+  absl::Time now = clock_->Now();
+  HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
+                        options_.timeouts.rendezvous_timeout};
+  for (const RunPtr& run : AllRuns()) {
+    Deferred deferred;
+    absl::MutexLock lock(&run->mu);
+    if (IsTerminal(run->stored.run.state()) || !run->gen) continue;
+    Generation& g = *run->gen;
+    if (!g.assigned || !g.stopped.ok()) continue;
+    std::optional<HealthVerdict> verdict = g.health->Check(now, limits);
+    if (verdict) {
+      v1::Failure failure;
+      failure.set_rank(verdict->rank);
+      failure.set_step(verdict->step);
+      if (verdict->rank >= 0) {
+        failure.set_node(g.ranks[verdict->rank].node());
+        failure.set_host(g.ranks[verdict->rank].host());
+      }
+      std::string since = absl::FormatTime("%H:%M:%S", verdict->since, absl::UTCTimeZone());
+      if (verdict->kind == HealthVerdict::Kind::kHeartbeatTimeout) {
+        failure.set_kind(v1::Failure::HEARTBEAT_TIMEOUT);
+        failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict->timeout),
+                                         " (last at ", since, " UTC, at step ", verdict->step,
+                                         "): the process died or its node is unreachable"));
+      } else {
+        failure.set_kind(v1::Failure::HANG);
+        std::vector<std::string> stuck;
+        for (int rank : verdict->stuck_ranks) {
+          if (stuck.size() == 16) {
+            stuck.push_back("…");
+            break;
+          }
+          stuck.push_back(absl::StrCat(rank));
+        }
+        failure.set_rank(-1);
+        failure.set_message(absl::StrCat(
+            "no rank advanced past step ", verdict->step, " for ", absl::FormatDuration(verdict->timeout),
+            " (last progress at ", since, " UTC) although every rank heartbeats: a hang, e.g. in a "
+            "collective; ranks at step ", verdict->step, ": ", absl::StrJoin(stuck, ", ")));
+      }
+      FailGeneration(*run, failure, deferred);
+      continue;
+    }
+    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) {
+      PersistRanks(*run);
+      Persist(*run);
+    }
+  }
+}
+
+}  // namespace dt

@@ -1,0 +1,140 @@
+// dtcoord: the dt coordinator server.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/duration.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/timeout_policy.h"
+#include "common/version.h"
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/server.h"
+#include "coordinator/state_db.h"
+#include "coordinator/timer_queue.h"
+
+namespace {
+
+std::string DefaultStateDir() {
+  const char* home = std::getenv("HOME");
+  return dt::JoinPath(home != nullptr && *home != '\0' ? home : "/tmp", ".dt/coord");
+}
+
+int Fail(const std::string& message) {
+  DT_LOG(Error) << message;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dt::SetLogProgram("dtcoord");
+  CLI::App app{"dtcoord: the dt coordinator (rendezvous, store, barriers, health, checkpoints, metrics)"};
+  app.set_version_flag("--version", std::string(dt::kVersion));
+  dt::ServerOptions server_options;
+  std::string state_dir = DefaultStateDir();
+  std::string metrics_listen = "127.0.0.1:9464";
+  std::string heartbeat_interval = "2s", heartbeat_timeout = "30s", hang_timeout = "10m",
+              rendezvous_timeout = "10m";
+  app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--state-dir", state_dir, "where the SQLite state and admin.token live")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Prometheus /metrics address HOST:PORT; 'off' disables it")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval", heartbeat_interval, "how often trainers heartbeat")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout,
+                 "a rank silent this long is declared dead")
+      ->capture_default_str();
+  app.add_option("--hang-timeout", hang_timeout,
+                 "a group whose step has not advanced this long is declared hung")
+      ->capture_default_str();
+  app.add_option("--rendezvous-timeout", rendezvous_timeout,
+                 "how long a generation may take to register every rank (also the init timeout)")
+      ->capture_default_str();
+  app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
+  app.add_option("--tls-key", server_options.tls_key, "PEM private key");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  dt::CoordinatorOptions options;
+  options.version = dt::kVersion;
+  struct {
+    const char* flag;
+    const std::string& text;
+    absl::Duration* out;
+  } durations[] = {{"--heartbeat-interval", heartbeat_interval, &options.timeouts.heartbeat_interval},
+                   {"--heartbeat-timeout", heartbeat_timeout, &options.timeouts.heartbeat_timeout},
+                   {"--hang-timeout", hang_timeout, &options.timeouts.hang_timeout},
+                   {"--rendezvous-timeout", rendezvous_timeout, &options.timeouts.rendezvous_timeout}};
+  for (auto& d : durations) {
+    absl::StatusOr<absl::Duration> parsed = dt::ParsePositiveDuration(d.flag, d.text);
+    if (!parsed.ok()) {
+      std::cerr << "dtcoord: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    *d.out = *parsed;
+  }
+  if (absl::Status s = dt::ValidateTimeouts(options.timeouts); !s.ok()) {
+    std::cerr << "dtcoord: " << s.message() << "\n";
+    return 2;
+  }
+  options.health_check_period =
+      std::clamp(options.timeouts.heartbeat_interval / 4, absl::Milliseconds(20), absl::Seconds(1));
+
+  // Signals are taken by sigwait in main: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  if (absl::Status s = dt::MakeDirs(state_dir); !s.ok()) return Fail(std::string(s.message()));
+  ::chmod(state_dir.c_str(), 0700);
+  absl::StatusOr<std::unique_ptr<dt::StateDb>> db = dt::StateDb::Open(dt::JoinPath(state_dir, "dtcoord.db"));
+  if (!db.ok()) return Fail(std::string(db.status().message()));
+  absl::StatusOr<std::string> admin_token = dt::LoadOrCreateAdminToken(state_dir);
+  if (!admin_token.ok()) return Fail(std::string(admin_token.status().message()));
+
+  dt::TimerQueue timers(dt::RealClock::Get());
+  timers.Start();
+  dt::Coordinator coordinator(options, dt::RealClock::Get(), &timers, db->get());
+  if (absl::Status s = coordinator.Load(); !s.ok()) return Fail(std::string(s.message()));
+  coordinator.Start();
+  dt::Authenticator auth(*admin_token, &coordinator);
+
+  absl::StatusOr<std::unique_ptr<dt::CoordinatorServer>> server =
+      dt::CoordinatorServer::Start(&coordinator, &auth, server_options);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  std::string address = (*server)->address();
+  if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "dtcoord.addr"), address + "\n");
+      !s.ok()) {
+    DT_LOG(Warning) << s.message();
+  }
+  DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << address << " (state dir "
+               << state_dir << ", admin token in " << dt::JoinPath(state_dir, "admin.token")
+               << "; heartbeat " << absl::FormatDuration(options.timeouts.heartbeat_interval) << "/"
+               << absl::FormatDuration(options.timeouts.heartbeat_timeout) << ", hang "
+               << absl::FormatDuration(options.timeouts.hang_timeout) << ", rendezvous "
+               << absl::FormatDuration(options.timeouts.rendezvous_timeout) << ")";
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  DT_LOG(Info) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+               << ": draining in-flight calls (up to 5s)";
+  (*server)->Shutdown(absl::Seconds(5));
+  timers.Stop();
+  DT_LOG(Info) << "stopped";
+  return 0;
+}

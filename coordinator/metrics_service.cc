@@ -1,0 +1,76 @@
+// MetricsService: the client-streamed metric batches and history queries.
+#include "coordinator/services.h"
+
+namespace dt {
+namespace {
+
+// Stores each batch before reading the next, so a client that sees the stream end OK knows every
+// batch was stored.
+class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
+ public:
+  MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
+                v1::ReportMetricsResponse* out)
+      : deps_(deps), ctx_(ctx), out_(out), timer_(deps, "ReportMetrics") {
+    absl::StatusOr<Principal> who = deps_.auth->Authenticate(*ctx_);
+    if (!who.ok()) {
+      Done(who.status());
+      return;
+    }
+    who_ = *who;
+    StartRead(&batch_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side: every batch was stored
+      Done(absl::OkStatus());
+      return;
+    }
+    if (absl::Status s = Coordinator::Authorize(who_, batch_.run_id()); !s.ok()) {
+      Done(s);
+      return;
+    }
+    if (absl::Status s = deps_.coordinator->IngestMetrics(batch_); !s.ok()) {
+      Done(s);
+      return;
+    }
+    out_->set_batches_accepted(out_->batches_accepted() + 1);
+    out_->set_points_accepted(out_->points_accepted() + batch_.points_size());
+    batch_.Clear();
+    StartRead(&batch_);
+  }
+
+  void OnCancel() override {}
+  void OnDone() override { delete this; }
+
+ private:
+  void Done(const absl::Status& s) {
+    timer_.Done(s.code());
+    Finish(ToGrpcStatus(s));
+  }
+
+  ServiceDeps deps_;
+  grpc::CallbackServerContext* ctx_;
+  v1::ReportMetricsResponse* out_;
+  RpcTimer timer_;
+  Principal who_;
+  v1::MetricBatch batch_;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::MetricBatch>* MetricsServiceImpl::ReportMetrics(
+    grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out) {
+  return new MetricsReader(deps_, ctx, out);
+}
+
+grpc::ServerUnaryReactor* MetricsServiceImpl::QueryMetrics(grpc::CallbackServerContext* ctx,
+                                                           const v1::QueryMetricsRequest* req,
+                                                           v1::QueryMetricsResponse* out) {
+  RpcTimer timer(deps_, "QueryMetrics");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::QueryMetricsResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->QueryMetrics(*req));
+}
+
+}  // namespace dt

@@ -1,0 +1,106 @@
+// gRPC callback-API glue shared by the *_service.cc files: authentication, unary replies that
+// may arrive later (waiting calls never pin a thread), and per-RPC accounting.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/pending.h"
+
+namespace dt {
+
+// Told about every finished RPC (the Prometheus exporter counts and times them).
+class RpcObserver {
+ public:
+  virtual ~RpcObserver() = default;
+  virtual void OnRpcDone(const char* method, absl::StatusCode code, absl::Duration latency) = 0;
+};
+
+// What every service needs.
+struct ServiceDeps {
+  Coordinator* coordinator = nullptr;
+  const Authenticator* auth = nullptr;
+  RpcObserver* rpc_observer = nullptr;  // may be null
+};
+
+// Records the RPC's outcome when it finishes.
+class RpcTimer {
+ public:
+  RpcTimer(const ServiceDeps& deps, const char* method)
+      : observer_(deps.rpc_observer), method_(method), start_(absl::Now()) {}
+  void Done(absl::StatusCode code) const {
+    if (observer_ != nullptr) observer_->OnRpcDone(method_, code, absl::Now() - start_);
+  }
+
+ private:
+  RpcObserver* observer_;
+  const char* method_;
+  absl::Time start_;
+};
+
+// Finishes a unary call now with `result`.
+template <typename Response>
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const RpcTimer& timer,
+                                Response* out, absl::StatusOr<Response> result) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (result.ok()) *out = std::move(*result);
+  timer.Done(result.status().code());
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+// Authenticates the caller and checks that it may act on `run_id` (admin or that run's token).
+inline absl::StatusOr<Principal> AuthorizeRun(const ServiceDeps& deps,
+                                              grpc::CallbackServerContext* ctx,
+                                              const std::string& run_id) {
+  absl::StatusOr<Principal> who = deps.auth->Authenticate(*ctx);
+  if (!who.ok()) return who.status();
+  if (absl::Status s = Coordinator::Authorize(*who, run_id); !s.ok()) return s;
+  return who;
+}
+
+inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
+                                   absl::string_view what) {
+  absl::StatusOr<Principal> who = deps.auth->Authenticate(*ctx);
+  if (!who.ok()) return who.status();
+  return Coordinator::RequireAdmin(*who, what);
+}
+
+// A unary call answered later: the coordinator completes the Pending; a cancelled call completes
+// it with CANCELLED and runs `on_cancel` (e.g. to withdraw a registration).
+template <typename Response>
+class PendingUnaryReactor : public grpc::ServerUnaryReactor {
+ public:
+  PendingUnaryReactor(const ServiceDeps& deps, const char* method, Response* out)
+      : timer_(deps, method) {
+    pending_ = MakePending<Response>([this, out](absl::StatusOr<Response> result) {
+      if (result.ok()) *out = std::move(*result);
+      timer_.Done(result.status().code());
+      Finish(ToGrpcStatus(result.status()));
+    });
+  }
+  const PendingPtr<Response>& pending() const { return pending_; }
+  void set_on_cancel(std::function<void()> fn) { on_cancel_ = std::move(fn); }
+
+  void OnCancel() override {
+    if (pending_->Complete(absl::CancelledError("the caller cancelled the call")) && on_cancel_) {
+      on_cancel_();
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  RpcTimer timer_;
+  PendingPtr<Response> pending_;
+  std::function<void()> on_cancel_;
+};
+
+}  // namespace dt

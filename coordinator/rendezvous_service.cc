@@ -1,0 +1,54 @@
+// RendezvousService: gRPC glue over Coordinator's rendezvous and health calls.
+#include "coordinator/services.h"
+
+namespace dt {
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerContext* ctx,
+                                                          const v1::RegisterRequest* req,
+                                                          v1::RegisterResponse* out) {
+  auto* reactor = new PendingUnaryReactor<v1::RegisterResponse>(deps_, "Register", out);
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    reactor->pending()->Complete(who.status());
+    return reactor;
+  }
+  Coordinator* coordinator = deps_.coordinator;
+  std::string run_id = req->run_id(), node = req->node(), incarnation = req->incarnation();
+  int slot = req->local_slot();
+  reactor->set_on_cancel([coordinator, run_id, node, slot, incarnation] {
+    coordinator->WithdrawRegistration(run_id, node, slot, incarnation);
+  });
+  coordinator->Register(*req, reactor->pending());
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                           const v1::HeartbeatRequest* req,
+                                                           v1::HeartbeatResponse* out) {
+  RpcTimer timer(deps_, "Heartbeat");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::HeartbeatResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->Heartbeat(*req));
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportError(grpc::CallbackServerContext* ctx,
+                                                             const v1::ReportErrorRequest* req,
+                                                             v1::ReportErrorResponse* out) {
+  RpcTimer timer(deps_, "ReportError");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::ReportErrorResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->ReportError(*req));
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx,
+                                                       const v1::LeaveRequest* req,
+                                                       v1::LeaveResponse* out) {
+  RpcTimer timer(deps_, "Leave");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::LeaveResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->Leave(*req));
+}
+
+}  // namespace dt

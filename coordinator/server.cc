@@ -1,0 +1,77 @@
+#include "coordinator/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+#include "common/limits.h"
+#include "coordinator/services.h"
+
+namespace dt {
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    Coordinator* coordinator, const Authenticator* auth, const ServerOptions& options,
+    RpcObserver* rpc_observer) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert.empty() || !options.tls_key.empty()) {
+    if (options.tls_cert.empty() || options.tls_key.empty()) {
+      return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+    }
+    absl::StatusOr<std::string> cert = ReadFile(options.tls_cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadFile(options.tls_key);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->coordinator_ = coordinator;
+  ServiceDeps deps{coordinator, auth, rpc_observer};
+  server->services_.push_back(std::make_unique<RunServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<RendezvousServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<StoreServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<BarrierServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<ExperimentServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<CheckpointServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<MetricsServiceImpl>(deps));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  // Detect dead peers (a crashed node's open calls) within about a minute.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  for (auto& service : server->services_) builder.RegisterService(service.get());
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen, " (in use, or not an address of this host)"));
+  }
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  server->address_ = absl::StrCat(host, ":", port);
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  coordinator_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
+  server_->Wait();
+}
+
+}  // namespace dt

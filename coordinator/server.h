@@ -1,0 +1,48 @@
+// The gRPC server of dtcoord: every dt.v1 service, grpc.health.v1.Health and server reflection,
+// on one listening address, with optional TLS.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/reactors.h"
+
+namespace dt {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
+  std::string tls_cert;                     // PEM files; both or neither
+  std::string tls_key;
+};
+
+class CoordinatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
+                                                                  const Authenticator* auth,
+                                                                  const ServerOptions& options,
+                                                                  RpcObserver* rpc_observer = nullptr);
+  ~CoordinatorServer();
+
+  // "host:port" actually bound.
+  const std::string& address() const { return address_; }
+
+  // Fails waiting calls (UNAVAILABLE), stops accepting, lets in-flight calls finish until
+  // `grace` has passed, then cancels what is left.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  CoordinatorServer() = default;
+  Coordinator* coordinator_ = nullptr;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  bool shut_down_ = false;
+};
+
+}  // namespace dt

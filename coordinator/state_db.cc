@@ -1,0 +1,339 @@
+#include "coordinator/state_db.h"
+
+#include <sqlite3.h>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace dt {
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs(
+  run_id TEXT PRIMARY KEY,
+  exp_dir TEXT NOT NULL,
+  join_key TEXT NOT NULL DEFAULT '',
+  state INTEGER NOT NULL,
+  created_at REAL NOT NULL,
+  token_sha256 TEXT NOT NULL,
+  resume_from TEXT NOT NULL DEFAULT '',
+  record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_by_join_key ON runs(join_key);
+CREATE TABLE IF NOT EXISTS ranks(
+  run_id TEXT NOT NULL, rank INTEGER NOT NULL, record TEXT NOT NULL,
+  PRIMARY KEY(run_id, rank));
+CREATE TABLE IF NOT EXISTS failures(
+  run_id TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS failures_by_run ON failures(run_id, seq);
+CREATE TABLE IF NOT EXISTS checkpoints(
+  run_id TEXT NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
+  PRIMARY KEY(run_id, step));
+CREATE TABLE IF NOT EXISTS metrics(
+  run_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL, time REAL NOT NULL,
+  point BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, step, rank);
+)sql";
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+absl::Status FromJson(const std::string& json, google::protobuf::Message* m) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;  // rows written by a newer dtcoord
+  auto status = google::protobuf::util::JsonStringToMessage(json, m, options);
+  if (!status.ok()) return absl::DataLossError(absl::StrCat("corrupt state row: ", status.ToString()));
+  return absl::OkStatus();
+}
+
+std::string ColumnText(sqlite3_stmt* st, int i) {
+  const unsigned char* text = sqlite3_column_text(st, i);
+  return text ? std::string(reinterpret_cast<const char*>(text), sqlite3_column_bytes(st, i)) : "";
+}
+
+// Resets a cached statement when the scope ends, whatever path it takes.
+struct StatementReset {
+  sqlite3_stmt* st;
+  ~StatementReset() {
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+  }
+};
+
+void BindText(sqlite3_stmt* st, int i, const std::string& s) {
+  sqlite3_bind_text(st, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat("cannot open state database ", path, ": ", msg));
+  }
+  std::unique_ptr<StateDb> state(new StateDb(db));
+  absl::MutexLock lock(&state->mu_);
+  sqlite3_busy_timeout(db, 5000);
+  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
+                             "PRAGMA foreign_keys=ON;"}) {
+    if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
+  }
+  if (absl::Status s = state->Exec(kSchema); !s.ok()) return s;
+  if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str());
+      !s.ok()) {
+    return s;
+  }
+  return state;
+}
+
+StateDb::StateDb(sqlite3* db) : db_(db) {}
+
+StateDb::~StateDb() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [sql, st] : cache_) sqlite3_finalize(st);
+  sqlite3_close(db_);
+}
+
+absl::Status StateDb::Error(const char* what) {
+  return absl::InternalError(absl::StrCat("state database: ", what, ": ", sqlite3_errmsg(db_)));
+}
+
+absl::Status StateDb::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("state database: ", msg));
+  }
+  return absl::OkStatus();
+}
+
+sqlite3_stmt* StateDb::Prepare(const char* sql) {
+  for (auto& [text, st] : cache_) {
+    if (text == sql) return st;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, nullptr) != SQLITE_OK) {
+    return nullptr;
+  }
+  cache_.emplace_back(sql, st);
+  return st;
+}
+
+absl::Status StateDb::SaveRun(const StoredRun& run) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare(
+      "INSERT INTO runs(run_id, exp_dir, join_key, state, created_at, token_sha256, resume_from, record) "
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(run_id) DO UPDATE SET "
+      "state=excluded.state, record=excluded.record, resume_from=excluded.resume_from");
+  if (st == nullptr) return Error("prepare SaveRun");
+  StatementReset reset{st};
+  v1::Run record = run.run;
+  record.clear_ranks();
+  record.clear_failures();
+  BindText(st, 1, record.run_id());
+  BindText(st, 2, record.exp_dir());
+  BindText(st, 3, run.join_key);
+  sqlite3_bind_int(st, 4, record.state());
+  sqlite3_bind_double(st, 5, static_cast<double>(record.created_at().seconds()) +
+                                 record.created_at().nanos() * 1e-9);
+  BindText(st, 6, run.token_sha256);
+  BindText(st, 7, run.resume_from ? ToJson(*run.resume_from) : "");
+  BindText(st, 8, ToJson(record));
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("save run");
+  return absl::OkStatus();
+}
+
+absl::Status StateDb::SaveRanks(const std::string& run_id, const std::vector<v1::RankStatus>& ranks) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  sqlite3_stmt* del = Prepare("DELETE FROM ranks WHERE run_id = ?1");
+  sqlite3_stmt* ins = Prepare("INSERT INTO ranks(run_id, rank, record) VALUES(?1, ?2, ?3)");
+  if (del == nullptr || ins == nullptr) {
+    (void)Exec("ROLLBACK;");
+    return Error("prepare SaveRanks");
+  }
+  {
+    StatementReset reset{del};
+    BindText(del, 1, run_id);
+    if (sqlite3_step(del) != SQLITE_DONE) {
+      absl::Status s = Error("delete ranks");
+      (void)Exec("ROLLBACK;");
+      return s;
+    }
+  }
+  for (const auto& r : ranks) {
+    StatementReset reset{ins};
+    BindText(ins, 1, run_id);
+    sqlite3_bind_int(ins, 2, r.rank());
+    BindText(ins, 3, ToJson(r));
+    if (sqlite3_step(ins) != SQLITE_DONE) {
+      absl::Status s = Error("insert rank");
+      (void)Exec("ROLLBACK;");
+      return s;
+    }
+  }
+  return Exec("COMMIT;");
+}
+
+absl::Status StateDb::AddFailure(const std::string& run_id, const v1::Failure& failure) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare("INSERT INTO failures(run_id, record) VALUES(?1, ?2)");
+  if (st == nullptr) return Error("prepare AddFailure");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  BindText(st, 2, ToJson(failure));
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("add failure");
+  return absl::OkStatus();
+}
+
+absl::Status StateDb::SaveCheckpoint(const std::string& run_id, const v1::CheckpointInfo& info) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare(
+      "INSERT INTO checkpoints(run_id, step, record) VALUES(?1, ?2, ?3) "
+      "ON CONFLICT(run_id, step) DO UPDATE SET record=excluded.record");
+  if (st == nullptr) return Error("prepare SaveCheckpoint");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, info.step());
+  BindText(st, 3, ToJson(info));
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("save checkpoint");
+  return absl::OkStatus();
+}
+
+absl::Status StateDb::DeleteCheckpoint(const std::string& run_id, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare("DELETE FROM checkpoints WHERE run_id = ?1 AND step = ?2");
+  if (st == nullptr) return Error("prepare DeleteCheckpoint");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, step);
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("delete checkpoint");
+  return absl::OkStatus();
+}
+
+absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
+                                    const std::vector<const v1::MetricPoint*>& points) {
+  if (points.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st =
+      Prepare("INSERT INTO metrics(run_id, rank, step, time, point) VALUES(?1, ?2, ?3, ?4, ?5)");
+  if (st == nullptr) return Error("prepare AppendMetrics");
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  std::string blob;
+  for (const v1::MetricPoint* p : points) {
+    StatementReset reset{st};
+    BindText(st, 1, run_id);
+    sqlite3_bind_int(st, 2, rank);
+    sqlite3_bind_int64(st, 3, p->step());
+    sqlite3_bind_double(st, 4, p->time());
+    blob.clear();
+    p->SerializeToString(&blob);
+    sqlite3_bind_blob(st, 5, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+      absl::Status s = Error("insert metric");
+      (void)Exec("ROLLBACK;");
+      return s;
+    }
+  }
+  return Exec("COMMIT;");
+}
+
+absl::StatusOr<std::vector<LoadedRun>> StateDb::LoadRuns() {
+  absl::MutexLock lock(&mu_);
+  std::vector<LoadedRun> runs;
+  std::map<std::string, size_t> index;
+  {
+    sqlite3_stmt* st = Prepare("SELECT record, token_sha256, join_key, resume_from FROM runs ORDER BY created_at");
+    if (st == nullptr) return Error("prepare LoadRuns");
+    StatementReset reset{st};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      LoadedRun r;
+      if (absl::Status s = FromJson(ColumnText(st, 0), &r.stored.run); !s.ok()) return s;
+      r.stored.token_sha256 = ColumnText(st, 1);
+      r.stored.join_key = ColumnText(st, 2);
+      std::string resume = ColumnText(st, 3);
+      if (!resume.empty()) {
+        v1::CheckpointInfo info;
+        if (absl::Status s = FromJson(resume, &info); !s.ok()) return s;
+        r.stored.resume_from = info;
+      }
+      index[r.stored.run.run_id()] = runs.size();
+      runs.push_back(std::move(r));
+    }
+  }
+  struct Child {
+    const char* sql;
+    int kind;
+  };
+  for (Child child : {Child{"SELECT run_id, record FROM ranks ORDER BY run_id, rank", 0},
+                      Child{"SELECT run_id, record FROM failures ORDER BY seq", 1},
+                      Child{"SELECT run_id, record FROM checkpoints ORDER BY run_id, step", 2}}) {
+    sqlite3_stmt* st = Prepare(child.sql);
+    if (st == nullptr) return Error("prepare LoadRuns children");
+    StatementReset reset{st};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      auto it = index.find(ColumnText(st, 0));
+      if (it == index.end()) continue;
+      LoadedRun& r = runs[it->second];
+      std::string json = ColumnText(st, 1);
+      absl::Status s;
+      if (child.kind == 0) {
+        s = FromJson(json, &r.ranks.emplace_back());
+      } else if (child.kind == 1) {
+        s = FromJson(json, &r.failures.emplace_back());
+      } else {
+        s = FromJson(json, &r.checkpoints.emplace_back());
+      }
+      if (!s.ok()) return s;
+    }
+  }
+  return runs;
+}
+
+absl::StatusOr<std::vector<v1::MetricRecord>> StateDb::QueryMetrics(const std::string& run_id,
+                                                                    const std::string& name,
+                                                                    std::optional<int32_t> rank,
+                                                                    int64_t from_step, int32_t limit) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare(
+      "SELECT rank, step, time, point FROM metrics WHERE run_id = ?1 AND step >= ?2 "
+      "AND (?3 < 0 OR rank = ?3) ORDER BY step, rank, rowid");
+  if (st == nullptr) return Error("prepare QueryMetrics");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, from_step);
+  sqlite3_bind_int(st, 3, rank.value_or(-1));
+  std::vector<v1::MetricRecord> out;
+  v1::MetricPoint point;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    point.Clear();
+    point.ParseFromArray(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3));
+    std::vector<std::pair<std::string, double>> values(point.values().begin(), point.values().end());
+    std::sort(values.begin(), values.end());
+    for (const auto& [metric, value] : values) {
+      if (!name.empty() && metric != name) continue;
+      v1::MetricRecord& rec = out.emplace_back();
+      rec.set_rank(sqlite3_column_int(st, 0));
+      rec.set_step(sqlite3_column_int64(st, 1));
+      rec.set_time(sqlite3_column_double(st, 2));
+      rec.set_name(metric);
+      rec.set_value(value);
+      if (limit > 0 && static_cast<int32_t>(out.size()) >= limit) return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace dt

@@ -1,0 +1,71 @@
+// The coordinator's durable state in embedded SQLite (WAL mode): runs, their ranks, failures,
+// committed checkpoints and metric history. A restarted dtcoord loads every run it knew.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "dt/v1/metrics.pb.h"
+#include "dt/v1/runs.pb.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace dt {
+
+// A run as stored: the public record plus what only the coordinator may see.
+struct StoredRun {
+  v1::Run run;               // without ranks and failures (stored in their own tables)
+  std::string token_sha256;  // the run token's digest; the token itself is never stored
+  std::string join_key;
+  std::optional<v1::CheckpointInfo> resume_from;  // a checkpoint found in a reused exp dir
+};
+
+struct LoadedRun {
+  StoredRun stored;
+  std::vector<v1::RankStatus> ranks;
+  std::vector<v1::Failure> failures;
+  std::vector<v1::CheckpointInfo> checkpoints;  // ordered by step
+};
+
+class StateDb {
+ public:
+  // Opens (creating if needed) <path>, in WAL mode with synchronous=NORMAL: a committed
+  // transaction survives a kill -9 of the coordinator.
+  static absl::StatusOr<std::unique_ptr<StateDb>> Open(const std::string& path);
+  ~StateDb();
+
+  absl::Status SaveRun(const StoredRun& run);
+  // Replaces every rank row of the run.
+  absl::Status SaveRanks(const std::string& run_id, const std::vector<v1::RankStatus>& ranks);
+  absl::Status AddFailure(const std::string& run_id, const v1::Failure& failure);
+  absl::Status SaveCheckpoint(const std::string& run_id, const v1::CheckpointInfo& info);
+  absl::Status DeleteCheckpoint(const std::string& run_id, int64_t step);
+  // One transaction for the whole batch.
+  absl::Status AppendMetrics(const std::string& run_id, int32_t rank,
+                             const std::vector<const v1::MetricPoint*>& points);
+
+  absl::StatusOr<std::vector<LoadedRun>> LoadRuns();
+  absl::StatusOr<std::vector<v1::MetricRecord>> QueryMetrics(const std::string& run_id,
+                                                             const std::string& name,
+                                                             std::optional<int32_t> rank,
+                                                             int64_t from_step, int32_t limit);
+
+ private:
+  explicit StateDb(sqlite3* db);
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Error(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  sqlite3_stmt* Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, sqlite3_stmt*>> cache_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dt

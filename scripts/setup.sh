@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs every Debian package dt's build, tests and demo need. Idempotent: packages that are
+# already installed are skipped, and apt-get update runs at most once per call.
+#
+#   scripts/setup.sh            build + test dependencies
+#   scripts/setup.sh --bench    also the Python anchors for bench/ (python3-torch)
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates procps psmisc
+  # RPC and core libraries
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
+  libsqlite3-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
+  prometheus-cpp-dev zlib1g-dev
+  # LibTorch (CPU, c10d + Gloo), Gloo headers, and OpenBLAS so libblas.so.3 is not the reference BLAS
+  libtorch-dev libgloo-dev libopenblas0-openmp
+  # tests
+  libgtest-dev libgmock-dev googletest libbenchmark-dev python3 curl
+  # real servers the integration tests run
+  slurmctld slurmd slurm-client munge prometheus
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torch hyperfine)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
