@@ -4,7 +4,11 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace dt {
 namespace {
@@ -32,9 +36,11 @@ CREATE TABLE IF NOT EXISTS checkpoints(
   run_id TEXT NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
   PRIMARY KEY(run_id, step));
 CREATE TABLE IF NOT EXISTS metrics(
-  run_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL, time REAL NOT NULL,
-  point BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, step, rank);
+  run_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL, names TEXT NOT NULL,
+  time REAL NOT NULL, point BLOB NOT NULL);
+-- A point resent after a broken stream, or re-logged by a restarted generation, replaces the
+-- earlier one with the same rank, step and metric names.
+CREATE UNIQUE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, step, rank, names);
 )sql";
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -227,20 +233,26 @@ absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
                                     const std::vector<const v1::MetricPoint*>& points) {
   if (points.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  sqlite3_stmt* st =
-      Prepare("INSERT INTO metrics(run_id, rank, step, time, point) VALUES(?1, ?2, ?3, ?4, ?5)");
+  sqlite3_stmt* st = Prepare(
+      "INSERT OR REPLACE INTO metrics(run_id, rank, step, names, time, point) "
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
   if (st == nullptr) return Error("prepare AppendMetrics");
   if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   std::string blob;
+  std::vector<std::string> names;
   for (const v1::MetricPoint* p : points) {
     StatementReset reset{st};
     BindText(st, 1, run_id);
     sqlite3_bind_int(st, 2, rank);
     sqlite3_bind_int64(st, 3, p->step());
-    sqlite3_bind_double(st, 4, p->time());
+    names.clear();
+    for (const auto& [name, value] : p->values()) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    BindText(st, 4, absl::StrJoin(names, ","));
+    sqlite3_bind_double(st, 5, p->time());
     blob.clear();
     p->SerializeToString(&blob);
-    sqlite3_bind_blob(st, 5, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 6, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
     if (sqlite3_step(st) != SQLITE_DONE) {
       absl::Status s = Error("insert metric");
       (void)Exec("ROLLBACK;");

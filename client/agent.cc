@@ -1,0 +1,231 @@
+#include "client/agent.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/crypto.h"
+#include "common/grpc_status.h"
+#include "common/log.h"
+
+namespace dt {
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string NodeName() {
+  const char* slurm = std::getenv("SLURMD_NODENAME");
+  if (slurm != nullptr && *slurm != '\0') return slurm;
+  return HostName();
+}
+
+Agent::Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options)
+    : client_(std::move(client)), options_(std::move(options)), incarnation_(RandomHex(8)) {}
+
+Agent::~Agent() { StopHeartbeats(); }
+
+template <typename F>
+auto Agent::RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl::Duration())) {
+  absl::Duration backoff = absl::Milliseconds(100);
+  while (true) {
+    auto result = call(deadline - absl::Now());
+    absl::Status status;
+    if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+      status = result;
+    } else {
+      status = result.status();
+    }
+    if (status.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff >= deadline) {
+      return result;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
+  v1::RegisterRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_node(options_.node);
+  request.set_local_slot(options_.local_slot);
+  request.set_incarnation(incarnation_);
+  request.set_host(options_.host);
+  request.set_pid(options_.pid);
+  request.set_version(options_.version);
+  *request.mutable_expected() = options_.expected;
+  absl::StatusOr<v1::RegisterResponse> response =
+      RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
+        return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request,
+                    left);
+      });
+  if (!response.ok()) return response.status();
+  assignment_ = *response;
+  return assignment_;
+}
+
+void Agent::StartHeartbeats(std::function<void(const std::string& reason)> on_stop) {
+  heartbeat_thread_ = std::thread([this, on_stop = std::move(on_stop)] { HeartbeatLoop(on_stop); });
+}
+
+void Agent::StopHeartbeats() {
+  if (!stop_heartbeats_.HasBeenNotified()) stop_heartbeats_.Notify();
+  if (heartbeat_thread_.joinable()) {
+    if (heartbeat_thread_.get_id() == std::this_thread::get_id()) {
+      heartbeat_thread_.detach();
+    } else {
+      heartbeat_thread_.join();
+    }
+  }
+}
+
+void Agent::ReportProgress(int64_t step, int64_t total_steps) {
+  step_ = step;
+  if (total_steps > 0) total_steps_ = total_steps;
+}
+
+void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
+  absl::Duration interval = absl::Milliseconds(timeouts().heartbeat_interval_ms());
+  absl::Duration limit = absl::Milliseconds(timeouts().heartbeat_timeout_ms());
+  absl::Time last_ok = absl::Now();
+  v1::HeartbeatRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_rank(rank());
+  request.set_generation(generation());
+  request.set_incarnation(incarnation_);
+  while (true) {
+    request.set_step(step_.load());
+    request.set_total_steps(total_steps_.load());
+    absl::StatusOr<v1::HeartbeatResponse> reply =
+        Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, interval);
+    if (stop_heartbeats_.HasBeenNotified()) return;
+    if (reply.ok()) {
+      if (reply->directive() == v1::HeartbeatResponse::STOP) {
+        on_stop(reply->reason());
+        return;
+      }
+      last_ok = absl::Now();
+    } else {
+      absl::StatusCode code = reply.status().code();
+      if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+        on_stop(absl::StrCat("the coordinator refused this rank: ", reply.status().message()));
+        return;
+      }
+      if (absl::Now() - last_ok > limit) {
+        on_stop(absl::StrCat("lost the coordinator at ", client_->address(), " for ",
+                             absl::FormatDuration(absl::Now() - last_ok), ": ", reply.status().message()));
+        return;
+      }
+    }
+    if (stop_heartbeats_.WaitForNotificationWithTimeout(interval)) return;
+  }
+}
+
+absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
+  if (timeout == absl::ZeroDuration()) timeout = absl::Milliseconds(timeouts().barrier_timeout_ms());
+  uint64_t sequence;
+  {
+    absl::MutexLock lock(&barrier_mu_);
+    sequence = ++barrier_sequences_[name];
+  }
+  v1::BarrierRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_name(name);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  request.set_sequence(sequence);
+  // The server enforces the timeout; the client allows a little more for the reply to arrive.
+  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
+           return Call(*client_, &v1::BarrierService::Stub::Barrier, client_->barriers(), request, left);
+         })
+      .status();
+}
+
+absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step, absl::Duration timeout) {
+  if (timeout == absl::ZeroDuration()) timeout = absl::Milliseconds(timeouts().barrier_timeout_ms());
+  v1::BeginCheckpointRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_step(step);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
+    return Call(*client_, &v1::CheckpointService::Stub::BeginCheckpoint, client_->checkpoints(), request, left);
+  });
+}
+
+absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id,
+                                                           const v1::Manifest* manifest) {
+  v1::CommitCheckpointRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_round_id(round_id);
+  if (manifest != nullptr) *request.mutable_manifest() = *manifest;
+  // The lease bounds the writer; verification of the files adds a little.
+  absl::Duration timeout = absl::Milliseconds(timeouts().checkpoint_lease_ms()) + absl::Minutes(5);
+  absl::StatusOr<v1::CommitCheckpointResponse> reply =
+      RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
+        return Call(*client_, &v1::CheckpointService::Stub::CommitCheckpoint, client_->checkpoints(),
+                    request, left);
+      });
+  if (!reply.ok()) return reply.status();
+  return reply->checkpoint();
+}
+
+absl::Status Agent::AbortCheckpoint(const std::string& round_id, const std::string& reason) {
+  v1::AbortCheckpointRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_round_id(round_id);
+  request.set_reason(reason);
+  return Call(*client_, &v1::CheckpointService::Stub::AbortCheckpoint, client_->checkpoints(), request,
+              absl::Seconds(30))
+      .status();
+}
+
+absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type,
+                                const std::string& stack, int64_t step) {
+  v1::ReportErrorRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_incarnation(incarnation_);
+  request.set_node(options_.node);
+  request.set_local_slot(options_.local_slot);
+  request.set_host(options_.host);
+  request.set_message(message.empty() ? "unknown error" : message);
+  request.set_exception_type(exception_type);
+  request.set_stack(stack);
+  request.set_step(step);
+  return RetryUnavailable(absl::Now() + absl::Seconds(10), [&](absl::Duration left) {
+           return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
+                       request, left);
+         })
+      .status();
+}
+
+absl::Status Agent::Leave(int64_t final_step) {
+  v1::LeaveRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_rank(rank());
+  request.set_generation(generation());
+  request.set_incarnation(incarnation_);
+  request.set_final_step(final_step);
+  return RetryUnavailable(absl::Now() + absl::Seconds(30), [&](absl::Duration left) {
+           return Call(*client_, &v1::RendezvousService::Stub::Leave, client_->rendezvous(), request, left);
+         })
+      .status();
+}
+
+absl::StatusOr<std::unique_ptr<StoreSession>> Agent::OpenStore() {
+  return StoreSession::Open(client_, options_.run_id, generation(), rank());
+}
+
+}  // namespace dt

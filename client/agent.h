@@ -1,0 +1,93 @@
+// The trainer side of the coordinator (like TSL's coordination agent): register and wait for the
+// rendezvous, heartbeat from a thread (and learn when to stop), barriers, checkpoint rounds,
+// error reports, leaving. Calls that are safe to repeat are retried while the coordinator is
+// briefly unreachable (a restart), within the call's own timeout.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "client/coordinator_client.h"
+#include "client/store_session.h"
+
+namespace dt {
+
+struct AgentOptions {
+  std::string run_id;
+  std::string node;     // SLURMD_NODENAME, else the host name
+  int local_slot = 0;
+  std::string host;
+  int pid = 0;
+  std::string version;
+  v1::WorldView expected;  // all zero: accept the run's shape
+};
+
+class Agent {
+ public:
+  Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Registers with a fresh incarnation and waits for every rank (up to `timeout`).
+  absl::StatusOr<v1::RegisterResponse> Register(absl::Duration timeout);
+  const v1::RegisterResponse& assignment() const { return assignment_; }
+  int rank() const { return assignment_.rank(); }
+  int world_size() const { return assignment_.world_size(); }
+  int64_t generation() const { return assignment_.generation(); }
+  const std::string& incarnation() const { return incarnation_; }
+  const std::string& run_id() const { return options_.run_id; }
+  const v1::TimeoutPolicy& timeouts() const { return assignment_.timeouts(); }
+  const std::shared_ptr<CoordinatorClient>& client() const { return client_; }
+
+  // Heartbeats every policy interval from a thread. `on_stop(reason)` is called once, on that
+  // thread, when the coordinator says stop, refuses this process (replaced, old generation), or
+  // cannot be reached for the heartbeat timeout.
+  void StartHeartbeats(std::function<void(const std::string& reason)> on_stop);
+  void StopHeartbeats();
+  // The last finished step (and the total, when known), sent with the next heartbeat.
+  void ReportProgress(int64_t step, int64_t total_steps);
+
+  // Zero timeouts mean the run's policy.
+  absl::Status Barrier(const std::string& name, absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<v1::BeginCheckpointResponse> BeginCheckpoint(int64_t step,
+                                                              absl::Duration timeout = absl::ZeroDuration());
+  // The writer passes its manifest; the others pass nullptr and wait for the commit.
+  absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id,
+                                                      const v1::Manifest* manifest);
+  absl::Status AbortCheckpoint(const std::string& round_id, const std::string& reason);
+  absl::Status ReportError(const std::string& message, const std::string& exception_type,
+                           const std::string& stack, int64_t step);
+  absl::Status Leave(int64_t final_step);
+  absl::StatusOr<std::unique_ptr<StoreSession>> OpenStore();
+
+ private:
+  void HeartbeatLoop(std::function<void(const std::string&)> on_stop);
+  // Repeats `call` while it returns UNAVAILABLE, until `deadline`.
+  template <typename F>
+  auto RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl::Duration()));
+
+  std::shared_ptr<CoordinatorClient> client_;
+  AgentOptions options_;
+  std::string incarnation_;
+  v1::RegisterResponse assignment_;
+  std::atomic<int64_t> step_{0};
+  std::atomic<int64_t> total_steps_{0};
+  absl::Mutex barrier_mu_;
+  std::map<std::string, uint64_t> barrier_sequences_ ABSL_GUARDED_BY(barrier_mu_);
+  absl::Notification stop_heartbeats_;
+  std::thread heartbeat_thread_;
+};
+
+// The process's node name: SLURMD_NODENAME, else the host name.
+std::string NodeName();
+std::string HostName();
+
+}  // namespace dt

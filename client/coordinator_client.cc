@@ -1,0 +1,88 @@
+#include "client/coordinator_client.h"
+
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+#include "common/limits.h"
+
+namespace dt {
+
+absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var,
+                                         const std::string& file) {
+  if (!flag_value.empty()) return flag_value;
+  if (env_var != nullptr) {
+    const char* env = std::getenv(env_var);
+    if (env != nullptr && *env != '\0') return std::string(absl::StripAsciiWhitespace(env));
+  }
+  if (!file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    if (text.ok()) {
+      std::string token(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
+      if (!token.empty()) return token;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no coordinator token: set ", env_var ? env_var : "the token variable",
+      file.empty() ? "" : absl::StrCat(", or make ", file, " readable"),
+      " (dtcoord writes its admin token to <state-dir>/admin.token)"));
+}
+
+absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const ClientOptions& options) {
+  if (options.address.empty() || options.address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "coordinator address \"", options.address, "\" must be HOST:PORT"));
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> roots = ReadFile(options.tls_ca_file);
+    if (!roots.ok()) return roots.status();
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *roots;
+    credentials = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Reconnect quickly after a coordinator restart instead of backing off for up to 2 minutes.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  if (options.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<CoordinatorClient> client(new CoordinatorClient(options));
+  client->channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
+  client->runs_ = v1::RunService::NewStub(client->channel_);
+  client->rendezvous_ = v1::RendezvousService::NewStub(client->channel_);
+  client->store_ = v1::StoreService::NewStub(client->channel_);
+  client->barriers_ = v1::BarrierService::NewStub(client->channel_);
+  client->experiments_ = v1::ExperimentService::NewStub(client->channel_);
+  client->checkpoints_ = v1::CheckpointService::NewStub(client->channel_);
+  client->metrics_ = v1::MetricsService::NewStub(client->channel_);
+  return client;
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration timeout) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!options_.token.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+  if (timeout != absl::InfiniteDuration()) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  }
+  return ctx;
+}
+
+absl::Status CoordinatorClient::WaitConnected(absl::Duration timeout) const {
+  auto deadline = std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  if (channel_->WaitForConnected(deadline)) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options_.address,
+                                             " within ", absl::FormatDuration(timeout),
+                                             " (is dtcoord running? check --coordinator/DT_COORDINATOR)"));
+}
+
+}  // namespace dt

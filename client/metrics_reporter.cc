@@ -1,0 +1,115 @@
+#include "client/metrics_reporter.h"
+
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/limits.h"
+#include "common/log.h"
+
+namespace dt {
+
+MetricsReporter::MetricsReporter(std::shared_ptr<CoordinatorClient> client, std::string run_id,
+                                 int64_t generation, int rank, absl::Duration flush_interval)
+    : client_(std::move(client)), run_id_(std::move(run_id)), generation_(generation), rank_(rank),
+      flush_interval_(flush_interval) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+MetricsReporter::~MetricsReporter() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  if (absl::Status s = SendQueued(absl::Seconds(5)); !s.ok()) {
+    DT_LOG(Warning) << "metrics not delivered at exit: " << s.message();
+  }
+}
+
+void MetricsReporter::Add(int64_t step, const std::map<std::string, double>& values, double unix_time) {
+  v1::MetricPoint p;
+  p.set_step(step);
+  p.set_time(unix_time >= 0 ? unix_time : absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  p.mutable_values()->insert(values.begin(), values.end());
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(p));
+}
+
+void MetricsReporter::Summary(const std::map<std::string, double>& values) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [k, v] : values) summary_[k] = v;
+}
+
+int64_t MetricsReporter::delivered() const {
+  absl::MutexLock lock(&mu_);
+  return delivered_;
+}
+
+void MetricsReporter::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), flush_interval_);
+      if (stopping_) return;
+    }
+    absl::Status s = SendQueued(flush_interval_ * 5);
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && last_error_.ok()) {
+      DT_LOG(Warning) << "metrics delivery failed (will retry): " << s.message();
+    }
+    last_error_ = s;
+  }
+}
+
+absl::Status MetricsReporter::Flush(absl::Duration timeout) { return SendQueued(timeout); }
+
+absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
+  absl::MutexLock sending(&send_mu_);
+  std::vector<v1::MetricBatch> batches;
+  size_t taken = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queue_.empty() && summary_.empty()) return absl::OkStatus();
+    v1::MetricBatch batch;
+    auto start_batch = [&] {
+      batch.Clear();
+      batch.set_run_id(run_id_);
+      batch.set_generation(generation_);
+      batch.set_rank(rank_);
+    };
+    start_batch();
+    for (const auto& p : queue_) {
+      // Stay well under the coordinator's 1 MiB batch limit.
+      if (batch.points_size() > 0 && batch.ByteSizeLong() + p.ByteSizeLong() > kMaxMetricBatchBytes / 2) {
+        batches.push_back(batch);
+        start_batch();
+      }
+      *batch.add_points() = p;
+      ++taken;
+    }
+    batch.mutable_summary()->insert(summary_.begin(), summary_.end());
+    batches.push_back(batch);
+  }
+  std::unique_ptr<grpc::ClientContext> ctx = client_->Context(timeout);
+  v1::ReportMetricsResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::MetricBatch>> writer =
+      client_->metrics().ReportMetrics(ctx.get(), &response);
+  for (const auto& b : batches) {
+    if (!writer->Write(b)) break;
+  }
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  if (!status.ok()) return FromGrpcStatus(status);
+  absl::MutexLock lock(&mu_);
+  // Only what was sent is dropped; points added meanwhile stay queued.
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(taken));
+  delivered_ += static_cast<int64_t>(taken);
+  if (!batches.empty() && !batches.back().summary().empty()) {
+    for (const auto& [k, v] : batches.back().summary()) {
+      auto it = summary_.find(k);
+      if (it != summary_.end() && it->second == v) summary_.erase(it);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dt

@@ -1,0 +1,60 @@
+// The client half of the pipelined store stream (StoreService.Session). Thread-safe: callers on
+// many threads share one stream; each call writes its request and waits for the answer with its
+// id. Whichever waiting caller is free reads the stream for everyone (no reader thread, so a
+// lone caller pays no thread hand-off).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+
+namespace dt {
+
+class StoreSession {
+ public:
+  // Opens the stream for the run's generation. `rank` only labels messages (-1 for tools).
+  static absl::StatusOr<std::unique_ptr<StoreSession>> Open(std::shared_ptr<CoordinatorClient> client,
+                                                           const std::string& run_id,
+                                                           int64_t generation, int rank);
+  ~StoreSession();
+
+  absl::Status Set(const std::string& key, std::string value);
+  // Blocks until the key exists (DEADLINE_EXCEEDED after `timeout`; zero: the run's default).
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+  absl::StatusOr<std::string> CompareSet(const std::string& key, std::string expected, std::string desired);
+  absl::StatusOr<bool> Check(const std::vector<std::string>& keys);
+  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout = absl::ZeroDuration());
+  absl::StatusOr<bool> DeleteKey(const std::string& key);
+  absl::StatusOr<int64_t> NumKeys();
+
+  // Sends a request and returns its answer (the id is assigned here).
+  absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);
+
+ private:
+  StoreSession() = default;
+  void Break(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<CoordinatorClient> client_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StoreRequest, v1::StoreResponse>> stream_;
+  absl::Mutex write_mu_;
+  absl::Mutex mu_;
+  absl::CondVar answered_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called on the stream
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // id → answer, present once it arrived.
+  absl::flat_hash_map<uint64_t, std::optional<v1::StoreResponse>> answers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dt

@@ -1,0 +1,619 @@
+// The coordinator's logic without a network, on a fake clock: runs, rendezvous, generations and
+// restarts, failure detection, barriers, checkpoint rounds, persistence.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/synchronization/notification.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+#include "coordinator/checkpoint_publisher.h"
+#include "coordinator/coordinator.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Collects an asynchronous reply.
+template <typename T>
+struct Reply {
+  absl::Notification done;
+  absl::StatusOr<T> value = absl::UnknownError("no reply");
+  PendingPtr<T> pending() {
+    return MakePending<T>([this](absl::StatusOr<T> v) {
+      value = std::move(v);
+      done.Notify();
+    });
+  }
+  bool arrived() const { return done.HasBeenNotified(); }
+  bool WaitFor(absl::Duration d = absl::Seconds(10)) { return done.WaitForNotificationWithTimeout(d); }
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Open(); }
+
+  void Open() {
+    auto db = StateDb::Open(JoinPath(tmp_.path(), "state.db"));
+    ASSERT_TRUE(db.ok());
+    db_ = std::move(*db);
+    CoordinatorOptions options;
+    options.timeouts.heartbeat_interval = absl::Seconds(2);
+    options.timeouts.heartbeat_timeout = absl::Seconds(30);
+    options.timeouts.hang_timeout = absl::Minutes(10);
+    options.timeouts.rendezvous_timeout = absl::Minutes(5);
+    coord_ = std::make_unique<Coordinator>(options, &clock_, &timers_, db_.get());
+    ASSERT_TRUE(coord_->Load().ok());
+  }
+
+  void Reopen() {
+    coord_.reset();
+    db_.reset();
+    Open();
+  }
+
+  void Advance(absl::Duration d) {
+    // Step in heartbeat-sized slices, checking health as the server's timer would.
+    while (d > absl::ZeroDuration()) {
+      absl::Duration slice = std::min(d, absl::Seconds(1));
+      clock_.Advance(slice);
+      timers_.RunDue();
+      coord_->CheckHealth();
+      d -= slice;
+    }
+  }
+
+  std::string Submit(int nodes, int ppn, int max_restarts = 0, const std::string& name = "exp") {
+    auto r = coord_->SubmitRun(testing::MakeSpec(name, save_dir_, nodes, ppn, max_restarts));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r->run_id();
+  }
+
+  v1::RegisterRequest RegisterRequest(const std::string& run, const std::string& node, int slot,
+                                      const std::string& incarnation = "") {
+    v1::RegisterRequest req;
+    req.set_run_id(run);
+    req.set_node(node);
+    req.set_local_slot(slot);
+    req.set_incarnation(incarnation.empty() ? node + "-" + std::to_string(slot) : incarnation);
+    req.set_host("host-" + node);
+    req.set_pid(1000 + slot);
+    return req;
+  }
+
+  // Registers nodes × ppn ranks and returns their assignments by rank.
+  std::vector<v1::RegisterResponse> RegisterAll(const std::string& run, int nodes, int ppn) {
+    std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
+    for (int n = nodes - 1; n >= 0; --n) {
+      for (int s = 0; s < ppn; ++s) {
+        replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+        coord_->Register(RegisterRequest(run, "n" + std::to_string(n + 1), s), replies.back()->pending());
+      }
+    }
+    std::vector<v1::RegisterResponse> out(nodes * ppn);
+    for (auto& r : replies) {
+      EXPECT_TRUE(r->arrived());
+      EXPECT_TRUE(r->value.ok()) << r->value.status();
+      if (r->value.ok()) out[r->value->rank()] = *r->value;
+    }
+    return out;
+  }
+
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const std::string& run, const v1::RegisterResponse& a,
+                                             int64_t step) {
+    v1::HeartbeatRequest req;
+    req.set_run_id(run);
+    req.set_rank(a.rank());
+    req.set_generation(a.generation());
+    req.set_incarnation("n" + std::to_string(a.node_rank() + 1) + "-" + std::to_string(a.local_rank()));
+    req.set_step(step);
+    return coord_->Heartbeat(req);
+  }
+
+  v1::RunState State(const std::string& run) { return coord_->GetRun(run)->state(); }
+
+  testing::TempDir tmp_;
+  std::string save_dir_ = tmp_.Sub("runs");
+  FakeClock clock_;
+  TimerQueue timers_{&clock_};
+  std::unique_ptr<StateDb> db_;
+  std::unique_ptr<Coordinator> coord_;
+};
+
+TEST_F(CoordinatorTest, SubmitCreatesTheExperimentDirectoryOnce) {
+  auto r = coord_->SubmitRun(testing::MakeSpec("gpt2-alpaca", save_dir_, 1, 2));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exp_dir(), save_dir_ + "/gpt2-alpaca");
+  EXPECT_TRUE(fs::is_directory(r->exp_dir() + "/logs"));
+  EXPECT_TRUE(fs::is_directory(r->exp_dir() + "/checkpoints"));
+  EXPECT_NE(testing::Slurp(r->exp_dir() + "/run.json").find(r->run_id()), std::string::npos);
+  EXPECT_EQ(r->resume_step(), 0);
+  EXPECT_EQ(State(r->run_id()), v1::PENDING);
+  // A second active run on the same directory is refused and told which run holds it.
+  auto again = coord_->SubmitRun(testing::MakeSpec("gpt2-alpaca", save_dir_, 1, 2));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find(r->run_id()), std::string::npos);
+  // Tokens: the run's token maps to it; it is stored only as a digest.
+  EXPECT_EQ(coord_->RunForTokenDigest(Sha256Hex(r->run_token())), r->run_id());
+}
+
+TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
+  auto bad = [&](v1::RunSpec spec, absl::StatusCode code, const char* words) {
+    auto r = coord_->SubmitRun(spec);
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status();
+  };
+  bad(testing::MakeSpec("a/b", save_dir_, 1, 1), absl::StatusCode::kInvalidArgument, "'/'");
+  bad(testing::MakeSpec("ok", "relative", 1, 1), absl::StatusCode::kInvalidArgument, "absolute");
+  bad(testing::MakeSpec("ok", save_dir_, 0, 1), absl::StatusCode::kInvalidArgument, "nodes");
+  bad(testing::MakeSpec("ok", save_dir_, 300, 300), absl::StatusCode::kResourceExhausted, "65536");
+  auto spec = testing::MakeSpec("ok", save_dir_, 1, 1);
+  spec.mutable_wandb()->set_mode("sometimes");
+  bad(spec, absl::StatusCode::kInvalidArgument, "W&B mode");
+  bad(testing::MakeSpec("ok", "/proc/forbidden", 1, 1), absl::StatusCode::kFailedPrecondition, "/proc");
+}
+
+TEST_F(CoordinatorTest, JoinKeyMakesSubmitCreateOrJoin) {
+  auto spec = testing::MakeSpec("byo", save_dir_, 2, 1);
+  spec.set_scheduler(v1::EXTERNAL);
+  spec.set_join_key("byo@slurm-77");
+  auto first = coord_->SubmitRun(spec);
+  auto second = coord_->SubmitRun(spec);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(first->run_id(), second->run_id());
+  EXPECT_FALSE(first->joined());
+  EXPECT_TRUE(second->joined());
+}
+
+TEST_F(CoordinatorTest, RendezvousWaitsForEveryRankThenAssignsNodeContiguousRanks) {
+  std::string run = Submit(2, 2);
+  Reply<v1::RegisterResponse> a, b, c, d;
+  coord_->Register(RegisterRequest(run, "n2", 1), a.pending());
+  coord_->Register(RegisterRequest(run, "n1", 0), b.pending());
+  coord_->Register(RegisterRequest(run, "n2", 0), c.pending());
+  EXPECT_FALSE(a.arrived() || b.arrived() || c.arrived());
+  EXPECT_EQ(State(run), v1::RENDEZVOUS);
+  coord_->Register(RegisterRequest(run, "n1", 1), d.pending());
+  ASSERT_TRUE(a.arrived() && b.arrived() && c.arrived() && d.arrived());
+  EXPECT_EQ(a.value->rank(), 3);
+  EXPECT_EQ(b.value->rank(), 0);
+  EXPECT_EQ(c.value->rank(), 2);
+  EXPECT_EQ(d.value->rank(), 1);
+  EXPECT_EQ(c.value->node_rank(), 1);
+  EXPECT_EQ(c.value->local_rank(), 0);
+  EXPECT_EQ(a.value->world_size(), 4);
+  EXPECT_EQ(a.value->local_world_size(), 2);
+  EXPECT_EQ(a.value->generation(), 0);
+  EXPECT_GT(a.value->timeouts().collective_timeout_ms(), 0);
+  EXPECT_EQ(State(run), v1::RUNNING);
+  auto status = coord_->GetRun(run);
+  ASSERT_EQ(status->ranks_size(), 4);
+  EXPECT_EQ(status->ranks(2).node(), "n2");
+  EXPECT_NE(testing::Slurp(status->exp_dir() + "/run.json").find("host-n2"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, WorldViewMismatchIsRefusedInsteadOfFormingASmallerWorld) {
+  std::string run = Submit(2, 2);
+  v1::RegisterRequest req = RegisterRequest(run, "n1", 0);
+  req.mutable_expected()->set_world_size(1);
+  req.mutable_expected()->set_nodes(1);
+  req.mutable_expected()->set_procs_per_node(1);
+  Reply<v1::RegisterResponse> r;
+  coord_->Register(req, r.pending());
+  EXPECT_EQ(r.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.value.status().message().find("world size 4"), std::string::npos) << r.value.status();
+  // A slot beyond procs per node, and a third node in a two-node run.
+  Reply<v1::RegisterResponse> slot;
+  coord_->Register(RegisterRequest(run, "n1", 2), slot.pending());
+  EXPECT_EQ(slot.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  Reply<v1::RegisterResponse> x, y, z;
+  coord_->Register(RegisterRequest(run, "a", 0), x.pending());
+  coord_->Register(RegisterRequest(run, "b", 0), y.pending());
+  coord_->Register(RegisterRequest(run, "c", 0), z.pending());
+  EXPECT_EQ(z.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(z.value.status().message().find("node 3 of a 2-node run"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, RendezvousTimeoutNamesWhoCameAndWhoDidNot) {
+  std::string run = Submit(2, 2);
+  Reply<v1::RegisterResponse> a, b;
+  coord_->Register(RegisterRequest(run, "n1", 0), a.pending());
+  coord_->Register(RegisterRequest(run, "n1", 1), b.pending());
+  Advance(absl::Minutes(5) + absl::Seconds(1));
+  ASSERT_TRUE(a.arrived());
+  EXPECT_EQ(a.value.status().code(), absl::StatusCode::kDeadlineExceeded);
+  const std::string msg(a.value.status().message());
+  EXPECT_NE(msg.find("2 of 4 registered"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("n1/0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1 node never seen"), std::string::npos) << msg;
+  EXPECT_EQ(State(run), v1::FAILED);
+  EXPECT_EQ(coord_->GetRun(run)->reason().kind(), v1::Failure::RENDEZVOUS_TIMEOUT);
+}
+
+TEST_F(CoordinatorTest, RetryWithTheSameIncarnationGetsTheSameAssignment) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2);
+  Reply<v1::RegisterResponse> again;
+  coord_->Register(RegisterRequest(run, "n1", 1), again.pending());
+  ASSERT_TRUE(again.value.ok());
+  EXPECT_EQ(again.value->rank(), 1);
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
+  std::string run = Submit(1, 3, /*max_restarts=*/1);
+  auto ranks = RegisterAll(run, 1, 3);
+  Reply<v1::BarrierResponse> b0, b1;
+  v1::BarrierRequest req;
+  req.set_run_id(run);
+  req.set_generation(0);
+  req.set_name("data-ready");
+  req.set_timeout_ms(3'600'000);
+  req.set_rank(0);
+  coord_->Barrier(req, b0.pending());
+  req.set_rank(1);
+  coord_->Barrier(req, b1.pending());
+  // Ranks 0 and 1 heartbeat; rank 2 went silent.
+  for (int i = 0; i < 16; ++i) {
+    Advance(absl::Seconds(2));
+    ASSERT_TRUE(Beat(run, ranks[0], 0).ok());
+    ASSERT_TRUE(Beat(run, ranks[1], 0).ok());
+  }
+  ASSERT_TRUE(b0.arrived());
+  EXPECT_EQ(b0.value.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(b0.value.status().message().find("rank 2"), std::string::npos) << b0.value.status();
+  EXPECT_NE(b0.value.status().message().find("no heartbeat"), std::string::npos);
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->state(), v1::RESTARTING);
+  EXPECT_EQ(status->restarts(), 1);
+  EXPECT_EQ(status->generation(), 1);
+  EXPECT_EQ(status->reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+  EXPECT_EQ(status->reason().rank(), 2);
+  // The survivors of generation 0 are told to stop, with the cause.
+  auto hb = Beat(run, ranks[0], 0);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(hb->directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_NE(hb->reason().find("rank 2"), std::string::npos) << hb->reason();
+  // Old-generation calls are ABORTED.
+  EXPECT_EQ(coord_->OpenStore([&] {
+                      v1::StoreScope s;
+                      s.set_run_id(run);
+                      s.set_generation(0);
+                      s.set_rank(0);
+                      return s;
+                    }()).status().code(),
+            absl::StatusCode::kAborted);
+  // Generation 1 forms from relaunched processes.
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> again;
+  for (int s = 0; s < 3; ++s) {
+    again.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+    coord_->Register(RegisterRequest(run, "n1", s, "new-" + std::to_string(s)), again.back()->pending());
+  }
+  ASSERT_TRUE(again[2]->value.ok());
+  EXPECT_EQ(again[2]->value->generation(), 1);
+  EXPECT_EQ(again[2]->value->restarts(), 1);
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
+  std::string run = Submit(1, 2, /*max_restarts=*/0);
+  auto ranks = RegisterAll(run, 1, 2);
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_generation(0);
+  err.set_rank(1);
+  err.set_message("CUDA out of memory");
+  err.set_exception_type("c10::Error");
+  err.set_step(17);
+  auto r = coord_->ReportError(err);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->run_state(), v1::FAILED);
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->reason().rank(), 1);
+  EXPECT_EQ(status->reason().host(), "host-n1");
+  EXPECT_EQ(status->reason().step(), 17);
+  EXPECT_EQ(status->reason().message(), "CUDA out of memory");
+  EXPECT_TRUE(status->has_ended_at());
+  // A second failure does not replace the root cause.
+  err.set_rank(0);
+  err.set_message("gloo timeout");
+  ASSERT_TRUE(coord_->ReportError(err).ok());
+  EXPECT_EQ(coord_->GetRun(run)->reason().message(), "CUDA out of memory");
+  // Registering into an ended run is refused with the cause.
+  Reply<v1::RegisterResponse> late;
+  coord_->Register(RegisterRequest(run, "n1", 0, "late"), late.pending());
+  EXPECT_EQ(late.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.value.status().message().find("CUDA out of memory"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, HangIsDetectedWhileEveryoneHeartbeats) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2);
+  for (int step = 1; step <= 3; ++step) {
+    Advance(absl::Seconds(2));
+    ASSERT_TRUE(Beat(run, ranks[0], step).ok());
+    ASSERT_TRUE(Beat(run, ranks[1], step).ok());
+  }
+  for (int i = 0; i < 302; ++i) {  // 10 min 4 s of heartbeats at step 3
+    Advance(absl::Seconds(2));
+    Beat(run, ranks[0], 3);
+    Beat(run, ranks[1], 3);
+  }
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->state(), v1::FAILED);
+  EXPECT_EQ(status->reason().kind(), v1::Failure::HANG);
+  EXPECT_NE(status->reason().message().find("step 3"), std::string::npos) << status->reason().message();
+}
+
+TEST_F(CoordinatorTest, ReplacedIncarnationRestartsTheGroup) {
+  std::string run = Submit(1, 2, /*max_restarts=*/2);
+  RegisterAll(run, 1, 2);
+  Reply<v1::RegisterResponse> restarted;
+  coord_->Register(RegisterRequest(run, "n1", 1, "fresh-process"), restarted.pending());
+  EXPECT_FALSE(restarted.arrived());  // waits in generation 1
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->generation(), 1);
+  EXPECT_EQ(status->reason().kind(), v1::Failure::REPLACED);
+  EXPECT_EQ(status->state(), v1::RENDEZVOUS);
+}
+
+TEST_F(CoordinatorTest, EveryRankLeavingMeansSuccess) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2);
+  for (int r = 0; r < 2; ++r) {
+    v1::LeaveRequest leave;
+    leave.set_run_id(run);
+    leave.set_rank(r);
+    leave.set_generation(0);
+    leave.set_incarnation("n1-" + std::to_string(r));
+    leave.set_final_step(100);
+    auto out = coord_->Leave(leave);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->run_state(), r == 0 ? v1::RUNNING : v1::SUCCEEDED);
+  }
+  EXPECT_EQ(coord_->GetRun(run)->step(), 100);
+}
+
+TEST_F(CoordinatorTest, CancelStopsEverythingAndIsHarmlessTwice) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2);
+  auto c = coord_->CancelRun(run, "user asked");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->state(), v1::CANCELLED);
+  auto hb = Beat(run, ranks[0], 1);
+  EXPECT_EQ(hb->directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_NE(hb->reason().find("CANCELLED"), std::string::npos) << hb->reason();
+  EXPECT_EQ(coord_->CancelRun(run, "again")->state(), v1::CANCELLED);
+  EXPECT_EQ(coord_->CancelRun("r-00000000000000ff", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+// ---- Checkpoint rounds ----------------------------------------------------------------------
+
+class CheckpointRoundTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    auto spec = testing::MakeSpec("ckpt", save_dir_, 1, 2);
+    spec.set_keep_checkpoints(2);
+    run_ = coord_->SubmitRun(spec)->run_id();
+    ranks_ = RegisterAll(run_, 1, 2);
+  }
+
+  // Both ranks begin the round for `step`; returns rank 0's view.
+  v1::BeginCheckpointResponse Begin(int64_t step) {
+    Reply<v1::BeginCheckpointResponse> r0, r1;
+    for (int r = 0; r < 2; ++r) {
+      v1::BeginCheckpointRequest req;
+      req.set_run_id(run_);
+      req.set_generation(0);
+      req.set_rank(r);
+      req.set_step(step);
+      coord_->BeginCheckpoint(req, r == 0 ? r0.pending() : r1.pending());
+    }
+    EXPECT_TRUE(r0.value.ok()) << r0.value.status();
+    EXPECT_EQ(r0.value->round_id(), r1.value->round_id());
+    return *r0.value;
+  }
+
+  v1::Manifest WriteFiles(const std::string& dir, const std::string& payload) {
+    v1::Manifest m;
+    std::ofstream(JoinPath(dir, "model.pt"), std::ios::binary) << payload;
+    auto* f = m.add_files();
+    f->set_name("model.pt");
+    f->set_size(static_cast<int64_t>(payload.size()));
+    f->set_sha256(Sha256Hex(payload));
+    return m;
+  }
+
+  void Commit(int rank, const v1::BeginCheckpointResponse& round, const v1::Manifest* m,
+              Reply<v1::CommitCheckpointResponse>* out) {
+    v1::CommitCheckpointRequest req;
+    req.set_run_id(run_);
+    req.set_generation(0);
+    req.set_rank(rank);
+    req.set_round_id(round.round_id());
+    if (m != nullptr) *req.mutable_manifest() = *m;
+    coord_->CommitCheckpoint(req, out->pending());
+  }
+
+  std::string Latest() {
+    char buf[256];
+    ssize_t n = ::readlink((ckpt_dir() + "/latest").c_str(), buf, sizeof(buf));
+    return n > 0 ? std::string(buf, n) : "";
+  }
+  std::string ckpt_dir() { return save_dir_ + "/ckpt/checkpoints"; }
+  bool AnyPartial() {
+    for (const auto& e : fs::directory_iterator(ckpt_dir())) {
+      if (e.path().filename().string().find(".partial-") != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  std::string run_;
+  std::vector<v1::RegisterResponse> ranks_;
+};
+
+TEST_F(CheckpointRoundTest, OneWriterCommitsAndEveryRankIsReleased) {
+  v1::BeginCheckpointResponse round = Begin(10);
+  EXPECT_EQ(round.writer_rank(), 0);
+  EXPECT_TRUE(fs::is_directory(round.partial_dir()));
+  EXPECT_NE(round.partial_dir().find("step-10.partial-"), std::string::npos);
+  Reply<v1::CommitCheckpointResponse> c0, c1;
+  Commit(1, round, nullptr, &c1);
+  EXPECT_FALSE(c1.arrived());  // waits for the writer
+  v1::Manifest m = WriteFiles(round.partial_dir(), "weights-at-10");
+  Commit(0, round, &m, &c0);
+  ASSERT_TRUE(c0.WaitFor() && c1.WaitFor());
+  ASSERT_TRUE(c0.value.ok()) << c0.value.status();
+  ASSERT_TRUE(c1.value.ok());
+  EXPECT_EQ(c1.value->checkpoint().step(), 10);
+  EXPECT_EQ(Latest(), "step-10");
+  EXPECT_FALSE(AnyPartial());
+  EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
+  EXPECT_EQ(coord_->GetRun(run_)->latest_checkpoint_step(), 10);
+}
+
+TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
+  for (int64_t step : {10, 20, 30}) {
+    v1::BeginCheckpointResponse round = Begin(step);
+    v1::Manifest m = WriteFiles(round.partial_dir(), "w" + std::to_string(step));
+    Reply<v1::CommitCheckpointResponse> c0, c1;
+    Commit(1, round, nullptr, &c1);
+    Commit(0, round, &m, &c0);
+    ASSERT_TRUE(c0.WaitFor() && c0.value.ok());
+  }
+  EXPECT_FALSE(fs::exists(ckpt_dir() + "/step-10"));
+  EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-20"));
+  EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-30"));
+  auto list = coord_->ListCheckpoints(run_);
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].step(), 20);
+}
+
+TEST_F(CheckpointRoundTest, CorruptFilesAbortTheRoundAndLatestStays) {
+  v1::BeginCheckpointResponse good = Begin(10);
+  v1::Manifest m = WriteFiles(good.partial_dir(), "ok");
+  Reply<v1::CommitCheckpointResponse> g0, g1;
+  Commit(1, good, nullptr, &g1);
+  Commit(0, good, &m, &g0);
+  ASSERT_TRUE(g0.WaitFor() && g0.value.ok());
+  v1::BeginCheckpointResponse bad = Begin(20);
+  v1::Manifest lie = WriteFiles(bad.partial_dir(), "real");
+  lie.mutable_files(0)->set_sha256(Sha256Hex("claimed"));
+  Reply<v1::CommitCheckpointResponse> b0, b1;
+  Commit(1, bad, nullptr, &b1);
+  Commit(0, bad, &lie, &b0);
+  ASSERT_TRUE(b0.WaitFor() && b1.WaitFor());
+  EXPECT_EQ(b0.value.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(b1.value.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(Latest(), "step-10");
+  EXPECT_FALSE(AnyPartial());
+}
+
+TEST_F(CheckpointRoundTest, LapsedLeaseAbortsTheRoundAndRemovesThePartialDirectory) {
+  v1::BeginCheckpointResponse round = Begin(10);
+  Reply<v1::CommitCheckpointResponse> c1;
+  Commit(1, round, nullptr, &c1);
+  // The writer keeps heartbeating but never commits.
+  for (int i = 0; i < 310; ++i) {
+    Advance(absl::Seconds(2));
+    Beat(run_, ranks_[0], 9);
+    Beat(run_, ranks_[1], 9);
+    if (c1.arrived()) break;
+  }
+  ASSERT_TRUE(c1.arrived());
+  EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(c1.value.status().message().find("lease"), std::string::npos) << c1.value.status();
+  EXPECT_FALSE(fs::exists(round.partial_dir()));
+  EXPECT_EQ(Latest(), "");
+}
+
+TEST_F(CheckpointRoundTest, WriterDeathMidRoundLeavesLatestAndNoPartial) {
+  v1::BeginCheckpointResponse first = Begin(10);
+  v1::Manifest m = WriteFiles(first.partial_dir(), "ok");
+  Reply<v1::CommitCheckpointResponse> f0, f1;
+  Commit(1, first, nullptr, &f1);
+  Commit(0, first, &m, &f0);
+  ASSERT_TRUE(f0.WaitFor() && f0.value.ok());
+  v1::BeginCheckpointResponse round = Begin(20);
+  WriteFiles(round.partial_dir(), "half-writ");  // the writer dies before committing
+  Reply<v1::CommitCheckpointResponse> c1;
+  Commit(1, round, nullptr, &c1);
+  for (int i = 0; i < 20 && !c1.arrived(); ++i) {
+    Advance(absl::Seconds(2));
+    Beat(run_, ranks_[1], 19);  // only the non-writer is alive
+  }
+  ASSERT_TRUE(c1.arrived());
+  EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(c1.value.status().message().find("rank 0"), std::string::npos) << c1.value.status();
+  EXPECT_EQ(Latest(), "step-10");
+  EXPECT_FALSE(AnyPartial());
+}
+
+TEST_F(CheckpointRoundTest, RanksMustAgreeOnTheStep) {
+  Reply<v1::BeginCheckpointResponse> r0, r1;
+  v1::BeginCheckpointRequest req;
+  req.set_run_id(run_);
+  req.set_generation(0);
+  req.set_rank(0);
+  req.set_step(10);
+  coord_->BeginCheckpoint(req, r0.pending());
+  req.set_rank(1);
+  req.set_step(11);
+  coord_->BeginCheckpoint(req, r1.pending());
+  EXPECT_EQ(r1.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r1.value.status().message().find("disagree"), std::string::npos);
+}
+
+TEST_F(CheckpointRoundTest, ANewRunInTheSameDirectoryResumesFromLatest) {
+  v1::BeginCheckpointResponse round = Begin(10);
+  v1::Manifest m = WriteFiles(round.partial_dir(), "w");
+  Reply<v1::CommitCheckpointResponse> c0, c1;
+  Commit(1, round, nullptr, &c1);
+  Commit(0, round, &m, &c0);
+  ASSERT_TRUE(c0.WaitFor() && c0.value.ok());
+  ASSERT_TRUE(coord_->CancelRun(run_, "").ok());
+  auto next = coord_->SubmitRun(testing::MakeSpec("ckpt", save_dir_, 1, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->resume_step(), 10);
+  auto assigned = RegisterAll(next->run_id(), 1, 2);
+  EXPECT_EQ(assigned[0].resume().step(), 10);
+}
+
+// ---- Persistence ----------------------------------------------------------------------------
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {
+  std::string done = Submit(1, 1, 0, "finished");
+  ASSERT_TRUE(coord_->CancelRun(done, "").ok());
+  std::string run = Submit(1, 2, 0, "running");
+  auto ranks = RegisterAll(run, 1, 2);
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(Beat(run, ranks[0], 5).ok());
+  ASSERT_TRUE(Beat(run, ranks[1], 5).ok());
+  Advance(absl::Seconds(3));  // the progress flush
+  Reopen();
+  auto list = coord_->ListRuns(0, {});
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ(coord_->GetRun(done)->state(), v1::CANCELLED);
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->state(), v1::RUNNING);
+  EXPECT_EQ(status->step(), 5);
+  // Its trainers carry on: heartbeats are accepted...
+  Advance(absl::Seconds(20));
+  auto hb = Beat(run, ranks[0], 6);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->directive(), v1::HeartbeatResponse::CONTINUE);
+  // ...and one that never comes back is declared dead after the heartbeat timeout.
+  for (int i = 0; i < 10; ++i) {
+    Advance(absl::Seconds(2));
+    Beat(run, ranks[0], 6);
+  }
+  EXPECT_EQ(coord_->GetRun(run)->state(), v1::FAILED);
+  EXPECT_EQ(coord_->GetRun(run)->reason().rank(), 1);
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,159 @@
+// The key-value store's c10d semantics, with blocking calls driven by a fake clock.
+#include <gtest/gtest.h>
+
+#include "coordinator/kv_store.h"
+
+namespace dt {
+namespace {
+
+class KvStoreTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  TimerQueue timers_{&clock_};
+  std::shared_ptr<KvStore> store_ = std::make_shared<KvStore>("run r-test generation 0", &timers_, 5);
+
+  template <typename T>
+  PendingPtr<T> Capture(std::optional<absl::StatusOr<T>>* out) {
+    return MakePending<T>([out](absl::StatusOr<T> v) { *out = std::move(v); });
+  }
+  void Advance(absl::Duration d) {
+    clock_.Advance(d);
+    timers_.RunDue();
+  }
+};
+
+TEST_F(KvStoreTest, SetThenGet) {
+  Deferred d;
+  ASSERT_TRUE(store_->Set("k", "v", d).ok());
+  std::optional<absl::StatusOr<std::string>> got;
+  store_->Get("k", absl::Seconds(1), Capture(&got), d);
+  d.RunNow();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, "v");
+}
+
+TEST_F(KvStoreTest, GetBlocksUntilSet) {
+  std::optional<absl::StatusOr<std::string>> got;
+  {
+    Deferred d;
+    store_->Get("late", absl::Seconds(10), Capture(&got), d);
+  }
+  EXPECT_FALSE(got.has_value());
+  Advance(absl::Seconds(5));
+  EXPECT_FALSE(got.has_value());
+  {
+    Deferred d;
+    ASSERT_TRUE(store_->Set("late", "here", d).ok());
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(**got, "here");
+  Advance(absl::Seconds(10));  // the cancelled timer does nothing more
+  EXPECT_EQ(store_->waiting(), 0u);
+}
+
+TEST_F(KvStoreTest, GetTimesOutNamingTheKey) {
+  std::optional<absl::StatusOr<std::string>> got;
+  {
+    Deferred d;
+    store_->Get("missing-key", absl::Seconds(3), Capture(&got), d);
+  }
+  Advance(absl::Milliseconds(2999));
+  EXPECT_FALSE(got.has_value());
+  Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(got->status().message().find("missing-key"), std::string::npos);
+  EXPECT_NE(got->status().message().find("3s"), std::string::npos);
+}
+
+TEST_F(KvStoreTest, WaitNeedsEveryKeyAndNamesTheMissingOnes) {
+  std::optional<absl::StatusOr<Unit>> done;
+  {
+    Deferred d;
+    ASSERT_TRUE(store_->Set("a", "1", d).ok());
+    store_->Wait({"a", "b", "c"}, absl::Seconds(2), Capture(&done), d);
+    ASSERT_TRUE(store_->Set("b", "1", d).ok());
+  }
+  EXPECT_FALSE(done.has_value());
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(done->status().message().find("\"c\""), std::string::npos);
+  EXPECT_EQ(done->status().message().find("\"b\""), std::string::npos);
+
+  std::optional<absl::StatusOr<Unit>> again;
+  {
+    Deferred d;
+    store_->Wait({"a", "b", "c"}, absl::Seconds(2), Capture(&again), d);
+    ASSERT_TRUE(store_->Set("c", "1", d).ok());
+  }
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->ok());
+}
+
+TEST_F(KvStoreTest, AddIsAnAtomicDecimalCounter) {
+  Deferred d;
+  EXPECT_EQ(*store_->Add("n", 5, d), 5);
+  EXPECT_EQ(*store_->Add("n", -2, d), 3);
+  std::optional<absl::StatusOr<std::string>> got;
+  store_->Get("n", absl::Seconds(1), Capture(&got), d);
+  d.RunNow();
+  EXPECT_EQ(**got, "3");  // as c10d::TCPStore stores it
+  ASSERT_TRUE(store_->Set("text", "abc", d).ok());
+  EXPECT_EQ(store_->Add("text", 1, d).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(KvStoreTest, CompareSetFollowsC10d) {
+  Deferred d;
+  // Missing key, empty expected: sets.
+  EXPECT_EQ(*store_->CompareSet("k", "", "first", d), "first");
+  // Wrong expected: unchanged, returns the current value.
+  EXPECT_EQ(*store_->CompareSet("k", "nope", "second", d), "first");
+  // Right expected: swaps.
+  EXPECT_EQ(*store_->CompareSet("k", "first", "second", d), "second");
+  // Missing key, non-empty expected: returns expected, sets nothing.
+  EXPECT_EQ(*store_->CompareSet("absent", "x", "y", d), "x");
+  EXPECT_FALSE(*store_->Check({"absent"}));
+}
+
+TEST_F(KvStoreTest, CheckDeleteNumKeys) {
+  Deferred d;
+  ASSERT_TRUE(store_->Set("a", "1", d).ok());
+  ASSERT_TRUE(store_->Set("b", "2", d).ok());
+  EXPECT_TRUE(*store_->Check({"a", "b"}));
+  EXPECT_FALSE(*store_->Check({"a", "z"}));
+  EXPECT_EQ(*store_->NumKeys(), 2);
+  EXPECT_TRUE(*store_->DeleteKey("a"));
+  EXPECT_FALSE(*store_->DeleteKey("a"));
+  EXPECT_EQ(*store_->NumKeys(), 1);
+}
+
+TEST_F(KvStoreTest, LimitsAreEnforcedAndNamed) {
+  Deferred d;
+  absl::Status big = store_->Set("big", std::string((4 << 20) + 1, 'x'), d);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("4 MiB"), std::string::npos);
+  EXPECT_TRUE(store_->Set("fits", std::string(4 << 20, 'x'), d).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Set("k" + std::to_string(i), "v", d).ok());
+  absl::Status full = store_->Set("one-too-many", "v", d);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("limit is 5"), std::string::npos);
+  EXPECT_TRUE(store_->Set("k0", "overwrite is fine", d).ok());
+}
+
+TEST_F(KvStoreTest, AbortFailsWaitersAndLaterCalls) {
+  std::optional<absl::StatusOr<std::string>> got;
+  {
+    Deferred d;
+    store_->Get("never", absl::Seconds(100), Capture(&got), d);
+    store_->Abort(absl::AbortedError("generation 0 failed: rank 1 died"), d);
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status().code(), absl::StatusCode::kAborted);
+  Deferred d;
+  EXPECT_EQ(store_->Set("k", "v", d).code(), absl::StatusCode::kAborted);
+  EXPECT_NE(store_->NumKeys().status().message().find("rank 1 died"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,180 @@
+#include "tests/test_util.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+
+extern char** environ;
+
+namespace dt::testing {
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  path_ = JoinPath(base, absl::StrCat("dt-test-", RandomHex(6)));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  if (std::getenv("DT_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+std::string TempDir::Sub(const std::string& name) const {
+  std::string p = JoinPath(path_, name);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
+                       std::string log_file) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(&pid_, args[0], &actions, &attr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) throw std::runtime_error(absl::StrCat("cannot start ", argv[0], ": ", strerror(rc)));
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+void Subprocess::Signal(int sig) {
+  if (!reaped_) ::kill(pid_, sig);
+}
+
+int Subprocess::Wait(absl::Duration timeout) {
+  if (reaped_) return status_;
+  absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return status_;
+    }
+    if (absl::Now() >= deadline) return -1;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+bool Subprocess::running() { return Wait(absl::ZeroDuration()) == -1; }
+
+std::string BinaryPath(const std::string& name) { return JoinPath(DT_BINARY_DIR, name); }
+
+std::string DataDir() {
+  const char* env = std::getenv("DT_DATA_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return JoinPath(DT_SOURCE_DIR, "../shared/data");
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+InProcessCoordinator::InProcessCoordinator(const std::string& state_dir,
+                                           CoordinatorFixtureOptions options) {
+  auto db = StateDb::Open(JoinPath(state_dir, "dtcoord.db"));
+  if (!db.ok()) throw std::runtime_error(std::string(db.status().message()));
+  db_ = std::move(*db);
+  timers_ = std::make_unique<TimerQueue>(RealClock::Get());
+  timers_->Start();
+  CoordinatorOptions copts;
+  copts.timeouts = options.timeouts;
+  copts.health_check_period = options.health_check_period;
+  coordinator_ = std::make_unique<Coordinator>(copts, RealClock::Get(), timers_.get(), db_.get());
+  if (absl::Status s = coordinator_->Load(); !s.ok()) throw std::runtime_error(std::string(s.message()));
+  coordinator_->Start();
+  auto token = LoadOrCreateAdminToken(state_dir);
+  if (!token.ok()) throw std::runtime_error(std::string(token.status().message()));
+  admin_token_ = *token;
+  auth_ = std::make_unique<Authenticator>(admin_token_, coordinator_.get());
+  ServerOptions sopts;
+  sopts.listen = "127.0.0.1:0";
+  auto server = CoordinatorServer::Start(coordinator_.get(), auth_.get(), sopts);
+  if (!server.ok()) throw std::runtime_error(std::string(server.status().message()));
+  server_ = std::move(*server);
+}
+
+InProcessCoordinator::~InProcessCoordinator() {
+  server_->Shutdown(absl::Seconds(1));
+  timers_->Stop();
+}
+
+std::shared_ptr<CoordinatorClient> InProcessCoordinator::Client(const std::string& token,
+                                                                bool private_connection) const {
+  ClientOptions o;
+  o.address = address();
+  o.token = token;
+  o.private_connection = private_connection;
+  auto c = CoordinatorClient::Connect(o);
+  if (!c.ok()) throw std::runtime_error(std::string(c.status().message()));
+  return *c;
+}
+
+v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,
+                     int procs_per_node, int max_restarts) {
+  v1::RunSpec spec;
+  spec.set_experiment_name(name);
+  spec.set_save_dir(save_dir);
+  spec.set_nodes(nodes);
+  spec.set_procs_per_node(procs_per_node);
+  spec.set_max_restarts(max_restarts);
+  return spec;
+}
+
+}  // namespace dt::testing

@@ -1,0 +1,95 @@
+// Helpers shared by the tests: temporary directories, child processes, and a coordinator served
+// in-process on a loopback port.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/server.h"
+#include "coordinator/state_db.h"
+#include "coordinator/timer_queue.h"
+
+namespace dt::testing {
+
+// A fresh directory under $TMPDIR, removed when the object dies (unless DT_KEEP_TEST_DIRS is set).
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const;
+
+ private:
+  std::string path_;
+};
+
+// A child process; killed (SIGKILL) and reaped when the object dies.
+class Subprocess {
+ public:
+  // argv[0] is the program; `env` entries are added to (or override) this process's environment;
+  // stdout and stderr go to `log_file` (appended) when given.
+  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
+             std::string log_file = "");
+  ~Subprocess();
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for the exit and returns the raw wait status; -1 on timeout.
+  int Wait(absl::Duration timeout);
+  bool running();
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+// Path of a binary built by this project (build/bin/<name>).
+std::string BinaryPath(const std::string& name);
+// The shared data directory (../shared/data relative to the source tree), or DT_DATA_DIR.
+std::string DataDir();
+
+// Reads a file; "" if it is missing.
+std::string Slurp(const std::string& path);
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
+
+struct CoordinatorFixtureOptions {
+  CoordinatorTimeouts timeouts;
+  absl::Duration health_check_period = absl::Milliseconds(50);
+};
+
+// dtcoord's parts wired together in this process, serving on 127.0.0.1:<free port>.
+class InProcessCoordinator {
+ public:
+  explicit InProcessCoordinator(const std::string& state_dir, CoordinatorFixtureOptions options = {});
+  ~InProcessCoordinator();
+
+  const std::string& address() const { return server_->address(); }
+  const std::string& admin_token() const { return admin_token_; }
+  Coordinator& coordinator() { return *coordinator_; }
+  std::shared_ptr<CoordinatorClient> Client(const std::string& token, bool private_connection = false) const;
+  std::shared_ptr<CoordinatorClient> AdminClient() const { return Client(admin_token_); }
+
+ private:
+  std::unique_ptr<StateDb> db_;
+  std::unique_ptr<TimerQueue> timers_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Authenticator> auth_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::string admin_token_;
+};
+
+// A RunSpec with the given shape, saving under `save_dir`.
+v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,
+                     int procs_per_node, int max_restarts = 0);
+
+}  // namespace dt::testing
