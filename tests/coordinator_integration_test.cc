@@ -1,0 +1,535 @@
+// The coordinator over real gRPC on loopback: concurrent rendezvous, barriers that fail with
+// names, dead ranks, checkpoint writers killed mid-round, auth, the store session, watch,
+// health and reflection, and a kill -9 restart of the dtcoord binary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/agent.h"
+#include "client/metrics_reporter.h"
+#include "client/store_session.h"
+#include "common/fs.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::InProcessCoordinator;
+
+testing::CoordinatorFixtureOptions FastTimeouts() {
+  testing::CoordinatorFixtureOptions o;
+  o.timeouts.heartbeat_interval = absl::Milliseconds(100);
+  o.timeouts.heartbeat_timeout = absl::Seconds(1);
+  o.timeouts.hang_timeout = absl::Minutes(5);
+  o.timeouts.rendezvous_timeout = absl::Seconds(30);
+  o.health_check_period = absl::Milliseconds(25);
+  return o;
+}
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  testing::TempDir tmp_;
+  std::string save_dir_ = tmp_.Sub("runs");
+  InProcessCoordinator coord_{tmp_.Sub("state"), FastTimeouts()};
+  std::shared_ptr<CoordinatorClient> admin_ = coord_.AdminClient();
+
+  v1::SubmitRunResponse Submit(const std::string& name, int nodes, int ppn, int max_restarts = 0) {
+    v1::SubmitRunRequest req;
+    *req.mutable_spec() = testing::MakeSpec(name, save_dir_, nodes, ppn, max_restarts);
+    auto r = Call(*admin_, &v1::RunService::Stub::SubmitRun, admin_->runs(), req, absl::Seconds(10));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  }
+
+  v1::Run GetRun(const std::string& run) {
+    v1::GetRunRequest req;
+    req.set_run_id(run);
+    return *Call(*admin_, &v1::RunService::Stub::GetRun, admin_->runs(), req, absl::Seconds(10));
+  }
+
+  std::unique_ptr<Agent> MakeAgent(const v1::SubmitRunResponse& run, const std::string& node, int slot) {
+    AgentOptions o;
+    o.run_id = run.run_id();
+    o.node = node;
+    o.local_slot = slot;
+    o.host = "host-" + node;
+    o.pid = 4242;
+    return std::make_unique<Agent>(coord_.Client(run.run_token()), o);
+  }
+
+  // Registers nodes × ppn agents concurrently; returns them ordered by rank.
+  std::vector<std::unique_ptr<Agent>> RegisterAll(const v1::SubmitRunResponse& run, int nodes, int ppn) {
+    std::vector<std::unique_ptr<Agent>> agents;
+    for (int n = 0; n < nodes; ++n) {
+      for (int s = 0; s < ppn; ++s) agents.push_back(MakeAgent(run, "node" + std::to_string(n), s));
+    }
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (auto& a : agents) {
+      threads.emplace_back([&a, &failures] {
+        if (!a->Register(absl::Seconds(20)).ok()) ++failures;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failures.load(), 0);
+    std::sort(agents.begin(), agents.end(), [](const auto& x, const auto& y) { return x->rank() < y->rank(); });
+    return agents;
+  }
+};
+
+TEST_F(IntegrationTest, SixtyFourConcurrentRanksGetAHostContiguousPermutation) {
+  auto run = Submit("sixty-four", 8, 8);
+  std::vector<std::unique_ptr<Agent>> agents;
+  // Arrival order scrambled across nodes: slot-major.
+  for (int s = 0; s < 8; ++s) {
+    for (int n = 7; n >= 0; --n) agents.push_back(MakeAgent(run, "node" + std::to_string(n), s));
+  }
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(agents.size());
+  for (size_t i = 0; i < agents.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = agents[i]->Register(absl::Seconds(30)).status(); });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i];
+    const v1::RegisterResponse& a = agents[i]->assignment();
+    ranks.insert(a.rank());
+    int node = (int)(7 - (i % 8));
+    int slot = (int)(i / 8);
+    EXPECT_EQ(a.rank(), node * 8 + slot) << "node" << node << "/" << slot;
+    EXPECT_EQ(a.node_rank(), node);
+    EXPECT_EQ(a.local_rank(), slot);
+    EXPECT_EQ(a.world_size(), 64);
+    EXPECT_EQ(a.local_world_size(), 8);
+  }
+  EXPECT_EQ(ranks.size(), 64u);
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), 63);
+  EXPECT_EQ(GetRun(run.run_id()).state(), v1::RUNNING);
+}
+
+TEST_F(IntegrationTest, BarrierWithAMissingRankTimesOutAndNamesIt) {
+  auto run = Submit("barrier-timeout", 1, 3);
+  auto agents = RegisterAll(run, 1, 3);
+  absl::Status s0, s1;
+  std::thread t0([&] { s0 = agents[0]->Barrier("data-ready", absl::Milliseconds(500)); });
+  std::thread t1([&] { s1 = agents[1]->Barrier("data-ready", absl::Milliseconds(500)); });
+  t0.join();
+  t1.join();
+  for (const absl::Status& s : {s0, s1}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("missing 1: rank 2 (node node0, host host-node0)"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("\"data-ready\""), std::string::npos) << s;
+  }
+}
+
+TEST_F(IntegrationTest, ARankThatStopsHeartbeatingFailsTheOthersBarrier) {
+  auto run = Submit("dead-rank", 1, 3);
+  auto agents = RegisterAll(run, 1, 3);
+  std::vector<std::string> stop_reasons(3);
+  std::vector<absl::Notification> stopped(3);
+  for (int r = 0; r < 2; ++r) {  // rank 2 never heartbeats: it "died" after registering
+    agents[r]->StartHeartbeats([&, r](const std::string& reason) {
+      stop_reasons[r] = reason;
+      stopped[r].Notify();
+    });
+  }
+  absl::Time start = absl::Now();
+  absl::Status s0, s1;
+  std::thread t0([&] { s0 = agents[0]->Barrier("step-1", absl::Seconds(60)); });
+  std::thread t1([&] { s1 = agents[1]->Barrier("step-1", absl::Seconds(60)); });
+  t0.join();
+  t1.join();
+  absl::Duration took = absl::Now() - start;
+  for (const absl::Status& s : {s0, s1}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_NE(s.message().find("rank 2"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("no heartbeat"), std::string::npos) << s;
+  }
+  // Well before the barrier's own minute: the heartbeat timeout (1 s) decided.
+  EXPECT_LT(took, absl::Seconds(15));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(stopped[r].WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_NE(stop_reasons[r].find("rank 2"), std::string::npos) << stop_reasons[r];
+  }
+  v1::Run status = GetRun(run.run_id());
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_EQ(status.reason().rank(), 2);
+  EXPECT_EQ(status.reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+}
+
+TEST_F(IntegrationTest, AKilledCheckpointWriterLeavesLatestUnchangedAndNoPartialDirectory) {
+  auto run = Submit("writer-dies", 1, 2);
+  std::string log = JoinPath(tmp_.path(), "ranks.log");
+  auto spawn = [&](int slot, int64_t step, bool hang) {
+    std::vector<std::string> argv = {testing::BinaryPath("sim_rank"), "--coordinator", coord_.address(),
+                                     "--token", run.run_token(), "--run", run.run_id(),
+                                     "--node", "n1", "--slot", std::to_string(slot),
+                                     "--checkpoint-step", std::to_string(step)};
+    if (hang) argv.push_back("--hang-after-partial");
+    return std::make_unique<testing::Subprocess>(argv, std::map<std::string, std::string>{},
+                                                 JoinPath(tmp_.path(), "rank" + std::to_string(slot) + ".log"));
+  };
+  std::string ckpt = save_dir_ + "/writer-dies/checkpoints";
+  // Round 1 at step 10 commits normally: latest = step-10.
+  {
+    auto r0 = spawn(0, 10, false);
+    auto r1 = spawn(1, 10, false);
+    ASSERT_TRUE(testing::WaitFor([&] { return fs::exists(ckpt + "/step-10/manifest.json"); }, absl::Seconds(30)));
+    ASSERT_TRUE(testing::WaitFor(
+        [&] { return testing::Slurp(JoinPath(tmp_.path(), "rank1.log")).find("commit: ok") != std::string::npos; },
+        absl::Seconds(30)));
+    // Ending those processes fails generation 0 (no restarts allowed): submit a fresh run on the
+    // same directory for round 2, which resumes from step 10.
+  }
+  ASSERT_TRUE(testing::WaitFor([&] { return GetRun(run.run_id()).state() == v1::FAILED; }, absl::Seconds(10)));
+  auto run2 = Submit("writer-dies", 1, 2);
+  EXPECT_EQ(run2.resume_step(), 10);
+  run = run2;
+  fs::remove(JoinPath(tmp_.path(), "rank0.log"));
+  fs::remove(JoinPath(tmp_.path(), "rank1.log"));
+  auto writer = spawn(0, 20, /*hang=*/true);
+  auto other = spawn(1, 20, false);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return testing::Slurp(JoinPath(tmp_.path(), "rank0.log")).find("partial=") != std::string::npos; },
+      absl::Seconds(30)));
+  bool saw_partial = false;
+  for (const auto& e : fs::directory_iterator(ckpt)) {
+    saw_partial = saw_partial || e.path().filename().string().find("step-20.partial-") == 0;
+  }
+  EXPECT_TRUE(saw_partial);
+  writer->Signal(SIGKILL);
+  writer->Wait(absl::Seconds(5));
+  // The survivor's commit is aborted once the writer is declared dead (heartbeat timeout 1 s).
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::string l = testing::Slurp(JoinPath(tmp_.path(), "rank1.log"));
+        return l.find("commit: ABORTED") != std::string::npos || l.find("stop:") != std::string::npos;
+      },
+      absl::Seconds(20)))
+      << testing::Slurp(JoinPath(tmp_.path(), "rank1.log"));
+  char target[64] = {0};
+  ASSERT_GT(::readlink((ckpt + "/latest").c_str(), target, sizeof(target) - 1), 0);
+  EXPECT_STREQ(target, "step-10");
+  for (const auto& e : fs::directory_iterator(ckpt)) {
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  }
+  EXPECT_FALSE(fs::exists(ckpt + "/step-20"));
+  v1::Run status = GetRun(run.run_id());
+  EXPECT_EQ(status.state(), v1::FAILED);
+  EXPECT_EQ(status.reason().rank(), 0);
+  EXPECT_EQ(status.latest_checkpoint_step(), 10);
+}
+
+TEST_F(IntegrationTest, MissingWrongAndOutOfScopeTokensAreRefused) {
+  auto run_a = Submit("auth-a", 1, 1);
+  auto run_b = Submit("auth-b", 1, 1);
+  v1::GetRunRequest get;
+  get.set_run_id(run_a.run_id());
+  auto none = coord_.Client("");
+  auto r = Call(*none, &v1::RunService::Stub::GetRun, none->runs(), get, absl::Seconds(5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_NE(r.status().message().find("authorization"), std::string::npos);
+  auto wrong = coord_.Client("dt_admin_not-the-token-at-all-000000000000");
+  r = Call(*wrong, &v1::RunService::Stub::GetRun, wrong->runs(), get, absl::Seconds(5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
+  // Run B's token may read run B but not run A, and may not list or submit.
+  auto b = coord_.Client(run_b.run_token());
+  r = Call(*b, &v1::RunService::Stub::GetRun, b->runs(), get, absl::Seconds(5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  get.set_run_id(run_b.run_id());
+  EXPECT_TRUE(Call(*b, &v1::RunService::Stub::GetRun, b->runs(), get, absl::Seconds(5)).ok());
+  auto list = Call(*b, &v1::RunService::Stub::ListRuns, b->runs(), v1::ListRunsRequest(), absl::Seconds(5));
+  EXPECT_EQ(list.status().code(), absl::StatusCode::kPermissionDenied);
+  v1::StoreSetRequest set;
+  set.mutable_scope()->set_run_id(run_a.run_id());
+  set.set_key("k");
+  auto s = Call(*b, &v1::StoreService::Stub::Set, b->store(), set, absl::Seconds(5));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied);
+  // The admin token may do anything.
+  EXPECT_TRUE(Call(*admin_, &v1::RunService::Stub::ListRuns, admin_->runs(), v1::ListRunsRequest(),
+                   absl::Seconds(5)).ok());
+}
+
+TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
+  auto run = Submit("store", 1, 2);
+  auto agents = RegisterAll(run, 1, 2);
+  auto s0 = agents[0]->OpenStore();
+  auto s1 = agents[1]->OpenStore();
+  ASSERT_TRUE(s0.ok() && s1.ok()) << s0.status() << s1.status();
+  // A blocking get on one client is answered by a set from the other.
+  absl::StatusOr<std::string> got;
+  std::thread waiter([&] { got = (*s1)->Get("addr/rank0", absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE((*s0)->Set("addr/rank0", "10.0.0.1:1234").ok());
+  waiter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "10.0.0.1:1234");
+  // Timeouts name the key.
+  auto missing = (*s0)->Get("never", absl::Milliseconds(200));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("never"), std::string::npos);
+  // Concurrent adds from many threads over two pipelined streams: atomic.
+  std::vector<std::thread> adders;
+  for (int t = 0; t < 8; ++t) {
+    adders.emplace_back([&, t] {
+      StoreSession& s = t % 2 == 0 ? **s0 : **s1;
+      for (int i = 0; i < 50; ++i) ASSERT_TRUE(s.Add("counter", 1).ok());
+    });
+  }
+  for (auto& t : adders) t.join();
+  EXPECT_EQ(*(*s0)->Add("counter", 0), 400);
+  EXPECT_EQ(*(*s1)->CompareSet("cas", "", "v1"), "v1");
+  EXPECT_EQ(*(*s0)->CompareSet("cas", "v1", "v2"), "v2");
+  EXPECT_TRUE(*(*s0)->Check({"cas", "counter"}));
+  ASSERT_TRUE((*s1)->Wait({"cas", "counter"}, absl::Seconds(1)).ok());
+  EXPECT_TRUE(*(*s0)->DeleteKey("cas"));
+  EXPECT_EQ(*(*s1)->NumKeys(), 2);  // addr/rank0, counter
+  // Per-operation errors do not break the stream.
+  EXPECT_EQ((*s0)->Set(std::string(600, 'k'), "v").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*s0)->Set("still-works", "yes").ok());
+  // The unary form sees the same store.
+  v1::StoreGetRequest g;
+  g.mutable_scope()->set_run_id(run.run_id());
+  g.mutable_scope()->set_generation(0);
+  g.mutable_scope()->set_rank(-1);
+  g.set_key("still-works");
+  auto unary = Call(*admin_, &v1::StoreService::Stub::Get, admin_->store(), g, absl::Seconds(5));
+  ASSERT_TRUE(unary.ok()) << unary.status();
+  EXPECT_EQ(unary->value(), "yes");
+}
+
+TEST_F(IntegrationTest, StoreOfAnEndedGenerationIsAborted) {
+  auto run = Submit("store-abort", 1, 2, /*max_restarts=*/1);
+  auto agents = RegisterAll(run, 1, 2);
+  auto s0 = agents[0]->OpenStore();
+  ASSERT_TRUE(s0.ok());
+  absl::StatusOr<std::string> got;
+  std::thread waiter([&] { got = (*s0)->Get("never-set", absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(agents[1]->ReportError("boom", "std::runtime_error", "", 3).ok());
+  waiter.join();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(got.status().message().find("boom"), std::string::npos) << got.status();
+  EXPECT_EQ(GetRun(run.run_id()).state(), v1::RESTARTING);
+}
+
+TEST_F(IntegrationTest, WatchStreamsStateChangesUntilTheRunEnds) {
+  auto run = Submit("watch", 1, 2);
+  auto ctx = admin_->Context(absl::Seconds(30));
+  v1::WatchRunRequest req;
+  req.set_run_id(run.run_id());
+  req.set_include_metrics(true);
+  auto reader = admin_->runs().WatchRun(ctx.get(), req);
+  std::vector<v1::RunState> states;
+  int metric_events = 0;
+  std::thread consumer([&] {
+    v1::RunEvent e;
+    while (reader->Read(&e)) {
+      if (e.has_snapshot() && (states.empty() || states.back() != e.snapshot().state())) {
+        states.push_back(e.snapshot().state());
+      }
+      if (e.has_metric()) ++metric_events;
+    }
+  });
+  auto agents = RegisterAll(run, 1, 2);
+  {
+    MetricsReporter reporter(coord_.Client(run.run_token()), run.run_id(), 0, 0);
+    reporter.Add(1, {{"loss", 3.5}});
+    ASSERT_TRUE(reporter.Flush(absl::Seconds(5)).ok());
+  }
+  ASSERT_TRUE(agents[0]->Leave(10).ok());
+  ASSERT_TRUE(agents[1]->Leave(10).ok());
+  consumer.join();
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(states.front(), v1::PENDING);
+  EXPECT_EQ(states.back(), v1::SUCCEEDED);
+  EXPECT_NE(std::find(states.begin(), states.end(), v1::RUNNING), states.end());
+  EXPECT_EQ(metric_events, 1);
+}
+
+TEST_F(IntegrationTest, MetricsAreStoredAndQueryable) {
+  auto run = Submit("metrics", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  {
+    MetricsReporter reporter(coord_.Client(run.run_token()), run.run_id(), 0, 0, absl::Milliseconds(50));
+    for (int step = 1; step <= 20; ++step) reporter.Add(step, {{"loss", 10.0 / step}, {"lr", 0.001}});
+  }  // the destructor flushes
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run.run_id());
+  q.set_name("loss");
+  auto r = Call(*admin_, &v1::MetricsService::Stub::QueryMetrics, admin_->metrics(), q, absl::Seconds(5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->records_size(), 20);
+  EXPECT_EQ(r->records(0).step(), 1);
+  EXPECT_DOUBLE_EQ(r->records(19).value(), 0.5);
+  // A malformed batch is refused with the reason, over the stream.
+  auto ctx = admin_->Context(absl::Seconds(5));
+  v1::ReportMetricsResponse resp;
+  auto writer = admin_->metrics().ReportMetrics(ctx.get(), &resp);
+  v1::MetricBatch bad;
+  bad.set_run_id(run.run_id());
+  bad.set_rank(5);
+  writer->Write(bad);
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("rank 5"), std::string::npos);
+}
+
+TEST_F(IntegrationTest, HealthAndReflectionAnswerWithoutAToken) {
+  auto channel = grpc::CreateChannel(coord_.address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  grpc::ByteBuffer request;  // HealthCheckRequest{service: ""} is empty
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response;
+  absl::Notification done;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));  // status: SERVING
+
+  // Reflection: list_services (field 7, empty string) names the dt services.
+  grpc::ClientContext rctx;
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&rctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice list(std::string("\x3a\x00", 2));
+  call->Write(grpc::ByteBuffer(&list, 1), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  slices.clear();
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  bytes.clear();
+  for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const char* service : {"dt.v1.RunService", "dt.v1.StoreService", "dt.v1.CheckpointService"}) {
+    EXPECT_NE(bytes.find(service), std::string::npos) << service;
+  }
+  rctx.TryCancel();
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+// kill -9 of the dtcoord binary: every run is still there after a restart on the same state
+// dir, and the trainers of a running run carry on.
+TEST(CoordinatorRestartTest, KillNineKeepsRunsAndRunningTrainersCarryOn) {
+  testing::TempDir tmp;
+  std::string state = tmp.Sub("state");
+  std::string save = tmp.Sub("runs");
+  auto start = [&](const std::string& listen) {
+    return std::make_unique<testing::Subprocess>(
+        std::vector<std::string>{testing::BinaryPath("dtcoord"), "--listen", listen, "--state-dir", state,
+                                 "--metrics-listen", "off", "--heartbeat-interval", "100ms",
+                                 "--heartbeat-timeout", "3s", "--hang-timeout", "1m"},
+        std::map<std::string, std::string>{}, JoinPath(tmp.path(), "dtcoord.log"));
+  };
+  auto coord = start("127.0.0.1:0");
+  std::string addr_file = JoinPath(state, "dtcoord.addr");
+  ASSERT_TRUE(testing::WaitFor([&] { return !testing::Slurp(addr_file).empty(); }, absl::Seconds(10)))
+      << testing::Slurp(JoinPath(tmp.path(), "dtcoord.log"));
+  std::string address = testing::Slurp(addr_file);
+  address.erase(address.find_last_not_of("\n") + 1);
+  std::string token = testing::Slurp(JoinPath(state, "admin.token"));
+  token.erase(token.find_last_not_of("\n") + 1);
+  ClientOptions o;
+  o.address = address;
+  o.token = token;
+  auto admin = *CoordinatorClient::Connect(o);
+
+  std::vector<std::string> run_ids;
+  std::vector<std::string> run_tokens;
+  for (const char* name : {"kept-a", "kept-b"}) {
+    v1::SubmitRunRequest req;
+    *req.mutable_spec() = testing::MakeSpec(name, save, 1, 2);
+    auto r = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(5));
+    ASSERT_TRUE(r.ok()) << r.status();
+    run_ids.push_back(r->run_id());
+    run_tokens.push_back(r->run_token());
+  }
+  // Run A trains: two agents register and heartbeat.
+  std::vector<std::unique_ptr<Agent>> agents;
+  o.token = run_tokens[0];
+  for (int s = 0; s < 2; ++s) {
+    AgentOptions id;
+    id.run_id = run_ids[0];
+    id.node = "n1";
+    id.local_slot = s;
+    id.host = "h";
+    agents.push_back(std::make_unique<Agent>(*CoordinatorClient::Connect(o), id));
+  }
+  std::thread other([&] { ASSERT_TRUE(agents[1]->Register(absl::Seconds(10)).ok()); });
+  ASSERT_TRUE(agents[0]->Register(absl::Seconds(10)).ok());
+  other.join();
+  std::atomic<int> stops{0};
+  for (auto& a : agents) {
+    a->ReportProgress(7, 100);
+    a->StartHeartbeats([&](const std::string& reason) { ++stops; });
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+
+  coord->Signal(SIGKILL);
+  ASSERT_NE(coord->Wait(absl::Seconds(5)), -1);
+  absl::SleepFor(absl::Milliseconds(500));  // trainers keep trying meanwhile
+  coord = start(address);
+  ASSERT_TRUE(admin->WaitConnected(absl::Seconds(10)).ok());
+
+  v1::ListRunsRequest list;
+  auto runs = Call(*admin, &v1::RunService::Stub::ListRuns, admin->runs(), list, absl::Seconds(5));
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->runs_size(), 2);
+  // Newest first.
+  EXPECT_EQ(runs->runs(0).run_id(), run_ids[1]);
+  EXPECT_EQ(runs->runs(0).state(), v1::PENDING);
+  v1::GetRunRequest get;
+  get.set_run_id(run_ids[0]);
+  // Survives more than a heartbeat timeout after the restart: the trainers reconnected.
+  absl::SleepFor(absl::Seconds(4));
+  auto a = Call(*admin, &v1::RunService::Stub::GetRun, admin->runs(), get, absl::Seconds(5));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->state(), v1::RUNNING) << a->reason().message();
+  EXPECT_EQ(a->step(), 7);
+  EXPECT_EQ(stops.load(), 0);
+  ASSERT_TRUE(agents[0]->Leave(100).ok());
+  ASSERT_TRUE(agents[1]->Leave(100).ok());
+  a = Call(*admin, &v1::RunService::Stub::GetRun, admin->runs(), get, absl::Seconds(5));
+  EXPECT_EQ(a->state(), v1::SUCCEEDED);
+  for (auto& ag : agents) ag->StopHeartbeats();
+  coord->Signal(SIGTERM);
+  int status = coord->Wait(absl::Seconds(10));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);  // SIGTERM drains and exits 0
+}
+
+}  // namespace
+}  // namespace dt

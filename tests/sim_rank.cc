@@ -1,0 +1,82 @@
+// A simulated trainer rank for integration tests: registers through the real client library,
+// heartbeats, and can open a checkpoint round and hang mid-write so a test can kill it.
+//
+//   sim_rank --coordinator ADDR --token TOKEN --run RUN --node NODE --slot S
+//            [--checkpoint-step K] [--hang-after-partial]
+// Prints "rank=R generation=G" once registered, "partial=DIR" after writing a partial checkpoint,
+// "stop: REASON" when the coordinator tells it to stop (exit 3).
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/synchronization/notification.h"
+#include "client/agent.h"
+#include "common/crypto.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"simulated dt rank"};
+  std::string address, token, run, node;
+  int slot = 0;
+  int64_t checkpoint_step = 0;
+  bool hang_after_partial = false;
+  app.add_option("--coordinator", address)->required();
+  app.add_option("--token", token)->required();
+  app.add_option("--run", run)->required();
+  app.add_option("--node", node)->required();
+  app.add_option("--slot", slot);
+  app.add_option("--checkpoint-step", checkpoint_step);
+  app.add_flag("--hang-after-partial", hang_after_partial);
+  CLI11_PARSE(app, argc, argv);
+
+  dt::ClientOptions options;
+  options.address = address;
+  options.token = token;
+  auto client = dt::CoordinatorClient::Connect(options);
+  if (!client.ok()) return 1;
+  dt::AgentOptions id;
+  id.run_id = run;
+  id.node = node;
+  id.local_slot = slot;
+  id.host = dt::HostName();
+  id.pid = ::getpid();
+  dt::Agent agent(*client, id);
+  auto assigned = agent.Register(absl::Minutes(1));
+  if (!assigned.ok()) {
+    std::cout << "register failed: " << assigned.status() << std::endl;
+    return 2;
+  }
+  std::cout << "rank=" << assigned->rank() << " generation=" << assigned->generation() << std::endl;
+  absl::Notification stopped;
+  agent.StartHeartbeats([&](const std::string& reason) {
+    std::cout << "stop: " << reason << std::endl;
+    std::_Exit(3);
+  });
+  if (checkpoint_step > 0) {
+    auto round = agent.BeginCheckpoint(checkpoint_step);
+    if (!round.ok()) {
+      std::cout << "begin failed: " << round.status() << std::endl;
+      return 4;
+    }
+    if (round->writer_rank() == agent.rank()) {
+      std::ofstream(round->partial_dir() + "/model.pt") << "half";
+      std::cout << "partial=" << round->partial_dir() << std::endl;
+      if (hang_after_partial) {
+        while (true) ::pause();
+      }
+      dt::v1::Manifest m;
+      auto* f = m.add_files();
+      f->set_name("model.pt");
+      f->set_size(4);
+      f->set_sha256(dt::Sha256Hex("half"));
+      auto c = agent.CommitCheckpoint(round->round_id(), &m);
+      std::cout << "commit: " << (c.ok() ? "ok" : c.status().ToString()) << std::endl;
+    } else {
+      auto c = agent.CommitCheckpoint(round->round_id(), nullptr);
+      std::cout << "commit: " << (c.ok() ? "ok" : c.status().ToString()) << std::endl;
+    }
+  }
+  while (true) ::pause();
+}
