@@ -12,7 +12,7 @@ packages=(
   # RPC and core libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
   libsqlite3-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  prometheus-cpp-dev zlib1g-dev
+  prometheus-cpp-dev zlib1g-dev libre2-dev
   # LibTorch (CPU, c10d + Gloo), Gloo headers, and OpenBLAS so libblas.so.3 is not the reference BLAS
   libtorch-dev libgloo-dev libopenblas0-openmp
   # tests

@@ -166,6 +166,66 @@ std::shared_ptr<CoordinatorClient> InProcessCoordinator::Client(const std::strin
   return *c;
 }
 
+CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args) {
+  state_dir_ = JoinPath(dir, "coord-state");
+  log_ = JoinPath(dir, "dtcoord.log");
+  std::vector<std::string> argv = {BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
+                                   state_dir_, "--metrics-listen", "off"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
+  std::string addr_file = JoinPath(state_dir_, "dtcoord.addr");
+  if (!WaitFor([&] { return !Slurp(addr_file).empty() || !process_->running(); }, absl::Seconds(20)) ||
+      Slurp(addr_file).empty()) {
+    throw std::runtime_error("dtcoord did not start: " + Slurp(log_));
+  }
+  address_ = Slurp(addr_file);
+  address_.erase(address_.find_last_not_of("\n") + 1);
+  admin_token_ = Slurp(JoinPath(state_dir_, "admin.token"));
+  admin_token_.erase(admin_token_.find_last_not_of("\n") + 1);
+}
+
+CoordinatorProcess::~CoordinatorProcess() {
+  process_->Signal(SIGTERM);
+  if (process_->Wait(absl::Seconds(10)) == -1) process_->Signal(SIGKILL);
+}
+
+std::shared_ptr<CoordinatorClient> CoordinatorProcess::Client(const std::string& token) const {
+  ClientOptions o;
+  o.address = address_;
+  o.token = token;
+  return *CoordinatorClient::Connect(o);
+}
+
+v1::SubmitRunResponse CoordinatorProcess::Submit(const v1::RunSpec& spec) const {
+  auto admin = AdminClient();
+  v1::SubmitRunRequest req;
+  *req.mutable_spec() = spec;
+  auto r = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return *r;
+}
+
+v1::Run CoordinatorProcess::GetRun(const std::string& run_id) const {
+  auto admin = AdminClient();
+  v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  auto r = Call(*admin, &v1::RunService::Stub::GetRun, admin->runs(), req, absl::Seconds(30));
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return *r;
+}
+
+std::vector<v1::MetricRecord> CoordinatorProcess::Metrics(const std::string& run_id, const std::string& metric,
+                                                          std::optional<int> rank) const {
+  auto admin = AdminClient();
+  v1::QueryMetricsRequest req;
+  req.set_run_id(run_id);
+  req.set_name(metric);
+  if (rank) req.set_rank(*rank);
+  auto r = Call(*admin, &v1::MetricsService::Stub::QueryMetrics, admin->metrics(), req, absl::Seconds(30));
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return std::vector<v1::MetricRecord>(r->records().begin(), r->records().end());
+}
+
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,
                      int procs_per_node, int max_restarts) {
   v1::RunSpec spec;

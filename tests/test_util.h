@@ -5,7 +5,9 @@
 #include <sys/types.h>
 
 #include <map>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,33 @@ class InProcessCoordinator {
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<CoordinatorServer> server_;
   std::string admin_token_;
+};
+
+// The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
+class CoordinatorProcess {
+ public:
+  CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args = {});
+  ~CoordinatorProcess();
+  const std::string& address() const { return address_; }
+  const std::string& admin_token() const { return admin_token_; }
+  const std::string& state_dir() const { return state_dir_; }
+  const std::string& log() const { return log_; }
+  Subprocess& process() { return *process_; }
+  std::shared_ptr<CoordinatorClient> Client(const std::string& token) const;
+  std::shared_ptr<CoordinatorClient> AdminClient() const { return Client(admin_token_); }
+  // Submits a run and returns (run id, run token).
+  v1::SubmitRunResponse Submit(const v1::RunSpec& spec) const;
+  v1::Run GetRun(const std::string& run_id) const;
+  // Every stored value of `metric` for the run, ordered by step then rank.
+  std::vector<v1::MetricRecord> Metrics(const std::string& run_id, const std::string& metric,
+                                        std::optional<int> rank = std::nullopt) const;
+
+ private:
+  std::string state_dir_;
+  std::string log_;
+  std::string address_;
+  std::string admin_token_;
+  std::unique_ptr<Subprocess> process_;
 };
 
 // A RunSpec with the given shape, saving under `save_dir`.

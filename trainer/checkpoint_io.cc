@@ -1,0 +1,232 @@
+#include "trainer/checkpoint_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+
+namespace dt {
+namespace {
+
+// Writes `data` to dir/name, hashing as it goes, fsyncs, and describes it for the manifest.
+absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name,
+                                             const std::string& data) {
+  std::string path = JoinPath(dir, name);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  Sha256 hash;
+  constexpr size_t kChunk = 8 << 20;
+  for (size_t done = 0; done < data.size();) {
+    size_t n = std::min(kChunk, data.size() - done);
+    hash.Update(data.data() + done, n);
+    size_t written = 0;
+    while (written < n) {
+      ssize_t w = ::write(fd, data.data() + done + written, n - written);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        return err == ENOSPC ? absl::ResourceExhaustedError(absl::StrCat("disk full writing ", path))
+                             : absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+      }
+      written += static_cast<size_t>(w);
+    }
+    done += n;
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot fsync ", path, ": ", std::strerror(err)));
+  }
+  ::close(fd);
+  v1::ManifestFile f;
+  f.set_name(name);
+  f.set_size(static_cast<int64_t>(data.size()));
+  f.set_sha256(hash.HexDigest());
+  return f;
+}
+
+std::string ArchiveBytes(torch::serialize::OutputArchive& archive) {
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+}  // namespace
+
+std::string DescribeConfig(const Gpt2Config& c) {
+  return absl::StrCat("vocab_size=", c.vocab_size, ",n_positions=", c.n_positions, ",n_embd=", c.n_embd,
+                      ",n_layer=", c.n_layer, ",n_head=", c.n_head);
+}
+
+absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model,
+                                             torch::optim::Optimizer& optimizer,
+                                             const TrainState& state) {
+  v1::Manifest manifest;
+  try {
+    std::vector<std::pair<std::string, std::string>> files;
+    {
+      torch::serialize::OutputArchive a;
+      model->save(a);
+      files.emplace_back("model.pt", ArchiveBytes(a));
+    }
+    {
+      torch::serialize::OutputArchive a;
+      optimizer.save(a);
+      files.emplace_back("optimizer.pt", ArchiveBytes(a));
+    }
+    {
+      torch::serialize::OutputArchive a;
+      auto gen = at::detail::getDefaultCPUGenerator();
+      torch::Tensor rng;
+      {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        rng = gen.get_state();
+      }
+      a.write("cpu", rng);
+      files.emplace_back("rng.pt", ArchiveBytes(a));
+    }
+    nlohmann::json s = {{"step", state.step},           {"epoch", state.epoch},
+                        {"batch", state.batch},         {"tokens_seen", state.tokens_seen},
+                        {"samples_seen", state.samples_seen}, {"world_size", state.world_size},
+                        {"batch_size", state.batch_size}, {"grad_accum", state.grad_accum},
+                        {"seed", state.seed},           {"model_config", state.model_config}};
+    files.emplace_back("state.json", s.dump(2) + "\n");
+    for (const auto& [name, data] : files) {
+      absl::StatusOr<v1::ManifestFile> f = WriteHashed(dir, name, data);
+      if (!f.ok()) return f.status();
+      *manifest.add_files() = *f;
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cannot serialise the checkpoint: ", e.what()));
+  }
+  if (absl::Status s = FsyncDir(dir); !s.ok()) return s;
+  return manifest;
+}
+
+absl::Status VerifyCheckpointFiles(const std::string& dir) {
+  absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "manifest.json"));
+  if (!text.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has no manifest.json"));
+  nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
+  if (m.is_discarded() || !m.contains("files")) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
+  }
+  for (const auto& f : m["files"]) {
+    std::string path = JoinPath(dir, f.value("name", ""));
+    absl::StatusOr<std::string> digest = Sha256File(path);
+    if (!digest.ok()) return absl::DataLossError(digest.status().message());
+    if (*digest != f.value("sha256", "")) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " does not match its manifest (SHA-256 ",
+                                              *digest, "); the checkpoint is corrupt"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
+                                          torch::optim::Optimizer& optimizer) {
+  if (absl::Status s = VerifyCheckpointFiles(dir); !s.ok()) return s;
+  absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
+  if (!text.ok()) return text.status();
+  nlohmann::json s = nlohmann::json::parse(*text, nullptr, false);
+  if (s.is_discarded()) return absl::DataLossError(absl::StrCat(dir, "/state.json is malformed"));
+  TrainState state;
+  state.step = s.value("step", int64_t{0});
+  state.epoch = s.value("epoch", int64_t{0});
+  state.batch = s.value("batch", int64_t{0});
+  state.tokens_seen = s.value("tokens_seen", int64_t{0});
+  state.samples_seen = s.value("samples_seen", int64_t{0});
+  state.world_size = s.value("world_size", 0);
+  state.batch_size = s.value("batch_size", 0);
+  state.grad_accum = s.value("grad_accum", 1);
+  state.seed = s.value("seed", uint64_t{0});
+  state.model_config = s.value("model_config", std::string());
+  std::string mine = DescribeConfig(model->config());
+  if (state.model_config != mine) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", dir, " holds a model with ",
+                                                      state.model_config, " but this run builds ", mine,
+                                                      "; use the same --model/--config-overrides"));
+  }
+  try {
+    {
+      torch::serialize::InputArchive a;
+      a.load_from(JoinPath(dir, "model.pt"));
+      model->load(a);
+    }
+    {
+      torch::serialize::InputArchive a;
+      a.load_from(JoinPath(dir, "optimizer.pt"));
+      optimizer.load(a);
+    }
+    {
+      torch::serialize::InputArchive a;
+      a.load_from(JoinPath(dir, "rng.pt"));
+      torch::Tensor rng;
+      a.read("cpu", rng);
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("cannot load checkpoint ", dir, ": ", e.what()));
+  }
+  return state;
+}
+
+namespace {
+
+// Module::save nests one archive per submodule: walk them in step.
+absl::Status CompareArchives(torch::serialize::InputArchive& a, torch::serialize::InputArchive& b,
+                             const std::string& prefix, std::vector<std::pair<std::string, double>>* out) {
+  for (const std::string& key : a.keys()) {
+    c10::IValue va;
+    if (!a.try_read(key, va)) continue;
+    if (va.isTensor()) {
+      c10::IValue vb;
+      if (!b.try_read(key, vb) || !vb.isTensor()) {
+        return absl::FailedPreconditionError(absl::StrCat("the second checkpoint lacks ", prefix, key));
+      }
+      torch::Tensor ta = va.toTensor(), tb = vb.toTensor();
+      if (!ta.sizes().equals(tb.sizes())) {
+        return absl::FailedPreconditionError(absl::StrCat(prefix, key, " has different shapes"));
+      }
+      out->emplace_back(prefix + key, ta.numel() == 0 ? 0.0 : (ta - tb).abs().max().item<double>());
+      continue;
+    }
+    torch::serialize::InputArchive sa, sb;
+    if (a.try_read(key, sa)) {
+      if (!b.try_read(key, sb)) {
+        return absl::FailedPreconditionError(absl::StrCat("the second checkpoint lacks ", prefix, key));
+      }
+      if (absl::Status s = CompareArchives(sa, sb, prefix + key + ".", out); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> CompareModels(const std::string& dir_a,
+                                                                          const std::string& dir_b) {
+  try {
+    torch::serialize::InputArchive a, b;
+    a.load_from(JoinPath(dir_a, "model.pt"));
+    b.load_from(JoinPath(dir_b, "model.pt"));
+    std::vector<std::pair<std::string, double>> out;
+    if (absl::Status s = CompareArchives(a, b, "", &out); !s.ok()) return s;
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot compare checkpoints: ", e.what()));
+  }
+}
+
+}  // namespace dt

@@ -1,0 +1,72 @@
+#include "trainer/coordinator_store.h"
+
+#include <c10/util/Exception.h>
+
+namespace dt {
+namespace {
+
+// c10d reports store failures as exceptions; the message keeps the coordinator's explanation.
+void Check(const absl::Status& s, const char* op) {
+  TORCH_CHECK(s.ok(), "coordinator store ", op, " failed: ", s.ToString());
+}
+
+std::string AsString(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> AsBytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+absl::Duration ToAbsl(std::chrono::milliseconds ms) { return absl::Milliseconds(ms.count()); }
+
+}  // namespace
+
+CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session,
+                                   std::chrono::milliseconds timeout)
+    : c10d::Store(timeout), session_(std::move(session)) {}
+
+void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  Check(session_->Set(key, AsString(value)), "set");
+}
+
+std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key,
+                                                  const std::vector<uint8_t>& expected,
+                                                  const std::vector<uint8_t>& desired) {
+  absl::StatusOr<std::string> v = session_->CompareSet(key, AsString(expected), AsString(desired));
+  Check(v.status(), "compareSet");
+  return AsBytes(*v);
+}
+
+std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
+  absl::StatusOr<std::string> v = session_->Get(key, ToAbsl(timeout_));
+  Check(v.status(), "get");
+  return AsBytes(*v);
+}
+
+int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
+  absl::StatusOr<int64_t> v = session_->Add(key, value);
+  Check(v.status(), "add");
+  return *v;
+}
+
+bool CoordinatorStore::deleteKey(const std::string& key) {
+  absl::StatusOr<bool> v = session_->DeleteKey(key);
+  Check(v.status(), "deleteKey");
+  return *v;
+}
+
+bool CoordinatorStore::check(const std::vector<std::string>& keys) {
+  absl::StatusOr<bool> v = session_->Check(keys);
+  Check(v.status(), "check");
+  return *v;
+}
+
+int64_t CoordinatorStore::getNumKeys() {
+  absl::StatusOr<int64_t> v = session_->NumKeys();
+  Check(v.status(), "getNumKeys");
+  return *v;
+}
+
+void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  Check(session_->Wait(keys, ToAbsl(timeout)), "wait");
+}
+
+}  // namespace dt

@@ -1,0 +1,32 @@
+// A c10d::Store backed by the coordinator's key-value store (one pipelined StoreSession), so Gloo
+// and NCCL process groups initialise through dtcoord: no MASTER_ADDR/MASTER_PORT.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+
+#include "client/store_session.h"
+
+namespace dt {
+
+class CoordinatorStore : public c10d::Store {
+ public:
+  CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout);
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+ private:
+  std::unique_ptr<StoreSession> session_;
+};
+
+}  // namespace dt

@@ -1,0 +1,220 @@
+// dttrainer: one training process per device. See `dttrainer --help`.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "client/agent.h"
+#include "client/coordinator_client.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/version.h"
+#include "trainer/checkpoint_io.h"
+#include "trainer/gpt2_tokenizer.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+int EnvInt(const char* name, int fallback) {
+  int v = 0;
+  return absl::SimpleAtoi(Env(name), &v) ? v : fallback;
+}
+
+int Tokenize(const std::string& dir, const std::string& file, const std::string& text) {
+  auto tok = dt::Gpt2Tokenizer::Load(dir);
+  if (!tok.ok()) {
+    std::cerr << "dttrainer tokenize: " << tok.status().message() << "\n";
+    return 2;
+  }
+  std::string input = text;
+  if (!file.empty()) {
+    auto content = dt::ReadFile(file);
+    if (!content.ok()) {
+      std::cerr << "dttrainer tokenize: " << content.status().message() << "\n";
+      return 2;
+    }
+    input = *content;
+  }
+  std::cout << nlohmann::json((*tok)->Encode(input)).dump() << "\n";
+  return 0;
+}
+
+int Decode(const std::string& dir, const std::string& ids_text) {
+  auto tok = dt::Gpt2Tokenizer::Load(dir);
+  if (!tok.ok()) {
+    std::cerr << "dttrainer decode: " << tok.status().message() << "\n";
+    return 2;
+  }
+  nlohmann::json ids = nlohmann::json::parse(ids_text, nullptr, false);
+  std::vector<int32_t> parsed;
+  if (ids.is_array()) {
+    for (const auto& v : ids) {
+      if (!v.is_number_integer()) {
+        ids = nlohmann::json();
+        break;
+      }
+      parsed.push_back(v.get<int32_t>());
+    }
+  }
+  if (!ids.is_array()) {
+    std::cerr << "dttrainer decode: expected a JSON array of token ids, e.g. [15496, 995]\n";
+    return 2;
+  }
+  auto text = (*tok)->Decode(parsed);
+  if (!text.ok()) {
+    std::cerr << "dttrainer decode: " << text.status().message() << "\n";
+    return 2;
+  }
+  std::cout << *text;
+  return 0;
+}
+
+int CheckpointDiff(const std::string& a, const std::string& b) {
+  auto diffs = dt::CompareModels(a, b);
+  if (!diffs.ok()) {
+    std::cerr << "dttrainer ckpt-diff: " << diffs.status().message() << "\n";
+    return 2;
+  }
+  double max = 0;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& [name, d] : *diffs) {
+    tensors[name] = d;
+    max = std::max(max, d);
+  }
+  std::cout << nlohmann::json({{"max_abs_diff", max}, {"tensors", tensors}}).dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dt::SetLogProgram("dttrainer");
+  CLI::App app{
+      "dttrainer: one GPT-2 training process per device, coordinated by dtcoord.\n"
+      "Usually started by `dtctl submit` (local or Slurm) with DT_COORDINATOR, DT_RUN_ID and\n"
+      "DT_RUN_TOKEN set. With your own sbatch script, give --experiment-name/--save-dir/--nnodes/\n"
+      "--nproc-per-node and DT_TOKEN: the tasks of one Slurm job create or join one run."};
+  app.set_version_flag("--version", std::string(dt::kVersion));
+  app.require_subcommand(0, 1);
+  // A later occurrence of a flag overrides an earlier one (launchers append to user arguments).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  dt::TrainerConfig c;
+  c.coordinator = Env("DT_COORDINATOR");
+  c.run_id = Env("DT_RUN_ID");
+  c.local_slot = EnvInt("SLURM_LOCALID", EnvInt("LOCAL_RANK", 0));
+  c.node = dt::NodeName();
+  std::string token_file;
+  bool no_metrics = false;
+
+  auto* id = "Identity";
+  app.add_option("--coordinator", c.coordinator, "dtcoord address HOST:PORT (default: $DT_COORDINATOR)")->group(id);
+  app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)")->group(id);
+  app.add_option("--token-file", token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)")
+      ->group(id);
+  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator")->group(id);
+  app.add_option("--local-rank", c.local_slot, "this process's slot on its node (default: $SLURM_LOCALID, else $LOCAL_RANK, else 0)")
+      ->group(id);
+  app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)")
+      ->group(id);
+  app.add_option("--nnodes", c.expect_nodes, "nodes this process expects; refused if the run disagrees")->group(id);
+  app.add_option("--nproc-per-node", c.expect_procs_per_node, "processes per node this process expects")->group(id);
+  app.add_option("--experiment-name", c.experiment_name, "without --run: create or join the run of this experiment and Slurm job")
+      ->group(id);
+  app.add_option("--save-dir", c.save_dir, "without --run: where the experiment directory goes")->group(id);
+  app.add_option("--max-restarts", c.max_restarts, "without --run: restarts the created run allows")->group(id);
+  app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "seconds to wait for every rank to register")
+      ->group(id)->capture_default_str();
+
+  auto* model = "Model";
+  app.add_option("--model", c.model, "gpt2 (124M), gpt2-medium (350M) or tiny")->group(model)->capture_default_str();
+  app.add_option("--config-overrides", c.config_overrides, "e.g. n_embd=128,n_layer=4,n_head=4,n_positions=256")->group(model);
+  app.add_option("--dropout", c.dropout, "dropout probability")->group(model)->capture_default_str();
+
+  auto* data = "Data";
+  app.add_option("--dataset", c.dataset, "Alpaca .json/.jsonl, .jsonl with \"text\", or .txt")->group(data);
+  app.add_option("--tokenizer-dir", c.tokenizer_dir, "encoder.json + vocab.bpe (or vocab.json + merges.txt)")->group(data);
+  app.add_option("--eval-split", c.eval_split, "fraction of samples held out for evaluation")->group(data)->capture_default_str();
+  app.add_option("--eval-freq", c.eval_freq, "evaluate every N steps (0: never; also at the end when > 0)")->group(data);
+  app.add_option("--eval-batches", c.eval_batches, "batches per rank per evaluation")->group(data)->capture_default_str();
+
+  auto* loop = "Training";
+  app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-step")->group(loop)->capture_default_str();
+  app.add_option("--seq-len", c.seq_len, "tokens per sequence")->group(loop)->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")->group(loop)->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
+  app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
+  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();
+  app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine decay (default: lr/10)")->group(loop);
+  app.add_option("--warmup-steps", c.warmup_steps, "linear warmup steps")->group(loop)->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (not on biases and LayerNorm)")->group(loop)->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->group(loop)->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->group(loop)->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
+  app.add_option("--ckpt-freq", c.ckpt_freq, "checkpoint every N steps (0: only at the end)")->group(loop);
+  app.add_option("--log-freq", c.log_freq, "report metrics every N steps")->group(loop)->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the model init and the data order")->group(loop)->capture_default_str();
+  app.add_option("--threads", c.threads, "intra-op threads (default: $OMP_NUM_THREADS, else 1)")->group(loop);
+  app.add_option("--backend", c.backend, "gloo or nccl (default: nccl when CUDA is available, else gloo)")->group(loop);
+  app.add_flag("--no-metrics", no_metrics, "do not report metrics to the coordinator")->group(loop);
+  app.add_option("--exit-after-step", c.exit_after_step,
+                 "testing: vanish without cleanup after this step, as a killed process would")
+      ->group(loop);
+
+  std::string tok_dir, tok_file, tok_text, ids_text, diff_a, diff_b;
+  CLI::App* tokenize = app.add_subcommand("tokenize", "print the GPT-2 token ids of a text or file as JSON");
+  tokenize->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->required();
+  tokenize->add_option("--file", tok_file, "file to tokenize");
+  tokenize->add_option("text", tok_text, "text to tokenize");
+  CLI::App* decode = app.add_subcommand("decode", "print the text of a JSON array of token ids");
+  decode->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->required();
+  decode->add_option("ids", ids_text, "e.g. [15496, 995]")->required();
+  CLI::App* diff = app.add_subcommand("ckpt-diff", "largest absolute parameter difference of two checkpoints");
+  diff->add_option("a", diff_a, "checkpoint directory")->required();
+  diff->add_option("b", diff_b, "checkpoint directory")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (tokenize->parsed()) return Tokenize(tok_dir, tok_file, tok_text);
+  if (decode->parsed()) return Decode(tok_dir, ids_text);
+  if (diff->parsed()) return CheckpointDiff(diff_a, diff_b);
+
+  auto usage = [](const std::string& message) {
+    std::cerr << "dttrainer: " << message << " (see dttrainer --help)\n";
+    return 2;
+  };
+  if (c.coordinator.empty()) return usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
+  absl::StatusOr<std::string> token =
+      token_file.empty() ? dt::ResolveToken("", "DT_RUN_TOKEN", "") : dt::ResolveToken("", nullptr, token_file);
+  if (!token.ok() && token_file.empty()) token = dt::ResolveToken("", "DT_TOKEN", "");
+  if (!token.ok()) return usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
+  c.token = *token;
+  if (c.run_id.empty() && (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 ||
+                           c.expect_procs_per_node <= 0)) {
+    return usage("no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to create or join one");
+  }
+  if (c.dataset.empty()) return usage("--dataset is required");
+  if (c.tokenizer_dir.empty()) return usage("--tokenizer-dir is required");
+  if (c.max_steps <= 0 && c.num_epochs <= 0) return usage("give --max-steps or --num-epochs");
+  if (c.batch_size <= 0 || c.seq_len <= 1 || c.grad_accum <= 0) {
+    return usage("--batch-size and --grad-accum must be positive and --seq-len at least 2");
+  }
+  if (c.eval_split < 0 || c.eval_split >= 1) return usage("--eval-split must be in [0, 1)");
+  if (c.lr <= 0) return usage("--lr must be positive");
+  if (c.local_slot < 0) return usage("--local-rank must not be negative");
+  c.report_metrics = !no_metrics;
+  for (int i = 0; i < argc; ++i) c.argv.emplace_back(argv[i]);
+  return dt::RunTrainer(c);
+}

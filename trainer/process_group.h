@@ -1,0 +1,24 @@
+// The c10d process group of a generation: Gloo on CPU (always built), NCCL when this binary was
+// built against a CUDA LibTorch (USE_C10D_NCCL) and a GPU is present.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace dt {
+
+// "gloo", "nccl", or "" for the default (nccl when CUDA is there, else gloo).
+absl::StatusOr<std::string> ResolveBackend(const std::string& requested);
+
+// Builds the group through `store`. Gloo's device comes from GLOO_SOCKET_IFNAME when set (as
+// torchrun users expect), else the host name, else Gloo's default. NCCL uses device local_rank.
+absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> CreateProcessGroup(
+    const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
+    int world_size, int local_rank, std::chrono::milliseconds timeout);
+
+}  // namespace dt

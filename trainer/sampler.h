@@ -1,0 +1,34 @@
+// Which samples each rank trains on: a permutation of all samples per epoch (from the seed and
+// the epoch, the same on every rank), rank r taking every world-th one starting at r (as
+// torch's DistributedSampler does), in batches, dropping what does not fill a batch on every
+// rank. So rank r's batch k of a W-rank run is a disjoint slice of batch k of a one-rank run with
+// W times the batch size. The position (epoch, batch) goes into checkpoints. No torch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dt {
+
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed);
+
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Sample indices of this rank's batch `batch` (0-based) in `epoch` (0-based).
+  std::vector<int64_t> Batch(int64_t epoch, int64_t batch);
+
+ private:
+  void Shuffle(int64_t epoch);
+
+  int64_t num_samples_;
+  int world_size_;
+  int rank_;
+  int batch_size_;
+  uint64_t seed_;
+  int64_t batches_per_epoch_;
+  int64_t shuffled_epoch_ = -1;
+  std::vector<int64_t> permutation_;
+};
+
+}  // namespace dt

@@ -1,0 +1,62 @@
+// Everything dttrainer can be told, in one struct (filled from flags and the environment by
+// main.cc; no torch here).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dt {
+
+struct TrainerConfig {
+  // Who this process is.
+  std::string coordinator;  // HOST:PORT (--coordinator / DT_COORDINATOR)
+  std::string run_id;       // --run / DT_RUN_ID
+  std::string token;        // DT_RUN_TOKEN, else DT_TOKEN
+  std::string tls_ca;
+  int local_slot = 0;       // --local-rank / SLURM_LOCALID / LOCAL_RANK
+  std::string node;         // SLURMD_NODENAME / host name
+  int expect_nodes = 0;     // the world this process was started for (0: take the run's)
+  int expect_procs_per_node = 0;
+  // Bring your own sbatch: create-or-join a run keyed by experiment + Slurm job id.
+  std::string experiment_name;
+  std::string save_dir;
+  int max_restarts = 0;
+  std::vector<std::string> argv;  // recorded in the run spec
+
+  // Model.
+  std::string model = "gpt2";
+  std::string config_overrides;
+  double dropout = 0.0;
+
+  // Data.
+  std::string dataset;
+  std::string tokenizer_dir;
+  double eval_split = 0.05;
+  int64_t eval_freq = 0;
+  int64_t eval_batches = 8;
+
+  // Loop.
+  int batch_size = 8;
+  int seq_len = 256;
+  int grad_accum = 1;
+  int64_t max_steps = 0;
+  int64_t num_epochs = 0;
+  double lr = 3e-4;
+  double min_lr = -1;  // <0: lr / 10
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  int64_t warmup_steps = 0;
+  double grad_clip = 1.0;
+  int64_t ckpt_freq = 0;
+  int64_t log_freq = 10;
+  uint64_t seed = 1337;
+  int threads = 0;           // 0: OMP_NUM_THREADS, else 1
+  std::string backend;       // "" = nccl with CUDA, else gloo
+  bool report_metrics = true;
+  int64_t exit_after_step = 0;  // fault injection: vanish (no cleanup) after this step
+  int64_t rendezvous_timeout_s = 900;
+};
+
+}  // namespace dt
