@@ -17,8 +17,6 @@
 #include "common/crypto.h"
 #include "common/fs.h"
 
-extern char** environ;
-
 namespace dt::testing {
 
 TempDir::TempDir() {
@@ -40,67 +38,6 @@ std::string TempDir::Sub(const std::string& name) const {
   std::filesystem::create_directories(p);
   return p;
 }
-
-Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
-                       std::string log_file) {
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!log_file.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawn(&pid_, args[0], &actions, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw std::runtime_error(absl::StrCat("cannot start ", argv[0], ": ", strerror(rc)));
-}
-
-Subprocess::~Subprocess() {
-  if (!reaped_ && pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status_, 0);
-  }
-}
-
-void Subprocess::Signal(int sig) {
-  if (!reaped_) ::kill(pid_, sig);
-}
-
-int Subprocess::Wait(absl::Duration timeout) {
-  if (reaped_) return status_;
-  absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    pid_t r = ::waitpid(pid_, &status_, WNOHANG);
-    if (r == pid_) {
-      reaped_ = true;
-      return status_;
-    }
-    if (absl::Now() >= deadline) return -1;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-}
-
-bool Subprocess::running() { return Wait(absl::ZeroDuration()) == -1; }
 
 std::string BinaryPath(const std::string& name) { return JoinPath(DT_BINARY_DIR, name); }
 

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "common/subprocess.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/server.h"
@@ -33,25 +34,7 @@ class TempDir {
   std::string path_;
 };
 
-// A child process; killed (SIGKILL) and reaped when the object dies.
-class Subprocess {
- public:
-  // argv[0] is the program; `env` entries are added to (or override) this process's environment;
-  // stdout and stderr go to `log_file` (appended) when given.
-  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
-             std::string log_file = "");
-  ~Subprocess();
-  pid_t pid() const { return pid_; }
-  void Signal(int sig);
-  // Waits for the exit and returns the raw wait status; -1 on timeout.
-  int Wait(absl::Duration timeout);
-  bool running();
-
- private:
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  int status_ = 0;
-};
+using dt::Subprocess;
 
 // Path of a binary built by this project (build/bin/<name>).
 std::string BinaryPath(const std::string& name);

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   dt::TrainerConfig c;
   c.coordinator = Env("DT_COORDINATOR");
   c.run_id = Env("DT_RUN_ID");
+  c.tls_ca = Env("DT_TLS_CA");
   c.local_slot = EnvInt("SLURM_LOCALID", EnvInt("LOCAL_RANK", 0));
   c.node = dt::NodeName();
   std::string token_file;
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
   app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)")->group(id);
   app.add_option("--token-file", token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)")
       ->group(id);
-  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator")->group(id);
+  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator (default: $DT_TLS_CA)")->group(id);
   app.add_option("--local-rank", c.local_slot, "this process's slot on its node (default: $SLURM_LOCALID, else $LOCAL_RANK, else 0)")
       ->group(id);
   app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)")
@@ -132,6 +133,9 @@ int main(int argc, char** argv) {
       ->group(id);
   app.add_option("--save-dir", c.save_dir, "without --run: where the experiment directory goes")->group(id);
   app.add_option("--max-restarts", c.max_restarts, "without --run: restarts the created run allows")->group(id);
+  c.log_dir = Env("DT_LOG_DIR");
+  app.add_option("--log-dir", c.log_dir, "after registering, write output to <dir>/rank-<R>.log (default: $DT_LOG_DIR)")
+      ->group(id);
   app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "seconds to wait for every rank to register")
       ->group(id)->capture_default_str();
 

@@ -1,6 +1,10 @@
 #include "trainer/trainer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
@@ -88,6 +92,28 @@ torch::Tensor Gather(const TokenCache& tokens, const std::vector<int64_t>& sampl
     for (int t = 0; t <= seq_len; ++t) *dst++ = src[t];
   }
   return out;
+}
+
+// Sends stdout and stderr to <dir>/rank-<R>.log now that the rank is known (schedulers name
+// output by task, not by rank). Appends: a restarted generation continues the same file.
+void RedirectOutput(const std::string& dir, const v1::RegisterResponse& a) {
+  std::string path = JoinPath(dir, absl::StrCat("rank-", a.rank(), ".log"));
+  if (absl::Status s = MakeDirs(dir); !s.ok()) {
+    DT_LOG(Warning) << "not logging to " << path << ": " << s.message();
+    return;
+  }
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    DT_LOG(Warning) << "not logging to " << path << ": " << std::strerror(errno);
+    return;
+  }
+  DT_LOG(Info) << "output of rank " << a.rank() << " goes to " << path;
+  std::cout.flush();
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+  DT_LOG(Info) << "=== run " << a.run_id() << " generation " << a.generation() << ": rank " << a.rank()
+               << " of " << a.world_size() << ", pid " << ::getpid() << " on " << HostName() << " ===";
 }
 
 struct Trainer {
@@ -429,6 +455,7 @@ int RunTrainer(const TrainerConfig& cfg) {
                : kExitFailed;
   }
   SetLogProgram(absl::StrCat("dttrainer rank ", assigned->rank()));
+  if (!cfg.log_dir.empty()) RedirectOutput(cfg.log_dir, *assigned);
 
   std::unique_ptr<MetricsReporter> reporter;
   if (cfg.report_metrics) {

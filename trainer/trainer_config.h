@@ -57,6 +57,7 @@ struct TrainerConfig {
   bool report_metrics = true;
   int64_t exit_after_step = 0;  // fault injection: vanish (no cleanup) after this step
   int64_t rendezvous_timeout_s = 900;
+  std::string log_dir;       // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
 };
 
 }  // namespace dt

@@ -1,0 +1,229 @@
+#include "client/dtctl/local_launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/agent.h"
+#include "client/coordinator_client.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/subprocess.h"
+
+namespace dt::ctl {
+namespace {
+
+bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+struct Child {
+  int node = 0;
+  int slot = 0;
+  int rank = 0;
+  std::unique_ptr<Subprocess> process;
+  bool done = false;
+  int status = 0;
+};
+
+std::string NodeNameFor(const LocalLaunch& l, int node) {
+  // One node: the real node name, as a trainer started by hand would use. Several simulated nodes
+  // on one machine: names that sort in node order.
+  return l.nodes == 1 ? NodeName() : absl::StrCat(HostName(), "-node", node);
+}
+
+void StopAll(std::vector<Child>& children, absl::Duration grace) {
+  for (auto& c : children) {
+    if (!c.done) c.process->Signal(SIGTERM);
+  }
+  absl::Time deadline = absl::Now() + grace;
+  for (auto& c : children) {
+    if (c.done) continue;
+    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    if (c.process->Wait(left) == -1) {
+      c.process->Signal(SIGKILL);
+      c.process->Wait(absl::Seconds(5));
+    }
+    c.done = true;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& l) {
+  std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtctl"), "--coordinator", l.coordinator};
+  if (!l.tls_ca.empty()) argv.insert(argv.end(), {"--tls-ca", l.tls_ca});
+  argv.insert(argv.end(), {"__launch-local", "--run", l.run_id, "--trainer", l.trainer, "--exp-dir", l.exp_dir,
+                           "--nodes", absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node),
+                           "--omp-threads", absl::StrCat(l.omp_threads), "--"});
+  argv.insert(argv.end(), l.trainer_args.begin(), l.trainer_args.end());
+  SpawnOptions o;
+  o.env["DT_RUN_TOKEN"] = l.run_token;
+  o.output_file = JoinPath(JoinPath(l.exp_dir, "logs"), "launcher.log");
+  o.new_session = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
+  if (!p.ok()) return p.status();
+  (*p)->Release();
+  return static_cast<int>((*p)->pid());
+}
+
+int RunLocalLauncher(const LocalLaunch& l) {
+  SetLogProgram("dt-launcher");
+  ClientOptions options;
+  options.address = l.coordinator;
+  options.token = l.run_token;
+  options.tls_ca_file = l.tls_ca;
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
+  if (!client.ok()) {
+    DT_LOG(Error) << client.status();
+    return 1;
+  }
+  int world = l.nodes * l.procs_per_node;
+  int threads = l.omp_threads;
+  if (threads <= 0) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    threads = omp != nullptr && std::atoi(omp) > 0
+                  ? std::atoi(omp)
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+  }
+  std::string logs = JoinPath(l.exp_dir, "logs");
+  (void)MakeDirs(logs);
+  DT_LOG(Info) << "launcher for run " << l.run_id << " (pid " << ::getpid() << "): " << l.nodes << " node(s) x "
+               << l.procs_per_node << ", OMP_NUM_THREADS=" << threads;
+
+  std::vector<Child> children;
+  int64_t launched_generation = -1;
+  bool reported = false;
+  v1::Run run;
+  absl::Time last_query;
+  absl::Time all_done_at = absl::InfiniteFuture();
+  absl::Time stop_waiting_since = absl::InfiniteFuture();
+  while (true) {
+    // What does the coordinator say?
+    if (absl::Now() - last_query >= absl::Milliseconds(250)) {
+      v1::GetRunRequest req;
+      req.set_run_id(l.run_id);
+      absl::StatusOr<v1::Run> got =
+          Call(**client, &v1::RunService::Stub::GetRun, (*client)->runs(), req, absl::Seconds(10));
+      last_query = absl::Now();
+      if (got.ok()) {
+        run = *got;
+      } else if (got.status().code() != absl::StatusCode::kUnavailable &&
+                 got.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        DT_LOG(Error) << "the coordinator refused the launcher: " << got.status();
+        StopAll(children, absl::Seconds(5));
+        return 1;
+      }
+    }
+    if (Terminal(run.state())) {
+      StopAll(children, absl::Seconds(10));
+      DT_LOG(Info) << "run " << l.run_id << " ended " << v1::RunState_Name(run.state()) << "; launcher exits";
+      return run.state() == v1::SUCCEEDED ? 0 : 1;
+    }
+
+    // Reap trainers; tell the coordinator at once about one that died in the current generation.
+    bool all_done = !children.empty();
+    bool any_alive = false;
+    for (auto& c : children) {
+      if (!c.done) {
+        int status = c.process->Wait(absl::ZeroDuration());
+        if (status != -1) {
+          c.done = true;
+          c.status = status;
+          bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          DT_LOG(Info) << "rank " << c.rank << " (pid " << c.process->pid() << ") " << DescribeWaitStatus(status);
+          // Exit code 3: stopped by the coordinator, which knows why.
+          bool told_to_stop = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+          if (!clean && !told_to_stop && !reported && run.generation() == launched_generation) {
+            reported = true;
+            v1::ReportErrorRequest err;
+            err.set_run_id(l.run_id);
+            err.set_generation(launched_generation);
+            err.set_rank(-1);
+            err.set_node(NodeNameFor(l, c.node));
+            err.set_local_slot(c.slot);
+            err.set_host(HostName());
+            err.set_process_exited(true);
+            err.set_message(absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status),
+                                         " (see ", JoinPath(logs, absl::StrCat("rank-", c.rank, ".log")), ")"));
+            absl::StatusOr<v1::ReportErrorResponse> r = Call(
+                **client, &v1::RendezvousService::Stub::ReportError, (*client)->rendezvous(), err, absl::Seconds(10));
+            if (!r.ok()) DT_LOG(Warning) << "could not report the exit: " << r.status();
+            last_query = absl::Time();  // look at the run again now
+          }
+        }
+      }
+      all_done = all_done && c.done && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+      any_alive = any_alive || !c.done;
+    }
+
+    // Every trainer finished cleanly: the run should succeed any moment.
+    if (all_done) {
+      if (all_done_at == absl::InfiniteFuture()) all_done_at = absl::Now();
+      if (absl::Now() - all_done_at > absl::Seconds(60)) {
+        DT_LOG(Error) << "every trainer exited 0 but run " << l.run_id << " is still " << v1::RunState_Name(run.state());
+        return 1;
+      }
+    }
+
+    // A new generation (first launch, or a restart): once the old group is gone, start the next.
+    if (!all_done && run.generation() > launched_generation && run.state() != v1::RUN_STATE_UNSPECIFIED) {
+      if (any_alive) {
+        // They are told to stop through their heartbeat; do not wait forever for a stuck one.
+        if (stop_waiting_since == absl::InfiniteFuture()) stop_waiting_since = absl::Now();
+        if (absl::Now() - stop_waiting_since > absl::Seconds(30)) {
+          StopAll(children, absl::Seconds(5));
+          stop_waiting_since = absl::InfiniteFuture();
+        }
+      } else {
+        stop_waiting_since = absl::InfiniteFuture();
+        launched_generation = run.generation();
+        reported = false;
+        children.clear();
+        DT_LOG(Info) << "starting generation " << launched_generation << " (" << world << " trainers, restart "
+                     << run.restarts() << " of " << run.spec().max_restarts() << ")";
+        for (int node = 0; node < l.nodes; ++node) {
+          for (int slot = 0; slot < l.procs_per_node; ++slot) {
+            Child c;
+            c.node = node;
+            c.slot = slot;
+            c.rank = node * l.procs_per_node + slot;
+            std::vector<std::string> argv = {l.trainer, "--node", NodeNameFor(l, node), "--local-rank",
+                                             absl::StrCat(slot), "--nnodes", absl::StrCat(l.nodes),
+                                             "--nproc-per-node", absl::StrCat(l.procs_per_node)};
+            argv.insert(argv.end(), l.trainer_args.begin(), l.trainer_args.end());
+            SpawnOptions o;
+            o.env = {{"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token},
+                     {"LOCAL_RANK", absl::StrCat(slot)}, {"OMP_NUM_THREADS", absl::StrCat(threads)}};
+            if (!l.tls_ca.empty()) o.env["DT_TLS_CA"] = l.tls_ca;
+            o.output_file = JoinPath(logs, absl::StrCat("rank-", c.rank, ".log"));
+            absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
+            if (!p.ok()) {
+              DT_LOG(Error) << p.status();
+              v1::ReportErrorRequest err;
+              err.set_run_id(l.run_id);
+              err.set_generation(launched_generation);
+              err.set_rank(-1);
+              err.set_node(NodeNameFor(l, node));
+              err.set_local_slot(slot);
+              err.set_host(HostName());
+              err.set_message(std::string(p.status().message()));
+              (void)Call(**client, &v1::RendezvousService::Stub::ReportError, (*client)->rendezvous(), err,
+                         absl::Seconds(10));
+              StopAll(children, absl::Seconds(5));
+              return 1;
+            }
+            c.process = std::move(*p);
+            children.push_back(std::move(c));
+          }
+        }
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+}  // namespace dt::ctl

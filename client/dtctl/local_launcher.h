@@ -1,0 +1,35 @@
+// The local launcher (torchrun --standalone, with the coordinator deciding): a detached process
+// that starts nodes × procs-per-node trainers on this machine, writes their output to
+// <exp_dir>/logs/rank-<R>.log, tells the coordinator at once when one dies, and relaunches the
+// whole group whenever the coordinator starts a new generation (its restart budget decides).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dt::ctl {
+
+struct LocalLaunch {
+  std::string coordinator;
+  std::string tls_ca;
+  std::string run_id;
+  std::string run_token;  // passed in the environment, never on a command line
+  std::string trainer;
+  std::string exp_dir;
+  int nodes = 1;
+  int procs_per_node = 1;
+  int omp_threads = 0;  // 0: cores / (nodes × procs), at least 1 (unless OMP_NUM_THREADS is set)
+  std::vector<std::string> trainer_args;
+};
+
+// Starts `dtctl __launch-local` detached (own session, output to <exp_dir>/logs/launcher.log);
+// returns its pid.
+absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& launch);
+
+// The launcher's main loop (runs inside the detached process). Returns its exit code: 0 when the
+// run succeeded.
+int RunLocalLauncher(const LocalLaunch& launch);
+
+}  // namespace dt::ctl

@@ -1,0 +1,451 @@
+// dtctl: the dt command line. Exit codes: 0 ok, 1 the operation failed (the message says why),
+// 2 usage error, 3 the coordinator cannot be reached.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+#include "client/dtctl/local_launcher.h"
+#include "client/dtctl/output.h"
+#include "client/dtctl/slurm.h"
+#include "client/dtctl/submit.h"
+#include "client/dtctl/watch.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+#include "common/version.h"
+
+namespace dt::ctl {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+constexpr int kUnreachable = 3;
+
+struct Global {
+  std::string coordinator;
+  std::string token_file;
+  std::string tls_ca;
+  std::string output = "table";
+  std::shared_ptr<CoordinatorClient> client;
+};
+
+bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+int Fail(const Global& g, const absl::Status& s, const std::string& what) {
+  if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
+    std::cerr << "dtctl: cannot reach the coordinator at " << g.coordinator << " (" << s.message()
+              << "); is dtcoord running? set --coordinator or DT_COORDINATOR\n";
+    return kUnreachable;
+  }
+  if (s.code() == absl::StatusCode::kUnauthenticated || s.code() == absl::StatusCode::kPermissionDenied) {
+    std::cerr << "dtctl: " << what << ": " << s.message()
+              << " (pass --token-file, or set DT_TOKEN to the coordinator's admin token)\n";
+    return kFailed;
+  }
+  std::cerr << "dtctl: " << what << ": " << s.message() << "\n";
+  return kFailed;
+}
+
+int Connect(Global& g) {
+  std::string default_file;
+  if (const char* home = std::getenv("HOME"); home != nullptr) default_file = JoinPath(home, ".dt/coord/admin.token");
+  absl::StatusOr<std::string> token =
+      g.token_file.empty() ? ResolveToken("", "DT_TOKEN", default_file) : ResolveToken("", nullptr, g.token_file);
+  if (!token.ok()) {
+    std::cerr << "dtctl: " << token.status().message() << "\n";
+    return kUsage;
+  }
+  ClientOptions o;
+  o.address = g.coordinator;
+  o.token = *token;
+  o.tls_ca_file = g.tls_ca;
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(o);
+  if (!client.ok()) {
+    std::cerr << "dtctl: " << client.status().message() << "\n";
+    return kUsage;
+  }
+  if (absl::Status s = (*client)->WaitConnected(absl::Seconds(5)); !s.ok()) {
+    std::cerr << "dtctl: " << s.message() << "\n";
+    return kUnreachable;
+  }
+  g.client = *client;
+  return kOk;
+}
+
+absl::StatusOr<v1::Run> GetRun(Global& g, const std::string& run_id) {
+  v1::GetRunRequest req;
+  req.set_run_id(run_id);
+  return Call(*g.client, &v1::RunService::Stub::GetRun, g.client->runs(), req, absl::Seconds(30));
+}
+
+void PrintJson(const nlohmann::json& j) { std::cout << j.dump(2) << "\n"; }
+
+std::string StepCell(const v1::Run& r) {
+  return r.total_steps() > 0 ? absl::StrCat(r.step(), "/", r.total_steps()) : absl::StrCat(r.step());
+}
+
+// ---- Commands -------------------------------------------------------------------------------
+
+int List(Global& g) {
+  v1::ListRunsRequest req;
+  auto runs = Call(*g.client, &v1::RunService::Stub::ListRuns, g.client->runs(), req, absl::Seconds(30));
+  if (!runs.ok()) return Fail(g, runs.status(), "list");
+  if (g.output == "json") {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& r : runs->runs()) all.push_back(RunJson(r));
+    PrintJson(all);
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : runs->runs()) {
+    rows.push_back({r.run_id(), r.spec().experiment_name(), StateName(r.state()), absl::StrCat(r.world_size()),
+                    StepCell(r), absl::StrCat(r.restarts()), Ago(r.created_at()), r.exp_dir()});
+  }
+  std::cout << Table({"RUN", "NAME", "STATE", "WORLD", "STEP", "RESTARTS", "CREATED", "EXP DIR"}, rows);
+  return kOk;
+}
+
+int Status(Global& g, const std::string& run_id) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), absl::StrCat("status of ", run_id));
+  nlohmann::json j = RunJson(*r);
+  std::optional<SlurmJob> job;
+  if (r->spec().scheduler() == v1::SLURM && !r->scheduler_job_id().empty()) {
+    absl::StatusOr<SlurmJob> q = QueryJob(r->scheduler_job_id());
+    if (q.ok()) {
+      job = *q;
+      j["slurm"] = {{"job_id", q->id}, {"state", q->state}, {"reason", q->reason}, {"nodes", q->nodes}};
+    } else {
+      j["slurm"] = {{"job_id", r->scheduler_job_id()}, {"error", std::string(q.status().message())}};
+    }
+  }
+  if (g.output == "json") {
+    PrintJson(j);
+    return kOk;
+  }
+  std::cout << "run        " << r->run_id() << " (" << r->spec().experiment_name() << ")\n"
+            << "state      " << StateName(r->state()) << "  generation " << r->generation() << "  restarts "
+            << r->restarts() << "/" << r->spec().max_restarts() << "\n"
+            << "world      " << r->world_size() << " = " << r->spec().nodes() << " node(s) x "
+            << r->spec().procs_per_node() << "  (" << v1::Scheduler_Name(r->spec().scheduler())
+            << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", r->scheduler_job_id())) << ")\n"
+            << "step       " << StepCell(*r) << "\n"
+            << "checkpoint " << (r->latest_checkpoint_step() >= 0 ? absl::StrCat("step ", r->latest_checkpoint_step()) : "none")
+            << (r->resumed_from_step() > 0 ? absl::StrCat("  (resumed from step ", r->resumed_from_step(), ")") : "") << "\n"
+            << "exp dir    " << r->exp_dir() << "\n"
+            << "created    " << Iso8601(r->created_at())
+            << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
+  if (job) std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
+  if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
+    std::cout << "reason     " << DescribeFailure(r->reason()) << "\n";
+  }
+  if (r->ranks_size() > 0) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& rank : r->ranks()) {
+      rows.push_back({rank.rank() >= 0 ? absl::StrCat(rank.rank()) : "-", absl::StrCat(rank.local_rank()), rank.node(),
+                      rank.host(), absl::StrCat(rank.pid()), v1::RankStatus::State_Name(rank.state()),
+                      absl::StrCat(rank.step()), Ago(rank.last_heartbeat())});
+    }
+    std::cout << "\n" << Table({"RANK", "LOCAL", "NODE", "HOST", "PID", "STATE", "STEP", "HEARTBEAT"}, rows);
+  }
+  return kOk;
+}
+
+int Logs(Global& g, const std::string& run_id, std::optional<int> rank, bool follow) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), absl::StrCat("logs of ", run_id));
+  std::string dir = JoinPath(r->exp_dir(), "logs");
+  std::vector<int> ranks;
+  if (rank) {
+    if (*rank < 0 || *rank >= std::max(1, r->world_size())) {
+      std::cerr << "dtctl logs: rank " << *rank << " is outside 0.." << r->world_size() - 1 << "\n";
+      return kUsage;
+    }
+    ranks.push_back(*rank);
+  } else {
+    for (int i = 0; i < r->world_size(); ++i) ranks.push_back(i);
+  }
+  std::vector<std::streampos> offsets(ranks.size(), 0);
+  bool any = false;
+  while (true) {
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      std::ifstream in(JoinPath(dir, absl::StrCat("rank-", ranks[i], ".log")), std::ios::binary);
+      if (!in) continue;
+      any = true;
+      in.seekg(offsets[i]);
+      std::string line;
+      while (std::getline(in, line)) {
+        if (in.eof()) break;  // a partial last line: wait for its end
+        std::cout << (ranks.size() > 1 ? absl::StrCat("[rank ", ranks[i], "] ") : "") << line << "\n";
+        offsets[i] = in.tellg();
+      }
+    }
+    std::cout.flush();
+    if (!follow) break;
+    auto now = GetRun(g, run_id);
+    if (now.ok() && Terminal(now->state())) {
+      follow = false;  // one more pass for the last lines
+      continue;
+    }
+    absl::SleepFor(absl::Milliseconds(300));
+  }
+  if (!any) {
+    std::cerr << "dtctl logs: no logs in " << dir << " yet (trainers write rank-<R>.log there once started)\n";
+    return kFailed;
+  }
+  return kOk;
+}
+
+int Metrics(Global& g, const std::string& run_id, const std::string& key, std::optional<int> rank) {
+  v1::QueryMetricsRequest req;
+  req.set_run_id(run_id);
+  req.set_name(key);
+  if (rank) req.set_rank(*rank);
+  auto m = Call(*g.client, &v1::MetricsService::Stub::QueryMetrics, g.client->metrics(), req, absl::Seconds(60));
+  if (!m.ok()) return Fail(g, m.status(), absl::StrCat("metrics of ", run_id));
+  if (g.output == "json") {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& rec : m->records()) all.push_back(MetricJson(rec));
+    PrintJson(all);
+  } else if (g.output == "csv") {
+    std::cout << "step,rank,name,value,time\n";
+    for (const auto& rec : m->records()) {
+      std::cout << absl::StrFormat("%d,%d,%s,%.17g,%.6f\n", rec.step(), rec.rank(), rec.name(), rec.value(), rec.time());
+    }
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& rec : m->records()) {
+      rows.push_back({absl::StrCat(rec.step()), absl::StrCat(rec.rank()), rec.name(), absl::StrFormat("%.6g", rec.value())});
+    }
+    std::cout << Table({"STEP", "RANK", "NAME", "VALUE"}, rows);
+  }
+  return kOk;
+}
+
+int Checkpoints(Global& g, const std::string& run_id) {
+  v1::ListCheckpointsRequest req;
+  req.set_run_id(run_id);
+  auto list = Call(*g.client, &v1::CheckpointService::Stub::ListCheckpoints, g.client->checkpoints(), req,
+                   absl::Seconds(30));
+  if (!list.ok()) return Fail(g, list.status(), absl::StrCat("checkpoints of ", run_id));
+  if (g.output == "json") {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& c : list->checkpoints()) all.push_back(CheckpointJson(c));
+    PrintJson(all);
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& c : list->checkpoints()) {
+    rows.push_back({absl::StrCat(c.step()), HumanBytes(c.bytes()), Iso8601(c.committed_at()), c.path(),
+                    c.committed() ? "yes" : "no"});
+  }
+  std::cout << Table({"STEP", "SIZE", "TIME", "PATH", "COMMITTED"}, rows);
+  return kOk;
+}
+
+int Cancel(Global& g, const std::string& run_id) {
+  auto before = GetRun(g, run_id);
+  if (!before.ok()) return Fail(g, before.status(), absl::StrCat("cancel ", run_id));
+  v1::CancelRunRequest req;
+  req.set_run_id(run_id);
+  req.set_reason(absl::StrCat("cancelled with dtctl by ", std::getenv("USER") ? std::getenv("USER") : "a user"));
+  auto r = Call(*g.client, &v1::RunService::Stub::CancelRun, g.client->runs(), req, absl::Seconds(30));
+  if (!r.ok()) return Fail(g, r.status(), absl::StrCat("cancel ", run_id));
+  // Slurm: take the allocation away too. Local: the launcher sees CANCELLED and stops its trainers.
+  if (r->spec().scheduler() == v1::SLURM && !r->scheduler_job_id().empty()) {
+    if (absl::Status s = CancelJob(r->scheduler_job_id()); !s.ok()) {
+      std::cerr << "dtctl: the run is cancelled but scancel failed: " << s.message() << "\n";
+    }
+  }
+  if (g.output == "json") {
+    PrintJson({{"run_id", run_id}, {"state", StateName(r->state())}, {"was", StateName(before->state())}});
+  } else if (Terminal(before->state())) {
+    std::cout << run_id << " had already ended " << StateName(before->state()) << "\n";
+  } else {
+    std::cout << run_id << " " << StateName(r->state()) << "\n";
+  }
+  return kOk;
+}
+
+// Used by the sbatch script between srun steps: 0 when the coordinator wants another generation.
+int AwaitRestart(Global& g, const std::string& run_id) {
+  absl::Time deadline = absl::Now() + absl::Minutes(5);
+  while (absl::Now() < deadline) {
+    auto r = GetRun(g, run_id);
+    if (r.ok()) {
+      if (Terminal(r->state())) return kFailed;
+      if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING) return kOk;
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  return kFailed;
+}
+
+}  // namespace
+}  // namespace dt::ctl
+
+int main(int argc, char** argv) {
+  using namespace dt::ctl;
+  CLI::App app{"dtctl: submit and watch dt training runs (Slurm or local)"};
+  app.set_version_flag("--version", std::string(dt::kVersion));
+  app.require_subcommand(1);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  // Global options may also come after the subcommand: `dtctl list -o json`.
+  app.fallthrough();
+  Global g;
+  const char* env_coord = std::getenv("DT_COORDINATOR");
+  g.coordinator = env_coord != nullptr && *env_coord != '\0' ? env_coord : "127.0.0.1:50051";
+  app.add_option("--coordinator", g.coordinator, "dtcoord address (default: $DT_COORDINATOR, else 127.0.0.1:50051)");
+  app.add_option("--token-file", g.token_file, "token file (default: $DT_TOKEN, else ~/.dt/coord/admin.token)");
+  app.add_option("--tls-ca", g.tls_ca, "PEM roots when dtcoord serves TLS");
+  app.add_option("-o,--output", g.output, "table or json (metrics: also csv)")
+      ->check(CLI::IsMember({"table", "json", "csv"}));
+
+  SubmitOptions so;
+  std::string run_file;
+  bool follow = false;
+  CLI::App* submit = app.add_subcommand("submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS");
+  submit->add_option("--name", so.name, "experiment name (the directory under --save-dir)");
+  submit->add_option("--save-dir", so.save_dir, "where experiment directories go");
+  submit->add_option("--nodes", so.nodes, "nodes")->check(CLI::PositiveNumber);
+  submit->add_option("--nproc-per-node", so.nproc_per_node, "trainers per node (one per GPU)")->check(CLI::PositiveNumber);
+  submit->add_option("--scheduler", so.scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
+  submit->add_option("--log-strategy", so.log_strategy, "W&B: main, node or all")->check(CLI::IsMember({"main", "node", "all"}));
+  submit->add_option("--wandb-project", so.wandb_project, "W&B project (the coordinator holds the API key)");
+  submit->add_option("--wandb-entity", so.wandb_entity, "W&B entity");
+  submit->add_option("--wandb-mode", so.wandb_mode, "online, offline or disabled")->check(CLI::IsMember({"online", "offline", "disabled"}));
+  submit->add_option("--max-restarts", so.max_restarts, "restarts of the whole group the run may use")->check(CLI::NonNegativeNumber);
+  submit->add_option("--keep-checkpoints", so.keep_checkpoints, "committed checkpoints to keep")->check(CLI::PositiveNumber);
+  submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(CLI::NonNegativeNumber);
+  submit->add_option("--omp-threads", so.omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
+  submit->add_option("--sbatch-arg", so.sbatch_args, "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  submit->add_option("--trainer", so.trainer, "dttrainer binary (default: the one beside dtctl)");
+  submit->add_option("-f,--file", run_file, "YAML run file; flags override it");
+  submit->add_flag("--follow", follow, "watch the run until it ends (exit code as watch)");
+  submit->add_option("trainer_args", so.trainer_args, "arguments for dttrainer, after --")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  CLI::App* list = app.add_subcommand("list", "list runs, newest first");
+  std::string run_id;
+  CLI::App* status = app.add_subcommand("status", "one run: state, ranks, root cause, Slurm job");
+  status->add_option("run", run_id, "run id")->required();
+  CLI::App* watch = app.add_subcommand("watch", "live progress until the run ends; exit 0 only if it SUCCEEDED");
+  watch->add_option("run", run_id, "run id")->required();
+  std::optional<int> rank;
+  bool follow_logs = false;
+  CLI::App* logs = app.add_subcommand("logs", "trainer output (<exp_dir>/logs/rank-<R>.log)");
+  logs->add_option("run", run_id, "run id")->required();
+  logs->add_option("--rank", rank, "only this rank");
+  logs->add_flag("-f,--follow", follow_logs, "keep printing until the run ends");
+  std::string key;
+  CLI::App* metrics = app.add_subcommand("metrics", "metric history (-o json|csv|table)");
+  metrics->add_option("run", run_id, "run id")->required();
+  metrics->add_option("--key", key, "only this metric (e.g. loss)");
+  metrics->add_option("--rank", rank, "only this rank");
+  CLI::App* checkpoints = app.add_subcommand("checkpoints", "committed checkpoints of a run");
+  checkpoints->add_option("run", run_id, "run id")->required();
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
+  cancel->add_option("run", run_id, "run id")->required();
+  CLI::App* await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation (used by the sbatch script)");
+  await_restart->add_option("run", run_id, "run id")->required();
+  await_restart->group("");
+
+  LocalLaunch launch;
+  CLI::App* launcher = app.add_subcommand("__launch-local", "internal: the detached local launcher");
+  launcher->group("");
+  launcher->add_option("--run", launch.run_id)->required();
+  launcher->add_option("--trainer", launch.trainer)->required();
+  launcher->add_option("--exp-dir", launch.exp_dir)->required();
+  launcher->add_option("--nodes", launch.nodes);
+  launcher->add_option("--nproc-per-node", launch.procs_per_node);
+  launcher->add_option("--omp-threads", launch.omp_threads);
+  launcher->add_option("trainer_args", launch.trainer_args)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kUsage;
+  }
+
+  if (launcher->parsed()) {
+    const char* token = std::getenv("DT_RUN_TOKEN");
+    launch.run_token = token != nullptr ? token : "";
+    launch.coordinator = g.coordinator;
+    launch.tls_ca = g.tls_ca;
+    return RunLocalLauncher(launch);
+  }
+
+  if (submit->parsed()) {
+    SubmitOptions merged;
+    if (!run_file.empty()) {
+      if (absl::Status s = LoadRunFile(run_file, &merged); !s.ok()) {
+        std::cerr << "dtctl submit: " << s.message() << "\n";
+        return kUsage;
+      }
+    }
+    // Flags given on the command line override the run file.
+    auto given = [&](const char* flag) { return submit->count(flag) > 0; };
+    if (given("--name")) merged.name = so.name;
+    if (given("--save-dir")) merged.save_dir = so.save_dir;
+    if (given("--nodes")) merged.nodes = so.nodes;
+    if (given("--nproc-per-node")) merged.nproc_per_node = so.nproc_per_node;
+    if (given("--scheduler")) merged.scheduler = so.scheduler;
+    if (given("--log-strategy")) merged.log_strategy = so.log_strategy;
+    if (given("--wandb-project")) merged.wandb_project = so.wandb_project;
+    if (given("--wandb-entity")) merged.wandb_entity = so.wandb_entity;
+    if (given("--wandb-mode")) merged.wandb_mode = so.wandb_mode;
+    if (given("--max-restarts")) merged.max_restarts = so.max_restarts;
+    if (given("--keep-checkpoints")) merged.keep_checkpoints = so.keep_checkpoints;
+    if (given("--gpus-per-node")) merged.gpus_per_node = so.gpus_per_node;
+    if (given("--omp-threads")) merged.omp_threads = so.omp_threads;
+    if (given("--sbatch-arg")) merged.sbatch_args = so.sbatch_args;
+    if (given("--trainer")) merged.trainer = so.trainer;
+    if (!so.trainer_args.empty()) merged.trainer_args = so.trainer_args;
+    if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
+    if (merged.name.empty() || merged.save_dir.empty()) {
+      std::cerr << "dtctl submit: --name and --save-dir are required (flags or run file)\n";
+      return kUsage;
+    }
+    if (int c = Connect(g); c != kOk) return c;
+    if (absl::Status s = Preflight(merged); !s.ok()) {
+      std::cerr << "dtctl submit: " << s.message() << "\n";
+      return s.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
+    }
+    absl::StatusOr<Submitted> run = SubmitAndLaunch(g.client, merged, g.tls_ca);
+    if (!run.ok()) return Fail(g, run.status(), "submit");
+    if (g.output == "json") {
+      PrintJson({{"run_id", run->run_id}, {"exp_dir", run->exp_dir}, {"job_id", run->job_id},
+                 {"resume_step", run->resume_step}});
+    } else {
+      std::cout << run->run_id << "\n";
+      std::cerr << "submitted " << run->run_id << " (" << merged.scheduler << " " << run->job_id << "), exp dir "
+                << run->exp_dir << (run->resume_step > 0 ? absl::StrCat(", resuming from step ", run->resume_step) : "")
+                << "\n  dtctl watch " << run->run_id << "\n";
+    }
+    if (follow) return Watch(g.client, run->run_id, ::isatty(STDOUT_FILENO) && g.output != "json", std::cout);
+    return kOk;
+  }
+
+  if (int c = Connect(g); c != kOk) return c;
+  if (list->parsed()) return List(g);
+  if (status->parsed()) return Status(g, run_id);
+  if (watch->parsed()) return Watch(g.client, run_id, ::isatty(STDOUT_FILENO) != 0, std::cout);
+  if (logs->parsed()) return Logs(g, run_id, rank, follow_logs);
+  if (metrics->parsed()) return Metrics(g, run_id, key, rank);
+  if (checkpoints->parsed()) return Checkpoints(g, run_id);
+  if (cancel->parsed()) return Cancel(g, run_id);
+  if (await_restart->parsed()) return AwaitRestart(g, run_id);
+  return kUsage;
+}

@@ -1,0 +1,141 @@
+#include "client/dtctl/slurm.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+
+namespace dt::ctl {
+
+absl::StatusOr<std::string> FindSbatchTemplate() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("DT_SBATCH_TEMPLATE"); env != nullptr && *env != '\0') candidates.push_back(env);
+  std::string exe = ExecutableDir();
+  candidates.push_back(JoinPath(exe, "../share/dt/dt.sbatch.tmpl"));
+  candidates.push_back(JoinPath(exe, "../../deploy/slurm/dt.sbatch.tmpl"));
+#ifdef DT_SOURCE_TEMPLATE
+  candidates.push_back(DT_SOURCE_TEMPLATE);
+#endif
+  for (const auto& c : candidates) {
+    absl::StatusOr<std::string> text = ReadFile(c);
+    if (text.ok()) return text;
+  }
+  return absl::NotFoundError(absl::StrCat("no sbatch template found (looked at ", absl::StrJoin(candidates, ", "),
+                                          "); set DT_SBATCH_TEMPLATE"));
+}
+
+std::string ShellQuote(const std::string& word) {
+  bool safe = !word.empty();
+  for (char c : word) {
+    safe = safe && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || std::string("-_./=:,@%+").find(c) != std::string::npos);
+  }
+  if (safe) return word;
+  return absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
+}
+
+absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& values) {
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t open = text.find("{{", pos);
+    if (open == std::string::npos) {
+      out.append(text, pos, std::string::npos);
+      return out;
+    }
+    size_t close = text.find("}}", open);
+    if (close == std::string::npos) return absl::InvalidArgumentError("unterminated {{ in the template");
+    out.append(text, pos, open - pos);
+    std::string name = text.substr(open + 2, close - open - 2);
+    auto it = values.find(name);
+    if (it == values.end()) return absl::InvalidArgumentError(absl::StrCat("unknown template placeholder {{", name, "}}"));
+    out += it->second;
+    pos = close + 2;
+  }
+}
+
+absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p) {
+  std::string extra;
+  for (const auto& arg : p.sbatch_args) {
+    if (arg.find('\n') != std::string::npos) return absl::InvalidArgumentError("an --sbatch-arg contains a newline");
+    absl::StrAppend(&extra, "#SBATCH ", arg, "\n");
+  }
+  std::vector<std::string> args;
+  for (const auto& a : p.trainer_args) args.push_back(ShellQuote(a));
+  std::map<std::string, std::string> values = {
+      {"JOB_NAME", ShellQuote(p.job_name)},
+      {"NODES", absl::StrCat(p.nodes)},
+      {"TASKS_PER_NODE", absl::StrCat(p.tasks_per_node)},
+      {"GRES", p.gpus_per_node > 0 ? absl::StrCat("#SBATCH --gres=gpu:", p.gpus_per_node) : "# (no GPUs requested)"},
+      {"LOGS_DIR", p.logs_dir},
+      {"EXP_DIR", ShellQuote(p.exp_dir)},
+      {"EXTRA_SBATCH", extra},
+      {"COORDINATOR", ShellQuote(p.coordinator)},
+      {"RUN_ID", p.run_id},
+      {"RUN_TOKEN", ShellQuote(p.run_token)},
+      {"TLS_CA", ShellQuote(p.tls_ca)},
+      {"OMP_THREADS", absl::StrCat(p.omp_threads)},
+      {"TRAINER", ShellQuote(p.trainer)},
+      {"TRAINER_ARGS", absl::StrJoin(args, " ")},
+      {"DTCTL", ShellQuote(p.dtctl)},
+  };
+  if (p.logs_dir.find_first_of(" '\"\n$`") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("the logs directory ", p.logs_dir,
+                                                   " contains characters #SBATCH --output cannot take"));
+  }
+  return RenderTemplate(template_text, values);
+}
+
+absl::StatusOr<std::string> SubmitBatch(const std::string& script) {
+  absl::StatusOr<CommandResult> r = RunCommand({"sbatch", "--parsable", script}, absl::Minutes(1));
+  if (!r.ok()) return r.status();
+  std::string out(absl::StripAsciiWhitespace(r->output));
+  if (r->exit_code != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("sbatch refused the job: ", out));
+  }
+  // --parsable prints "jobid" or "jobid;cluster"; keep the id.
+  std::string id = std::string(absl::StripAsciiWhitespace(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1)));
+  id = id.substr(0, id.find(';'));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InternalError(absl::StrCat("unexpected sbatch output: ", out));
+  }
+  return id;
+}
+
+absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id) {
+  absl::StatusOr<CommandResult> r = RunCommand({"squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"}, absl::Seconds(20));
+  if (!r.ok()) return r.status();
+  std::string line(absl::StripAsciiWhitespace(r->output));
+  if (r->exit_code != 0 || line.empty()) {
+    // Finished jobs leave squeue; scontrol remembers them for MinJobAge.
+    absl::StatusOr<CommandResult> s = RunCommand({"scontrol", "show", "job", "-o", job_id}, absl::Seconds(20));
+    if (!s.ok() || s->exit_code != 0) return absl::NotFoundError(absl::StrCat("Slurm no longer knows job ", job_id));
+    SlurmJob job{job_id, "", "", ""};
+    for (absl::string_view field : absl::StrSplit(s->output, ' ', absl::SkipWhitespace())) {
+      if (absl::ConsumePrefix(&field, "JobState=")) job.state = std::string(field);
+      else if (absl::ConsumePrefix(&field, "Reason=")) job.reason = std::string(field);
+      else if (absl::ConsumePrefix(&field, "NodeList=")) job.nodes = std::string(field);
+    }
+    return job;
+  }
+  std::vector<std::string> parts = absl::StrSplit(line, '|');
+  parts.resize(3);
+  return SlurmJob{job_id, parts[0], parts[1], parts[2]};
+}
+
+absl::Status CancelJob(const std::string& job_id) {
+  absl::StatusOr<CommandResult> r = RunCommand({"scancel", job_id}, absl::Seconds(30));
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return absl::InternalError(absl::StrCat("scancel ", job_id, ": ", r->output));
+  return absl::OkStatus();
+}
+
+}  // namespace dt::ctl

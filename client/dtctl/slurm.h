@@ -1,0 +1,55 @@
+// dtctl's Slurm side: render deploy/slurm/dt.sbatch.tmpl into a 0600 script that carries the run
+// token, submit it with `sbatch --parsable`, ask squeue about the job, cancel it with scancel.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace dt::ctl {
+
+struct SbatchParams {
+  std::string job_name;
+  int nodes = 1;
+  int tasks_per_node = 1;
+  int gpus_per_node = 0;
+  std::string logs_dir;
+  std::string exp_dir;
+  std::vector<std::string> sbatch_args;  // extra "--partition=gpu" style options
+  std::string coordinator;
+  std::string run_id;
+  std::string run_token;
+  std::string tls_ca;
+  int omp_threads = 1;
+  std::string trainer;
+  std::vector<std::string> trainer_args;
+  std::string dtctl;
+};
+
+// The template: $DT_SBATCH_TEMPLATE, else <prefix>/share/dt/dt.sbatch.tmpl next to the installed
+// binary, else deploy/slurm/dt.sbatch.tmpl of the source tree the binary was built in.
+absl::StatusOr<std::string> FindSbatchTemplate();
+
+// Replaces {{NAME}} placeholders; INVALID_ARGUMENT naming any placeholder left unknown.
+absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::map<std::string, std::string>& values);
+absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p);
+
+// A shell word: 'single-quoted' unless it is plainly safe.
+std::string ShellQuote(const std::string& word);
+
+// Runs `sbatch --parsable SCRIPT`; returns the job id.
+absl::StatusOr<std::string> SubmitBatch(const std::string& script);
+
+struct SlurmJob {
+  std::string id;
+  std::string state;   // PENDING, RUNNING, COMPLETED, FAILED, NODE_FAIL, CANCELLED, ...
+  std::string reason;  // the pending reason, or "None"
+  std::string nodes;
+};
+// NOT_FOUND once Slurm forgot the job.
+absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id);
+absl::Status CancelJob(const std::string& job_id);
+
+}  // namespace dt::ctl

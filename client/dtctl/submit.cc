@@ -1,0 +1,222 @@
+#include "client/dtctl/submit.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/agent.h"
+#include "client/dtctl/local_launcher.h"
+#include "client/dtctl/slurm.h"
+#include "common/fs.h"
+#include "common/names.h"
+#include "common/subprocess.h"
+
+namespace dt::ctl {
+namespace {
+
+// The value of `--flag VALUE` or `--flag=VALUE` among trainer arguments.
+std::optional<std::string> TrainerFlag(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
+    if (absl::StartsWith(args[i], flag + "=")) return args[i].substr(flag.size() + 1);
+  }
+  return std::nullopt;
+}
+
+std::string AbsolutePath(const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof(cwd)) == nullptr) return p;
+  return JoinPath(cwd, p);
+}
+
+}  // namespace
+
+absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
+  YAML::Node doc;
+  try {
+    doc = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", e.what()));
+  }
+  if (!doc.IsMap()) return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping"));
+  static const std::vector<std::string> known = {
+      "name", "save_dir", "nodes", "nproc_per_node", "scheduler", "log_strategy", "wandb", "max_restarts",
+      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args"};
+  try {
+    for (const auto& kv : doc) {
+      std::string key = kv.first.as<std::string>();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": unknown field \"", key,
+                                                       "\" (known: ", absl::StrJoin(known, ", "), ")"));
+      }
+    }
+    if (doc["name"]) o->name = doc["name"].as<std::string>();
+    if (doc["save_dir"]) o->save_dir = doc["save_dir"].as<std::string>();
+    if (doc["nodes"]) o->nodes = doc["nodes"].as<int>();
+    if (doc["nproc_per_node"]) o->nproc_per_node = doc["nproc_per_node"].as<int>();
+    if (doc["scheduler"]) o->scheduler = doc["scheduler"].as<std::string>();
+    if (doc["log_strategy"]) o->log_strategy = doc["log_strategy"].as<std::string>();
+    if (doc["max_restarts"]) o->max_restarts = doc["max_restarts"].as<int>();
+    if (doc["keep_checkpoints"]) o->keep_checkpoints = doc["keep_checkpoints"].as<int>();
+    if (doc["gpus_per_node"]) o->gpus_per_node = doc["gpus_per_node"].as<int>();
+    if (doc["omp_threads"]) o->omp_threads = doc["omp_threads"].as<int>();
+    if (doc["trainer"]) o->trainer = doc["trainer"].as<std::string>();
+    if (doc["sbatch_args"]) o->sbatch_args = doc["sbatch_args"].as<std::vector<std::string>>();
+    if (doc["trainer_args"]) o->trainer_args = doc["trainer_args"].as<std::vector<std::string>>();
+    if (const YAML::Node w = doc["wandb"]) {
+      if (w["project"]) o->wandb_project = w["project"].as<std::string>();
+      if (w["entity"]) o->wandb_entity = w["entity"].as<std::string>();
+      if (w["mode"]) o->wandb_mode = w["mode"].as<std::string>();
+      if (w["tags"]) o->wandb_tags = w["tags"].as<std::vector<std::string>>();
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Preflight(const SubmitOptions& o) {
+  if (absl::Status s = ValidateExperimentName(o.name); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
+  }
+  if (o.save_dir.empty()) return absl::InvalidArgumentError("--save-dir is required (where the experiment directory goes)");
+  if (o.nodes < 1 || o.nproc_per_node < 1) {
+    return absl::InvalidArgumentError("--nodes and --nproc-per-node must be at least 1");
+  }
+  if (o.scheduler != "local" && o.scheduler != "slurm") {
+    return absl::InvalidArgumentError(absl::StrCat("--scheduler \"", o.scheduler, "\" is not local or slurm"));
+  }
+  if (o.log_strategy != "main" && o.log_strategy != "node" && o.log_strategy != "all") {
+    return absl::InvalidArgumentError(absl::StrCat("--log-strategy \"", o.log_strategy, "\" is not main, node or all"));
+  }
+  // The save dir: creatable and writable from here (a shared file system is assumed).
+  if (absl::Status s = MakeDirs(o.save_dir); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("save dir: ", s.message(), "; choose a writable --save-dir"));
+  }
+  if (!IsWritableDir(o.save_dir)) {
+    return absl::FailedPreconditionError(absl::StrCat("save dir ", o.save_dir, " is not writable; choose another --save-dir"));
+  }
+  // The data the trainers will read.
+  std::optional<std::string> dataset = TrainerFlag(o.trainer_args, "--dataset");
+  if (!dataset) return absl::InvalidArgumentError("the trainer arguments need --dataset PATH (after --)");
+  struct stat st;
+  if (::stat(dataset->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("dataset ", *dataset, " does not exist or is not a file"));
+  }
+  std::optional<std::string> tokenizer = TrainerFlag(o.trainer_args, "--tokenizer-dir");
+  if (!tokenizer) return absl::InvalidArgumentError("the trainer arguments need --tokenizer-dir DIR (after --)");
+  bool gpt2_files = ::access(JoinPath(*tokenizer, "encoder.json").c_str(), R_OK) == 0 &&
+                    ::access(JoinPath(*tokenizer, "vocab.bpe").c_str(), R_OK) == 0;
+  bool hf_files = ::access(JoinPath(*tokenizer, "vocab.json").c_str(), R_OK) == 0 &&
+                  ::access(JoinPath(*tokenizer, "merges.txt").c_str(), R_OK) == 0;
+  if (!gpt2_files && !hf_files) {
+    return absl::FailedPreconditionError(absl::StrCat("tokenizer dir ", *tokenizer,
+                                                      " lacks encoder.json + vocab.bpe (or vocab.json + merges.txt)"));
+  }
+  // The trainer binary runs.
+  absl::StatusOr<CommandResult> version = RunCommand({o.trainer, "--version"}, absl::Seconds(20));
+  if (!version.ok() || version->exit_code != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the trainer ", o.trainer, " does not run (",
+        version.ok() ? absl::StrCat("exit ", version->exit_code, ": ", version->output) : version.status().ToString(),
+        "); pass --trainer PATH"));
+  }
+  if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
+    return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client,
+                                          const SubmitOptions& o, const std::string& tls_ca) {
+  v1::SubmitRunRequest req;
+  v1::RunSpec* spec = req.mutable_spec();
+  spec->set_experiment_name(o.name);
+  spec->set_save_dir(AbsolutePath(o.save_dir));
+  spec->set_nodes(o.nodes);
+  spec->set_procs_per_node(o.nproc_per_node);
+  spec->set_scheduler(o.scheduler == "slurm" ? v1::SLURM : v1::LOCAL);
+  spec->set_log_strategy(o.log_strategy == "all" ? v1::ALL : o.log_strategy == "node" ? v1::NODE : v1::MAIN);
+  spec->set_max_restarts(o.max_restarts);
+  spec->set_keep_checkpoints(o.keep_checkpoints);
+  spec->set_trainer_path(o.trainer);
+  for (const auto& a : o.trainer_args) spec->add_trainer_args(a);
+  for (const auto& a : o.sbatch_args) spec->add_sbatch_args(a);
+  spec->mutable_wandb()->set_project(o.wandb_project);
+  spec->mutable_wandb()->set_entity(o.wandb_entity);
+  spec->mutable_wandb()->set_mode(o.wandb_mode);
+  for (const auto& t : o.wandb_tags) spec->mutable_wandb()->add_tags(t);
+  absl::StatusOr<v1::SubmitRunResponse> run =
+      Call(*client, &v1::RunService::Stub::SubmitRun, client->runs(), req, absl::Seconds(30));
+  if (!run.ok()) return run.status();
+
+  Submitted out;
+  out.run_id = run->run_id();
+  out.exp_dir = run->exp_dir();
+  out.resume_step = run->resume_step();
+  std::string logs = JoinPath(run->exp_dir(), "logs");
+  auto fail_run = [&](const absl::Status& why) {
+    v1::CancelRunRequest cancel;
+    cancel.set_run_id(out.run_id);
+    cancel.set_reason(absl::StrCat("launch failed: ", why.message()));
+    (void)Call(*client, &v1::RunService::Stub::CancelRun, client->runs(), cancel, absl::Seconds(10));
+    return why;
+  };
+  if (o.scheduler == "local") {
+    LocalLaunch l;
+    l.coordinator = client->address();
+    l.tls_ca = tls_ca;
+    l.run_id = out.run_id;
+    l.run_token = run->run_token();
+    l.trainer = o.trainer;
+    l.exp_dir = run->exp_dir();
+    l.nodes = o.nodes;
+    l.procs_per_node = o.nproc_per_node;
+    l.omp_threads = o.omp_threads;
+    l.trainer_args = o.trainer_args;
+    absl::StatusOr<int> pid = StartLocalLauncher(l);
+    if (!pid.ok()) return fail_run(pid.status());
+    out.job_id = absl::StrCat("local:", *pid);
+  } else {
+    absl::StatusOr<std::string> tmpl = FindSbatchTemplate();
+    if (!tmpl.ok()) return fail_run(tmpl.status());
+    SbatchParams p;
+    p.job_name = absl::StrCat("dt-", o.name);
+    p.nodes = o.nodes;
+    p.tasks_per_node = o.nproc_per_node;
+    p.gpus_per_node = o.gpus_per_node;
+    p.logs_dir = logs;
+    p.exp_dir = run->exp_dir();
+    p.sbatch_args = o.sbatch_args;
+    p.coordinator = client->address();
+    p.run_id = out.run_id;
+    p.run_token = run->run_token();
+    p.tls_ca = tls_ca;
+    p.omp_threads = o.omp_threads > 0 ? o.omp_threads : 1;
+    p.trainer = o.trainer;
+    p.trainer_args = o.trainer_args;
+    p.dtctl = JoinPath(ExecutableDir(), "dtctl");
+    absl::StatusOr<std::string> script = RenderSbatch(*tmpl, p);
+    if (!script.ok()) return fail_run(script.status());
+    std::string path = JoinPath(logs, absl::StrCat(out.run_id, ".sbatch"));
+    if (absl::Status s = WriteFileAtomic(path, *script, 0600); !s.ok()) return fail_run(s);
+    absl::StatusOr<std::string> job = SubmitBatch(path);
+    if (!job.ok()) return fail_run(job.status());
+    out.job_id = *job;
+  }
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(out.run_id);
+  attach.set_scheduler_job_id(out.job_id);
+  attach.set_launcher_host(HostName());
+  absl::StatusOr<v1::Run> attached =
+      Call(*client, &v1::RunService::Stub::AttachLaunch, client->runs(), attach, absl::Seconds(10));
+  if (!attached.ok()) return attached.status();
+  return out;
+}
+
+}  // namespace dt::ctl

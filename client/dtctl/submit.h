@@ -1,0 +1,54 @@
+// `dtctl submit`: a run spec from flags and/or a YAML run file, pre-flight checks that fail in a
+// second instead of after hours in a queue, then the coordinator's SubmitRun and the launch
+// (the local launcher, or sbatch).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/coordinator_client.h"
+
+namespace dt::ctl {
+
+struct SubmitOptions {
+  std::string name;
+  std::string save_dir;
+  int nodes = 1;
+  int nproc_per_node = 1;
+  std::string scheduler = "local";  // local | slurm
+  std::string log_strategy = "main";
+  std::string wandb_project;
+  std::string wandb_entity;
+  std::string wandb_mode;
+  std::vector<std::string> wandb_tags;
+  int max_restarts = 0;
+  int keep_checkpoints = 3;
+  int gpus_per_node = 0;
+  int omp_threads = 0;
+  std::vector<std::string> sbatch_args;
+  std::string trainer;  // default: dttrainer beside dtctl
+  std::vector<std::string> trainer_args;
+};
+
+// Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
+// log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
+// gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...].
+// INVALID_ARGUMENT names the file and the field.
+absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
+
+// Each problem is FAILED_PRECONDITION / INVALID_ARGUMENT with what to do about it.
+absl::Status Preflight(const SubmitOptions& options);
+
+struct Submitted {
+  std::string run_id;
+  std::string exp_dir;
+  std::string job_id;   // Slurm job id, or the local launcher's pid
+  int64_t resume_step = 0;
+};
+
+absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client,
+                                          const SubmitOptions& options, const std::string& tls_ca);
+
+}  // namespace dt::ctl

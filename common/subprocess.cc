@@ -1,0 +1,177 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+
+extern char** environ;
+
+namespace dt {
+
+absl::Status Subprocess::Start(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  if (argv.empty()) return absl::InvalidArgumentError("no program to run");
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : options.env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<std::string> args = argv;
+  std::vector<char*> envp, argp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!options.output_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 1, options.output_file.c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);  // no O_CLOEXEC: it is the child's stdout
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (options.new_session) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
+  std::string program = argv[0].find('/') == std::string::npos ? FindOnPath(argv[0]) : argv[0];
+  int rc = program.empty() ? ENOENT : posix_spawn(&pid_, program.c_str(), &actions, &attr, argp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<std::string>& argv,
+                                                              const SpawnOptions& options) {
+  std::unique_ptr<Subprocess> p(new Subprocess());
+  if (absl::Status s = p->Start(argv, options); !s.ok()) return s;
+  return p;
+}
+
+Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
+                       std::string log_file) {
+  SpawnOptions o;
+  o.env = std::move(env);
+  o.output_file = std::move(log_file);
+  if (absl::Status s = Start(argv, o); !s.ok()) throw std::runtime_error(std::string(s.message()));
+}
+
+Subprocess::~Subprocess() {
+  if (!reaped_ && !released_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+void Subprocess::Signal(int sig) {
+  if (!reaped_ && pid_ > 0) ::kill(pid_, sig);
+}
+
+int Subprocess::Wait(absl::Duration timeout) {
+  if (reaped_) return status_;
+  absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      return status_;
+    }
+    if (r < 0 && errno == ECHILD) {  // reaped elsewhere
+      reaped_ = true;
+      status_ = 0;
+      return status_;
+    }
+    if (absl::Now() >= deadline) return -1;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+bool Subprocess::running() { return Wait(absl::ZeroDuration()) == -1; }
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return absl::StrCat("killed by signal ", sig, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                                         const std::map<std::string, std::string>& env) {
+  char tmpl[] = "/tmp/dt-cmd-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  if (fd < 0) return absl::InternalError("cannot create a temporary file");
+  ::close(fd);
+  std::string out_path = tmpl;
+  SpawnOptions o;
+  o.env = env;
+  o.output_file = out_path;
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
+  if (!p.ok()) {
+    ::unlink(out_path.c_str());
+    return p.status();
+  }
+  CommandResult result;
+  int status = (*p)->Wait(timeout);
+  if (status == -1) {
+    (*p)->Signal(SIGKILL);
+    (*p)->Wait(absl::Seconds(5));
+  } else if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  }
+  absl::StatusOr<std::string> output = ReadFile(out_path);
+  ::unlink(out_path.c_str());
+  if (output.ok()) result.output = *output;
+  if (status == -1) {
+    return absl::DeadlineExceededError(absl::StrCat(argv[0], " did not finish within ", absl::FormatDuration(timeout)));
+  }
+  return result;
+}
+
+std::string ExecutableDir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  return Dirname(std::string(buf, static_cast<size_t>(n)));
+}
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    if (dir.empty()) continue;
+    std::string candidate = JoinPath(dir, name);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+}  // namespace dt

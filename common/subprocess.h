@@ -1,0 +1,69 @@
+// Child processes: started with posix_spawn, an environment added to this one's, output to a
+// file; signalled, waited for with a timeout, killed and reaped when the object dies (unless
+// released). Used by the local launcher, dtctl's pre-flight checks, and the tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace dt {
+
+struct SpawnOptions {
+  std::map<std::string, std::string> env;  // added to (or overriding) this process's environment
+  std::string output_file;                 // stdout and stderr appended here; empty: inherited
+  bool new_session = false;                // setsid(): not killed with the parent's terminal
+};
+
+class Subprocess {
+ public:
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv,
+                                                          const SpawnOptions& options = {});
+  // Throws std::runtime_error when the program cannot be started (tests).
+  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
+             std::string log_file = "");
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // The raw wait status once it exited; -1 if still running after `timeout`.
+  int Wait(absl::Duration timeout);
+  bool running();
+  // Leaves the child running when this object dies.
+  void Release() { released_ = true; }
+
+ private:
+  Subprocess() = default;
+  absl::Status Start(const std::vector<std::string>& argv, const SpawnOptions& options);
+
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  bool released_ = false;
+  int status_ = 0;
+};
+
+// "exited with code 3", "killed by signal 9 (SIGKILL)".
+std::string DescribeWaitStatus(int status);
+
+// Runs a command to completion (up to `timeout`), returning its exit code and output.
+struct CommandResult {
+  int exit_code = -1;  // -1: did not finish or was signalled
+  std::string output;
+};
+absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, absl::Duration timeout,
+                                         const std::map<std::string, std::string>& env = {});
+
+// The directory of the running executable (/proc/self/exe).
+std::string ExecutableDir();
+
+// Finds `name` on PATH; empty when missing.
+std::string FindOnPath(const std::string& name);
+
+}  // namespace dt

@@ -1,0 +1,249 @@
+// dtctl's contract: JSON shapes, exit codes (0 ok, 1 failed, 2 usage, 3 unreachable), errors for
+// unknown runs, bad flags, bad tokens and failed pre-flight checks; and the local launcher end to
+// end: success, kill -9 → relaunch and resume, no restart budget → FAILED with the root cause,
+// cancel.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+using testing::CoordinatorProcess;
+
+class DtctlTest : public ::testing::Test {
+ protected:
+  testing::TempDir tmp_;
+  std::string save_dir_ = tmp_.Sub("runs");
+  CoordinatorProcess coord_{tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s",
+                                          "--rendezvous-timeout", "1m"}};
+
+  CommandResult Dtctl(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {testing::BinaryPath("dtctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    env.try_emplace("DT_COORDINATOR", coord_.address());
+    env.try_emplace("DT_TOKEN", coord_.admin_token());
+    env.try_emplace("HOME", tmp_.path());
+    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Minutes(4), env);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
+  }
+
+  nlohmann::json Json(const CommandResult& r) {
+    // dtctl prints JSON on stdout; the combined output may hold stderr notes first.
+    size_t start = r.output.find_first_of("[{");
+    nlohmann::json j = nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.output;
+    return j;
+  }
+
+  std::vector<std::string> TrainerArgs(int steps, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                  "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny",
+                                  "--seq-len", "64", "--batch-size", "2", "--max-steps", std::to_string(steps),
+                                  "--log-freq", "1", "--eval-split", "0"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // `dtctl submit ... -o json` → run id.
+  std::string Submit(const std::string& name, int procs, int max_restarts, std::vector<std::string> trainer_args) {
+    std::vector<std::string> args = {"submit", "-o", "json", "--name", name, "--save-dir", save_dir_,
+                                     "--nproc-per-node", std::to_string(procs), "--max-restarts",
+                                     std::to_string(max_restarts), "--omp-threads", "1"};
+    args.insert(args.end(), trainer_args.begin(), trainer_args.end());
+    CommandResult r = Dtctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return Json(r).value("run_id", "");
+  }
+
+  nlohmann::json Status(const std::string& run) { return Json(Dtctl({"status", run, "-o", "json"})); }
+};
+
+TEST_F(DtctlTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(Dtctl({}).exit_code, 2);
+  EXPECT_EQ(Dtctl({"status"}).exit_code, 2);
+  EXPECT_EQ(Dtctl({"list", "--bogus"}).exit_code, 2);
+  CommandResult r = Dtctl({"submit", "--name", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--save-dir"), std::string::npos) << r.output;
+  r = Dtctl({"list", "-o", "yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = Dtctl({"submit", "--name", "bad/name", "--save-dir", save_dir_, "--", "--dataset", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("'/'"), std::string::npos) << r.output;
+}
+
+TEST_F(DtctlTest, UnreachableCoordinatorExitsThree) {
+  CommandResult r = Dtctl({"--coordinator", "127.0.0.1:1", "list"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:1"), std::string::npos) << r.output;
+}
+
+TEST_F(DtctlTest, TokensAreFoundOrTheErrorSaysWhere) {
+  CommandResult none = Dtctl({"list"}, {{"DT_TOKEN", ""}});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("DT_TOKEN"), std::string::npos) << none.output;
+  CommandResult wrong = Dtctl({"list"}, {{"DT_TOKEN", "dt_admin_wrong-wrong-wrong-wrong-wrong-wrong"}});
+  EXPECT_EQ(wrong.exit_code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("unknown token"), std::string::npos) << wrong.output;
+  // The token file flag works.
+  std::string file = JoinPath(tmp_.path(), "token");
+  ASSERT_TRUE(WriteFileAtomic(file, coord_.admin_token() + "\n", 0600).ok());
+  EXPECT_EQ(Dtctl({"--token-file", file, "list"}, {{"DT_TOKEN", ""}}).exit_code, 0);
+}
+
+TEST_F(DtctlTest, UnknownRunsFailWithTheReason) {
+  CommandResult r = Dtctl({"status", "r-00000000000000aa"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  r = Dtctl({"cancel", "not-a-run"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("run id"), std::string::npos) << r.output;
+  for (const char* cmd : {"watch", "checkpoints", "metrics", "logs"}) {
+    EXPECT_EQ(Dtctl({cmd, "r-00000000000000aa"}).exit_code, 1) << cmd;
+  }
+}
+
+TEST_F(DtctlTest, PreflightCatchesWhatWouldFailInTheQueue) {
+  auto args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"submit", "--name", "pre", "--save-dir", save_dir_};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  CommandResult r = Dtctl(args({"--", "--dataset", "/nope/data.json", "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2")}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("/nope/data.json"), std::string::npos) << r.output;
+  r = Dtctl(args({"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir", "/nope"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("encoder.json"), std::string::npos) << r.output;
+  std::vector<std::string> good = TrainerArgs(1);
+  std::vector<std::string> bad_trainer = {"--trainer", "/bin/false"};
+  bad_trainer.insert(bad_trainer.end(), good.begin(), good.end());
+  r = Dtctl(args(bad_trainer));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("does not run"), std::string::npos) << r.output;
+  r = Dtctl(args({"--save-dir", "/proc/no-such-dir"}));
+  EXPECT_NE(r.exit_code, 0);
+  // Nothing was submitted by any of these.
+  EXPECT_TRUE(Json(Dtctl({"list", "-o", "json"})).empty());
+}
+
+TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
+  std::string run = Submit("shapes", 2, 0, TrainerArgs(6, {"--ckpt-freq", "3"}));
+  ASSERT_FALSE(run.empty());
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  EXPECT_NE(watch.output.find("SUCCEEDED"), std::string::npos);
+  EXPECT_NE(watch.output.find("step 6/6"), std::string::npos) << watch.output;
+
+  nlohmann::json list = Json(Dtctl({"list", "-o", "json"}));
+  ASSERT_EQ(list.size(), 1u);
+  nlohmann::json s = Status(run);
+  for (const char* key : {"run_id", "name", "state", "world_size", "generation", "restarts", "step", "exp_dir",
+                          "latest_checkpoint_step", "reason", "created_at", "ended_at", "ranks"}) {
+    EXPECT_TRUE(s.contains(key)) << key;
+    EXPECT_TRUE(list[0].contains(key)) << key;
+  }
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["step"], 6);
+  EXPECT_EQ(s["latest_checkpoint_step"], 6);
+  EXPECT_TRUE(s["reason"].is_null());
+  ASSERT_EQ(s["ranks"].size(), 2u);
+  for (const char* key : {"rank", "local_rank", "node", "host", "pid", "state", "step"}) {
+    EXPECT_TRUE(s["ranks"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(s["ranks"][1]["state"], "FINISHED");
+
+  nlohmann::json metrics = Json(Dtctl({"metrics", run, "--key", "loss", "--rank", "1", "-o", "json"}));
+  ASSERT_EQ(metrics.size(), 6u);
+  for (const char* key : {"step", "rank", "name", "value", "time"}) EXPECT_TRUE(metrics[0].contains(key)) << key;
+  EXPECT_EQ(metrics[5]["step"], 6);
+  CommandResult csv = Dtctl({"metrics", run, "--key", "lr", "-o", "csv"});
+  EXPECT_EQ(csv.output.rfind("step,rank,name,value,time\n", 0), 0u) << csv.output;
+  EXPECT_EQ(std::count(csv.output.begin(), csv.output.end(), '\n'), 13);  // header + 6 steps x 2 ranks
+
+  nlohmann::json ckpts = Json(Dtctl({"checkpoints", run, "-o", "json"}));
+  ASSERT_EQ(ckpts.size(), 2u);  // steps 3 and 6
+  for (const char* key : {"step", "size", "time", "path", "committed"}) EXPECT_TRUE(ckpts[0].contains(key)) << key;
+  EXPECT_EQ(ckpts[1]["step"], 6);
+  EXPECT_TRUE(std::filesystem::exists(ckpts[1]["path"].get<std::string>() + "/model.pt"));
+
+  CommandResult logs = Dtctl({"logs", run, "--rank", "0"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_NE(logs.output.find("done: 6 steps"), std::string::npos) << logs.output;
+  EXPECT_EQ(Dtctl({"logs", run, "--rank", "7"}).exit_code, 2);
+
+  CommandResult cancel = Dtctl({"cancel", run});
+  EXPECT_EQ(cancel.exit_code, 0);
+  EXPECT_NE(cancel.output.find("already ended SUCCEEDED"), std::string::npos) << cancel.output;
+}
+
+TEST_F(DtctlTest, KilledTrainerIsRelaunchedAndResumesFromTheLatestCheckpoint) {
+  std::string run = Submit("relaunch", 2, 1, TrainerArgs(400, {"--ckpt-freq", "5"}));
+  ASSERT_TRUE(testing::WaitFor([&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
+                               absl::Minutes(2)));
+  nlohmann::json before = Status(run);
+  int victim = before["ranks"][1]["pid"];
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // The launcher reports the death at once; the group restarts as generation 1.
+  ASSERT_TRUE(testing::WaitFor([&] { return Status(run)["generation"] == 1; }, absl::Seconds(30)));
+  nlohmann::json restarted = Status(run);
+  EXPECT_EQ(restarted["restarts"], 1);
+  ASSERT_FALSE(restarted["failures"].empty());
+  EXPECT_EQ(restarted["failures"][0]["kind"], "PROCESS_EXITED");
+  EXPECT_EQ(restarted["failures"][0]["rank"], 1);
+  EXPECT_NE(restarted["failures"][0]["message"].get<std::string>().find("SIGKILL"), std::string::npos);
+  // Generation 1 resumes from the checkpoint; a few steps past it, cancel (the test need not
+  // train 400 steps) and check that no trainer survives.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        nlohmann::json s = Status(run);
+        return s["state"] == "RUNNING" && s["generation"] == 1 && s["step"].get<int>() > before["latest_checkpoint_step"].get<int>() + 2;
+      },
+      absl::Minutes(2)));
+  std::string log = testing::Slurp(JoinPath(save_dir_, "relaunch/logs/rank-0.log"));
+  EXPECT_NE(log.find("resumed from"), std::string::npos) << log;
+  EXPECT_NE(log.find("generation 1"), std::string::npos);
+  EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+  nlohmann::json end = Status(run);
+  EXPECT_EQ(end["state"], "CANCELLED");
+  // Every trainer of the run is gone.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        for (const auto& r : Status(run)["ranks"]) {
+          if (::kill(r["pid"].get<int>(), 0) == 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)));
+}
+
+TEST_F(DtctlTest, WithoutARestartBudgetTheRunFailsWithTheRootCause) {
+  std::string run = Submit("no-budget", 2, 0, TrainerArgs(400));
+  ASSERT_TRUE(testing::WaitFor([&] { return Status(run)["step"].get<int>() >= 2; }, absl::Minutes(2)));
+  int victim = Status(run)["ranks"][0]["pid"];
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 1) << watch.output;
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["state"], "FAILED");
+  EXPECT_EQ(s["reason"]["rank"], 0);
+  EXPECT_EQ(s["reason"]["kind"], "PROCESS_EXITED");
+  EXPECT_NE(s["reason"]["message"].get<std::string>().find("signal 9"), std::string::npos) << s["reason"];
+  CommandResult human = Dtctl({"status", run});
+  EXPECT_NE(human.output.find("reason     rank 0"), std::string::npos) << human.output;
+}
+
+}  // namespace
+}  // namespace dt

@@ -1,0 +1,139 @@
+// dt on a real Slurm: slurmctld + two slurmd (node names n1, n2) + munge on this machine, started by
+// the project's own deploy/slurm/local-cluster.sh. Skipped, with the reason printed, only when
+// the Slurm daemons cannot run here.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+std::string Script() { return JoinPath(DT_SOURCE_DIR, "deploy/slurm/local-cluster.sh"); }
+
+class SlurmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::getuid() != 0) {
+      skip_reason_ = "the local Slurm daemons need root";
+      return;
+    }
+    if (FindOnPath("sbatch").empty() && ::access("/usr/sbin/slurmctld", X_OK) != 0) {
+      skip_reason_ = "Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)";
+      return;
+    }
+    auto r = RunCommand({Script(), "start", "--nodes", "2"}, absl::Minutes(2));
+    if (!r.ok() || r->exit_code != 0) {
+      skip_reason_ = absl::StrCat("local-cluster.sh start failed: ", r.ok() ? r->output : r.status().ToString());
+    }
+  }
+  static void TearDownTestSuite() {
+    if (skip_reason_.empty()) (void)RunCommand({Script(), "stop"}, absl::Minutes(1));
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) {
+      std::cout << "SKIPPED: " << skip_reason_ << std::endl;
+      GTEST_SKIP() << skip_reason_;
+    }
+    coord_ = std::make_unique<testing::CoordinatorProcess>(
+        tmp_.path(), std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"});
+  }
+
+  CommandResult Dtctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {testing::BinaryPath("dtctl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv, absl::Minutes(4),
+                        {{"DT_COORDINATOR", coord_->address()}, {"DT_TOKEN", coord_->admin_token()}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
+  }
+  nlohmann::json Json(const CommandResult& r) {
+    size_t start = r.output.find_first_of("[{");
+    return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
+  }
+  std::string Submit(const std::string& name, int steps) {
+    CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir", save_dir_,
+                             "--nodes", "2", "--nproc-per-node", "1", "--", "--dataset",
+                             JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
+                             JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64",
+                             "--batch-size", "2", "--max-steps", std::to_string(steps), "--log-freq", "1",
+                             "--eval-split", "0"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return Json(r).value("run_id", "");
+  }
+
+  static std::string skip_reason_;
+  testing::TempDir tmp_;
+  std::string save_dir_ = tmp_.Sub("runs");
+  std::unique_ptr<testing::CoordinatorProcess> coord_;
+};
+std::string SlurmTest::skip_reason_;
+
+TEST_F(SlurmTest, TwoNodeRunSucceeds) {
+  std::string run = Submit("slurm-two", 8);
+  ASSERT_FALSE(run.empty());
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(save_dir_ + "/slurm-two/logs/rank-0.log");
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  ASSERT_EQ(s["ranks"].size(), 2u);
+  // SLURMD_NODENAME made the two slurmd one machine runs into two nodes, in node order.
+  EXPECT_EQ(s["ranks"][0]["node"], "n1");
+  EXPECT_EQ(s["ranks"][1]["node"], "n2");
+  EXPECT_EQ(s["scheduler"], "SLURM");
+  EXPECT_FALSE(s["scheduler_job_id"].get<std::string>().empty());
+  EXPECT_TRUE(s.contains("slurm"));
+  // The rendered script is private: it carries the run token.
+  std::string script = JoinPath(save_dir_, absl::StrCat("slurm-two/logs/", run, ".sbatch"));
+  struct stat st;
+  ASSERT_EQ(::stat(script.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(testing::Slurp(script).find("#SBATCH --nodes=2"), std::string::npos);
+  // The batch script ends by itself once the coordinator says the run will not restart.
+  std::string job = s["scheduler_job_id"];
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"squeue", "-h", "-j", job, "-o", "%T"}, absl::Seconds(10));
+        return q.ok() && q->output.find("RUNNING") == std::string::npos;
+      },
+      absl::Seconds(60)));
+}
+
+TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
+  std::string run = Submit("slurm-cancel", 100000);
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 2; }, absl::Minutes(2)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  std::string job = s["scheduler_job_id"];
+  std::vector<int> pids;
+  for (const auto& r : s["ranks"]) pids.push_back(r["pid"]);
+  ASSERT_EQ(pids.size(), 2u);
+  CommandResult cancel = Dtctl({"cancel", run});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+  EXPECT_EQ(Json(Dtctl({"status", run, "-o", "json"}))["state"], "CANCELLED");
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        for (int pid : pids) {
+          if (::kill(pid, 0) == 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30)))
+      << "a trainer survived the cancel";
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"squeue", "-h", "-j", job, "-o", "%T"}, absl::Seconds(10));
+        return q.ok() && q->output.find("RUNNING") == std::string::npos && q->output.find("PENDING") == std::string::npos;
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);  // harmless the second time
+}
+
+}  // namespace
+}  // namespace dt
