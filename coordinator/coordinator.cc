@@ -282,6 +282,10 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   std::string cause = DescribeFailure(failure);
   DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
+  if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT && stats_ != nullptr) {
+    CoordinatorStats* stats = stats_;
+    deferred.Add([stats] { stats->CountHeartbeatMiss(); });
+  }
   absl::Status status = waiter_status.value_or(absl::AbortedError(
       cancelled ? absl::StrCat("run ", r.run_id(), " was cancelled: ", failure.message())
                 : absl::StrCat("generation ", g.number, " of run ", r.run_id(), " failed: ", cause)));
@@ -605,6 +609,19 @@ absl::StatusOr<v1::Experiment> Coordinator::GetExperiment(const std::string& run
   absl::StatusOr<std::string> json = ReadFile(JoinPath(paths.path, "run.json"));
   if (json.ok()) out.set_run_json(*json);
   return out;
+}
+
+Coordinator::Census Coordinator::TakeCensus() const {
+  Census c;
+  for (const RunPtr& run : AllRuns()) {
+    absl::MutexLock lock(&run->mu);
+    const v1::Run& r = run->stored.run;
+    ++c.runs_by_state[r.state()];
+    if (!IsTerminal(r.state()) && run->gen && run->gen->assigned) {
+      for (const auto& rank : run->gen->ranks) c.registered_ranks += rank.state() == v1::RankStatus::ACTIVE;
+    }
+  }
+  return c;
 }
 
 // ---- Watch ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/health_tracker.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/observers.h"
 #include "coordinator/pending.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/state_db.h"
@@ -46,15 +47,6 @@ struct CoordinatorOptions {
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
-};
-
-// Receives every accepted metric batch and run change; the Prometheus exporter and the W&B
-// forwarder implement it. Called outside the coordinator's locks; must not block.
-class RunObserver {
- public:
-  virtual ~RunObserver() = default;
-  virtual void OnRunChanged(const v1::Run& run) = 0;
-  virtual void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) = 0;
 };
 
 // Who is calling, once the token was checked.
@@ -82,6 +74,15 @@ class Coordinator {
   const CoordinatorOptions& options() const { return options_; }
   v1::TimeoutPolicy policy() const { return policy_; }
   void AddObserver(RunObserver* observer);
+  // Not owned; set before Start().
+  void SetStats(CoordinatorStats* stats) { stats_ = stats; }
+
+  // Counts for the coordinator's health metrics.
+  struct Census {
+    std::map<v1::RunState, int> runs_by_state;
+    int registered_ranks = 0;  // ranks holding an assignment in active runs
+  };
+  Census TakeCensus() const;
 
   // ---- Auth -------------------------------------------------------------------------------
   // The run whose token has this SHA-256, if any.
@@ -197,6 +198,7 @@ class Coordinator {
 
   void ScheduleHealthCheck();
 
+  CoordinatorStats* stats_ = nullptr;
   const CoordinatorOptions options_;
   const v1::TimeoutPolicy policy_;
   const Clock* const clock_;

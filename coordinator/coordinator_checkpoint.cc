@@ -261,6 +261,12 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
   *out.mutable_checkpoint() = info;
   for (auto& [rank, reply] : round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(out));
   round->waiting.clear();
+  if (stats_ != nullptr) {
+    CoordinatorStats* stats = stats_;
+    absl::Duration took = clock_->Now() - round->opened;
+    int64_t bytes = info.bytes();
+    deferred.Add([stats, took, bytes] { stats->ObserveCheckpointRound(true, took, bytes); });
+  }
   // Progress is not a hang: a long checkpoint must not trip the watchdog.
   if (run->gen && run->gen->number == round->generation && run->gen->health) {
     Generation& g = *run->gen;
@@ -311,6 +317,11 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
     deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(round.outcome));
   }
   round.waiting.clear();
+  if (stats_ != nullptr) {
+    CoordinatorStats* stats = stats_;
+    absl::Duration took = clock_->Now() - round.opened;
+    deferred.Add([stats, took] { stats->ObserveCheckpointRound(false, took, 0); });
+  }
 }
 
 void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& round_id) {

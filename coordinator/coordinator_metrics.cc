@@ -64,8 +64,12 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
     }
     observed = run->observed;
   }
-  absl::MutexLock lock(&observers_mu_);
-  for (RunObserver* o : observers_list_) o->OnMetrics(*observed, batch);
+  std::vector<RunObserver*> observers;
+  {
+    absl::MutexLock lock(&observers_mu_);
+    observers = observers_list_;
+  }
+  for (RunObserver* o : observers) o->OnMetrics(*observed, batch);
   return absl::OkStatus();
 }
 

@@ -53,11 +53,13 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
   }
   absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
                                                     : absl::Milliseconds(policy_.barrier_timeout_ms());
-  auto released = MakePending<BarrierRelease>([reply](absl::StatusOr<BarrierRelease> r) {
+  CoordinatorStats* stats = stats_;
+  auto released = MakePending<BarrierRelease>([reply, stats](absl::StatusOr<BarrierRelease> r) {
     if (!r.ok()) {
       reply->Complete(r.status());
       return;
     }
+    if (stats != nullptr) stats->ObserveBarrierWait(r->waited);
     v1::BarrierResponse out;
     out.set_sequence(r->sequence);
     out.set_waited_ms(absl::ToInt64Milliseconds(r->waited));

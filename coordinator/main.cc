@@ -15,6 +15,7 @@
 #include "common/version.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/prometheus_exporter.h"
 #include "coordinator/server.h"
 #include "coordinator/state_db.h"
 #include "coordinator/timer_queue.h"
@@ -111,11 +112,25 @@ int main(int argc, char** argv) {
   timers.Start();
   dt::Coordinator coordinator(options, dt::RealClock::Get(), &timers, db->get());
   if (absl::Status s = coordinator.Load(); !s.ok()) return Fail(std::string(s.message()));
+  std::unique_ptr<dt::PrometheusExporter> exporter;
+  if (metrics_listen != "off") {
+    dt::ExporterOptions eo;
+    eo.listen = metrics_listen;
+    absl::StatusOr<std::unique_ptr<dt::PrometheusExporter>> e = dt::PrometheusExporter::Start(eo, &coordinator);
+    if (!e.ok()) return Fail(std::string(e.status().message()));
+    exporter = std::move(*e);
+    coordinator.AddObserver(exporter.get());
+    coordinator.SetStats(exporter.get());
+    if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "metrics.addr"), exporter->address() + "\n");
+        !s.ok()) {
+      DT_LOG(Warning) << s.message();
+    }
+  }
   coordinator.Start();
   dt::Authenticator auth(*admin_token, &coordinator);
 
   absl::StatusOr<std::unique_ptr<dt::CoordinatorServer>> server =
-      dt::CoordinatorServer::Start(&coordinator, &auth, server_options);
+      dt::CoordinatorServer::Start(&coordinator, &auth, server_options, exporter.get());
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string address = (*server)->address();
   if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "dtcoord.addr"), address + "\n");
@@ -127,7 +142,8 @@ int main(int argc, char** argv) {
                << "; heartbeat " << absl::FormatDuration(options.timeouts.heartbeat_interval) << "/"
                << absl::FormatDuration(options.timeouts.heartbeat_timeout) << ", hang "
                << absl::FormatDuration(options.timeouts.hang_timeout) << ", rendezvous "
-               << absl::FormatDuration(options.timeouts.rendezvous_timeout) << ")";
+               << absl::FormatDuration(options.timeouts.rendezvous_timeout) << ")"
+               << (exporter ? absl::StrCat("; Prometheus metrics on http://", exporter->address(), "/metrics") : "");
 
   int sig = 0;
   sigwait(&signals, &sig);

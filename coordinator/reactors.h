@@ -13,16 +13,10 @@
 #include "common/grpc_status.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/observers.h"
 #include "coordinator/pending.h"
 
 namespace dt {
-
-// Told about every finished RPC (the Prometheus exporter counts and times them).
-class RpcObserver {
- public:
-  virtual ~RpcObserver() = default;
-  virtual void OnRpcDone(const char* method, absl::StatusCode code, absl::Duration latency) = 0;
-};
 
 // What every service needs.
 struct ServiceDeps {

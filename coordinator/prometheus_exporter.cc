@@ -1,0 +1,295 @@
+#include "coordinator/prometheus_exporter.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace dt {
+namespace {
+
+using prometheus::Histogram;
+
+const Histogram::BucketBoundaries& StepBuckets() {
+  static const Histogram::BucketBoundaries b = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+  return b;
+}
+const Histogram::BucketBoundaries& RpcBuckets() {
+  static const Histogram::BucketBoundaries b = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+  return b;
+}
+const Histogram::BucketBoundaries& WaitBuckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800};
+  return b;
+}
+const Histogram::BucketBoundaries& CheckpointBuckets() {
+  static const Histogram::BucketBoundaries b = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
+  return b;
+}
+
+bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+}  // namespace
+
+// Runs by state and registered ranks, counted from the coordinator at scrape time.
+class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
+ public:
+  explicit CensusCollectable(const Coordinator* c) : coordinator_(c) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    Coordinator::Census census = coordinator_->TakeCensus();
+    prometheus::MetricFamily runs{"dt_coordinator_runs", "Runs the coordinator knows, by state",
+                                  prometheus::MetricType::Gauge, {}};
+    for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"state", v1::RunState_Name(static_cast<v1::RunState>(s))});
+      auto it = census.runs_by_state.find(static_cast<v1::RunState>(s));
+      m.gauge.value = it == census.runs_by_state.end() ? 0 : it->second;
+      runs.metric.push_back(m);
+    }
+    prometheus::MetricFamily ranks{"dt_coordinator_registered_ranks",
+                                   "Ranks holding an assignment in active runs", prometheus::MetricType::Gauge, {}};
+    prometheus::ClientMetric m;
+    m.gauge.value = census.registered_ranks;
+    ranks.metric.push_back(m);
+    return {runs, ranks};
+  }
+
+ private:
+  const Coordinator* coordinator_;
+};
+
+PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coordinator* coordinator)
+    : options_(options), coordinator_(coordinator), registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildGauge;
+  using prometheus::BuildHistogram;
+  auto& r = *registry_;
+  loss_ = &BuildGauge().Name("dt_train_loss").Help("Training loss at the last logged step").Register(r);
+  lr_ = &BuildGauge().Name("dt_train_learning_rate").Help("Learning rate at the last logged step").Register(r);
+  grad_norm_ = &BuildGauge().Name("dt_train_grad_norm").Help("Gradient norm before clipping").Register(r);
+  tokens_per_second_ =
+      &BuildGauge().Name("dt_train_tokens_per_second").Help("Tokens per second of one rank").Register(r);
+  eval_loss_ = &BuildGauge().Name("dt_train_eval_loss").Help("Held-out loss at the last evaluation").Register(r);
+  last_step_ = &BuildGauge().Name("dt_train_last_step").Help("Last optimizer step a rank reported").Register(r);
+  rank_up_ = &BuildGauge().Name("dt_rank_up").Help("1 while the rank is registered and healthy").Register(r);
+  step_time_ = &BuildHistogram().Name("dt_train_step_time_seconds").Help("Duration of optimizer steps").Register(r);
+  tokens_seen_ = &BuildCounter().Name("dt_train_tokens_seen_total").Help("Tokens trained on, all ranks").Register(r);
+  rpc_duration_ = &BuildHistogram()
+                       .Name("dt_coordinator_rpc_duration_seconds")
+                       .Help("Time to answer RPCs (waiting calls include their wait), by method and code")
+                       .Register(r);
+  barrier_wait_ = &BuildHistogram()
+                       .Name("dt_coordinator_barrier_wait_seconds")
+                       .Help("How long ranks waited at barriers")
+                       .Register(r)
+                       .Add({}, WaitBuckets());
+  checkpoint_seconds_ = &BuildHistogram()
+                             .Name("dt_coordinator_checkpoint_round_seconds")
+                             .Help("Checkpoint rounds from opening to commit or abort, by outcome")
+                             .Register(r);
+  checkpoint_bytes_ = &BuildCounter()
+                           .Name("dt_coordinator_checkpoint_bytes_total")
+                           .Help("Bytes of committed checkpoints")
+                           .Register(r)
+                           .Add({});
+  heartbeat_misses_ = &BuildCounter()
+                           .Name("dt_coordinator_heartbeat_misses_total")
+                           .Help("Ranks declared dead for missing heartbeats")
+                           .Register(r)
+                           .Add({});
+  wandb_queue_ = &BuildGauge()
+                      .Name("dt_wandb_queue_points")
+                      .Help("Metric points spooled but not yet accepted by W&B")
+                      .Register(r)
+                      .Add({});
+  wandb_requests_ = &BuildCounter()
+                         .Name("dt_wandb_requests_total")
+                         .Help("Requests to W&B by HTTP status (0: no response)")
+                         .Register(r);
+  dropped_ = &BuildCounter()
+                  .Name("dt_metrics_points_dropped_total")
+                  .Help("Metric points not forwarded, by reason")
+                  .Register(r);
+  points_ingested_ = &BuildCounter()
+                          .Name("dt_metrics_points_ingested_total")
+                          .Help("Metric points received from trainers")
+                          .Register(r)
+                          .Add({});
+  series_omitted_ = &BuildCounter()
+                         .Name("dt_metrics_series_omitted_total")
+                         .Help("Metric points not exported because the rank-series cap was reached")
+                         .Register(r)
+                         .Add({});
+}
+
+absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(const ExporterOptions& options,
+                                                                             const Coordinator* coordinator) {
+  std::unique_ptr<PrometheusExporter> e(new PrometheusExporter(options, coordinator));
+  e->census_ = std::make_shared<CensusCollectable>(coordinator);
+  try {
+    e->exposer_ = std::make_unique<prometheus::Exposer>(options.listen, 2);
+  } catch (const std::exception& ex) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve /metrics on ", options.listen, ": ", ex.what(), " (use --metrics-listen)"));
+  }
+  std::vector<int> ports = e->exposer_->GetListeningPorts();
+  std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  e->address_ = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
+  e->exposer_->RegisterCollectable(e->registry_);
+  e->exposer_->RegisterCollectable(e->census_);
+  PrometheusExporter* self = e.get();
+  e->pruner_ = std::thread([self] {
+    while (!self->stop_.WaitForNotificationWithTimeout(absl::Seconds(5))) self->Prune();
+  });
+  return e;
+}
+
+PrometheusExporter::~PrometheusExporter() {
+  stop_.Notify();
+  if (pruner_.joinable()) pruner_.join();
+  exposer_.reset();
+}
+
+std::string PrometheusExporter::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  std::vector<prometheus::MetricFamily> census = census_->Collect();
+  families.insert(families.end(), census.begin(), census.end());
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+PrometheusExporter::RankSeries* PrometheusExporter::SeriesFor(const v1::Run& run, int rank) {
+  RunSeries& rs = runs_[run.run_id()];
+  auto it = rs.ranks.find(rank);
+  if (it != rs.ranks.end()) return &it->second;
+  if (rank_series_ >= options_.max_rank_series) return nullptr;
+  std::string node;
+  for (const auto& r : run.ranks()) {
+    if (r.rank() == rank) node = r.node();
+  }
+  RankSeries& s = rs.ranks[rank];
+  s.labels = {{"run", run.run_id()}, {"experiment", run.spec().experiment_name()},
+              {"rank", absl::StrCat(rank)}, {"node", node}};
+  s.loss = &loss_->Add(s.labels);
+  s.lr = &lr_->Add(s.labels);
+  s.grad_norm = &grad_norm_->Add(s.labels);
+  s.tokens_per_second = &tokens_per_second_->Add(s.labels);
+  s.eval_loss = &eval_loss_->Add(s.labels);
+  s.last_step = &last_step_->Add(s.labels);
+  s.up = &rank_up_->Add(s.labels);
+  s.step_time = &step_time_->Add(s.labels, StepBuckets());
+  s.tokens_seen = &tokens_seen_->Add({{"run", run.run_id()}, {"experiment", run.spec().experiment_name()}, {"rank", absl::StrCat(rank)}, {"node", node}});
+  ++rank_series_;
+  return &s;
+}
+
+void PrometheusExporter::RemoveRank(RankSeries& s) {
+  loss_->Remove(s.loss);
+  lr_->Remove(s.lr);
+  grad_norm_->Remove(s.grad_norm);
+  tokens_per_second_->Remove(s.tokens_per_second);
+  eval_loss_->Remove(s.eval_loss);
+  last_step_->Remove(s.last_step);
+  rank_up_->Remove(s.up);
+  step_time_->Remove(s.step_time);
+  tokens_seen_->Remove(s.tokens_seen);
+  --rank_series_;
+}
+
+void PrometheusExporter::OnRunChanged(const v1::Run& run) {
+  absl::MutexLock lock(&mu_);
+  if (Terminal(run.state())) {
+    auto it = runs_.find(run.run_id());
+    if (it == runs_.end()) return;
+    if (it->second.ended == absl::InfiniteFuture()) it->second.ended = absl::Now();
+    for (auto& [rank, s] : it->second.ranks) s.up->Set(0);
+    return;
+  }
+  for (const auto& r : run.ranks()) {
+    if (r.rank() < 0) continue;
+    RankSeries* s = SeriesFor(run, r.rank());
+    if (s != nullptr) s->up->Set(r.state() == v1::RankStatus::ACTIVE ? 1 : 0);
+  }
+}
+
+void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
+  points_ingested_->Increment(batch.points_size());
+  absl::MutexLock lock(&mu_);
+  RankSeries* s = SeriesFor(run, batch.rank());
+  if (s == nullptr) {
+    series_omitted_->Increment(batch.points_size());
+    return;
+  }
+  for (const auto& p : batch.points()) {
+    for (const auto& [name, value] : p.values()) {
+      if (name == "loss") {
+        s->loss->Set(value);
+      } else if (name == "lr") {
+        s->lr->Set(value);
+      } else if (name == "grad_norm") {
+        s->grad_norm->Set(value);
+      } else if (name == "tokens_per_s") {
+        s->tokens_per_second->Set(value);
+      } else if (name == "eval_loss") {
+        s->eval_loss->Set(value);
+      } else if (name == "step_time_s") {
+        s->step_time->Observe(value);
+      } else if (name == "tokens_seen") {
+        // Trainers report a running total; a resumed run starts lower again, which Prometheus
+        // reads as a counter reset: recreate the series.
+        if (value >= s->tokens_seen_value) {
+          s->tokens_seen->Increment(value - s->tokens_seen_value);
+        } else {
+          tokens_seen_->Remove(s->tokens_seen);
+          s->tokens_seen = &tokens_seen_->Add(s->labels);
+          s->tokens_seen->Increment(value);
+        }
+        s->tokens_seen_value = value;
+      }
+    }
+    if (p.step() > s->last_step->Value()) s->last_step->Set(static_cast<double>(p.step()));
+  }
+}
+
+void PrometheusExporter::Prune() {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    if (it->second.ended != absl::InfiniteFuture() && now - it->second.ended >= options_.ended_run_grace) {
+      for (auto& [rank, s] : it->second.ranks) RemoveRank(s);
+      it = runs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PrometheusExporter::OnRpcDone(const char* method, absl::StatusCode code, absl::Duration latency) {
+  rpc_duration_->Add({{"method", method}, {"code", absl::StatusCodeToString(code)}}, RpcBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void PrometheusExporter::ObserveBarrierWait(absl::Duration waited) {
+  barrier_wait_->Observe(absl::ToDoubleSeconds(waited));
+}
+
+void PrometheusExporter::ObserveCheckpointRound(bool committed, absl::Duration took, int64_t bytes) {
+  checkpoint_seconds_->Add({{"outcome", committed ? "committed" : "aborted"}}, CheckpointBuckets())
+      .Observe(absl::ToDoubleSeconds(took));
+  if (committed) checkpoint_bytes_->Increment(static_cast<double>(bytes));
+}
+
+void PrometheusExporter::CountHeartbeatMiss() { heartbeat_misses_->Increment(); }
+
+void PrometheusExporter::SetWandbQueue(int64_t points) { wandb_queue_->Set(static_cast<double>(points)); }
+
+void PrometheusExporter::CountWandbRequest(int http_code) {
+  wandb_requests_->Add({{"code", absl::StrCat(http_code)}}).Increment();
+}
+
+void PrometheusExporter::CountDroppedPoints(const char* reason, int64_t points) {
+  dropped_->Add({{"reason", reason}}).Increment(static_cast<double>(points));
+}
+
+}  // namespace dt
