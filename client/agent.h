@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/coordinator_client.h"
 #include "client/store_session.h"
+#include "common/host.h"
 
 namespace dt {
 
@@ -85,9 +86,5 @@ class Agent {
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_thread_;
 };
-
-// The process's node name: SLURMD_NODENAME, else the host name.
-std::string NodeName();
-std::string HostName();
 
 }  // namespace dt

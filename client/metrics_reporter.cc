@@ -26,6 +26,14 @@ MetricsReporter::~MetricsReporter() {
 }
 
 void MetricsReporter::Add(int64_t step, const std::map<std::string, double>& values, double unix_time) {
+  {
+    absl::MutexLock lock(&mu_);
+    // More values for the step still queued: one point per step.
+    if (queue_.size() > in_flight_ && queue_.back().step() == step) {
+      for (const auto& [k, v] : values) (*queue_.back().mutable_values())[k] = v;
+      return;
+    }
+  }
   v1::MetricPoint p;
   p.set_step(step);
   p.set_time(unix_time >= 0 ? unix_time : absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
@@ -88,6 +96,7 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
     }
     batch.mutable_summary()->insert(summary_.begin(), summary_.end());
     batches.push_back(batch);
+    in_flight_ = taken;
   }
   std::unique_ptr<grpc::ClientContext> ctx = client_->Context(timeout);
   v1::ReportMetricsResponse response;
@@ -98,8 +107,9 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
   }
   writer->WritesDone();
   grpc::Status status = writer->Finish();
-  if (!status.ok()) return FromGrpcStatus(status);
   absl::MutexLock lock(&mu_);
+  in_flight_ = 0;
+  if (!status.ok()) return FromGrpcStatus(status);
   // Only what was sent is dropped; points added meanwhile stay queued.
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(taken));
   delivered_ += static_cast<int64_t>(taken);

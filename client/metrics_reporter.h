@@ -43,6 +43,7 @@ class MetricsReporter {
   std::map<std::string, double> summary_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // points at the front of queue_ being sent
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

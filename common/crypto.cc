@@ -41,6 +41,13 @@ std::string Sha256::HexDigest() {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), len));
 }
 
+std::string Sha1Hex(absl::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr);
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), len));
+}
+
 std::string Sha256Hex(absl::string_view data) {
   Sha256 hash;
   hash.Update(data.data(), data.size());

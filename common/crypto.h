@@ -11,6 +11,9 @@ namespace dt {
 // `bytes` random bytes from OpenSSL's CSPRNG, as lower-case hex (2 × bytes characters).
 std::string RandomHex(size_t bytes);
 
+// Lower-case hex SHA-1 of `data` (W&B run ids of the seed guides; not for security).
+std::string Sha1Hex(absl::string_view data);
+
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(absl::string_view data);
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 
@@ -16,6 +17,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/prometheus_exporter.h"
+#include "coordinator/wandb/forwarder.h"
 #include "coordinator/server.h"
 #include "coordinator/state_db.h"
 #include "coordinator/timer_queue.h"
@@ -61,6 +63,15 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous-timeout", rendezvous_timeout,
                  "how long a generation may take to register every rank (also the init timeout)")
       ->capture_default_str();
+  std::string wandb_post_interval = "2s", wandb_retry_base = "2s";
+  int wandb_workers = 4;
+  app.add_option("--wandb-post-interval", wandb_post_interval,
+                 "at most one W&B post per W&B run this often (W&B settings come from WANDB_* variables)")
+      ->capture_default_str();
+  app.add_option("--wandb-retry-base", wandb_retry_base,
+                 "first W&B retry delay; doubles to 60s, with jitter, or as Retry-After says")
+      ->capture_default_str();
+  app.add_option("--wandb-workers", wandb_workers, "threads posting to W&B")->capture_default_str();
   app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
   app.add_option("--tls-key", server_options.tls_key, "PEM private key");
   try {
@@ -126,6 +137,23 @@ int main(int argc, char** argv) {
       DT_LOG(Warning) << s.message();
     }
   }
+  dt::wandb::ForwarderOptions fo;
+  fo.spool_dir = dt::JoinPath(state_dir, "wandb");
+  fo.env = dt::wandb::WandbEnvironment();
+  fo.workers = std::max(1, wandb_workers);
+  for (auto [flag, text, out] : {std::tuple{"--wandb-post-interval", &wandb_post_interval, &fo.post_interval},
+                                 std::tuple{"--wandb-retry-base", &wandb_retry_base, &fo.retry_base}}) {
+    absl::StatusOr<absl::Duration> d = dt::ParsePositiveDuration(flag, *text);
+    if (!d.ok()) {
+      std::cerr << "dtcoord: " << d.status().message() << "\n";
+      return 2;
+    }
+    *out = *d;
+  }
+  dt::wandb::Forwarder forwarder(fo, &coordinator, exporter.get());
+  if (absl::Status s = forwarder.Load(); !s.ok()) return Fail(std::string(s.message()));
+  coordinator.AddObserver(&forwarder);
+  forwarder.Start();
   coordinator.Start();
   dt::Authenticator auth(*admin_token, &coordinator);
 
@@ -150,6 +178,7 @@ int main(int argc, char** argv) {
   DT_LOG(Info) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
                << ": draining in-flight calls (up to 5s)";
   (*server)->Shutdown(absl::Seconds(5));
+  forwarder.Stop();
   timers.Stop();
   DT_LOG(Info) << "stopped";
   return 0;

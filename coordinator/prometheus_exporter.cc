@@ -112,6 +112,10 @@ PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coo
                   .Name("dt_metrics_points_dropped_total")
                   .Help("Metric points not forwarded, by reason")
                   .Register(r);
+  // Known reasons start at 0, so rate() and alerts see the series before the first drop.
+  for (const char* reason : {"step_already_logged", "wandb_rejected", "spool_write_failed"}) {
+    dropped_->Add({{"reason", reason}});
+  }
   points_ingested_ = &BuildCounter()
                           .Name("dt_metrics_points_ingested_total")
                           .Help("Metric points received from trainers")

@@ -103,13 +103,34 @@ std::shared_ptr<CoordinatorClient> InProcessCoordinator::Client(const std::strin
   return *c;
 }
 
-CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args) {
+CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args,
+                                       std::map<std::string, std::string> env)
+    : extra_args_(std::move(extra_args)), env_(std::move(env)) {
   state_dir_ = JoinPath(dir, "coord-state");
   log_ = JoinPath(dir, "dtcoord.log");
-  std::vector<std::string> argv = {BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
-                                   state_dir_, "--metrics-listen", "off"};
-  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
+  Launch("127.0.0.1:0");
+}
+
+void CoordinatorProcess::KillAndRestart() {
+  process_->Signal(SIGKILL);
+  process_->Wait(absl::Seconds(10));
+  ::unlink(JoinPath(state_dir_, "dtcoord.addr").c_str());
+  Launch(address_);
+}
+
+std::string CoordinatorProcess::metrics_address() const {
+  std::string a = Slurp(JoinPath(state_dir_, "metrics.addr"));
+  a.erase(a.find_last_not_of("\n") + 1);
+  return a;
+}
+
+void CoordinatorProcess::Launch(const std::string& listen) {
+  std::vector<std::string> argv = {BinaryPath("dtcoord"), "--listen", listen, "--state-dir", state_dir_};
+  bool metrics = false;
+  for (const auto& a : extra_args_) metrics = metrics || a == "--metrics-listen";
+  if (!metrics) argv.insert(argv.end(), {"--metrics-listen", "off"});
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  process_ = std::make_unique<Subprocess>(argv, env_, log_);
   std::string addr_file = JoinPath(state_dir_, "dtcoord.addr");
   if (!WaitFor([&] { return !Slurp(addr_file).empty() || !process_->running(); }, absl::Seconds(20)) ||
       Slurp(addr_file).empty()) {
@@ -161,6 +182,35 @@ std::vector<v1::MetricRecord> CoordinatorProcess::Metrics(const std::string& run
   auto r = Call(*admin, &v1::MetricsService::Stub::QueryMetrics, admin->metrics(), req, absl::Seconds(30));
   if (!r.ok()) throw std::runtime_error(r.status().ToString());
   return std::vector<v1::MetricRecord>(r->records().begin(), r->records().end());
+}
+
+std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index) {
+  return JoinPath(log_dir, absl::StrCat(run.run_id(), "-rank", index, ".log"));
+}
+
+std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
+                                                       const v1::SubmitRunResponse& run, int nodes,
+                                                       int procs, const std::vector<std::string>& args,
+                                                       const std::string& log_dir) {
+  std::vector<std::unique_ptr<Subprocess>> out;
+  for (int n = 0; n < nodes; ++n) {
+    for (int i = 0; i < procs; ++i) {
+      std::vector<std::string> argv = {BinaryPath("dttrainer"),
+                                       "--dataset", JoinPath(DataDir(), "alpaca_5000.json"),
+                                       "--tokenizer-dir", JoinPath(DataDir(), "gpt2"),
+                                       "--model", "tiny", "--seq-len", "64", "--node", absl::StrCat("n", n + 1),
+                                       "--local-rank", std::to_string(i), "--log-freq", "1"};
+      argv.insert(argv.end(), args.begin(), args.end());
+      out.push_back(std::make_unique<Subprocess>(
+          argv,
+          std::map<std::string, std::string>{{"DT_COORDINATOR", coord.address()},
+                                             {"DT_RUN_ID", run.run_id()},
+                                             {"DT_RUN_TOKEN", run.run_token()},
+                                             {"OMP_NUM_THREADS", "1"}},
+          TrainerLog(log_dir, run, n * procs + i)));
+    }
+  }
+  return out;
 }
 
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,

@@ -76,7 +76,12 @@ class InProcessCoordinator {
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
 class CoordinatorProcess {
  public:
-  CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args = {});
+  CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args = {},
+                     std::map<std::string, std::string> env = {});
+  // kill -9, then start again on the same state dir and address (trainers reconnect).
+  void KillAndRestart();
+  // "host:port" of /metrics, when started with --metrics-listen.
+  std::string metrics_address() const;
   ~CoordinatorProcess();
   const std::string& address() const { return address_; }
   const std::string& admin_token() const { return admin_token_; }
@@ -97,8 +102,19 @@ class CoordinatorProcess {
   std::string log_;
   std::string address_;
   std::string admin_token_;
+  std::vector<std::string> extra_args_;
+  std::map<std::string, std::string> env_;
   std::unique_ptr<Subprocess> process_;
+  void Launch(const std::string& listen);
 };
+
+// Starts nodes × procs dttrainer processes of a run (nodes named n1..nN), output to
+// <log_dir>/<run>-rank<i>.log, with the tiny model on the shared Alpaca data plus `args`.
+std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
+                                                       const v1::SubmitRunResponse& run, int nodes,
+                                                       int procs, const std::vector<std::string>& args,
+                                                       const std::string& log_dir);
+std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index);
 
 // A RunSpec with the given shape, saving under `save_dir`.
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,

@@ -38,28 +38,10 @@ class TrainerE2ETest : public ::testing::Test {
   // Starts `procs` trainers of the run on one node; their output goes to <tmp>/<run>-rank<i>.log.
   std::vector<std::unique_ptr<Subprocess>> Start(const v1::SubmitRunResponse& run, int procs,
                                                  std::vector<std::string> args) {
-    std::vector<std::unique_ptr<Subprocess>> out;
-    for (int i = 0; i < procs; ++i) {
-      std::vector<std::string> argv = {testing::BinaryPath("dttrainer"),
-                                       "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"),
-                                       "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2"),
-                                       "--model", "tiny", "--seq-len", "64", "--node", "n1",
-                                       "--local-rank", std::to_string(i), "--log-freq", "1"};
-      argv.insert(argv.end(), args.begin(), args.end());
-      out.push_back(std::make_unique<Subprocess>(
-          argv,
-          std::map<std::string, std::string>{{"DT_COORDINATOR", coord_.address()},
-                                             {"DT_RUN_ID", run.run_id()},
-                                             {"DT_RUN_TOKEN", run.run_token()},
-                                             {"OMP_NUM_THREADS", "1"}},
-          Log(run, i)));
-    }
-    return out;
+    return testing::StartTrainers(coord_, run, 1, procs, args, tmp_.path());
   }
 
-  std::string Log(const v1::SubmitRunResponse& run, int rank) {
-    return JoinPath(tmp_.path(), absl::StrCat(run.run_id(), "-rank", rank, ".log"));
-  }
+  std::string Log(const v1::SubmitRunResponse& run, int rank) { return testing::TrainerLog(tmp_.path(), run, rank); }
 
   // Waits for every trainer and expects exit code `code`.
   void ExpectExit(const v1::SubmitRunResponse& run, std::vector<std::unique_ptr<Subprocess>>& procs,

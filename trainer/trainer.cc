@@ -257,6 +257,8 @@ struct Trainer {
     int64_t last_checkpoint = state.step;
     const int64_t tokens_per_micro = static_cast<int64_t>(cfg.batch_size) * seq_len;
 
+    // Everything a step reports goes out as one point (W&B wants one history row per step).
+    std::map<std::string, double> step_metrics;
     auto checkpoint = [&](int64_t step) {
       absl::Time t0 = absl::Now();
       absl::StatusOr<v1::BeginCheckpointResponse> round = agent.BeginCheckpoint(step);
@@ -284,8 +286,8 @@ struct Trainer {
       last_checkpoint = step;
       Log(absl::StrCat("checkpoint step-", step, " committed (", done->bytes(), " bytes, ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
-      if (reporter) reporter->Add(step, {{"checkpoint_seconds", absl::ToDoubleSeconds(absl::Now() - t0)},
-                                         {"checkpoint_bytes", static_cast<double>(done->bytes())}});
+      step_metrics["checkpoint_seconds"] = absl::ToDoubleSeconds(absl::Now() - t0);
+      step_metrics["checkpoint_bytes"] = static_cast<double>(done->bytes());
     };
 
     auto evaluate = [&]() -> double {
@@ -349,18 +351,16 @@ struct Trainer {
         last_loss = AllReduceMean(loss_sum / cfg.grad_accum);
         double epoch = static_cast<double>(state.epoch) +
                        static_cast<double>(state.batch) / static_cast<double>(sampler.batches_per_epoch());
-        if (reporter) {
-          reporter->Add(step, {{"loss", last_loss},
-                               {"lr", lr},
-                               {"grad_norm", grad_norm},
-                               {"tokens_per_s", tokens_per_micro * cfg.grad_accum / step_seconds},
-                               {"step_time_s", step_seconds},
-                               {"data_time_s", absl::ToDoubleSeconds(data_time)},
-                               {"epoch", epoch},
-                               {"tokens_seen", static_cast<double>(state.tokens_seen)},
-                               {"samples_seen", static_cast<double>(state.samples_seen)},
-                               {"rss_bytes", static_cast<double>(RssBytes())}});
-        }
+        step_metrics.insert({{"loss", last_loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_s", tokens_per_micro * cfg.grad_accum / step_seconds},
+                             {"step_time_s", step_seconds},
+                             {"data_time_s", absl::ToDoubleSeconds(data_time)},
+                             {"epoch", epoch},
+                             {"tokens_seen", static_cast<double>(state.tokens_seen)},
+                             {"samples_seen", static_cast<double>(state.samples_seen)},
+                             {"rss_bytes", static_cast<double>(RssBytes())}});
         Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f",
                             step, total_steps, last_loss, lr, grad_norm,
                             tokens_per_micro * cfg.grad_accum / step_seconds, step_seconds, epoch));
@@ -368,16 +368,20 @@ struct Trainer {
       if (cfg.eval_freq > 0 && eval_samples >= world && (step % cfg.eval_freq == 0 || step == total_steps)) {
         double eval_loss = evaluate();
         best_eval = std::min(best_eval, eval_loss);
-        if (reporter) reporter->Add(step, {{"eval_loss", eval_loss}, {"perplexity", std::exp(eval_loss)}});
+        step_metrics["eval_loss"] = eval_loss;
+        step_metrics["perplexity"] = std::exp(eval_loss);
         Log(absl::StrFormat("step %d eval_loss %.4f perplexity %.2f", step, eval_loss, std::exp(eval_loss)));
       }
       if (cfg.ckpt_freq > 0 && step % cfg.ckpt_freq == 0) checkpoint(step);
+      if (state.step == total_steps && last_checkpoint != state.step) checkpoint(state.step);
+      if (reporter && !step_metrics.empty()) reporter->Add(step, step_metrics);
+      step_metrics.clear();
       if (cfg.exit_after_step > 0 && step == cfg.exit_after_step) {
         DT_LOG(Warning) << "--exit-after-step " << step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);
       }
     }
-    if (last_checkpoint != state.step && state.step > 0) checkpoint(state.step);
+    if (last_checkpoint != state.step && state.step > 0) checkpoint(state.step);  // resumed at the end
     if (reporter) {
       std::map<std::string, double> summary = {{"final_step", static_cast<double>(state.step)},
                                                {"tokens_seen", static_cast<double>(state.tokens_seen)}};

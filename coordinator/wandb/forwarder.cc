@@ -1,0 +1,638 @@
+#include "coordinator/wandb/forwarder.h"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/host.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+#include "common/log.h"
+
+namespace dt::wandb {
+namespace {
+
+bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
+
+double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+// One history row: the merged values of consecutive points with the same step.
+struct Row {
+  int64_t step = 0;
+  double time = 0;
+  std::map<std::string, double> values;
+  int64_t points = 0;
+};
+
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+// The run's settings (from the submit spec, else the coordinator's WANDB_* environment).
+struct Settings {
+  std::string project, entity, mode, base_url, api_key, group;
+  std::vector<std::string> tags;
+};
+
+Settings Resolve(const v1::Run& run, const std::map<std::string, std::string>& env) {
+  auto env_or = [&](const std::string& value, const char* name) {
+    if (!value.empty()) return value;
+    auto it = env.find(name);
+    return it == env.end() ? std::string() : it->second;
+  };
+  const v1::WandbSettings& w = run.spec().wandb();
+  Settings s;
+  s.project = env_or(w.project(), "WANDB_PROJECT");
+  s.entity = env_or(w.entity(), "WANDB_ENTITY");
+  s.mode = env_or(w.mode(), "WANDB_MODE");
+  if (s.mode.empty()) s.mode = "online";
+  s.base_url = env_or(w.base_url(), "WANDB_BASE_URL");
+  if (s.base_url.empty()) s.base_url = "https://api.wandb.ai";
+  while (!s.base_url.empty() && s.base_url.back() == '/') s.base_url.pop_back();
+  auto key = env.find("WANDB_API_KEY");
+  s.api_key = key == env.end() ? "" : key->second;
+  s.group = w.group().empty() ? run.spec().experiment_name() : w.group();
+  s.tags.assign(w.tags().begin(), w.tags().end());
+  return s;
+}
+
+// The trainer's flags as W&B config, as the seed guides log them, plus the run's shape.
+std::string ConfigJson(const v1::Run& run, std::vector<std::string>* tags) {
+  nlohmann::json config = nlohmann::json::object();
+  const auto& args = run.spec().trainer_args();
+  for (int i = 0; i < args.size(); ++i) {
+    absl::string_view flag = args[i];
+    if (!absl::ConsumePrefix(&flag, "--") || flag.empty()) continue;
+    std::string key(flag), value = "true";
+    size_t eq = key.find('=');
+    if (eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      value = args[++i];
+    }
+    double number = 0;
+    config[key] = {{"value", absl::SimpleAtod(value, &number) ? nlohmann::json(number) : nlohmann::json(value)}};
+    if (key == "model") tags->push_back(value);
+    if (key == "dataset") {
+      tags->push_back(std::filesystem::path(value).filename().string());
+      struct stat st;
+      if (::stat(value.c_str(), &st) == 0) config["dataset_bytes"] = {{"value", static_cast<int64_t>(st.st_size)}};
+    }
+  }
+  config["world_size"] = {{"value", run.spec().nodes() * run.spec().procs_per_node()}};
+  config["nodes"] = {{"value", run.spec().nodes()}};
+  config["procs_per_node"] = {{"value", run.spec().procs_per_node()}};
+  config["experiment"] = {{"value", run.spec().experiment_name()}};
+  config["dt_run_id"] = {{"value", run.run_id()}};
+  // Without _wandb.t the SDK treats a run as never started.
+  config["_wandb"] = {{"value", {{"t", nlohmann::json::object()}}}};
+  return config.dump();
+}
+
+}  // namespace
+
+std::map<std::string, std::string> WandbEnvironment() {
+  std::map<std::string, std::string> env;
+  for (const char* name : {"WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_MODE",
+                           "WANDB_HTTP_TIMEOUT"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') env[name] = v;
+  }
+  return env;
+}
+
+struct Forwarder::Target {
+  absl::Mutex mu;  // the spool and the session; never held across HTTP
+  std::unique_ptr<Spool> spool;
+  std::string api_key;
+  std::unique_ptr<HttpClient> http;
+  // Session state of this coordinator process.
+  bool checked = false;
+  bool upserted = false;
+  std::string entity, project;
+  struct Request {
+    enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat } kind;
+    std::string url, body;
+    int64_t points = 0, rows = 0, last_step = -1;
+    std::map<std::string, double> values;  // what the summary gains on success
+  };
+  std::optional<Request> inflight;  // resent byte for byte until it is accepted
+  absl::Time last_post = absl::InfinitePast();
+  // Read by the scheduler without `mu`.
+  std::atomic<int64_t> spooled{0};
+  std::atomic<int64_t> acked{0};
+  std::atomic<bool> ended{false};
+  std::atomic<bool> finished{false};
+  bool offline = false;
+  std::string name;  // for logs
+  // Scheduling (guarded by the forwarder's mu_).
+  bool busy = false;
+  absl::Time due = absl::InfinitePast();
+  absl::Duration backoff = absl::ZeroDuration();
+};
+
+Forwarder::Forwarder(ForwarderOptions options, Coordinator* coordinator, ForwarderStats* stats)
+    : options_(std::move(options)), coordinator_(coordinator), stats_(stats) {
+  auto timeout = options_.env.find("WANDB_HTTP_TIMEOUT");
+  double seconds = 0;
+  if (timeout != options_.env.end() && absl::SimpleAtod(timeout->second, &seconds) && seconds > 0) {
+    options_.http_timeout = absl::Seconds(seconds);
+  }
+}
+
+Forwarder::~Forwarder() { Stop(); }
+
+Forwarder::Target* Forwarder::AddTarget(std::unique_ptr<Spool> spool) {
+  auto t = std::make_unique<Target>();
+  const SpoolMeta& m = spool->meta();
+  t->name = absl::StrCat(m.run.project, "/", m.run.run_id);
+  t->offline = m.mode == "offline";
+  auto key = options_.env.find("WANDB_API_KEY");
+  t->api_key = key == options_.env.end() ? "" : key->second;
+  if (!t->offline && t->api_key.empty()) {
+    DT_LOG(Warning) << "W&B run " << t->name << ": WANDB_API_KEY is not set in the coordinator's environment; "
+                    << "points are spooled until it is (restart dtcoord with it)";
+    t->offline = true;
+  }
+  t->http = std::make_unique<HttpClient>(t->api_key, options_.http_timeout);
+  t->spooled = spool->size();
+  t->acked = spool->state().acked_points;
+  t->ended = spool->state().exitcode.has_value();
+  t->finished = spool->state().finished;
+  t->spool = std::move(spool);
+  Target* raw = t.get();
+  targets_[absl::StrCat(raw->spool->meta().run.project, "/", raw->spool->meta().run.run_id)] = std::move(t);
+  return raw;
+}
+
+absl::Status Forwarder::Load() {
+  std::error_code ec;
+  if (!std::filesystem::exists(options_.spool_dir, ec)) return absl::OkStatus();
+  std::vector<std::pair<Target*, std::string>> loaded;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& project : std::filesystem::directory_iterator(options_.spool_dir, ec)) {
+      for (const auto& run : std::filesystem::directory_iterator(project.path(), ec)) {
+        absl::StatusOr<std::unique_ptr<Spool>> spool = Spool::Load(run.path().string());
+        if (!spool.ok()) {
+          DT_LOG(Warning) << "skipping W&B spool " << run.path() << ": " << spool.status();
+          continue;
+        }
+        if ((*spool)->state().finished) continue;
+        std::string dt_run = (*spool)->meta().dt_run_id;
+        loaded.emplace_back(AddTarget(std::move(*spool)), dt_run);
+      }
+    }
+  }
+  // A run that ended while the coordinator was down still gets its final post.
+  for (auto& [t, dt_run] : loaded) {
+    absl::StatusOr<v1::Run> r = coordinator_->GetRun(dt_run);
+    if (r.ok() && Terminal(r->state())) {
+      absl::MutexLock tl(&t->mu);
+      t->spool->state().exitcode = r->state() == v1::SUCCEEDED ? 0 : 1;
+      t->ended = true;
+    }
+  }
+  if (!loaded.empty()) DT_LOG(Info) << "W&B forwarder: resumed " << loaded.size() << " unfinished W&B run spool(s)";
+  return absl::OkStatus();
+}
+
+void Forwarder::Start() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = false;
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+void Forwarder::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    work_.SignalAll();
+  }
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  std::vector<Target*> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, t] : targets_) all.push_back(t.get());
+  }
+  for (Target* t : all) {
+    absl::MutexLock tl(&t->mu);
+    t->spool->Sync();
+  }
+}
+
+Forwarder::Route& Forwarder::RouteFor(const v1::Run& run) {
+  auto it = routes_.find(run.run_id());
+  if (it != routes_.end()) return it->second;
+  Route& route = routes_[run.run_id()];
+  Settings s = Resolve(run, options_.env);
+  route.strategy = run.spec().log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED ? v1::MAIN : run.spec().log_strategy();
+  if (s.project.empty()) {
+    route.reason = "no W&B project (--wandb-project or WANDB_PROJECT)";
+  } else if (s.mode == "disabled") {
+    route.reason = "W&B mode disabled";
+  } else {
+    route.enabled = true;
+    DT_LOG(Info) << "run " << run.run_id() << ": forwarding metrics to W&B project " << s.project << " at "
+                 << s.base_url << " (" << v1::LogStrategy_Name(route.strategy) << ", " << s.mode << ")";
+  }
+  return route;
+}
+
+Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int rank) {
+  auto cached = route.by_rank.find(rank);
+  if (cached != route.by_rank.end()) return cached->second;
+  const v1::RankStatus* status = nullptr;
+  for (const auto& r : run.ranks()) {
+    if (r.rank() == rank) status = &r;
+  }
+  const std::string& experiment = run.spec().experiment_name();
+  std::string id, display;
+  switch (route.strategy) {
+    case v1::NODE:
+      if (status == nullptr) return nullptr;  // not assigned yet: decide on the next batch
+      if (status->local_rank() != 0) {
+        route.by_rank[rank] = nullptr;
+        return nullptr;
+      }
+      id = SanitizeRunId(absl::StrCat(experiment, "-node", status->node_rank()));
+      display = absl::StrCat("node-", status->node_rank());
+      break;
+    case v1::ALL:
+      id = SanitizeRunId(absl::StrCat(experiment, "-", rank));
+      display = absl::StrCat("rank-", rank);
+      break;
+    default:
+      if (rank != 0) {
+        route.by_rank[rank] = nullptr;
+        return nullptr;
+      }
+      id = Sha1Hex(JoinPath(run.spec().save_dir(), experiment));
+      display = experiment;
+      break;
+  }
+  Settings s = Resolve(run, options_.env);
+  auto existing = targets_.find(absl::StrCat(s.project, "/", id));
+  if (existing != targets_.end()) {
+    route.by_rank[rank] = existing->second.get();
+    if (existing->second->spool->meta().dt_run_id != run.run_id()) rebind_.push_back({existing->second.get(), run.run_id()});
+    return existing->second.get();
+  }
+  SpoolMeta meta;
+  meta.run.entity = s.entity;
+  meta.run.project = s.project;
+  meta.run.run_id = id;
+  meta.run.display_name = display;
+  meta.run.group = s.group;
+  meta.run.tags = s.tags;
+  meta.run.config_json = ConfigJson(run, &meta.run.tags);
+  meta.run.host = status != nullptr ? status->host() : HostName();
+  meta.base_url = s.base_url;
+  meta.mode = s.mode;
+  meta.dt_run_id = run.run_id();
+  absl::StatusOr<std::unique_ptr<Spool>> spool =
+      Spool::Open(JoinPath(JoinPath(options_.spool_dir, SanitizeRunId(s.project)), id), meta);
+  if (!spool.ok()) {
+    DT_LOG(Error) << "W&B spool for " << id << ": " << spool.status();
+    return nullptr;
+  }
+  // A spool of an earlier dt run of the same experiment (main strategy) continues it.
+  if ((*spool)->meta().dt_run_id != run.run_id()) {
+    if (absl::Status st = (*spool)->Rebind(run.run_id()); !st.ok()) DT_LOG(Error) << st;
+  }
+  Target* t = AddTarget(std::move(*spool));
+  route.by_rank[rank] = t;
+  return t;
+}
+
+void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
+  Target* target = nullptr;
+  std::vector<std::pair<Target*, std::string>> rebind;
+  {
+    absl::MutexLock lock(&mu_);
+    Route& route = RouteFor(run);
+    if (!route.enabled) return;
+    target = TargetFor(run, route, batch.rank());
+    rebind.swap(rebind_);
+  }
+  for (auto& [t, dt_run] : rebind) {
+    // A W&B run this coordinator already served now belongs to a new dt run: start a new session.
+    absl::MutexLock tl(&t->mu);
+    if (absl::Status st = t->spool->Rebind(dt_run); !st.ok()) DT_LOG(Error) << st;
+    t->checked = false;
+    t->upserted = false;
+    t->ended = false;
+    t->finished = false;
+  }
+  if (target == nullptr) return;
+  std::vector<Point> points;
+  points.reserve(batch.points_size());
+  for (const auto& p : batch.points()) points.push_back(Point{p.step(), p.time(), {p.values().begin(), p.values().end()}});
+  {
+    absl::MutexLock tl(&target->mu);
+    SpoolState& st = target->spool->state();
+    if (!points.empty() && st.start_time == 0) st.start_time = points.front().time;
+    for (const auto& [k, v] : batch.summary()) st.summary[k] = v;
+    if (absl::Status s = target->spool->Append(points); !s.ok()) {
+      DT_LOG(Error) << s.message();
+      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", static_cast<int64_t>(points.size()));
+      return;
+    }
+    target->spooled = target->spool->size();
+    if (target->finished) target->finished = false;  // more points for a run W&B saw end
+  }
+  absl::MutexLock lock(&mu_);
+  work_.Signal();
+}
+
+void Forwarder::OnRunChanged(const v1::Run& run) {
+  if (!Terminal(run.state())) {
+    absl::MutexLock lock(&mu_);
+    auto it = routes_.find(run.run_id());
+    // A new generation may place ranks on other nodes: recompute node routes.
+    if (it != routes_.end() && it->second.strategy == v1::NODE) it->second.by_rank.clear();
+    return;
+  }
+  std::vector<Target*> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, t] : targets_) {
+      if (t->spool->meta().dt_run_id == run.run_id()) ended.push_back(t.get());
+    }
+  }
+  for (Target* t : ended) {
+    absl::MutexLock tl(&t->mu);
+    t->spool->state().exitcode = run.state() == v1::SUCCEEDED ? 0 : 1;
+    (void)t->spool->SaveState();
+    t->ended = true;
+  }
+  absl::MutexLock lock(&mu_);
+  work_.SignalAll();
+}
+
+int64_t Forwarder::QueueDepth() const {
+  absl::MutexLock lock(&mu_);
+  int64_t depth = 0;
+  for (const auto& [key, t] : targets_) depth += t->spooled.load() - t->acked.load();
+  return depth;
+}
+
+bool Forwarder::Idle() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, t] : targets_) {
+    if (t->offline) continue;
+    if (t->spooled.load() > t->acked.load() || (t->ended.load() && !t->finished.load()) || t->busy) return false;
+  }
+  return true;
+}
+
+bool Forwarder::HasWork(const Target& t, absl::Time now) const {
+  if (t.busy || t.offline || t.due > now) return false;
+  if (t.spooled.load() > t.acked.load()) return true;
+  if (t.ended.load() && !t.finished.load()) return true;
+  // Keep an idle, unfinished W&B run alive.
+  return t.upserted && !t.finished.load() && now - t.last_post >= options_.heartbeat_after;
+}
+
+void Forwarder::WorkerLoop() {
+  absl::Time last_stats = absl::InfinitePast();
+  while (true) {
+    Target* t = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      while (true) {
+        if (stopping_) return;
+        absl::Time now = absl::Now();
+        for (auto& [key, target] : targets_) {
+          if (HasWork(*target, now) && (t == nullptr || target->due < t->due)) t = target.get();
+        }
+        if (t != nullptr) break;
+        work_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      }
+      t->busy = true;
+    }
+    Serve(*t);
+    {
+      absl::MutexLock lock(&mu_);
+      t->busy = false;
+    }
+    if (stats_ != nullptr && absl::Now() - last_stats > absl::Seconds(1)) {
+      last_stats = absl::Now();
+      stats_->SetWandbQueue(QueueDepth());
+    }
+  }
+}
+
+void Forwarder::Backoff(Target& t, const HttpResult& r) {
+  absl::Duration next = t.backoff == absl::ZeroDuration() ? options_.retry_base : std::min(t.backoff * 2, options_.retry_cap);
+  t.backoff = next;
+  static thread_local std::mt19937 rng(std::random_device{}());
+  double jitter = std::uniform_real_distribution<double>(0.75, 1.25)(rng);
+  absl::Duration wait = std::max(next * jitter, r.retry_after);
+  absl::MutexLock lock(&mu_);
+  t.due = absl::Now() + wait;
+}
+
+void Forwarder::Serve(Target& t) {
+  Target::Request req;
+  int64_t skipped = 0;  // points below W&B's last step, dropped without a post
+  {
+    absl::MutexLock tl(&t.mu);
+    Spool& spool = *t.spool;
+    SpoolState& st = spool.state();
+    const SpoolMeta& meta = spool.meta();
+    spool.Sync();
+    if (t.inflight) {
+      req = *t.inflight;
+    } else if (!t.checked) {
+      req = {Target::Request::kResume, absl::StrCat(meta.base_url, "/graphql"), ResumeStatusBody(meta.run)};
+    } else if (!t.upserted) {
+      req = {Target::Request::kUpsert, absl::StrCat(meta.base_url, "/graphql"), UpsertBucketBody(meta.run, "")};
+    } else {
+      std::string url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
+      absl::StatusOr<std::vector<Point>> points = spool.Read(st.acked_points, 20'000);
+      if (!points.ok()) {
+        DT_LOG(Error) << points.status();
+        return;
+      }
+      std::vector<Row> rows;
+      int64_t consumed = 0;
+      int64_t last = st.last_step;
+      size_t bytes = 0;
+      for (const Point& p : *points) {
+        if (!rows.empty() && rows.back().step == p.step) {
+          for (const auto& [k, v] : p.values) rows.back().values[k] = v;
+          ++rows.back().points;
+          ++consumed;
+          continue;
+        }
+        if (p.step <= last) {  // W&B already has this step (a replay after a restart)
+          ++consumed;
+          ++skipped;
+          continue;
+        }
+        if (bytes > options_.max_post_bytes / 2) break;
+        rows.push_back(Row{p.step, p.time, p.values, 1});
+        bytes += 64 + p.values.size() * 48;
+        last = p.step;
+        ++consumed;
+      }
+      // The newest step may still be completed by points still on their way (eval after train):
+      // hold it back briefly unless the run is over.
+      bool at_end = st.acked_points + consumed == spool.size();
+      if (!rows.empty() && at_end && !t.ended &&
+          UnixNow() - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
+        consumed -= rows.back().points;
+        rows.pop_back();
+      }
+      if (!rows.empty()) {
+        std::vector<std::string> lines;
+        std::map<std::string, double> latest;
+        for (const Row& r : rows) {
+          nlohmann::json line = nlohmann::json::object();
+          for (const auto& [k, v] : r.values) {
+            line[k] = Number(v);
+            latest[k] = v;
+          }
+          double runtime = st.runtime_base + std::max(0.0, r.time - st.start_time);
+          line["_step"] = r.step;
+          line["_timestamp"] = r.time;
+          line["_runtime"] = runtime;
+          lines.push_back(line.dump());
+          latest["_step"] = static_cast<double>(r.step);
+          latest["_runtime"] = runtime;
+          latest["_timestamp"] = r.time;
+        }
+        std::map<std::string, double> summary = st.summary;
+        for (const auto& [k, v] : latest) summary[k] = v;
+        nlohmann::json sj = nlohmann::json::object();
+        for (const auto& [k, v] : summary) sj[k] = Number(v);
+        sj["_wandb"] = {{"runtime", static_cast<int64_t>(summary["_runtime"])}};
+        req = {Target::Request::kStream, url, FileStreamBody(st.acked_lines, lines, sj.dump(), std::nullopt)};
+        req.points = consumed;
+        req.rows = static_cast<int64_t>(rows.size());
+        req.last_step = rows.back().step;
+        req.values = latest;
+      } else if (skipped > 0) {
+        st.acked_points += consumed;
+        t.acked = st.acked_points;
+        (void)spool.SaveState();
+      } else if (t.ended && at_end && st.exitcode) {
+        nlohmann::json sj = nlohmann::json::object();
+        for (const auto& [k, v] : st.summary) sj[k] = Number(v);
+        sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
+        req = {Target::Request::kFinal, url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
+      } else if (absl::Now() - t.last_post >= options_.heartbeat_after && !t.ended) {
+        req = {Target::Request::kHeartbeat, url, HeartbeatBody()};
+      } else {
+        absl::MutexLock lock(&mu_);
+        t.due = absl::Now() + absl::Milliseconds(200);  // a held-back row: look again soon
+        return;
+      }
+      if (skipped > 0 && stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
+      if (req.url.empty()) return;
+    }
+    t.inflight = req;
+  }
+
+  HttpResult r = t.http->PostJson(req.url, req.body);
+  if (stats_ != nullptr) stats_->CountWandbRequest(r.code);
+
+  absl::MutexLock tl(&t.mu);
+  SpoolState& st = t.spool->state();
+  if (r.code >= 200 && r.code < 300) {
+    t.inflight.reset();
+    t.backoff = absl::ZeroDuration();
+    absl::Time next_due = absl::Now();
+    switch (req.kind) {
+      case Target::Request::kResume: {
+        absl::StatusOr<ResumeState> resume = ParseResumeStatus(r.body);
+        if (!resume.ok()) {
+          DT_LOG(Error) << "W&B run " << t.name << ": " << resume.status();
+          Backoff(t, HttpResult{});
+          return;
+        }
+        if (resume->exists) {
+          // Continue the existing run: after its last line and its last step.
+          if (st.acked_lines == 0 && st.acked_points == 0) st.runtime_base = resume->runtime;
+          st.acked_lines = std::max(st.acked_lines, resume->history_lines);
+          st.last_step = std::max(st.last_step, resume->last_step);
+          DT_LOG(Info) << "W&B run " << t.name << " exists: resuming at history line " << st.acked_lines
+                       << ", after step " << st.last_step;
+        }
+        t.checked = true;
+        (void)t.spool->SaveState();
+        break;
+      }
+      case Target::Request::kUpsert: {
+        absl::StatusOr<UpsertResult> up = ParseUpsertBucket(r.body);
+        if (!up.ok()) {
+          DT_LOG(Error) << "W&B run " << t.name << ": " << up.status();
+          Backoff(t, HttpResult{});
+          return;
+        }
+        t.entity = up->entity;
+        t.project = up->project;
+        t.upserted = true;
+        break;
+      }
+      case Target::Request::kStream:
+        st.acked_points += req.points;
+        st.acked_lines += req.rows;
+        st.last_step = req.last_step;
+        for (const auto& [k, v] : req.values) st.summary[k] = v;
+        (void)t.spool->SaveState();
+        t.acked = st.acked_points;
+        next_due = absl::Now() + options_.post_interval;
+        break;
+      case Target::Request::kFinal:
+        st.finished = true;
+        (void)t.spool->SaveState();
+        t.finished = true;
+        DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
+                     << st.acked_lines << " history lines)";
+        break;
+      case Target::Request::kHeartbeat:
+        break;
+    }
+    t.last_post = absl::Now();
+    absl::MutexLock lock(&mu_);
+    t.due = next_due;
+    return;
+  }
+  if (Retryable(r)) {
+    DT_LOG(Warning) << "W&B run " << t.name << ": " << (r.code == 0 ? r.error : absl::StrCat("HTTP ", r.code))
+                    << "; retrying the same request";
+    Backoff(t, r);
+    return;
+  }
+  // Not retryable (400, 401, 403, 404, 409, 410): say so and count it.
+  DT_LOG(Error) << "W&B run " << t.name << " refused a request with HTTP " << r.code << ": " << r.body.substr(0, 300);
+  t.inflight.reset();
+  if (req.kind == Target::Request::kStream) {
+    st.acked_points += req.points;
+    t.acked = st.acked_points;
+    (void)t.spool->SaveState();
+    if (stats_ != nullptr) stats_->CountDroppedPoints("wandb_rejected", req.points);
+  } else if (req.kind == Target::Request::kFinal) {
+    st.finished = true;
+    t.finished = true;
+    (void)t.spool->SaveState();
+  } else {
+    // The run cannot be created or checked (bad key, no such entity): try again much later.
+    absl::MutexLock lock(&mu_);
+    t.due = absl::Now() + absl::Minutes(5);
+  }
+}
+
+}  // namespace dt::wandb

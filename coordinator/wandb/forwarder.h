@@ -1,0 +1,92 @@
+// The W&B forwarder: the coordinator's metric points go to Weights & Biases per each run's log
+// strategy — main (rank 0, one W&B run with id sha1(<save_dir>/<experiment>)), node (local rank 0
+// of each node), all (one W&B run per rank, "rank-<R>", id "<experiment>-<R>", grouped by the
+// experiment). Ingestion only appends to a per-W&B-run spool; worker threads post from the spools
+// with batching, retries (exponential backoff with jitter, Retry-After, identical bodies) and
+// resume checks, so a slow or failing W&B never slows ingestion or another run, and a W&B outage,
+// a 429 or a coordinator restart loses nothing and sends nothing twice.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/observers.h"
+#include "coordinator/wandb/spool.h"
+#include "coordinator/wandb/wandb_http.h"
+
+namespace dt::wandb {
+
+struct ForwarderOptions {
+  std::string spool_dir;                       // <state-dir>/wandb
+  absl::Duration post_interval = absl::Seconds(2);
+  absl::Duration retry_base = absl::Seconds(2);
+  absl::Duration retry_cap = absl::Seconds(60);
+  absl::Duration heartbeat_after = absl::Seconds(30);
+  absl::Duration http_timeout = absl::Seconds(20);
+  int workers = 4;
+  size_t max_post_bytes = 8 << 20;             // W&B wants posts under ~10 MB
+  // WANDB_* settings of the coordinator's environment (API key, base URL, entity, project, mode).
+  std::map<std::string, std::string> env;
+};
+
+// Reads WANDB_API_KEY, WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE, WANDB_HTTP_TIMEOUT.
+std::map<std::string, std::string> WandbEnvironment();
+
+class Forwarder : public RunObserver {
+ public:
+  Forwarder(ForwarderOptions options, Coordinator* coordinator, ForwarderStats* stats);
+  ~Forwarder() override;
+
+  // Reopens the spools of W&B runs that were not finished when the coordinator stopped.
+  absl::Status Load();
+  void Start();
+  void Stop();
+
+  void OnRunChanged(const v1::Run& run) override;
+  void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) override;
+
+  // Points spooled and not yet accepted by W&B, over every W&B run.
+  int64_t QueueDepth() const;
+  // True when every spool is drained and every ended run's W&B run is finished (tests, shutdown).
+  bool Idle() const;
+
+ private:
+  struct Target;
+  struct Route {
+    bool enabled = false;
+    std::string reason;                   // why not, for the log
+    v1::LogStrategy strategy = v1::MAIN;
+    std::map<int, Target*> by_rank;
+  };
+
+  Route& RouteFor(const v1::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Target* TargetFor(const v1::Run& run, Route& route, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Target* AddTarget(std::unique_ptr<Spool> spool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WorkerLoop();
+  // One step of one W&B run's protocol (resume check, upsert, a history post, the final post).
+  void Serve(Target& t);
+  bool HasWork(const Target& t, absl::Time now) const;
+  void Backoff(Target& t, const HttpResult& r);
+
+  ForwarderOptions options_;
+  Coordinator* coordinator_;
+  ForwarderStats* stats_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_;
+  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);            // dt run id → route
+  std::map<std::string, std::unique_ptr<Target>> targets_ ABSL_GUARDED_BY(mu_);  // spool dir → target
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Existing W&B runs taken over by a new dt run, rebound outside mu_ (lock order: target, then mu_).
+  std::vector<std::pair<Target*, std::string>> rebind_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace dt::wandb

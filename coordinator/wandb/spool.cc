@@ -1,0 +1,196 @@
+#include "coordinator/wandb/spool.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+
+namespace dt::wandb {
+namespace {
+
+nlohmann::json MetaJson(const SpoolMeta& m) {
+  return {{"entity", m.run.entity},     {"project", m.run.project}, {"run_id", m.run.run_id},
+          {"display_name", m.run.display_name}, {"group", m.run.group}, {"job_type", m.run.job_type},
+          {"tags", m.run.tags},         {"config_json", m.run.config_json}, {"host", m.run.host},
+          {"program", m.run.program},   {"base_url", m.base_url},   {"mode", m.mode},
+          {"dt_run_id", m.dt_run_id}};
+}
+
+SpoolMeta MetaFrom(const nlohmann::json& j) {
+  SpoolMeta m;
+  m.run.entity = j.value("entity", "");
+  m.run.project = j.value("project", "");
+  m.run.run_id = j.value("run_id", "");
+  m.run.display_name = j.value("display_name", "");
+  m.run.group = j.value("group", "");
+  m.run.job_type = j.value("job_type", "train");
+  m.run.tags = j.value("tags", std::vector<std::string>{});
+  m.run.config_json = j.value("config_json", "{}");
+  m.run.host = j.value("host", "");
+  m.run.program = j.value("program", "dttrainer");
+  m.base_url = j.value("base_url", "");
+  m.mode = j.value("mode", "online");
+  m.dt_run_id = j.value("dt_run_id", "");
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(const std::string& dir, const SpoolMeta& meta) {
+  if (::access(JoinPath(dir, "meta.json").c_str(), R_OK) == 0) return Load(dir);
+  if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+  std::unique_ptr<Spool> spool(new Spool());
+  spool->dir_ = dir;
+  spool->meta_ = meta;
+  if (absl::Status s = WriteFileAtomic(JoinPath(dir, "meta.json"), MetaJson(meta).dump(2) + "\n"); !s.ok()) return s;
+  if (absl::Status s = spool->SaveState(); !s.ok()) return s;
+  if (absl::Status s = spool->OpenFiles(); !s.ok()) return s;
+  return spool;
+}
+
+absl::StatusOr<std::unique_ptr<Spool>> Spool::Load(const std::string& dir) {
+  absl::StatusOr<std::string> meta = ReadFile(JoinPath(dir, "meta.json"));
+  if (!meta.ok()) return meta.status();
+  nlohmann::json mj = nlohmann::json::parse(*meta, nullptr, false);
+  if (mj.is_discarded()) return absl::DataLossError(absl::StrCat(dir, "/meta.json is corrupt"));
+  std::unique_ptr<Spool> spool(new Spool());
+  spool->dir_ = dir;
+  spool->meta_ = MetaFrom(mj);
+  absl::StatusOr<std::string> state = ReadFile(JoinPath(dir, "state.json"));
+  if (state.ok()) {
+    nlohmann::json s = nlohmann::json::parse(*state, nullptr, false);
+    if (!s.is_discarded()) {
+      SpoolState& st = spool->state_;
+      st.acked_points = s.value("acked_points", int64_t{0});
+      st.acked_lines = s.value("acked_lines", int64_t{0});
+      st.last_step = s.value("last_step", int64_t{-1});
+      st.runtime_base = s.value("runtime_base", 0.0);
+      st.start_time = s.value("start_time", 0.0);
+      st.finished = s.value("finished", false);
+      if (s.contains("exitcode") && s["exitcode"].is_number()) st.exitcode = s["exitcode"].get<int>();
+      if (s.contains("summary") && s["summary"].is_object()) {
+        for (auto it = s["summary"].begin(); it != s["summary"].end(); ++it) {
+          if (it.value().is_number()) st.summary[it.key()] = it.value().get<double>();
+        }
+      }
+    }
+  }
+  if (absl::Status s = spool->OpenFiles(); !s.ok()) return s;
+  return spool;
+}
+
+absl::Status Spool::OpenFiles() {
+  std::string path = JoinPath(dir_, "points.jsonl");
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  // Index the complete lines; a torn last line (a crash mid-write) is cut off.
+  absl::StatusOr<std::string> content = ReadFile(path);
+  if (!content.ok()) return content.status();
+  size_t pos = 0;
+  while (pos < content->size()) {
+    size_t nl = content->find('\n', pos);
+    if (nl == std::string::npos) {
+      if (::ftruncate(fd_, static_cast<off_t>(pos)) != 0) return absl::InternalError("cannot truncate a torn spool line");
+      break;
+    }
+    offsets_.push_back(static_cast<int64_t>(pos));
+    pos = nl + 1;
+  }
+  file_bytes_ = static_cast<int64_t>(std::min(pos, content->size()));
+  if (state_.acked_points > size()) state_.acked_points = size();
+  return absl::OkStatus();
+}
+
+Spool::~Spool() {
+  if (fd_ >= 0) {
+    Sync();
+    ::close(fd_);
+  }
+}
+
+absl::Status Spool::Append(const std::vector<Point>& points) {
+  std::string buf;
+  std::vector<int64_t> new_offsets;
+  for (const Point& p : points) {
+    nlohmann::json values = nlohmann::json::object();
+    for (const auto& [k, v] : p.values) values[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+    new_offsets.push_back(file_bytes_ + static_cast<int64_t>(buf.size()));
+    buf += nlohmann::json({{"s", p.step}, {"t", p.time}, {"v", values}}).dump();
+    buf += '\n';
+  }
+  size_t done = 0;
+  while (done < buf.size()) {
+    ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ResourceExhaustedError(absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  file_bytes_ += static_cast<int64_t>(buf.size());
+  offsets_.insert(offsets_.end(), new_offsets.begin(), new_offsets.end());
+  dirty_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) const {
+  std::vector<Point> out;
+  if (from >= size()) return out;
+  int64_t to = std::min<int64_t>(size(), from + static_cast<int64_t>(max_points));
+  int64_t begin = offsets_[from];
+  int64_t end = to < size() ? offsets_[to] : file_bytes_;
+  std::string buf(static_cast<size_t>(end - begin), '\0');
+  ssize_t n = ::pread(fd_, buf.data(), buf.size(), begin);
+  if (n != static_cast<ssize_t>(buf.size())) return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
+  size_t pos = 0;
+  while (pos < buf.size()) {
+    size_t nl = buf.find('\n', pos);
+    nlohmann::json j = nlohmann::json::parse(buf.begin() + pos, buf.begin() + nl, nullptr, false);
+    pos = nl + 1;
+    if (j.is_discarded()) return absl::DataLossError(absl::StrCat("corrupt line in the W&B spool in ", dir_));
+    Point p;
+    p.step = j.value("s", int64_t{0});
+    p.time = j.value("t", 0.0);
+    for (auto it = j["v"].begin(); it != j["v"].end(); ++it) {
+      p.values[it.key()] = it.value().is_number() ? it.value().get<double>() : std::nan("");
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+absl::Status Spool::SaveState() {
+  nlohmann::json summary = nlohmann::json::object();
+  for (const auto& [k, v] : state_.summary) summary[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  nlohmann::json s = {{"acked_points", state_.acked_points}, {"acked_lines", state_.acked_lines},
+                      {"last_step", state_.last_step},       {"runtime_base", state_.runtime_base},
+                      {"start_time", state_.start_time},     {"finished", state_.finished},
+                      {"exitcode", state_.exitcode ? nlohmann::json(*state_.exitcode) : nlohmann::json(nullptr)},
+                      {"summary", summary}};
+  return WriteFileAtomic(JoinPath(dir_, "state.json"), s.dump() + "\n", 0600);
+}
+
+absl::Status Spool::Rebind(const std::string& dt_run_id) {
+  meta_.dt_run_id = dt_run_id;
+  state_.finished = false;
+  state_.exitcode.reset();
+  if (absl::Status s = WriteFileAtomic(JoinPath(dir_, "meta.json"), MetaJson(meta_).dump(2) + "\n"); !s.ok()) return s;
+  return SaveState();
+}
+
+void Spool::Sync() {
+  if (dirty_ && fd_ >= 0) {
+    ::fdatasync(fd_);
+    dirty_ = false;
+  }
+}
+
+}  // namespace dt::wandb

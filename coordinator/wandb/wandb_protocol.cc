@@ -1,0 +1,132 @@
+#include "coordinator/wandb/wandb_protocol.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace dt::wandb {
+
+namespace {
+constexpr char kResumeQuery[] =
+    "query RunResumeStatus($project: String, $entity: String, $name: String!) {\n"
+    "  model(name: $project, entityName: $entity) {\n"
+    "    id\n    name\n    entity { id name }\n"
+    "    bucket(name: $name, missingOk: true) {\n"
+    "      id name summaryMetrics displayName logLineCount historyLineCount eventsLineCount\n"
+    "      historyTail eventsTail config tags wandbConfig(keys: [\"t\"])\n"
+    "    }\n  }\n}\n";
+
+constexpr char kUpsertMutation[] =
+    "mutation UpsertBucket($id: String, $name: String, $project: String, $entity: String, "
+    "$groupName: String, $description: String, $displayName: String, $notes: String, $commit: String, "
+    "$config: JSONString, $host: String, $debug: Boolean, $program: String, $repo: String, "
+    "$jobType: String, $state: String, $sweep: String, $tags: [String!], $summaryMetrics: JSONString) {\n"
+    "  upsertBucket(input: {id: $id, name: $name, groupName: $groupName, modelName: $project, "
+    "entityName: $entity, description: $description, displayName: $displayName, notes: $notes, "
+    "config: $config, commit: $commit, host: $host, debug: $debug, jobProgram: $program, jobRepo: $repo, "
+    "jobType: $jobType, state: $state, sweep: $sweep, tags: $tags, summaryMetrics: $summaryMetrics}) {\n"
+    "    bucket { id name displayName description config sweepName project { id name entity { id name } } "
+    "historyLineCount }\n"
+    "    inserted\n  }\n}\n";
+
+nlohmann::json OrNull(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+}  // namespace
+
+std::string ResumeStatusBody(const RunMeta& meta) {
+  nlohmann::json body = {{"query", kResumeQuery},
+                         {"variables", {{"project", meta.project}, {"entity", OrNull(meta.entity)}, {"name", meta.run_id}}}};
+  return body.dump();
+}
+
+absl::StatusOr<ResumeState> ParseResumeStatus(const std::string& body) {
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("data")) {
+    return absl::InvalidArgumentError(absl::StrCat("RunResumeStatus reply is not GraphQL data: ", body.substr(0, 200)));
+  }
+  ResumeState out;
+  const nlohmann::json& model = j["data"].value("model", nlohmann::json());
+  if (model.is_null() || !model.is_object()) return out;  // no such project yet: a new run
+  const nlohmann::json& bucket = model.value("bucket", nlohmann::json());
+  if (bucket.is_null() || !bucket.is_object()) return out;
+  out.exists = true;
+  out.history_lines = bucket.value("historyLineCount", int64_t{0});
+  // historyTail is a JSON string holding an array of JSON-encoded history lines.
+  std::string tail_text = bucket.value("historyTail", std::string("[]"));
+  nlohmann::json tail = nlohmann::json::parse(tail_text, nullptr, false);
+  if (tail.is_array() && !tail.empty()) {
+    const nlohmann::json& last_line = tail.back();
+    nlohmann::json last = last_line.is_string() ? nlohmann::json::parse(last_line.get<std::string>(), nullptr, false)
+                                                : last_line;
+    if (last.is_object()) {
+      out.last_step = last.value("_step", int64_t{-1});
+      out.runtime = last.value("_runtime", 0.0);
+    }
+  }
+  return out;
+}
+
+std::string UpsertBucketBody(const RunMeta& meta, const std::string& summary_json) {
+  nlohmann::json vars = {{"name", meta.run_id},
+                         {"project", meta.project},
+                         {"entity", OrNull(meta.entity)},
+                         {"groupName", OrNull(meta.group)},
+                         {"displayName", OrNull(meta.display_name)},
+                         {"jobType", meta.job_type},
+                         {"tags", meta.tags},
+                         {"config", meta.config_json},
+                         {"host", OrNull(meta.host)},
+                         {"program", meta.program}};
+  if (!summary_json.empty()) vars["summaryMetrics"] = summary_json;
+  return nlohmann::json({{"query", kUpsertMutation}, {"variables", vars}}).dump();
+}
+
+absl::StatusOr<UpsertResult> ParseUpsertBucket(const std::string& body) {
+  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("UpsertBucket reply is not JSON: ", body.substr(0, 200)));
+  }
+  if (j.contains("errors") && !j["errors"].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("UpsertBucket failed: ", j["errors"].dump().substr(0, 300)));
+  }
+  try {
+    const nlohmann::json& project = j.at("data").at("upsertBucket").at("bucket").at("project");
+    return UpsertResult{project.at("entity").at("name").get<std::string>(), project.at("name").get<std::string>()};
+  } catch (const nlohmann::json::exception&) {
+    return absl::InvalidArgumentError(absl::StrCat("UpsertBucket reply lacks bucket.project: ", body.substr(0, 300)));
+  }
+}
+
+std::string FileStreamUrl(const std::string& base_url, const std::string& entity, const std::string& project,
+                          const std::string& run_id) {
+  return absl::StrCat(base_url, "/files/", entity, "/", project, "/", run_id, "/file_stream");
+}
+
+std::string FileStreamBody(int64_t offset, const std::vector<std::string>& history,
+                           const std::optional<std::string>& summary_json, std::optional<int> exitcode) {
+  nlohmann::json files = nlohmann::json::object();
+  if (!history.empty()) files["wandb-history.jsonl"] = {{"offset", offset}, {"content", history}};
+  if (summary_json) files["wandb-summary.json"] = {{"offset", 0}, {"content", {*summary_json}}};
+  nlohmann::json body = {{"files", files}};
+  if (exitcode) {
+    body["complete"] = true;
+    body["exitcode"] = *exitcode;
+  } else {
+    body["complete"] = false;
+  }
+  return body.dump();
+}
+
+std::string HeartbeatBody() { return R"({"complete":false,"failed":false})"; }
+
+std::string SanitizeRunId(const std::string& text) {
+  std::string out;
+  for (char c : absl::AsciiStrToLower(text)) {
+    bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    out.push_back(ok ? c : '-');
+  }
+  if (out.size() > 64) out.resize(64);
+  return out.empty() ? "run" : out;
+}
+
+}  // namespace dt::wandb
