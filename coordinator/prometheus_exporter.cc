@@ -3,6 +3,8 @@
 #include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -75,7 +77,10 @@ PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coo
   last_step_ = &BuildGauge().Name("dt_train_last_step").Help("Last optimizer step a rank reported").Register(r);
   rank_up_ = &BuildGauge().Name("dt_rank_up").Help("1 while the rank is registered and healthy").Register(r);
   step_time_ = &BuildHistogram().Name("dt_train_step_time_seconds").Help("Duration of optimizer steps").Register(r);
-  tokens_seen_ = &BuildCounter().Name("dt_train_tokens_seen_total").Help("Tokens trained on, all ranks").Register(r);
+  tokens_seen_ = &BuildCounter()
+                      .Name("dt_train_tokens_seen_total")
+                      .Help("Tokens this rank trained on; sum over ranks for the run")
+                      .Register(r);
   rpc_duration_ = &BuildHistogram()
                        .Name("dt_coordinator_rpc_duration_seconds")
                        .Help("Time to answer RPCs (waiting calls include their wait), by method and code")
@@ -240,16 +245,17 @@ void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& ba
       } else if (name == "step_time_s") {
         s->step_time->Observe(value);
       } else if (name == "tokens_seen") {
-        // Trainers report a running total; a resumed run starts lower again, which Prometheus
-        // reads as a counter reset: recreate the series.
-        if (value >= s->tokens_seen_value) {
-          s->tokens_seen->Increment(value - s->tokens_seen_value);
+        // Trainers report the run's running total; this rank's share is a world-th of it. A
+        // resumed run starts lower again, which Prometheus reads as a counter reset.
+        double share = value / std::max(1, run.world_size());
+        if (share >= s->tokens_seen_value) {
+          s->tokens_seen->Increment(share - s->tokens_seen_value);
         } else {
           tokens_seen_->Remove(s->tokens_seen);
           s->tokens_seen = &tokens_seen_->Add(s->labels);
-          s->tokens_seen->Increment(value);
+          s->tokens_seen->Increment(share);
         }
-        s->tokens_seen_value = value;
+        s->tokens_seen_value = share;
       }
     }
     if (p.step() > s->last_step->Value()) s->last_step->Set(static_cast<double>(p.step()));

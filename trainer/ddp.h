@@ -6,7 +6,7 @@
 // (gradient accumulation micro-steps) the hooks do nothing.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include "trainer/comm_group.h"
 #include <torch/torch.h>
 
 #include <memory>
@@ -17,7 +17,7 @@ namespace dt {
 class DistributedDataParallel {
  public:
   DistributedDataParallel(std::vector<torch::Tensor> parameters,
-                          c10::intrusive_ptr<c10d::ProcessGroup> group,
+                          c10::intrusive_ptr<CommGroup> group,
                           int64_t bucket_cap_bytes = 25 << 20, int64_t first_bucket_bytes = 1 << 20);
   ~DistributedDataParallel();
 
@@ -44,7 +44,7 @@ class DistributedDataParallel {
   void LaunchReady();
 
   std::vector<torch::Tensor> parameters_;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<CommGroup> group_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;   // param → bucket
   std::vector<size_t> slot_of_;     // param → position in its bucket

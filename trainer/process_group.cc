@@ -32,7 +32,7 @@ absl::StatusOr<std::string> ResolveBackend(const std::string& requested) {
   return absl::InvalidArgumentError(absl::StrCat("--backend \"", requested, "\" is not gloo or nccl"));
 }
 
-absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> CreateProcessGroup(
+absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(
     const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
     int world_size, int local_rank, std::chrono::milliseconds timeout) {
   try {
@@ -53,7 +53,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> CreateProcessGroup(
         }
       }
       options->threads = 2;
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
+      return c10::intrusive_ptr<CommGroup>(
           c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options));
     }
 #ifdef USE_C10D_NCCL
@@ -61,7 +61,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> CreateProcessGroup(
       auto options = c10d::ProcessGroupNCCL::Options::create();
       options->timeout = timeout;
       c10::cuda::set_device(local_rank);
-      return c10::intrusive_ptr<c10d::ProcessGroup>(
+      return c10::intrusive_ptr<CommGroup>(
           c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options));
     }
 #endif

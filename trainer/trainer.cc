@@ -125,7 +125,7 @@ struct Trainer {
   int rank = 0;
   int world = 1;
   std::string exp_dir;
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<CommGroup> group;
 
   void Log(const std::string& line) {
     if (rank == 0) std::cout << line << std::endl;
@@ -161,7 +161,7 @@ struct Trainer {
                                                        std::chrono::milliseconds(timeouts.store_timeout_ms()));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
     absl::Time pg_start = absl::Now();
-    absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>> pg = CreateProcessGroup(
+    absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg = CreateProcessGroup(
         *backend, prefixed, rank, world, a.local_rank(), std::chrono::milliseconds(timeouts.collective_timeout_ms()));
     if (!pg.ok()) throw CollectiveError(std::string(pg.status().message()));
     group = *pg;

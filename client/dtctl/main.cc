@@ -329,10 +329,14 @@ int main(int argc, char** argv) {
   submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(CLI::NonNegativeNumber);
   submit->add_option("--omp-threads", so.omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
   submit->add_option("--sbatch-arg", so.sbatch_args, "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   submit->add_option("--trainer", so.trainer, "dttrainer binary (default: the one beside dtctl)");
   submit->add_option("-f,--file", run_file, "YAML run file; flags override it");
   submit->add_flag("--follow", follow, "watch the run until it ends (exit code as watch)");
+  bool dry_run = false;
+  submit->add_flag("--dry-run", dry_run, "check and print what would be launched (sbatch script or trainer commands); submit nothing");
   submit->add_option("trainer_args", so.trainer_args, "arguments for dttrainer, after --")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
@@ -414,9 +418,23 @@ int main(int argc, char** argv) {
     if (given("--trainer")) merged.trainer = so.trainer;
     if (!so.trainer_args.empty()) merged.trainer_args = so.trainer_args;
     if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
+    AbsolutizeTrainerPaths(&merged);
     if (merged.name.empty() || merged.save_dir.empty()) {
       std::cerr << "dtctl submit: --name and --save-dir are required (flags or run file)\n";
       return kUsage;
+    }
+    if (dry_run) {
+      if (absl::Status s = Preflight(merged); !s.ok()) {
+        std::cerr << "dtctl submit: " << s.message() << "\n";
+        return s.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
+      }
+      absl::StatusOr<std::string> plan = DescribeLaunch(merged, g.coordinator);
+      if (!plan.ok()) {
+        std::cerr << "dtctl submit: " << plan.status().message() << "\n";
+        return kFailed;
+      }
+      std::cout << *plan;
+      return kOk;
     }
     if (int c = Connect(g); c != kOk) return c;
     if (absl::Status s = Preflight(merged); !s.ok()) {

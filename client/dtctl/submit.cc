@@ -80,6 +80,22 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
   return absl::OkStatus();
 }
 
+void AbsolutizeTrainerPaths(SubmitOptions* o) {
+  // Trainers start elsewhere (a Slurm node, the launcher's directory): make data paths absolute.
+  auto& args = o->trainer_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (const char* flag : {"--dataset", "--tokenizer-dir"}) {
+      std::string f = flag;
+      if (args[i] == f && i + 1 < args.size()) {
+        args[i + 1] = AbsolutePath(args[i + 1]);
+      } else if (absl::StartsWith(args[i], f + "=")) {
+        args[i] = f + "=" + AbsolutePath(args[i].substr(f.size() + 1));
+      }
+    }
+  }
+  o->trainer = o->trainer.find('/') == std::string::npos ? o->trainer : AbsolutePath(o->trainer);
+}
+
 absl::Status Preflight(const SubmitOptions& o) {
   if (absl::Status s = ValidateExperimentName(o.name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
@@ -130,6 +146,40 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& o, const std::string& coordinator) {
+  std::string exp_dir = JoinPath(AbsolutePath(o.save_dir), o.name);
+  if (o.scheduler == "slurm") {
+    absl::StatusOr<std::string> tmpl = FindSbatchTemplate();
+    if (!tmpl.ok()) return tmpl.status();
+    SbatchParams p;
+    p.job_name = absl::StrCat("dt-", o.name);
+    p.nodes = o.nodes;
+    p.tasks_per_node = o.nproc_per_node;
+    p.gpus_per_node = o.gpus_per_node;
+    p.logs_dir = JoinPath(exp_dir, "logs");
+    p.exp_dir = exp_dir;
+    p.sbatch_args = o.sbatch_args;
+    p.coordinator = coordinator;
+    p.run_id = "<run id>";
+    p.run_token = "<run token>";
+    p.omp_threads = o.omp_threads > 0 ? o.omp_threads : 1;
+    p.trainer = o.trainer;
+    p.trainer_args = o.trainer_args;
+    p.dtctl = JoinPath(ExecutableDir(), "dtctl");
+    return RenderSbatch(*tmpl, p);
+  }
+  std::string out;
+  for (int node = 0; node < o.nodes; ++node) {
+    for (int slot = 0; slot < o.nproc_per_node; ++slot) {
+      absl::StrAppend(&out, "DT_COORDINATOR=", coordinator, " DT_RUN_ID=<run id> DT_RUN_TOKEN=<run token> ",
+                      o.trainer, " --local-rank ", slot, " --nnodes ", o.nodes, " --nproc-per-node ", o.nproc_per_node);
+      for (const auto& a : o.trainer_args) absl::StrAppend(&out, " ", ShellQuote(a));
+      absl::StrAppend(&out, "   > ", JoinPath(exp_dir, "logs"), "/rank-", node * o.nproc_per_node + slot, ".log\n");
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client,

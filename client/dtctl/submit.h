@@ -38,6 +38,9 @@ struct SubmitOptions {
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 
+// Makes --dataset and --tokenizer-dir among the trainer arguments, and the trainer path, absolute.
+void AbsolutizeTrainerPaths(SubmitOptions* options);
+
 // Each problem is FAILED_PRECONDITION / INVALID_ARGUMENT with what to do about it.
 absl::Status Preflight(const SubmitOptions& options);
 
@@ -47,6 +50,10 @@ struct Submitted {
   std::string job_id;   // Slurm job id, or the local launcher's pid
   int64_t resume_step = 0;
 };
+
+// What SubmitAndLaunch would start, without a coordinator: the rendered sbatch script (token
+// redacted) or the local trainer command lines.
+absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& options, const std::string& coordinator);
 
 absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client,
                                           const SubmitOptions& options, const std::string& tls_ca);
