@@ -57,6 +57,11 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
+    if (!unwaited_error_.ok()) {
+      absl::Status earlier = std::move(unwaited_error_);
+      unwaited_error_ = absl::OkStatus();
+      return absl::Status(earlier.code(), absl::StrCat("an earlier set failed: ", earlier.message()));
+    }
     id = next_id_++;
     answers_.emplace(id, std::nullopt);
   }
@@ -103,6 +108,10 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
       continue;
     }
     uint64_t answered = answer.id();
+    if (unwaited_.erase(answered) > 0) {
+      if (absl::Status s = StatusOf(answer); !s.ok() && unwaited_error_.ok()) unwaited_error_ = s;
+      continue;
+    }
     auto target = answers_.find(answered);
     if (target != answers_.end()) target->second = std::move(answer);
     if (answered != id) answered_.SignalAll();
@@ -115,6 +124,37 @@ absl::Status StoreSession::Set(const std::string& key, std::string value) {
   r.mutable_set()->set_value(std::move(value));
   absl::StatusOr<v1::StoreResponse> a = Call(std::move(r));
   return a.ok() ? StatusOf(*a) : a.status();
+}
+
+absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) {
+  v1::StoreRequest r;
+  r.mutable_set()->set_key(key);
+  r.mutable_set()->set_value(std::move(value));
+  bool drain = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return broken_;
+    uint64_t id = next_id_++;
+    r.set_id(id);
+    unwaited_.emplace(id, true);
+    drain = static_cast<int>(unwaited_.size()) >= kMaxUnanswered;
+  }
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (!stream_->Write(r)) {
+      absl::MutexLock l(&mu_);
+      Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
+      return broken_;
+    }
+  }
+  if (drain) {
+    // A cheap synchronous call reads every answer before its own.
+    v1::StoreRequest sync;
+    sync.mutable_num_keys();
+    absl::StatusOr<v1::StoreResponse> a = Call(std::move(sync));
+    if (!a.ok()) return a.status();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> StoreSession::Get(const std::string& key, absl::Duration timeout) {

@@ -27,6 +27,9 @@ class StoreSession {
   ~StoreSession();
 
   absl::Status Set(const std::string& key, std::string value);
+  // Sends a set without waiting for its answer (as c10d::TCPStore's set does): the stream keeps
+  // the order, so a later get sees it; a failure is returned by the next call on this session.
+  absl::Status SetNoWait(const std::string& key, std::string value);
   // Blocks until the key exists (DEADLINE_EXCEEDED after `timeout`; zero: the run's default).
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
@@ -38,6 +41,9 @@ class StoreSession {
 
   // Sends a request and returns its answer (the id is assigned here).
   absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);
+
+  // Answers not yet read before the session reads them all at once (bounds the server's queue).
+  static constexpr int kMaxUnanswered = 1024;
 
  private:
   StoreSession() = default;
@@ -53,6 +59,9 @@ class StoreSession {
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called on the stream
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  // Sets sent without waiting: their answers are dropped when read, failures kept for the next call.
+  absl::flat_hash_map<uint64_t, bool> unwaited_ ABSL_GUARDED_BY(mu_);
+  absl::Status unwaited_error_ ABSL_GUARDED_BY(mu_);
   // id → answer, present once it arrived.
   absl::flat_hash_map<uint64_t, std::optional<v1::StoreResponse>> answers_ ABSL_GUARDED_BY(mu_);
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,7 +14,7 @@
 namespace dt {
 namespace {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
@@ -35,12 +36,13 @@ CREATE INDEX IF NOT EXISTS failures_by_run ON failures(run_id, seq);
 CREATE TABLE IF NOT EXISTS checkpoints(
   run_id TEXT NOT NULL, step INTEGER NOT NULL, record TEXT NOT NULL,
   PRIMARY KEY(run_id, step));
-CREATE TABLE IF NOT EXISTS metrics(
-  run_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL, names TEXT NOT NULL,
-  time REAL NOT NULL, point BLOB NOT NULL);
--- A point resent after a broken stream, or re-logged by a restarted generation, replaces the
--- earlier one with the same rank, step and metric names.
-CREATE UNIQUE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, step, rank, names);
+-- One row per received batch (cheap to write at ingestion rates); readers decode the points.
+-- A point resent after a broken stream, or re-logged by a restarted generation, supersedes the
+-- earlier one with the same rank, step and metric names (see QueryMetrics).
+CREATE TABLE IF NOT EXISTS metric_batches(
+  run_id TEXT NOT NULL, rank INTEGER NOT NULL, first_step INTEGER NOT NULL, last_step INTEGER NOT NULL,
+  points BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS metric_batches_by_run ON metric_batches(run_id, last_step);
 )sql";
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -232,34 +234,27 @@ absl::Status StateDb::DeleteCheckpoint(const std::string& run_id, int64_t step) 
 absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
                                     const std::vector<const v1::MetricPoint*>& points) {
   if (points.empty()) return absl::OkStatus();
+  v1::MetricBatch batch;
+  int64_t first = points.front()->step(), last = first;
+  for (const v1::MetricPoint* p : points) {
+    *batch.add_points() = *p;
+    first = std::min(first, p->step());
+    last = std::max(last, p->step());
+  }
+  std::string blob;
+  batch.SerializeToString(&blob);
   absl::MutexLock lock(&mu_);
   sqlite3_stmt* st = Prepare(
-      "INSERT OR REPLACE INTO metrics(run_id, rank, step, names, time, point) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+      "INSERT INTO metric_batches(run_id, rank, first_step, last_step, points) VALUES(?1, ?2, ?3, ?4, ?5)");
   if (st == nullptr) return Error("prepare AppendMetrics");
-  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
-  std::string blob;
-  std::vector<std::string> names;
-  for (const v1::MetricPoint* p : points) {
-    StatementReset reset{st};
-    BindText(st, 1, run_id);
-    sqlite3_bind_int(st, 2, rank);
-    sqlite3_bind_int64(st, 3, p->step());
-    names.clear();
-    for (const auto& [name, value] : p->values()) names.push_back(name);
-    std::sort(names.begin(), names.end());
-    BindText(st, 4, absl::StrJoin(names, ","));
-    sqlite3_bind_double(st, 5, p->time());
-    blob.clear();
-    p->SerializeToString(&blob);
-    sqlite3_bind_blob(st, 6, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-    if (sqlite3_step(st) != SQLITE_DONE) {
-      absl::Status s = Error("insert metric");
-      (void)Exec("ROLLBACK;");
-      return s;
-    }
-  }
-  return Exec("COMMIT;");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_int(st, 2, rank);
+  sqlite3_bind_int64(st, 3, first);
+  sqlite3_bind_int64(st, 4, last);
+  sqlite3_bind_blob(st, 5, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("insert metrics");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<LoadedRun>> StateDb::LoadRuns() {
@@ -318,28 +313,50 @@ absl::StatusOr<std::vector<v1::MetricRecord>> StateDb::QueryMetrics(const std::s
                                                                     const std::string& name,
                                                                     std::optional<int32_t> rank,
                                                                     int64_t from_step, int32_t limit) {
-  absl::MutexLock lock(&mu_);
-  sqlite3_stmt* st = Prepare(
-      "SELECT rank, step, time, point FROM metrics WHERE run_id = ?1 AND step >= ?2 "
-      "AND (?3 < 0 OR rank = ?3) ORDER BY step, rank, rowid");
-  if (st == nullptr) return Error("prepare QueryMetrics");
-  StatementReset reset{st};
-  BindText(st, 1, run_id);
-  sqlite3_bind_int64(st, 2, from_step);
-  sqlite3_bind_int(st, 3, rank.value_or(-1));
+  // (step, rank, metric names) → the newest point: later batches supersede earlier ones.
+  struct Key {
+    int64_t step;
+    int32_t rank;
+    std::string names;
+    bool operator<(const Key& o) const { return std::tie(step, rank, names) < std::tie(o.step, o.rank, o.names); }
+  };
+  std::map<Key, v1::MetricPoint> points;
+  {
+    absl::MutexLock lock(&mu_);
+    sqlite3_stmt* st = Prepare(
+        "SELECT rank, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 "
+        "AND (?3 < 0 OR rank = ?3) ORDER BY rowid");
+    if (st == nullptr) return Error("prepare QueryMetrics");
+    StatementReset reset{st};
+    BindText(st, 1, run_id);
+    sqlite3_bind_int64(st, 2, from_step);
+    sqlite3_bind_int(st, 3, rank.value_or(-1));
+    v1::MetricBatch batch;
+    std::vector<std::string> names;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      batch.Clear();
+      batch.ParseFromArray(sqlite3_column_blob(st, 1), sqlite3_column_bytes(st, 1));
+      int32_t r = sqlite3_column_int(st, 0);
+      for (auto& p : *batch.mutable_points()) {
+        if (p.step() < from_step) continue;
+        if (!name.empty() && !p.values().contains(name)) continue;
+        names.clear();
+        for (const auto& [k, v] : p.values()) names.push_back(k);
+        std::sort(names.begin(), names.end());
+        points[Key{p.step(), r, absl::StrJoin(names, ",")}] = std::move(p);
+      }
+    }
+  }
   std::vector<v1::MetricRecord> out;
-  v1::MetricPoint point;
-  while (sqlite3_step(st) == SQLITE_ROW) {
-    point.Clear();
-    point.ParseFromArray(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3));
+  for (const auto& [key, point] : points) {
     std::vector<std::pair<std::string, double>> values(point.values().begin(), point.values().end());
     std::sort(values.begin(), values.end());
     for (const auto& [metric, value] : values) {
       if (!name.empty() && metric != name) continue;
       v1::MetricRecord& rec = out.emplace_back();
-      rec.set_rank(sqlite3_column_int(st, 0));
-      rec.set_step(sqlite3_column_int64(st, 1));
-      rec.set_time(sqlite3_column_double(st, 2));
+      rec.set_rank(key.rank);
+      rec.set_step(key.step);
+      rec.set_time(point.time());
       rec.set_name(metric);
       rec.set_value(value);
       if (limit > 0 && static_cast<int32_t>(out.size()) >= limit) return out;

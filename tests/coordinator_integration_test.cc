@@ -25,10 +25,10 @@ namespace dt {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::InProcessCoordinator;
 
-testing::CoordinatorFixtureOptions FastTimeouts() {
-  testing::CoordinatorFixtureOptions o;
+
+EmbeddedOptions FastTimeouts() {
+  EmbeddedOptions o;
   o.timeouts.heartbeat_interval = absl::Milliseconds(100);
   o.timeouts.heartbeat_timeout = absl::Seconds(1);
   o.timeouts.hang_timeout = absl::Minutes(5);
@@ -41,7 +41,7 @@ class IntegrationTest : public ::testing::Test {
  protected:
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
-  InProcessCoordinator coord_{tmp_.Sub("state"), FastTimeouts()};
+  EmbeddedCoordinator coord_{tmp_.Sub("state"), FastTimeouts()};
   std::shared_ptr<CoordinatorClient> admin_ = coord_.AdminClient();
 
   v1::SubmitRunResponse Submit(const std::string& name, int nodes, int ppn, int max_restarts = 0) {

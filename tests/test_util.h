@@ -14,11 +14,7 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/subprocess.h"
-#include "coordinator/auth.h"
-#include "coordinator/coordinator.h"
-#include "coordinator/server.h"
-#include "coordinator/state_db.h"
-#include "coordinator/timer_queue.h"
+#include "coordinator/embedded.h"
 
 namespace dt::testing {
 
@@ -46,32 +42,6 @@ std::string Slurp(const std::string& path);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
-
-struct CoordinatorFixtureOptions {
-  CoordinatorTimeouts timeouts;
-  absl::Duration health_check_period = absl::Milliseconds(50);
-};
-
-// dtcoord's parts wired together in this process, serving on 127.0.0.1:<free port>.
-class InProcessCoordinator {
- public:
-  explicit InProcessCoordinator(const std::string& state_dir, CoordinatorFixtureOptions options = {});
-  ~InProcessCoordinator();
-
-  const std::string& address() const { return server_->address(); }
-  const std::string& admin_token() const { return admin_token_; }
-  Coordinator& coordinator() { return *coordinator_; }
-  std::shared_ptr<CoordinatorClient> Client(const std::string& token, bool private_connection = false) const;
-  std::shared_ptr<CoordinatorClient> AdminClient() const { return Client(admin_token_); }
-
- private:
-  std::unique_ptr<StateDb> db_;
-  std::unique_ptr<TimerQueue> timers_;
-  std::unique_ptr<Coordinator> coordinator_;
-  std::unique_ptr<Authenticator> auth_;
-  std::unique_ptr<CoordinatorServer> server_;
-  std::string admin_token_;
-};
 
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
 class CoordinatorProcess {

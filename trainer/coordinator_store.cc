@@ -22,7 +22,8 @@ CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session,
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  Check(session_->Set(key, AsString(value)), "set");
+  // Like TCPStore, set does not wait for its answer; the next operation reports a failure.
+  Check(session_->SetNoWait(key, AsString(value)), "set");
 }
 
 std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key,

@@ -227,7 +227,7 @@ void Forwarder::Stop() {
   }
   for (Target* t : all) {
     absl::MutexLock tl(&t->mu);
-    t->spool->Sync();
+    t->spool->Sync(/*force=*/true);
   }
 }
 

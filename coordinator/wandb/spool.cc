@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dt/v1/metrics.pb.h"
 #include "common/fs.h"
 
 namespace dt::wandb {
@@ -88,30 +90,31 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Load(const std::string& dir) {
 }
 
 absl::Status Spool::OpenFiles() {
-  std::string path = JoinPath(dir_, "points.jsonl");
+  std::string path = JoinPath(dir_, "points.bin");
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  // Index the complete lines; a torn last line (a crash mid-write) is cut off.
+  // Index the complete records; a torn last record (a crash mid-write) is cut off.
   absl::StatusOr<std::string> content = ReadFile(path);
   if (!content.ok()) return content.status();
   size_t pos = 0;
-  while (pos < content->size()) {
-    size_t nl = content->find('\n', pos);
-    if (nl == std::string::npos) {
-      if (::ftruncate(fd_, static_cast<off_t>(pos)) != 0) return absl::InternalError("cannot truncate a torn spool line");
-      break;
-    }
+  while (pos + sizeof(uint32_t) <= content->size()) {
+    uint32_t len = 0;
+    std::memcpy(&len, content->data() + pos, sizeof(len));
+    if (pos + sizeof(len) + len > content->size()) break;
     offsets_.push_back(static_cast<int64_t>(pos));
-    pos = nl + 1;
+    pos += sizeof(len) + len;
   }
-  file_bytes_ = static_cast<int64_t>(std::min(pos, content->size()));
+  if (pos != content->size() && ::ftruncate(fd_, static_cast<off_t>(pos)) != 0) {
+    return absl::InternalError("cannot truncate a torn spool record");
+  }
+  file_bytes_ = static_cast<int64_t>(pos);
   if (state_.acked_points > size()) state_.acked_points = size();
   return absl::OkStatus();
 }
 
 Spool::~Spool() {
   if (fd_ >= 0) {
-    Sync();
+    Sync(/*force=*/true);
     ::close(fd_);
   }
 }
@@ -119,12 +122,19 @@ Spool::~Spool() {
 absl::Status Spool::Append(const std::vector<Point>& points) {
   std::string buf;
   std::vector<int64_t> new_offsets;
+  v1::MetricPoint record;
+  std::string bytes;
   for (const Point& p : points) {
-    nlohmann::json values = nlohmann::json::object();
-    for (const auto& [k, v] : p.values) values[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+    record.Clear();
+    record.set_step(p.step);
+    record.set_time(p.time);
+    record.mutable_values()->insert(p.values.begin(), p.values.end());
+    bytes.clear();
+    record.SerializeToString(&bytes);
+    uint32_t len = static_cast<uint32_t>(bytes.size());
     new_offsets.push_back(file_bytes_ + static_cast<int64_t>(buf.size()));
-    buf += nlohmann::json({{"s", p.step}, {"t", p.time}, {"v", values}}).dump();
-    buf += '\n';
+    buf.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    buf += bytes;
   }
   size_t done = 0;
   while (done < buf.size()) {
@@ -150,18 +160,19 @@ absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) 
   std::string buf(static_cast<size_t>(end - begin), '\0');
   ssize_t n = ::pread(fd_, buf.data(), buf.size(), begin);
   if (n != static_cast<ssize_t>(buf.size())) return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
-  size_t pos = 0;
-  while (pos < buf.size()) {
-    size_t nl = buf.find('\n', pos);
-    nlohmann::json j = nlohmann::json::parse(buf.begin() + pos, buf.begin() + nl, nullptr, false);
-    pos = nl + 1;
-    if (j.is_discarded()) return absl::DataLossError(absl::StrCat("corrupt line in the W&B spool in ", dir_));
-    Point p;
-    p.step = j.value("s", int64_t{0});
-    p.time = j.value("t", 0.0);
-    for (auto it = j["v"].begin(); it != j["v"].end(); ++it) {
-      p.values[it.key()] = it.value().is_number() ? it.value().get<double>() : std::nan("");
+  v1::MetricPoint record;
+  for (size_t pos = 0; pos < buf.size();) {
+    uint32_t len = 0;
+    std::memcpy(&len, buf.data() + pos, sizeof(len));
+    pos += sizeof(len);
+    if (pos + len > buf.size() || !record.ParseFromArray(buf.data() + pos, static_cast<int>(len))) {
+      return absl::DataLossError(absl::StrCat("corrupt record in the W&B spool in ", dir_));
     }
+    pos += len;
+    Point p;
+    p.step = record.step();
+    p.time = record.time();
+    p.values.insert(record.values().begin(), record.values().end());
     out.push_back(std::move(p));
   }
   return out;
@@ -186,11 +197,13 @@ absl::Status Spool::Rebind(const std::string& dt_run_id) {
   return SaveState();
 }
 
-void Spool::Sync() {
-  if (dirty_ && fd_ >= 0) {
-    ::fdatasync(fd_);
-    dirty_ = false;
-  }
+void Spool::Sync(bool force) {
+  if (!dirty_ || fd_ < 0) return;
+  int64_t now = absl::GetCurrentTimeNanos();
+  if (!force && now - last_sync_ns_ < 1'000'000'000) return;
+  ::fdatasync(fd_);
+  dirty_ = false;
+  last_sync_ns_ = now;
 }
 
 }  // namespace dt::wandb

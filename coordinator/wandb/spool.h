@@ -1,6 +1,6 @@
-// One W&B run's durable queue. Every metric point is appended to points.jsonl before anything is
-// sent (write(2) per batch, so a killed coordinator loses nothing; fdatasync about once a second
-// against power loss). state.json records what W&B has accepted — points, history lines, last
+// One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
+// dt.v1.MetricPoint records) before anything is sent (write(2) per batch, so a killed coordinator
+// loses nothing; fdatasync about once a second against power loss). state.json records what W&B has accepted — points, history lines, last
 // step — and is replaced atomically after each accepted post, so a restart resumes at the right
 // offset and sends nothing twice. meta.json describes the W&B run.
 #pragma once
@@ -60,8 +60,9 @@ class Spool {
   // The W&B run now belongs to another dt run (a new run of the same experiment): it is not
   // finished any more and ends when that run ends.
   absl::Status Rebind(const std::string& dt_run_id);
-  // fdatasync of points.jsonl if anything was appended since the last sync.
-  void Sync();
+  // fdatasync of points.bin if anything was appended since the last sync, at most once a second
+  // unless `force`.
+  void Sync(bool force = false);
 
  private:
   Spool() = default;
@@ -72,8 +73,9 @@ class Spool {
   SpoolState state_;
   int fd_ = -1;
   int64_t file_bytes_ = 0;
-  std::vector<int64_t> offsets_;  // byte offset of each point's line
+  std::vector<int64_t> offsets_;  // byte offset of each point's record
   bool dirty_ = false;
+  int64_t last_sync_ns_ = 0;
 };
 
 }  // namespace dt::wandb

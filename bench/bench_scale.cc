@@ -1,0 +1,249 @@
+// Scale of one dtcoord process (the real binary):
+//   Rendezvous: 64, 512 and 2,048 simulated ranks, each with its own connection, register; time
+//   until every one holds its assignment. Goal: 512 ranks < 1 s.
+//   Heartbeat load: 1,000 registered ranks heartbeat every 2 s (own connections) while 8 clients
+//   drive store traffic (~800 set/get per second in all); the coordinator's CPU share and the
+//   heartbeat RPC p99. Goals: p99 < 50 ms, CPU < 25% of one core.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "bench/bench_util.h"
+#include "client/coordinator_client.h"
+#include "client/store_session.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+
+namespace dt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Coordinator {
+  std::unique_ptr<Subprocess> process;
+  std::string address, token;
+  int pid() const { return process->pid(); }
+};
+
+Coordinator StartCoordinator(const std::string& dir) {
+  Coordinator c;
+  std::string state = JoinPath(dir, "state");
+  c.process = std::make_unique<Subprocess>(
+      std::vector<std::string>{JoinPath(ExecutableDir(), "dtcoord"), "--listen", "127.0.0.1:0", "--state-dir", state,
+                               "--metrics-listen", "off", "--heartbeat-interval", "2s", "--heartbeat-timeout", "60s",
+                               "--hang-timeout", "30m", "--rendezvous-timeout", "10m"},
+      std::map<std::string, std::string>{{"DT_LOG_LEVEL", "warning"}}, JoinPath(dir, "dtcoord.log"));
+  for (int i = 0; i < 200 && ReadFile(JoinPath(state, "dtcoord.addr")).value_or("").empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  c.address = ReadFile(JoinPath(state, "dtcoord.addr")).value_or("");
+  c.address.erase(c.address.find_last_not_of("\n") + 1);
+  c.token = ReadFile(JoinPath(state, "admin.token")).value_or("");
+  c.token.erase(c.token.find_last_not_of("\n") + 1);
+  if (c.address.empty()) throw std::runtime_error("dtcoord did not start");
+  return c;
+}
+
+std::shared_ptr<CoordinatorClient> Connect(const Coordinator& c, bool private_connection) {
+  ClientOptions o;
+  o.address = c.address;
+  o.token = c.token;
+  o.private_connection = private_connection;
+  return *CoordinatorClient::Connect(o);
+}
+
+v1::SubmitRunResponse Submit(const Coordinator& c, int nodes, int ppn, const std::string& dir) {
+  auto admin = Connect(c, false);
+  v1::SubmitRunRequest req;
+  req.mutable_spec()->set_experiment_name(absl::StrCat("scale-", nodes * ppn, "-", RandomHex(3)));
+  req.mutable_spec()->set_save_dir(dir);
+  req.mutable_spec()->set_nodes(nodes);
+  req.mutable_spec()->set_procs_per_node(ppn);
+  auto r = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
+  if (!r.ok()) throw std::runtime_error(r.status().ToString());
+  return *r;
+}
+
+double CpuSeconds(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string f;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stol(f);
+    if (i == 15) stime = std::stol(f);
+  }
+  return static_cast<double>(utime + stime) / ::sysconf(_SC_CLK_TCK);
+}
+
+// Registers `ranks` simulated ranks (ppn per node) with asynchronous calls, each on its own
+// connection; returns the ranks' clients (kept for heartbeats) and the time until all hold seats.
+struct Registered {
+  std::vector<std::shared_ptr<CoordinatorClient>> clients;
+  std::vector<v1::RegisterResponse> seats;
+  std::vector<std::string> incarnations;
+  double seconds = 0;
+};
+
+Registered RegisterAll(const Coordinator& c, const v1::SubmitRunResponse& run, int nodes, int ppn) {
+  int n = nodes * ppn;
+  Registered out;
+  out.seats.resize(n);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::RegisterRequest> requests(n);
+  for (int i = 0; i < n; ++i) {
+    ClientOptions o;
+    o.address = c.address;
+    o.token = run.run_token();
+    o.private_connection = true;
+    out.clients.push_back(*CoordinatorClient::Connect(o));
+    (void)out.clients.back()->WaitConnected(absl::Seconds(30));
+    requests[i].set_run_id(run.run_id());
+    requests[i].set_node(absl::StrCat("node", i / ppn));
+    requests[i].set_local_slot(i % ppn);
+    requests[i].set_incarnation(RandomHex(6));
+    requests[i].set_host("bench");
+    requests[i].set_pid(1);
+    out.incarnations.push_back(requests[i].incarnation());
+    contexts.push_back(out.clients[i]->Context(absl::Minutes(5)));
+  }
+  std::atomic<int> done{0};
+  std::atomic<int> failed{0};
+  absl::Notification all;
+  auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    out.clients[i]->rendezvous().async()->Register(contexts[i].get(), &requests[i], &out.seats[i],
+                                                   [&](grpc::Status s) {
+                                                     if (!s.ok()) ++failed;
+                                                     if (++done == n) all.Notify();
+                                                   });
+  }
+  all.WaitForNotification();
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (failed > 0) throw std::runtime_error(absl::StrCat(failed.load(), " registrations failed"));
+  return out;
+}
+
+void RendezvousBench(const std::string& dir) {
+  std::vector<std::pair<int, int>> shapes = {{8, 8}, {64, 8}, {256, 8}};
+  if (Quick()) shapes = {{8, 8}, {64, 8}};
+  for (auto [nodes, ppn] : shapes) {
+    Coordinator c = StartCoordinator(TempDir("rdzv"));
+    v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
+    Registered r = RegisterAll(c, run, nodes, ppn);
+    int n = nodes * ppn;
+    bool goal = n == 512;
+    Report({absl::StrCat("rendezvous of ", n, " ranks (own connections)"), r.seconds, "s", "goal 1 s", 1.0,
+            goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+  }
+}
+
+void HeartbeatBench(const std::string& dir) {
+  const int nodes = 10, ppn = 100, n = nodes * ppn;
+  Coordinator c = StartCoordinator(TempDir("hb"));
+  v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
+  Registered r = RegisterAll(c, run, nodes, ppn);
+  absl::Duration window = Quick() ? absl::Seconds(10) : absl::Seconds(30);
+  absl::Duration interval = absl::Seconds(2);
+  std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  std::vector<double> latencies_ms;
+  std::atomic<int64_t> store_ops{0};
+  std::atomic<int> errors{0};
+  // Store traffic beside the heartbeats.
+  std::vector<std::thread> store_threads;
+  for (int t = 0; t < 8; ++t) {
+    store_threads.emplace_back([&, t] {
+      auto session = StoreSession::Open(Connect(c, true), run.run_id(), 0, -1);
+      if (!session.ok()) return;
+      while (!stop) {
+        std::string key = absl::StrCat("k", t, "-", store_ops.load() % 100);
+        (void)(*session)->Set(key, std::string(128, 'x'));
+        (void)(*session)->Get(key);
+        store_ops += 2;
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    });
+  }
+  double cpu0 = CpuSeconds(c.pid());
+  absl::Time start = absl::Now();
+  // One scheduler issues each rank's heartbeat every 2 s, spread evenly, as asynchronous calls.
+  std::vector<v1::HeartbeatRequest> reqs(n);
+  for (int i = 0; i < n; ++i) {
+    reqs[i].set_run_id(run.run_id());
+    reqs[i].set_rank(r.seats[i].rank());
+    reqs[i].set_generation(0);
+    reqs[i].set_incarnation(r.incarnations[i]);
+  }
+  std::atomic<int> in_flight{0};
+  int64_t sent = 0;
+  while (absl::Now() - start < window) {
+    absl::Time due = start + interval * (static_cast<double>(sent) / n);
+    if (absl::Now() < due) {
+      absl::SleepFor(due - absl::Now());
+      continue;
+    }
+    int i = static_cast<int>(sent % n);
+    reqs[i].set_step(sent / n + 1);
+    auto* ctx = r.clients[i]->Context(absl::Seconds(10)).release();
+    auto* resp = new v1::HeartbeatResponse();
+    auto t0 = Clock::now();
+    ++in_flight;
+    r.clients[i]->rendezvous().async()->Heartbeat(ctx, &reqs[i], resp, [&, ctx, resp, t0](grpc::Status s) {
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!s.ok() || resp->directive() != v1::HeartbeatResponse::CONTINUE) ++errors;
+      {
+        absl::MutexLock lock(&mu);
+        latencies_ms.push_back(ms);
+      }
+      delete ctx;
+      delete resp;
+      --in_flight;
+    });
+    ++sent;
+  }
+  double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  double cpu = CpuSeconds(c.pid()) - cpu0;
+  stop = true;
+  for (auto& t : store_threads) t.join();
+  while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
+  Summary s;
+  {
+    absl::MutexLock lock(&mu);
+    s = Summarize(latencies_ms);
+  }
+  std::cout << "heartbeats: " << sent << " sent (" << sent / wall << "/s), " << errors.load() << " errors; store ops "
+            << store_ops.load() / wall << "/s\n";
+  Report({absl::StrCat("heartbeat RPC p99, ", n, " ranks every 2 s + store traffic"), s.p99, "ms", "goal 50 ms", 50.0,
+          "< 1x", false, 1.0});
+  Report({absl::StrCat("coordinator CPU, ", n, " ranks heartbeating"), 100.0 * cpu / wall, "% core", "goal 25%", 25.0,
+          "< 1x", false, 1.0});
+  if (errors.load() > 0) std::cout << "WARNING: " << errors.load() << " heartbeats failed or were told to stop\n";
+}
+
+}  // namespace
+}  // namespace dt::bench
+
+int main() {
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+  std::string dir = dt::bench::TempDir("scale-runs");
+  std::cout << "== coordinator scale: rendezvous and heartbeat load (dtcoord process, loopback)\n";
+  dt::bench::RendezvousBench(dir);
+  dt::bench::HeartbeatBench(dir);
+  return 0;
+}

@@ -1,0 +1,69 @@
+#include "bench/bench_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_format.h"
+#include "common/crypto.h"
+
+namespace dt::bench {
+
+Summary Summarize(std::vector<double> s) {
+  Summary out;
+  if (s.empty()) return out;
+  std::sort(s.begin(), s.end());
+  auto q = [&](double p) { return s[std::min(s.size() - 1, static_cast<size_t>(p * (s.size() - 1) + 0.5))]; };
+  out.n = s.size();
+  out.min = s.front();
+  out.max = s.back();
+  out.p50 = q(0.5);
+  out.p90 = q(0.9);
+  out.p99 = q(0.99);
+  double sum = 0;
+  for (double v : s) sum += v;
+  out.mean = sum / s.size();
+  return out;
+}
+
+bool Quick() {
+  const char* q = std::getenv("DT_BENCH_QUICK");
+  return q != nullptr && std::string(q) == "1";
+}
+
+void Report(const Result& r) {
+  double ratio = r.anchor_value != 0 ? r.value / r.anchor_value : 0;
+  nlohmann::json met = nullptr;
+  if (r.goal_ratio > 0 && r.anchor_value != 0) met = r.higher_is_better ? ratio >= r.goal_ratio : ratio <= r.goal_ratio;
+  std::cout << absl::StrFormat("%-58s %12.4g %-8s | %-22s %12.4g | ratio %7.3f | goal %-14s %s\n", r.name, r.value,
+                               r.unit, r.anchor, r.anchor_value, ratio, r.goal,
+                               met.is_null() ? "" : (met.get<bool>() ? "met" : "MISSED"));
+  const char* out = std::getenv("DT_BENCH_OUT");
+  if (out == nullptr || *out == '\0') return;
+  nlohmann::json j = {{"name", r.name},   {"value", r.value},  {"unit", r.unit},         {"anchor", r.anchor},
+                      {"anchor_value", r.anchor_value},   {"ratio", ratio}, {"goal", r.goal}, {"met", met}};
+  std::ofstream(out, std::ios::app) << j.dump() << "\n";
+}
+
+std::string TempDir(const std::string& tag) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("dt-bench-" + tag + "-" + RandomHex(4))).string();
+  std::filesystem::create_directories(dir);
+  static std::vector<std::string>* dirs = [] {
+    auto* v = new std::vector<std::string>();
+    std::atexit([] {
+      std::error_code ec;
+      for (const auto& d : *dirs) std::filesystem::remove_all(d, ec);
+    });
+    return v;
+  }();
+  dirs->push_back(dir);
+  return dir;
+}
+
+}  // namespace dt::bench

@@ -1,0 +1,37 @@
+// What every benchmark shares: summary statistics, the quick/full switch, and reporting results
+// (a table on stdout, JSON lines for scripts/bench.sh) as ratios against an anchor measured in
+// the same run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dt::bench {
+
+struct Summary {
+  size_t n = 0;
+  double min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;
+};
+Summary Summarize(std::vector<double> samples);
+
+// DT_BENCH_QUICK=1 (scripts/bench.sh --quick): fewer repeats, smaller sizes.
+bool Quick();
+
+struct Result {
+  std::string name;            // what was measured
+  double value = 0;            // dt's figure
+  std::string unit;
+  std::string anchor;          // what it is compared with
+  double anchor_value = 0;     // the anchor's figure, same run, same machine
+  std::string goal;            // e.g. "<= 1.5x" (ratio = value / anchor_value)
+  bool higher_is_better = false;
+  double goal_ratio = 0;       // the ratio the goal allows (0: no goal)
+};
+
+// Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line).
+void Report(const Result& r);
+
+// A temporary directory removed at exit.
+std::string TempDir(const std::string& tag);
+
+}  // namespace dt::bench

@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""Trainer-side benchmarks, each against its anchor in the same run:
+
+  1. Launch to first step: `dtctl submit --scheduler local --nproc-per-node 2` until both ranks
+     finished step 1 (tiny model), vs `torchrun --standalone --nproc_per_node 2` of the Python
+     anchor doing the same. Goal: dt <= 0.5x torchrun.
+  2. Training throughput: dttrainer vs PyTorch DDP (python3-torch, same GPT-2 shape, batch,
+     threads, Gloo) at 1 and 2 ranks; C++/Python ratio (goal >= 1) and 2-rank scaling efficiency
+     (goal >= 80% of linear).
+  3. The cost of metric reporting on step time (reporting on vs off). Goal < 1%.
+
+Results go to $DT_BENCH_OUT as JSON lines (see bench/bench_util.h); DT_BENCH_QUICK=1 shortens.
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "bin")
+DATA = os.path.abspath(os.path.join(ROOT, "..", "shared", "data"))
+PY = "/usr/bin/python3"
+ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
+QUICK = os.environ.get("DT_BENCH_QUICK") == "1"
+WORK = tempfile.mkdtemp(prefix="dt-bench-trainer-")
+
+
+def report(name, value, unit, anchor, anchor_value, goal="", goal_ratio=0, higher=False):
+    ratio = value / anchor_value if anchor_value else 0
+    met = None
+    if goal_ratio:
+        met = ratio >= goal_ratio if higher else ratio <= goal_ratio
+    print("%-58s %12.4g %-8s | %-22s %12.4g | ratio %7.3f | goal %-14s %s" % (
+        name, value, unit, anchor, anchor_value, ratio, goal, "" if met is None else ("met" if met else "MISSED")))
+    out = os.environ.get("DT_BENCH_OUT")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"name": name, "value": value, "unit": unit, "anchor": anchor,
+                                "anchor_value": anchor_value, "ratio": ratio, "goal": goal, "met": met}) + "\n")
+
+
+class Coordinator:
+    def __init__(self):
+        self.state = os.path.join(WORK, "coord")
+        self.proc = subprocess.Popen([os.path.join(BIN, "dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
+                                      self.state, "--metrics-listen", "off"],
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(WORK, "dtcoord.log"), "w"),
+                                     env=dict(os.environ, DT_LOG_LEVEL="warning"))
+        addr = os.path.join(self.state, "dtcoord.addr")
+        for _ in range(200):
+            if os.path.exists(addr) and open(addr).read().strip():
+                break
+            time.sleep(0.05)
+        self.env = dict(os.environ, DT_COORDINATOR=open(addr).read().strip(),
+                        DT_TOKEN=open(os.path.join(self.state, "admin.token")).read().strip())
+
+    def dtctl(self, *args, check=True):
+        r = subprocess.run([os.path.join(BIN, "dtctl")] + list(args), env=self.env, capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError("dtctl %s: %s %s" % (args[0], r.stdout, r.stderr))
+        return r
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def shape_args(n_embd, n_layer, n_head, seq, batch):
+    return ["--model", "gpt2", "--config-overrides", "n_embd=%d,n_layer=%d,n_head=%d,n_positions=%d" % (
+        n_embd, n_layer, n_head, seq), "--seq-len", str(seq), "--batch-size", str(batch)]
+
+
+def dt_submit(coord, name, procs, trainer_args):
+    r = coord.dtctl("submit", "-o", "json", "--name", name, "--save-dir", os.path.join(WORK, "runs"),
+                    "--nproc-per-node", str(procs), "--omp-threads", "1", "--",
+                    "--dataset", os.path.join(DATA, "alpaca_5000.json"), "--tokenizer-dir", os.path.join(DATA, "gpt2"),
+                    "--eval-split", "0", *trainer_args)
+    return json.loads(r.stdout)
+
+
+def dt_wait(coord, run_id):
+    r = coord.dtctl("watch", run_id, check=False)
+    if r.returncode != 0:
+        raise RuntimeError("run %s did not succeed: %s" % (run_id, r.stdout[-2000:]))
+
+
+def torchrun(procs, args, first_step_only=False):
+    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), "--redirects", "1",
+           "--tee", "1", ANCHOR] + args
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    start = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    first = None
+    result = None
+    for line in p.stdout:
+        if "DT_BENCH_FIRST_STEP" in line and first is None:
+            first = time.perf_counter() - start
+            if first_step_only:
+                p.kill()
+                break
+        m = re.search(r"DT_BENCH_RESULT (\{.*\})", line)
+        if m:
+            result = json.loads(m.group(1))
+    p.wait()
+    return first, result
+
+
+def launch_to_first_step():
+    coord = Coordinator()
+    repeats = 2 if QUICK else 4
+    dt_times, py_times = [], []
+    for i in range(repeats):
+        name = "launch-%d" % i
+        start = time.perf_counter()
+        run = dt_submit(coord, name, 2, ["--model", "tiny", "--seq-len", "64", "--max-steps", "1", "--log-freq", "1"])
+        log = os.path.join(run["exp_dir"], "logs", "rank-0.log")
+        while True:
+            if os.path.exists(log) and "step 1/1" in open(log, errors="replace").read():
+                dt_times.append(time.perf_counter() - start)
+                break
+            if time.perf_counter() - start > 120:
+                raise RuntimeError("dt run did not reach step 1:\n" + open(log).read())
+            time.sleep(0.005)
+        dt_wait(coord, run["run_id"])
+        first, _ = torchrun(2, ["--n-embd", "64", "--n-layer", "2", "--n-head", "2", "--n-positions", "64",
+                                "--seq-len", "64", "--batch-size", "8", "--steps", "1"], first_step_only=True)
+        py_times.append(first)
+    coord.stop()
+    print("launch to first step: dt %s, torchrun %s" % (["%.2f" % t for t in dt_times], ["%.2f" % t for t in py_times]))
+    report("launch to first step, 2 local ranks (median)", statistics.median(dt_times), "s",
+           "torchrun --standalone", statistics.median(py_times), "<= 0.5x", 0.5)
+
+
+def throughput():
+    n_embd, n_layer, n_head, seq, batch = (128, 4, 4, 128, 4)
+    steps = 12 if QUICK else 30
+    skip = 3
+    coord = Coordinator()
+    tps = {}
+    for procs in (1, 2):
+        run = dt_submit(coord, "tput-%d" % procs, procs, shape_args(n_embd, n_layer, n_head, seq, batch) +
+                        ["--max-steps", str(steps), "--log-freq", "1", "--lr", "1e-4"])
+        dt_wait(coord, run["run_id"])
+        recs = json.loads(coord.dtctl("metrics", run["run_id"], "--key", "step_time_s", "--rank", "0",
+                                      "-o", "json").stdout)
+        times = [r["value"] for r in recs if r["step"] > skip]
+        dt_tps = procs * batch * seq / statistics.median(times)
+        _, result = torchrun(procs, ["--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head),
+                                     "--n-positions", str(seq), "--seq-len", str(seq), "--batch-size", str(batch),
+                                     "--steps", str(steps)])
+        py_tps = procs * batch * seq / statistics.median(result["step_times"][skip:])
+        tps[procs] = (dt_tps, py_tps)
+        report("training throughput, %d rank(s), GPT-2 %dx%d, batch %dx%d" % (procs, n_layer, n_embd, batch, seq),
+               dt_tps, "tokens/s", "PyTorch DDP (Python)", py_tps, ">= 1x", 1.0, higher=True)
+    dt_scaling = tps[2][0] / (2 * tps[1][0])
+    py_scaling = tps[2][1] / (2 * tps[1][1])
+    report("2-rank scaling efficiency (of linear)", dt_scaling, "", "PyTorch DDP scaling", py_scaling,
+           ">= 0.8 abs", 0, higher=True)
+    print("dt 2-rank scaling %.1f%% of linear (goal >= 80%%: %s); PyTorch %.1f%%" % (
+        100 * dt_scaling, "met" if dt_scaling >= 0.8 else "MISSED", 100 * py_scaling))
+    coord.stop()
+
+
+def metrics_cost():
+    coord = Coordinator()
+    steps = 40 if QUICK else 100
+    medians = {}
+    for label, extra in (("off", ["--no-metrics"]), ("on", [])):
+        run = dt_submit(coord, "cost-" + label, 1, ["--model", "tiny", "--seq-len", "64", "--batch-size", "4",
+                                                    "--max-steps", str(steps), "--log-freq", "1"] + extra)
+        dt_wait(coord, run["run_id"])
+        log = open(os.path.join(run["exp_dir"], "logs", "rank-0.log"), errors="replace").read()
+        times = [float(t) for t in re.findall(r"([0-9.]+)s/step", log)][5:]
+        medians[label] = statistics.median(times)
+    coord.stop()
+    report("step time with metric reporting on (log every step)", medians["on"], "s", "reporting off", medians["off"],
+           "<= 1.01x", 1.01)
+
+
+def main():
+    which = sys.argv[1:] or ["launch", "throughput", "metrics-cost"]
+    print("== trainer benchmarks (%s)" % ", ".join(which))
+    try:
+        if "launch" in which:
+            launch_to_first_step()
+        if "throughput" in which:
+            throughput()
+        if "metrics-cost" in which:
+            metrics_cost()
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
