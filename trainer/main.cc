@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   auto* data = "Data";
   app.add_option("--dataset", c.dataset, "Alpaca .json/.jsonl, .jsonl with \"text\", or .txt")->group(data);
   app.add_option("--tokenizer-dir", c.tokenizer_dir, "encoder.json + vocab.bpe (or vocab.json + merges.txt)")->group(data);
+  app.add_option("--data-cache-dir", c.data_cache_dir,
+                 "where tokenized datasets are cached (default: .dt-cache beside the experiment directory, "
+                 "shared by experiments)")
+      ->group(data);
   app.add_option("--eval-split", c.eval_split, "fraction of samples held out for evaluation")->group(data)->capture_default_str();
   app.add_option("--eval-freq", c.eval_freq, "evaluate every N steps (0: never; also at the end when > 0)")->group(data);
   app.add_option("--eval-batches", c.eval_batches, "batches per rank per evaluation")->group(data)->capture_default_str();

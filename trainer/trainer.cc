@@ -174,7 +174,9 @@ struct Trainer {
     if (!tokenizer.ok()) throw ConfigError(std::string(tokenizer.status().message()));
     absl::StatusOr<std::string> cache_name = TokenCacheName(cfg.dataset, (*tokenizer)->fingerprint());
     if (!cache_name.ok()) throw ConfigError(std::string(cache_name.status().message()));
-    std::string data_dir = JoinPath(exp_dir, "data");
+    // Tokenized data is cached beside the experiment directories, so other experiments on the
+    // same dataset and tokenizer skip the work (the name covers both).
+    std::string data_dir = cfg.data_cache_dir.empty() ? JoinPath(Dirname(exp_dir), ".dt-cache") : cfg.data_cache_dir;
     std::string cache_path = JoinPath(data_dir, *cache_name);
     if (rank == 0 && !std::filesystem::exists(cache_path)) {
       Check(MakeDirs(data_dir));

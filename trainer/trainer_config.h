@@ -32,6 +32,7 @@ struct TrainerConfig {
   // Data.
   std::string dataset;
   std::string tokenizer_dir;
+  std::string data_cache_dir;  // token caches; "" = <save_dir>/.dt-cache (shared by experiments)
   double eval_split = 0.05;
   int64_t eval_freq = 0;
   int64_t eval_batches = 8;

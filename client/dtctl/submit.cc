@@ -11,6 +11,7 @@
 #include "client/agent.h"
 #include "client/dtctl/local_launcher.h"
 #include "client/dtctl/slurm.h"
+#include "common/crypto.h"
 #include "common/fs.h"
 #include "common/names.h"
 #include "common/subprocess.h"
@@ -134,13 +135,27 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::FailedPreconditionError(absl::StrCat("tokenizer dir ", *tokenizer,
                                                       " lacks encoder.json + vocab.bpe (or vocab.json + merges.txt)"));
   }
-  // The trainer binary runs.
-  absl::StatusOr<CommandResult> version = RunCommand({o.trainer, "--version"}, absl::Seconds(20));
-  if (!version.ok() || version->exit_code != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the trainer ", o.trainer, " does not run (",
-        version.ok() ? absl::StrCat("exit ", version->exit_code, ": ", version->output) : version.status().ToString(),
-        "); pass --trainer PATH"));
+  // The trainer binary runs. Loading LibTorch takes a moment: remember a binary that ran (by
+  // path, size and time) so repeated submits skip it.
+  struct stat tst;
+  std::string fingerprint;
+  std::string cache;
+  if (::stat(o.trainer.c_str(), &tst) == 0) {
+    fingerprint = absl::StrCat(o.trainer, ":", tst.st_size, ":", tst.st_mtim.tv_sec, ".", tst.st_mtim.tv_nsec);
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    std::string base = xdg != nullptr && *xdg != '\0' ? xdg : JoinPath(home != nullptr ? home : "/tmp", ".cache");
+    cache = JoinPath(JoinPath(base, "dt"), absl::StrCat("trainer-ok-", Sha256Hex(fingerprint).substr(0, 16)));
+  }
+  if (cache.empty() || ReadFile(cache).value_or("") != fingerprint) {
+    absl::StatusOr<CommandResult> version = RunCommand({o.trainer, "--version"}, absl::Seconds(20));
+    if (!version.ok() || version->exit_code != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the trainer ", o.trainer, " does not run (",
+          version.ok() ? absl::StrCat("exit ", version->exit_code, ": ", version->output) : version.status().ToString(),
+          "); pass --trainer PATH"));
+    }
+    if (!cache.empty() && MakeDirs(Dirname(cache)).ok()) (void)WriteFileAtomic(cache, fingerprint);
   }
   if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
     return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
