@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "client/agent.h"
 #include "common/fs.h"
@@ -18,6 +19,7 @@
 #include "trainer/gpt2_model.h"
 
 int main() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt;
   using namespace dt::bench;
   using Clock = std::chrono::steady_clock;

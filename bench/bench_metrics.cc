@@ -10,12 +10,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "client/coordinator_client.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 
 int main() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt;
   using namespace dt::bench;
   std::cout << "== metric ingestion: one dtcoord, Prometheus + W&B forwarder on\n";

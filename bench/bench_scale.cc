@@ -237,6 +237,7 @@ void HeartbeatBench(const std::string& dir) {
 }  // namespace dt::bench
 
 int main() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;

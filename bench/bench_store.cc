@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/barrier.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "client/agent.h"
 #include "client/store_session.h"
@@ -84,14 +85,18 @@ OpStats RunOps(std::vector<c10::intrusive_ptr<c10d::Store>>& stores, int iterati
   return all;
 }
 
-void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std::string& token) {
-  // The TCPStore server lives in this process, as the coordinator does.
+// The TCPStore server lives in this process, as the coordinator does; clients connect to its port.
+c10::intrusive_ptr<c10d::TCPStore> StartTcpStoreServer() {
   c10d::TCPStoreOptions server_opts;
   server_opts.port = 0;
   server_opts.isServer = true;
   server_opts.waitWorkers = false;
   server_opts.multiTenant = true;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
+}
+
+void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std::string& token) {
+  auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
 
   for (int clients : Quick() ? std::vector<int>{1, 8, 64} : std::vector<int>{1, 8, 64}) {
@@ -162,12 +167,7 @@ std::vector<double> BarrierRounds(int n, int rounds, ArriveFn arrive) {
 }
 
 void BarrierBench(EmbeddedCoordinator& coord) {
-  c10d::TCPStoreOptions server_opts;
-  server_opts.port = 0;
-  server_opts.isServer = true;
-  server_opts.waitWorkers = false;
-  server_opts.multiTenant = true;
-  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
+  auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
   std::vector<int> sizes = Quick() ? std::vector<int>{2, 8, 64} : std::vector<int>{2, 8, 64, 256};
   for (int n : sizes) {
@@ -226,6 +226,7 @@ void BarrierBench(EmbeddedCoordinator& coord) {
 }  // namespace dt::bench
 
 int main() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt::bench;
   std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (same process, loopback)\n";
   dt::EmbeddedOptions opts;

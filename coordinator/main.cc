@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/synchronization/mutex.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
 #include "common/fs.h"
@@ -37,6 +39,8 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   dt::SetLogProgram("dtcoord");
   CLI::App app{"dtcoord: the dt coordinator (rendezvous, store, barriers, health, checkpoints, metrics)"};
   app.set_version_flag("--version", std::string(dt::kVersion));

@@ -15,6 +15,8 @@ packages=(
   prometheus-cpp-dev zlib1g-dev libre2-dev
   # LibTorch (CPU, c10d + Gloo), Gloo headers, and OpenBLAS so libblas.so.3 is not the reference BLAS
   libtorch-dev libgloo-dev libopenblas0-openmp
+  # TLS certificates for the TLS test
+  openssl
   # tests
   libgtest-dev libgmock-dev googletest libbenchmark-dev python3 curl
   # real servers the integration tests run

@@ -19,6 +19,7 @@
 #include "client/metrics_reporter.h"
 #include "client/store_session.h"
 #include "common/fs.h"
+#include "common/subprocess.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -439,6 +440,35 @@ TEST_F(IntegrationTest, HealthAndReflectionAnswerWithoutAToken) {
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
   }
+}
+
+// --tls-cert/--tls-key: clients that trust the certificate talk TLS; plaintext ones cannot.
+TEST(CoordinatorTlsTest, ServesTlsToClientsThatTrustItsCertificate) {
+  testing::TempDir tmp;
+  std::string cert = JoinPath(tmp.path(), "cert.pem"), key = JoinPath(tmp.path(), "key.pem");
+  auto made = RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                          "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
+                         absl::Seconds(60));
+  ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->output : made.status().ToString());
+  testing::CoordinatorProcess coord(tmp.path(), {"--tls-cert", cert, "--tls-key", key});
+  ClientOptions o;
+  o.address = coord.address();
+  o.token = coord.admin_token();
+  o.tls_ca_file = cert;
+  auto tls = *CoordinatorClient::Connect(o);
+  auto listed = Call(*tls, &v1::RunService::Stub::ListRuns, tls->runs(), v1::ListRunsRequest(), absl::Seconds(10));
+  EXPECT_TRUE(listed.ok()) << listed.status();
+  o.tls_ca_file = "";
+  auto plain = *CoordinatorClient::Connect(o);
+  auto refused = Call(*plain, &v1::RunService::Stub::ListRuns, plain->runs(), v1::ListRunsRequest(), absl::Seconds(3));
+  EXPECT_FALSE(refused.ok());
+  // Both flags or neither.
+  auto half = RunCommand({testing::BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
+                          JoinPath(tmp.path(), "half"), "--metrics-listen", "off", "--tls-cert", cert},
+                         absl::Seconds(20));
+  ASSERT_TRUE(half.ok());
+  EXPECT_NE(half->exit_code, 0);
+  EXPECT_NE(half->output.find("--tls-key"), std::string::npos) << half->output;
 }
 
 // kill -9 of the dtcoord binary: every run is still there after a restart on the same state

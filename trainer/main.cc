@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+
+#include "absl/synchronization/mutex.h"
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -98,6 +100,8 @@ int CheckpointDiff(const std::string& a, const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   dt::SetLogProgram("dttrainer");
   CLI::App app{
       "dttrainer: one GPT-2 training process per device, coordinated by dtcoord.\n"

@@ -10,6 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/synchronization/mutex.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -296,6 +298,8 @@ int AwaitRestart(Global& g, const std::string& run_id) {
 
 int main(int argc, char** argv) {
   using namespace dt::ctl;
+  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"dtctl: submit and watch dt training runs (Slurm or local)"};
   app.set_version_flag("--version", std::string(dt::kVersion));
   app.require_subcommand(1);
