@@ -408,9 +408,16 @@ void Coordinator::CheckHealth() {
       std::string since = absl::FormatTime("%H:%M:%S", verdict->since, absl::UTCTimeZone());
       if (verdict->kind == HealthVerdict::Kind::kHeartbeatTimeout) {
         failure.set_kind(v1::Failure::HEARTBEAT_TIMEOUT);
+        std::string others;
+        for (size_t k = 0; k < verdict->also_silent.size() && k < 16; ++k) {
+          auto [rank, last] = verdict->also_silent[k];
+          absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", DescribeRank(*run, rank), " since ",
+                          absl::FormatTime("%H:%M:%E3S", last, absl::UTCTimeZone()));
+        }
         failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict->timeout),
-                                         " (last at ", since, " UTC, at step ", verdict->step,
-                                         "): the process died or its node is unreachable"));
+                                         " (last at ", absl::FormatTime("%H:%M:%E3S", verdict->since, absl::UTCTimeZone()),
+                                         " UTC, at step ", verdict->step,
+                                         "): the process died or its node is unreachable", others));
       } else {
         failure.set_kind(v1::Failure::HANG);
         std::vector<std::string> stuck;

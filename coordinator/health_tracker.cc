@@ -47,16 +47,18 @@ void HealthTracker::RecomputeGroupStep(absl::Time now) {
 
 std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTimeouts& t) const {
   // A silent rank first: it explains a hang, not the other way round.
-  int silent = -1;
+  std::vector<std::pair<absl::Time, int>> silent;
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     const RankHealth& r = ranks_[i];
-    if (r.finished || now - r.last_heartbeat <= t.heartbeat_timeout) continue;
-    if (silent < 0 || r.last_heartbeat < ranks_[silent].last_heartbeat) silent = i;
+    if (!r.finished && now - r.last_heartbeat > t.heartbeat_timeout) silent.emplace_back(r.last_heartbeat, i);
   }
-  if (silent >= 0) {
-    const RankHealth& r = ranks_[silent];
-    return HealthVerdict{HealthVerdict::Kind::kHeartbeatTimeout, silent, r.step, {},
-                         r.last_heartbeat, t.heartbeat_timeout};
+  if (!silent.empty()) {
+    std::sort(silent.begin(), silent.end());
+    int first = silent.front().second;
+    const RankHealth& r = ranks_[first];
+    HealthVerdict v{HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout};
+    for (size_t k = 1; k < silent.size(); ++k) v.also_silent.emplace_back(silent[k].second, silent[k].first);
+    return v;
   }
   if (finished_ == static_cast<int>(ranks_.size())) return std::nullopt;
   absl::Duration limit = group_step_ > start_step_ ? t.hang_timeout : t.init_timeout;

@@ -21,6 +21,20 @@ TEST(HealthTracker, SilentRankIsDeclaredAfterTheHeartbeatTimeout) {
   EXPECT_EQ(v->kind, HealthVerdict::Kind::kHeartbeatTimeout);
   EXPECT_EQ(v->rank, 1);
   EXPECT_EQ(v->since, t0);
+  EXPECT_TRUE(v->also_silent.empty());
+}
+
+TEST(HealthTracker, SeveralSilentRanksNameTheFirstToGoQuietAndListTheOthers) {
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  HealthTracker h(3, 0, t0);
+  h.Heartbeat(0, 1, t0 + absl::Seconds(2));
+  h.Heartbeat(2, 1, t0 + absl::Seconds(1));  // rank 1 last heard at t0, rank 2 at t0+1, rank 0 at t0+2
+  auto v = h.Check(t0 + absl::Seconds(40), kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rank, 1);
+  ASSERT_EQ(v->also_silent.size(), 2u);
+  EXPECT_EQ(v->also_silent[0].first, 2);
+  EXPECT_EQ(v->also_silent[1].first, 0);
 }
 
 TEST(HealthTracker, HangIsNoStepAdvanceWhileEveryoneHeartbeats) {

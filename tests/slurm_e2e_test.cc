@@ -57,13 +57,16 @@ class SlurmTest : public ::testing::Test {
     size_t start = r.output.find_first_of("[{");
     return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
   }
-  std::string Submit(const std::string& name, int steps) {
-    CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir", save_dir_,
-                             "--nodes", "2", "--nproc-per-node", "1", "--", "--dataset",
-                             JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
-                             JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64",
-                             "--batch-size", "2", "--max-steps", std::to_string(steps), "--log-freq", "1",
-                             "--eval-split", "0"});
+  std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir",
+                                     save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts",
+                                     std::to_string(max_restarts), "--", "--dataset",
+                                     JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
+                                     JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64",
+                                     "--batch-size", "2", "--max-steps", std::to_string(steps), "--log-freq", "1",
+                                     "--eval-split", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return Json(r).value("run_id", "");
   }
@@ -103,6 +106,35 @@ TEST_F(SlurmTest, TwoNodeRunSucceeds) {
         return q.ok() && q->output.find("RUNNING") == std::string::npos;
       },
       absl::Seconds(60)));
+}
+
+TEST_F(SlurmTest, AKilledTrainerRestartsTheGroupInsideTheAllocation) {
+  std::string run = Submit("slurm-restart", 16, /*max_restarts=*/1, {"--ckpt-freq", "4"});
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
+      absl::Minutes(2)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  int victim = s["ranks"][1]["pid"];
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // srun ends the step; the coordinator declares the rank dead and restarts the run; the batch
+  // script's loop runs the next step in the same allocation, which resumes and finishes.
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(save_dir_ + "/slurm-restart/logs/rank-0.log");
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["generation"], 1);
+  EXPECT_EQ(s["step"], 16);
+  // The killed rank is named: as the root cause, or — srun ends the whole step when a task dies,
+  // so both ranks may fall silent within moments — listed beside the first to go quiet.
+  nlohmann::json failure = s["failures"][0];
+  EXPECT_EQ(failure["kind"], "HEARTBEAT_TIMEOUT");
+  std::string message = failure["message"];
+  EXPECT_TRUE(failure["rank"] == 1 || message.find("also silent: rank 1") != std::string::npos) << failure;
+  EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-restart/logs/rank-0.log").find("resumed from"), std::string::npos);
+  EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-restart/logs/slurm-" + s["scheduler_job_id"].get<std::string>() + ".out")
+                .find("launching the next generation"),
+            std::string::npos);
 }
 
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
