@@ -755,6 +755,9 @@ void Coordinator::Shutdown() {
     }
     run->watchers.clear();
   }
+  // A checkpoint being verified finishes (and notifies observers) before the caller tears them down.
+  absl::MutexLock lock(&publishing_mu_);
+  publishing_mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &publishing_));
 }
 
 }  // namespace dt

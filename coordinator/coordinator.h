@@ -68,7 +68,8 @@ class Coordinator {
   absl::Status Load();
   // Starts the periodic health check on the timer queue.
   void Start();
-  // Fails every waiting call with UNAVAILABLE (the server is going away) and stops the checks.
+  // Fails every waiting call with UNAVAILABLE (the server is going away), stops the checks, and
+  // waits for checkpoint verifications in flight (they notify observers when they finish).
   void Shutdown();
 
   const CoordinatorOptions& options() const { return options_; }
