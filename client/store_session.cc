@@ -96,17 +96,18 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     v1::StoreResponse answer;
     mu_.Unlock();
     bool ok = stream_->Read(&answer);
-    mu_.Lock();
-    reading_ = false;
     if (!ok) {
-      mu_.Unlock();
+      // Still the reader: nobody else may Read or Finish while the stream ends.
       grpc::Status end = stream_->Finish();
       mu_.Lock();
+      reading_ = false;
       finished_ = true;
       absl::Status status = FromGrpcStatus(end);
       Break(status.ok() ? absl::UnavailableError("the coordinator closed the store stream") : status);
       continue;
     }
+    mu_.Lock();
+    reading_ = false;
     uint64_t answered = answer.id();
     if (unwaited_.erase(answered) > 0) {
       if (absl::Status s = StatusOf(answer); !s.ok() && unwaited_error_.ok()) unwaited_error_ = s;

@@ -56,6 +56,7 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
   sigaddset(&defaults, SIGTERM);
   sigaddset(&defaults, SIGINT);
   sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGCHLD);  // an inherited SIG_IGN would reap the child's own children
   posix_spawnattr_setsigdefault(&attr, &defaults);
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
   if (options.new_session) flags |= POSIX_SPAWN_SETSID;
@@ -103,9 +104,11 @@ int Subprocess::Wait(absl::Duration timeout) {
       reaped_ = true;
       return status_;
     }
-    if (r < 0 && errno == ECHILD) {  // reaped elsewhere
+    if (r < 0 && errno == ECHILD) {
+      // Reaped by someone else (SIGCHLD ignored): the exit status is unknown; do not call it a
+      // success.
       reaped_ = true;
-      status_ = 0;
+      status_ = W_EXITCODE(255, 0);
       return status_;
     }
     if (absl::Now() >= deadline) return -1;

@@ -206,6 +206,7 @@ void Coordinator::PersistRanks(RunEntry& run) {
 
 v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
   v1::Run r = run.stored.run;
+  r.set_revision(run.revision);
   const Generation* g = run.gen.get();
   if (g != nullptr && g->health) r.set_step(g->health->group_step());
   std::optional<v1::CheckpointInfo> latest = Latest(run);
@@ -239,6 +240,7 @@ v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
 }
 
 void Coordinator::Notify(RunEntry& run, Deferred& deferred) {
+  ++run.revision;
   auto snapshot = std::make_shared<const v1::Run>(Snapshot(run, /*with_ranks=*/true));
   run.observed = snapshot;
   bool done = IsTerminal(run.stored.run.state());
@@ -309,6 +311,12 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of "
                  << r.spec().max_restarts() << " as generation " << g.number + 1;
     NewGeneration(run, g.number + 1);  // destroys `g`
+    if (r.state() == v1::RESTARTING) {
+      // Already restarting (the next generation failed before it formed): SetState would not
+      // save or announce the new generation and the spent restart.
+      Persist(run);
+      Notify(run, deferred);
+    }
     SetState(run, v1::RESTARTING, deferred);
   } else {
     SetState(run, v1::FAILED, deferred);
@@ -631,13 +639,11 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool incl
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  uint64_t id;
-  {
-    absl::MutexLock lock(&registry_mu_);
-    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-    id = next_watch_id_++;
-  }
   Deferred deferred;
+  // Registry, then run: Shutdown cannot clear the watchers between the check and the insert.
+  absl::MutexLock registry(&registry_mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  uint64_t id = next_watch_id_++;
   absl::MutexLock lock(&run->mu);
   WatchUpdate first;
   first.event.emplace();

@@ -114,9 +114,10 @@ class Coordinator {
 
   // ---- Rendezvous and health --------------------------------------------------------------
   void Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply);
-  // The caller of a waiting Register went away.
+  // The caller of a waiting Register went away; `call` is the address of that call's reply
+  // Pending (a retry of the same incarnation has another).
   void WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
-                            const std::string& incarnation);
+                            const std::string& incarnation, const void* call);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
   absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);

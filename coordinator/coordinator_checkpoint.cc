@@ -89,7 +89,9 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
       [this, run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
         if (!r.ok()) {
           absl::MutexLock lock(&run->mu);
-          if (run->gen->number == generation && run->gen->arriving_step == step) {
+          // A retry replacing this arrival (CANCELLED) leaves the instance open for `step`.
+          if (r.status().code() != absl::StatusCode::kCancelled && run->gen->number == generation &&
+              run->gen->arriving_step == step) {
             run->gen->arriving_step = 0;
           }
           reply->Complete(r.status());

@@ -59,6 +59,9 @@ struct Coordinator::RunEntry {
     WatchCallback callback;
   };
   std::map<uint64_t, Watcher> watchers;
+  // Counts the changes announced to watchers and observers (v1::Run.revision): events are
+  // delivered after the lock is released and may overtake each other.
+  uint64_t revision = 0;
   // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
   std::shared_ptr<const v1::Run> observed;
 };

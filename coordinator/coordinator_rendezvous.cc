@@ -71,6 +71,13 @@ void Coordinator::Register(const v1::RegisterRequest& request,
     reply->Complete(found.status());
     return;
   }
+  {
+    absl::MutexLock lock(&registry_mu_);
+    if (shutting_down_) {
+      reply->Complete(absl::UnavailableError("the coordinator is shutting down; register with its replacement"));
+      return;
+    }
+  }
   RunPtr run = *found;
   Deferred deferred;
   absl::MutexLock lock(&run->mu);
@@ -139,16 +146,21 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   }
 
   Generation& g = *run->gen;
-  Registrant registrant{request.node(),     request.local_slot(), request.incarnation(),
-                        request.host(),     request.pid(),        request.version(),
-                        clock_->Now()};
+  Registrant registrant{request.node(), request.local_slot(), request.incarnation(), request.host(),
+                        request.pid(),  request.version(),    clock_->Now(),         reply.get()};
   // The seat's reply builds the RegisterResponse once rendezvous completes.
-  PendingPtr<Seat> seat_reply = MakePending<Seat>([this, run, reply](absl::StatusOr<Seat> seat) {
+  int64_t number = g.number;
+  PendingPtr<Seat> seat_reply = MakePending<Seat>([this, run, reply, number](absl::StatusOr<Seat> seat) {
     if (!seat.ok()) {
       reply->Complete(seat.status());
       return;
     }
     absl::MutexLock lock(&run->mu);
+    // The seats go out after the lock was released: the generation may have failed meanwhile.
+    if (run->gen->number != number || IsTerminal(run->stored.run.state())) {
+      reply->Complete(LiveGeneration(*run, number, seat->assignment.rank).status());
+      return;
+    }
     reply->Complete(MakeRegisterResponse(*run, *seat));
   });
   if (absl::Status s = g.rendezvous.Join(registrant, seat_reply, deferred); !s.ok()) {
@@ -227,13 +239,13 @@ void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generat
 }
 
 void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node,
-                                       int local_slot, const std::string& incarnation) {
+                                       int local_slot, const std::string& incarnation, const void* call) {
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
   RunPtr run = *found;
   absl::MutexLock lock(&run->mu);
   if (!run->gen || run->gen->assigned) return;
-  if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation)) {
+  if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation, call)) {
     DT_LOG(Info) << "run " << run_id << ": registration of " << node << "/" << local_slot
                  << " withdrawn (its caller went away)";
   }

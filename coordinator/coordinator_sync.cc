@@ -1,4 +1,5 @@
 // The key-value store and barriers of a run's current generation.
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
@@ -36,6 +37,12 @@ absl::Duration Coordinator::StoreTimeout(int64_t timeout_ms) const {
 void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply) {
   if (absl::Status s = ValidateTimeoutMs(request.timeout_ms()); !s.ok()) {
     reply->Complete(s);
+    return;
+  }
+  if (absl::StartsWith(request.name(), "dt.") && request.name() != "dt.data-ready") {
+    // dt's own barriers (checkpoint rounds) must not be joined by name from outside.
+    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
+        "barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt")));
     return;
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());

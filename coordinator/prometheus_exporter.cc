@@ -208,6 +208,9 @@ void PrometheusExporter::RemoveRank(RankSeries& s) {
 
 void PrometheusExporter::OnRunChanged(const v1::Run& run) {
   absl::MutexLock lock(&mu_);
+  RunSeries& series = runs_[run.run_id()];
+  if (run.revision() < series.revision) return;  // overtaken by a newer change
+  series.revision = run.revision();
   if (Terminal(run.state())) {
     auto it = runs_.find(run.run_id());
     if (it == runs_.end()) return;

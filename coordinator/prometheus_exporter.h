@@ -76,6 +76,7 @@ class PrometheusExporter : public RunObserver, public RpcObserver, public Coordi
   struct RunSeries {
     std::map<int, RankSeries> ranks;
     absl::Time ended = absl::InfiniteFuture();
+    uint64_t revision = 0;
   };
   RankSeries* SeriesFor(const v1::Run& run, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveRank(RankSeries& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

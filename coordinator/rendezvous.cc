@@ -45,9 +45,12 @@ absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Def
   return absl::OkStatus();
 }
 
-bool Rendezvous::Withdraw(const std::string& node, int local_slot, const std::string& incarnation) {
+bool Rendezvous::Withdraw(const std::string& node, int local_slot, const std::string& incarnation,
+                          const void* call) {
   auto it = slots_.find({node, local_slot});
-  if (it == slots_.end() || it->second.registrant.incarnation != incarnation) return false;
+  if (it == slots_.end() || it->second.registrant.incarnation != incarnation || it->second.registrant.call != call) {
+    return false;
+  }
   slots_.erase(it);
   if (--node_counts_[node] == 0) node_counts_.erase(node);
   return true;

@@ -25,6 +25,7 @@ struct Registrant {
   int pid = 0;
   std::string version;
   absl::Time registered_at;
+  const void* call = nullptr;  // the RPC this registrant waits in (tells a retry's call from the old one)
 };
 
 // What a registrant receives: its assignment (the coordinator adds the run's settings).
@@ -42,8 +43,9 @@ class Rendezvous {
   // (new incarnation) or CANCELLED (retry of the same incarnation).
   absl::Status Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred);
 
-  // Drops a registrant whose call ended (its process is gone). False if it was not there.
-  bool Withdraw(const std::string& node, int local_slot, const std::string& incarnation);
+  // Drops a registrant whose call ended (its process is gone). False if that call is no longer
+  // the slot's (a retry replaced it) or it was not there.
+  bool Withdraw(const std::string& node, int local_slot, const std::string& incarnation, const void* call);
 
   bool complete() const;
   std::vector<Registrant> registrants() const;

@@ -14,8 +14,9 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerCo
   Coordinator* coordinator = deps_.coordinator;
   std::string run_id = req->run_id(), node = req->node(), incarnation = req->incarnation();
   int slot = req->local_slot();
-  reactor->set_on_cancel([coordinator, run_id, node, slot, incarnation] {
-    coordinator->WithdrawRegistration(run_id, node, slot, incarnation);
+  const void* call = reactor->pending().get();
+  reactor->set_on_cancel([coordinator, run_id, node, slot, incarnation, call] {
+    coordinator->WithdrawRegistration(run_id, node, slot, incarnation, call);
   });
   coordinator->Register(*req, reactor->pending());
   return reactor;

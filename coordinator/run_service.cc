@@ -70,6 +70,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
     bool done = false;
     bool finished = false;
     absl::Status end;
+    uint64_t revision = 0;  // of the newest snapshot queued
   };
 
   uint64_t watch_id() {
@@ -82,6 +83,11 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
     if (ch.reactor == nullptr || ch.finished) return;
     if (update.event) {
       bool metric = update.event->has_metric();
+      if (!metric) {
+        // Events may overtake each other on their way here: never show an older state.
+        if (update.event->snapshot().revision() < ch.revision) return;
+        ch.revision = update.event->snapshot().revision();
+      }
       if (!metric || ch.queue.size() < kMaxQueued) ch.queue.push_back(*update.event);
     }
     if (update.done) {

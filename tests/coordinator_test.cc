@@ -298,6 +298,41 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   EXPECT_EQ(State(run), v1::RUNNING);
 }
 
+TEST_F(CoordinatorTest, DtBarrierNamesAreReservedExceptDataReady) {
+  std::string run = Submit(1, 1);
+  RegisterAll(run, 1, 1);
+  v1::BarrierRequest req;
+  req.set_run_id(run);
+  req.set_generation(0);
+  req.set_rank(0);
+  req.set_timeout_ms(60'000);
+  req.set_name("dt.checkpoint/100");
+  Reply<v1::BarrierResponse> reserved;
+  coord_->Barrier(req, reserved.pending());
+  ASSERT_TRUE(reserved.arrived());
+  EXPECT_EQ(reserved.value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(reserved.value.status().message().find("reserved"), std::string::npos) << reserved.value.status();
+  // The trainer's own data barrier and user names pass (a world of one releases at once).
+  for (const char* name : {"dt.data-ready", "my-dt.sync"}) {
+    req.set_name(name);
+    Reply<v1::BarrierResponse> ok;
+    coord_->Barrier(req, ok.pending());
+    ASSERT_TRUE(ok.arrived()) << name;
+    EXPECT_TRUE(ok.value.ok()) << name << ": " << ok.value.status();
+  }
+}
+
+TEST_F(CoordinatorTest, EveryAnnouncedChangeHasAHigherRevision) {
+  std::string run = Submit(1, 2);
+  uint64_t submitted = coord_->GetRun(run)->revision();
+  RegisterAll(run, 1, 2);
+  uint64_t running = coord_->GetRun(run)->revision();
+  EXPECT_EQ(State(run), v1::RUNNING);
+  EXPECT_GT(running, submitted);
+  ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
+  EXPECT_GT(coord_->GetRun(run)->revision(), running);
+}
+
 TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   std::string run = Submit(1, 2, /*max_restarts=*/0);
   auto ranks = RegisterAll(run, 1, 2);

@@ -154,7 +154,7 @@ absl::Status VerifyCheckpointFiles(const std::string& dir) {
 }
 
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
-                                          torch::optim::Optimizer& optimizer) {
+                                          torch::optim::Optimizer& optimizer, torch::Device device) {
   if (absl::Status s = VerifyCheckpointFiles(dir); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
   if (!text.ok()) return text.status();
@@ -180,12 +180,12 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
   try {
     {
       torch::serialize::InputArchive a;
-      a.load_from(JoinPath(dir, "model.pt"));
+      a.load_from(JoinPath(dir, "model.pt"), device);
       model->load(a);
     }
     {
       torch::serialize::InputArchive a;
-      a.load_from(JoinPath(dir, "optimizer.pt"));
+      a.load_from(JoinPath(dir, "optimizer.pt"), device);  // moments live beside their parameters
       optimizer.load(a);
     }
     {

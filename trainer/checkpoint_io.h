@@ -34,7 +34,8 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
 // DATA_LOSS when a file does not match manifest.json; FAILED_PRECONDITION when the model shape
 // differs from the checkpoint's.
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
-                                          torch::optim::Optimizer& optimizer);
+                                          torch::optim::Optimizer& optimizer,
+                                          torch::Device device = torch::kCPU);
 
 // Verifies a checkpoint directory's files against its manifest.json.
 absl::Status VerifyCheckpointFiles(const std::string& dir);

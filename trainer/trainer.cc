@@ -131,9 +131,11 @@ struct Trainer {
     if (rank == 0) std::cout << line << std::endl;
   }
 
+  torch::Device device = torch::kCPU;  // cuda:<local rank> with NCCL
+
   double AllReduceMean(double value) {
     return Collective("all-reduce of metrics", [&] {
-      std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble)};
+      std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device)};
       group->allreduce(t)->wait();
       return t[0].item<double>() / world;
     });
@@ -155,6 +157,8 @@ struct Trainer {
     // Process group through the coordinator's store.
     absl::StatusOr<std::string> backend = ResolveBackend(cfg.backend);
     if (!backend.ok()) throw ConfigError(std::string(backend.status().message()));
+    // NCCL works on GPU tensors: one device per rank, the local rank's.
+    if (*backend == "nccl") device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(a.local_rank()));
     absl::StatusOr<std::unique_ptr<StoreSession>> session = agent.OpenStore();
     if (!session.ok()) throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
     auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session),
@@ -213,6 +217,7 @@ struct Trainer {
     }
     torch::manual_seed(cfg.seed);
     Gpt2 model(*mc);
+    model->to(device);
     std::vector<torch::Tensor> decay, no_decay;
     for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
     std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -227,13 +232,20 @@ struct Trainer {
     TrainState state;
     if (a.has_resume() && !a.resume().path().empty()) {
       absl::Time t0 = absl::Now();
-      absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model, optimizer);
+      absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model, optimizer, device);
       if (!loaded.ok()) throw std::runtime_error(loaded.status().ToString());
       state = *loaded;
-      if (state.world_size * state.batch_size * state.grad_accum != world * cfg.batch_size * cfg.grad_accum) {
+      // The sampler position counts micro-batches of world × batch samples: carry it over in
+      // samples when the shape changed.
+      int64_t then = static_cast<int64_t>(state.world_size) * state.batch_size;
+      int64_t now = static_cast<int64_t>(world) * cfg.batch_size;
+      if (then > 0 && then != now) {
+        int64_t samples = state.batch * then;
+        state.batch = samples / now;
         DT_LOG(Warning) << "the checkpoint was taken with " << state.world_size << " ranks x batch "
-                        << state.batch_size << " x accumulation " << state.grad_accum
-                        << "; the data order from here differs from an uninterrupted run";
+                        << state.batch_size << "; continuing at sample " << samples << " of epoch " << state.epoch
+                        << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
+                        << "; the data order differs from an uninterrupted run with this shape";
       }
       Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state.step, " (loaded in ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
@@ -300,14 +312,14 @@ struct Trainer {
       for (int64_t i = 0; i < per_rank; i += cfg.batch_size) {
         std::vector<int64_t> ids;
         for (int64_t k = i; k < std::min(per_rank, i + cfg.batch_size); ++k) ids.push_back(train_samples + k * world + rank);
-        torch::Tensor batch = Gather(**tokens, ids, seq_len);
+        torch::Tensor batch = Gather(**tokens, ids, seq_len).to(device);
         torch::Tensor loss = model->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
         sum += loss.item<double>() * static_cast<double>(ids.size());
         count += static_cast<double>(ids.size());
       }
       model->train();
       return Collective("all-reduce of eval loss", [&] {
-        std::vector<torch::Tensor> t = {torch::tensor({sum, count}, torch::kDouble)};
+        std::vector<torch::Tensor> t = {torch::tensor({sum, count}, torch::kDouble).to(device)};
         group->allreduce(t)->wait();
         return t[0][1].item<double>() > 0 ? t[0][0].item<double>() / t[0][1].item<double>() : 0.0;
       });
@@ -325,7 +337,7 @@ struct Trainer {
           ++state.epoch;
           state.batch = 0;
         }
-        torch::Tensor batch = Gather(**tokens, sampler.Batch(state.epoch, state.batch), seq_len);
+        torch::Tensor batch = Gather(**tokens, sampler.Batch(state.epoch, state.batch), seq_len).to(device);
         ++state.batch;
         data_time += absl::Now() - d0;
         bool last = micro == cfg.grad_accum - 1;

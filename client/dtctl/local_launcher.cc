@@ -29,11 +29,7 @@ struct Child {
   int status = 0;
 };
 
-std::string NodeNameFor(const LocalLaunch& l, int node) {
-  // One node: the real node name, as a trainer started by hand would use. Several simulated nodes
-  // on one machine: names that sort in node order.
-  return l.nodes == 1 ? NodeName() : absl::StrCat(HostName(), "-node", node);
-}
+std::string NodeNameFor(const LocalLaunch& l, int node) { return LocalNodeName(l.nodes, node); }
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   for (auto& c : children) {
@@ -52,6 +48,19 @@ void StopAll(std::vector<Child>& children, absl::Duration grace) {
 }
 
 }  // namespace
+
+std::string LocalNodeName(int nodes, int node) {
+  // One node: the real node name, as a trainer started by hand would use. Several simulated nodes
+  // on one machine: names that sort in node order.
+  return nodes == 1 ? NodeName() : absl::StrCat(HostName(), "-node", node);
+}
+
+int LocalThreads(int requested, int trainers) {
+  if (requested > 0) return requested;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp != nullptr && std::atoi(omp) > 0) return std::atoi(omp);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, trainers));
+}
 
 absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& l) {
   std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtctl"), "--coordinator", l.coordinator};
@@ -82,13 +91,7 @@ int RunLocalLauncher(const LocalLaunch& l) {
     return 1;
   }
   int world = l.nodes * l.procs_per_node;
-  int threads = l.omp_threads;
-  if (threads <= 0) {
-    const char* omp = std::getenv("OMP_NUM_THREADS");
-    threads = omp != nullptr && std::atoi(omp) > 0
-                  ? std::atoi(omp)
-                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
-  }
+  int threads = LocalThreads(l.omp_threads, world);
   std::string logs = JoinPath(l.exp_dir, "logs");
   (void)MakeDirs(logs);
   DT_LOG(Info) << "launcher for run " << l.run_id << " (pid " << ::getpid() << "): " << l.nodes << " node(s) x "
@@ -101,6 +104,7 @@ int RunLocalLauncher(const LocalLaunch& l) {
   absl::Time last_query;
   absl::Time all_done_at = absl::InfiniteFuture();
   absl::Time stop_waiting_since = absl::InfiniteFuture();
+  absl::Time last_reached = absl::Now();
   while (true) {
     // What does the coordinator say?
     if (absl::Now() - last_query >= absl::Milliseconds(250)) {
@@ -111,11 +115,22 @@ int RunLocalLauncher(const LocalLaunch& l) {
       last_query = absl::Now();
       if (got.ok()) {
         run = *got;
+        last_reached = absl::Now();
       } else if (got.status().code() != absl::StatusCode::kUnavailable &&
                  got.status().code() != absl::StatusCode::kDeadlineExceeded) {
         DT_LOG(Error) << "the coordinator refused the launcher: " << got.status();
         StopAll(children, absl::Seconds(5));
         return 1;
+      } else {
+        // Trainers give up on an unreachable coordinator after its heartbeat timeout; once
+        // they are all gone, so does the launcher (a few minutes, to ride out a restart).
+        bool alive = false;
+        for (auto& c : children) alive = alive || !c.done;
+        if (!alive && absl::Now() - last_reached > absl::Minutes(5)) {
+          DT_LOG(Error) << "no trainer left and the coordinator at " << l.coordinator << " unreachable since "
+                        << absl::FormatTime(last_reached) << ": " << got.status();
+          return 1;
+        }
       }
     }
     if (Terminal(run.state())) {
@@ -191,10 +206,11 @@ int RunLocalLauncher(const LocalLaunch& l) {
             c.node = node;
             c.slot = slot;
             c.rank = node * l.procs_per_node + slot;
-            std::vector<std::string> argv = {l.trainer, "--node", NodeNameFor(l, node), "--local-rank",
-                                             absl::StrCat(slot), "--nnodes", absl::StrCat(l.nodes),
-                                             "--nproc-per-node", absl::StrCat(l.procs_per_node)};
+            // The launcher's identity flags come last: dttrainer keeps a flag's last occurrence.
+            std::vector<std::string> argv = {l.trainer};
             argv.insert(argv.end(), l.trainer_args.begin(), l.trainer_args.end());
+            argv.insert(argv.end(), {"--node", NodeNameFor(l, node), "--local-rank", absl::StrCat(slot), "--nnodes",
+                                     absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node)});
             SpawnOptions o;
             o.env = {{"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token},
                      {"LOCAL_RANK", absl::StrCat(slot)}, {"OMP_NUM_THREADS", absl::StrCat(threads)}};

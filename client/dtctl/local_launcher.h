@@ -24,6 +24,12 @@ struct LocalLaunch {
   std::vector<std::string> trainer_args;
 };
 
+// The node name of simulated node `node` of a local run: the real node name for one node; for
+// several on one machine, "<host>-node<k>" (natural name order = node order).
+std::string LocalNodeName(int nodes, int node);
+// OMP_NUM_THREADS per trainer: `requested` if positive, else $OMP_NUM_THREADS, else cores / trainers.
+int LocalThreads(int requested, int trainers);
+
 // Starts `dtctl __launch-local` detached (own session, output to <exp_dir>/logs/launcher.log);
 // returns its pid.
 absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& launch);

@@ -187,8 +187,10 @@ int Logs(Global& g, const std::string& run_id, std::optional<int> rank, bool fol
       in.seekg(offsets[i]);
       std::string line;
       while (std::getline(in, line)) {
-        if (in.eof()) break;  // a partial last line: wait for its end
+        // A partial last line: wait for its end while following; on the last pass, show it.
+        if (in.eof() && follow) break;
         std::cout << (ranks.size() > 1 ? absl::StrCat("[rank ", ranks[i], "] ") : "") << line << "\n";
+        if (in.eof()) break;
         offsets[i] = in.tellg();
       }
     }

@@ -5,6 +5,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <iostream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -188,10 +190,13 @@ absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& o, const std::st
   std::string out;
   for (int node = 0; node < o.nodes; ++node) {
     for (int slot = 0; slot < o.nproc_per_node; ++slot) {
-      absl::StrAppend(&out, "DT_COORDINATOR=", coordinator, " DT_RUN_ID=<run id> DT_RUN_TOKEN=<run token> ",
-                      o.trainer, " --local-rank ", slot, " --nnodes ", o.nodes, " --nproc-per-node ", o.nproc_per_node);
+      absl::StrAppend(&out, "DT_COORDINATOR=", coordinator, " DT_RUN_ID='<run id>' DT_RUN_TOKEN='<run token>' ",
+                      "LOCAL_RANK=", slot, " OMP_NUM_THREADS=", LocalThreads(o.omp_threads, o.nodes * o.nproc_per_node),
+                      " ", o.trainer);
       for (const auto& a : o.trainer_args) absl::StrAppend(&out, " ", ShellQuote(a));
-      absl::StrAppend(&out, "   > ", JoinPath(exp_dir, "logs"), "/rank-", node * o.nproc_per_node + slot, ".log\n");
+      absl::StrAppend(&out, " --node ", ShellQuote(LocalNodeName(o.nodes, node)), " --local-rank ", slot, " --nnodes ",
+                      o.nodes, " --nproc-per-node ", o.nproc_per_node, " >> ", JoinPath(exp_dir, "logs"), "/rank-",
+                      node * o.nproc_per_node + slot, ".log 2>&1\n");
     }
   }
   return out;
@@ -280,7 +285,11 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   attach.set_launcher_host(HostName());
   absl::StatusOr<v1::Run> attached =
       Call(*client, &v1::RunService::Stub::AttachLaunch, client->runs(), attach, absl::Seconds(10));
-  if (!attached.ok()) return attached.status();
+  if (!attached.ok()) {
+    // The run is launched: say so, and still give its id (a retry would start a second run).
+    std::cerr << "dtctl: warning: could not record job " << out.job_id << " with run " << out.run_id << ": "
+              << attached.status().message() << " (status and cancel will not know the job)\n";
+  }
   return out;
 }
 

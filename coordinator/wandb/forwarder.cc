@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -117,7 +118,7 @@ struct Forwarder::Target {
   std::unique_ptr<HttpClient> http;
   // Session state of this coordinator process.
   bool checked = false;
-  bool upserted = false;
+  std::atomic<bool> upserted{false};  // also read by the scheduler
   std::string entity, project;
   struct Request {
     enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat } kind;
@@ -126,7 +127,9 @@ struct Forwarder::Target {
     std::map<std::string, double> values;  // what the summary gains on success
   };
   std::optional<Request> inflight;  // resent byte for byte until it is accepted
-  absl::Time last_post = absl::InfinitePast();
+  // Unix nanoseconds of the last accepted post; read by the scheduler without `mu`.
+  std::atomic<int64_t> last_post_ns{std::numeric_limits<int64_t>::min()};
+  absl::Time last_post() const { return absl::FromUnixNanos(last_post_ns.load()); }
   // Read by the scheduler without `mu`.
   std::atomic<int64_t> spooled{0};
   std::atomic<int64_t> acked{0};
@@ -134,7 +137,8 @@ struct Forwarder::Target {
   std::atomic<bool> finished{false};
   bool offline = false;
   std::string name;  // for logs
-  // Scheduling (guarded by the forwarder's mu_).
+  // Scheduling and routing (guarded by the forwarder's mu_).
+  std::string dt_run_id;  // the dt run this W&B run belongs to now (the spool's copy is under `mu`)
   bool busy = false;
   absl::Time due = absl::InfinitePast();
   absl::Duration backoff = absl::ZeroDuration();
@@ -168,6 +172,7 @@ Forwarder::Target* Forwarder::AddTarget(std::unique_ptr<Spool> spool) {
   t->acked = spool->state().acked_points;
   t->ended = spool->state().exitcode.has_value();
   t->finished = spool->state().finished;
+  t->dt_run_id = m.dt_run_id;
   t->spool = std::move(spool);
   Target* raw = t.get();
   targets_[absl::StrCat(raw->spool->meta().run.project, "/", raw->spool->meta().run.run_id)] = std::move(t);
@@ -285,7 +290,10 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
   auto existing = targets_.find(absl::StrCat(s.project, "/", id));
   if (existing != targets_.end()) {
     route.by_rank[rank] = existing->second.get();
-    if (existing->second->spool->meta().dt_run_id != run.run_id()) rebind_.push_back({existing->second.get(), run.run_id()});
+    if (existing->second->dt_run_id != run.run_id()) {
+      existing->second->dt_run_id = run.run_id();
+      rebind_.push_back({existing->second.get(), run.run_id()});
+    }
     return existing->second.get();
   }
   SpoolMeta meta;
@@ -311,6 +319,7 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
     if (absl::Status st = (*spool)->Rebind(run.run_id()); !st.ok()) DT_LOG(Error) << st;
   }
   Target* t = AddTarget(std::move(*spool));
+  t->dt_run_id = run.run_id();
   route.by_rank[rank] = t;
   return t;
 }
@@ -367,7 +376,7 @@ void Forwarder::OnRunChanged(const v1::Run& run) {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [key, t] : targets_) {
-      if (t->spool->meta().dt_run_id == run.run_id()) ended.push_back(t.get());
+      if (t->dt_run_id == run.run_id()) ended.push_back(t.get());
     }
   }
   for (Target* t : ended) {
@@ -401,7 +410,7 @@ bool Forwarder::HasWork(const Target& t, absl::Time now) const {
   if (t.spooled.load() > t.acked.load()) return true;
   if (t.ended.load() && !t.finished.load()) return true;
   // Keep an idle, unfinished W&B run alive.
-  return t.upserted && !t.finished.load() && now - t.last_post >= options_.heartbeat_after;
+  return t.upserted.load() && !t.finished.load() && now - t.last_post() >= options_.heartbeat_after;
 }
 
 void Forwarder::WorkerLoop() {
@@ -462,7 +471,9 @@ void Forwarder::Serve(Target& t) {
       std::string url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
       absl::StatusOr<std::vector<Point>> points = spool.Read(st.acked_points, 20'000);
       if (!points.ok()) {
-        DT_LOG(Error) << points.status();
+        // A damaged spool: say so, and look again later rather than spinning on it.
+        DT_LOG(Error) << "W&B run " << t.name << ": " << points.status();
+        Backoff(t, HttpResult{});
         return;
       }
       std::vector<Row> rows;
@@ -532,7 +543,7 @@ void Forwarder::Serve(Target& t) {
         for (const auto& [k, v] : st.summary) sj[k] = Number(v);
         sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
         req = {Target::Request::kFinal, url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
-      } else if (absl::Now() - t.last_post >= options_.heartbeat_after && !t.ended) {
+      } else if (absl::Now() - t.last_post() >= options_.heartbeat_after && !t.ended) {
         req = {Target::Request::kHeartbeat, url, HeartbeatBody()};
       } else {
         absl::MutexLock lock(&mu_);
@@ -605,7 +616,7 @@ void Forwarder::Serve(Target& t) {
       case Target::Request::kHeartbeat:
         break;
     }
-    t.last_post = absl::Now();
+    t.last_post_ns = absl::ToUnixNanos(absl::Now());
     absl::MutexLock lock(&mu_);
     t.due = next_due;
     return;
