@@ -129,6 +129,46 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   EXPECT_EQ(MaxAbsDiff(Ckpt("straight", 20), Ckpt("crashed", 20)), 0.0);
 }
 
+TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
+  // A learning rate too small to move the model makes every step's loss a function of its data
+  // alone, so the loss tells which samples a step saw.
+  std::vector<std::string> args = {"--max-steps", "20", "--ckpt-freq", "10", "--seed", "9", "--lr", "1e-12",
+                                   "--eval-split", "0", "--dropout", "0"};
+  auto with_batch = [&](std::vector<std::string> a, const char* batch) {
+    a.insert(a.end(), {"--batch-size", batch});
+    return a;
+  };
+  auto straight = Submit("shape-straight", 2);
+  auto ps = Start(straight, 2, with_batch(args, "2"));
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(straight, ps, 0));
+
+  auto crashed = Submit("shape", 2);
+  auto crash_args = with_batch(args, "2");
+  crash_args.insert(crash_args.end(), {"--exit-after-step", "10"});
+  auto pc = Start(crashed, 2, crash_args);
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(crashed, pc, 137));
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; },
+                               absl::Seconds(30)));
+  // 2 ranks x batch 2 stopped after 40 samples; 1 rank x batch 8 continues at sample 40, so each
+  // of its steps sees the samples of two steps of the straight run.
+  auto resumed = Submit("shape", 1);
+  ASSERT_EQ(resumed.resume_step(), 10);
+  auto pr = Start(resumed, 1, with_batch(args, "8"));
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(resumed, pr, 0));
+  EXPECT_NE(testing::Slurp(Log(resumed, 0)).find("continuing at sample 40"), std::string::npos)
+      << testing::Slurp(Log(resumed, 0));
+
+  auto want = coord_.Metrics(straight.run_id(), "loss", 0);
+  auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
+  ASSERT_EQ(want.size(), 20u);
+  ASSERT_GE(got.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(got[i].step(), 11 + i);
+    double pair = (want[10 + 2 * i].value() + want[11 + 2 * i].value()) / 2;
+    EXPECT_NEAR(got[i].value(), pair, 1e-4) << "step " << 11 + i;
+  }
+}
+
 TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   auto run = Submit("learn", 1);
   auto p = Start(run, 1, {"--max-steps", "200", "--batch-size", "8", "--lr", "2e-3", "--warmup-steps", "20",
