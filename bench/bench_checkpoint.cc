@@ -79,12 +79,16 @@ int main() {
       std::cerr << manifest.status() << "\n";
       return 1;
     }
+    auto written = Clock::now();
     auto info = agent.CommitCheckpoint(round->round_id(), &*manifest);
     if (!info.ok()) {
       std::cerr << info.status() << "\n";
       return 1;
     }
     round_seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::cout << "round " << r << ": write+hash+fsync " << std::chrono::duration<double>(written - t0).count()
+              << " s, commit (verify + publish) " << std::chrono::duration<double>(Clock::now() - written).count()
+              << " s\n";
     bytes = info->bytes();
     // dd of the same size with conv=fsync, on the same file system, right after (the disk's
     // speed drifts on these machines: interleaving gives both the same conditions).

@@ -1,25 +1,35 @@
 // Store operations and barriers: the coordinator (through the trainer's c10d::Store subclass over
-// one pipelined gRPC stream per client) against c10d::TCPStore from LibTorch, in the same process
-// and run.
-//   Store: set/get/add p50/p99 and throughput with 1, 8, 64 clients, each with its own connection.
+// one pipelined gRPC stream per client) against c10d::TCPStore from LibTorch, in the same run.
+// Both servers live in this process; every simulated rank is a client process of its own (as
+// trainers are), holding one connection to each server.
+//   Store: set/get/add p50/p99 and throughput with 1, 8, 64 clients, and the CPU each side spends
+//   per operation (the servers' share is what bounds a coordinator whose ranks run elsewhere).
 //   Barriers: last arrival to release for 2, 8, 64, 256 participants; the TCPStore barrier is
 //   add + wait, as torch does it.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <atomic>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
 #include <chrono>
 #include <iostream>
 #include <thread>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/barrier.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "client/agent.h"
 #include "client/store_session.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/subprocess.h"
 #include "coordinator/embedded.h"
 #include "trainer/coordinator_store.h"
 
@@ -35,54 +45,247 @@ std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; 
 struct OpStats {
   std::vector<double> set, get, add;
   double ops_per_s = 0;
+  double server_cpu_us_per_op = 0, client_cpu_us_per_op = 0;
 };
 
-// Runs the workload on `clients` stores (one per thread): set, get, add per iteration.
-OpStats RunOps(std::vector<c10::intrusive_ptr<c10d::Store>>& stores, int iterations) {
-  const int clients = static_cast<int>(stores.size());
-  std::vector<OpStats> per(clients);
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  std::vector<std::thread> threads;
-  Clock::time_point start, end;
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      c10d::Store& store = *stores[c];
-      std::vector<uint8_t> value(64, 'v');
-      // Warm up the connection.
-      store.set(absl::StrCat("warm-", c), value);
-      ++ready;
-      while (!go.load()) std::this_thread::yield();
-      OpStats& s = per[c];
-      s.set.reserve(iterations);
-      for (int i = 0; i < iterations; ++i) {
-        std::string key = absl::StrCat("c", c, "-k", i % 64);
-        auto t0 = Clock::now();
-        store.set(key, value);
-        auto t1 = Clock::now();
-        (void)store.get(key);
-        auto t2 = Clock::now();
-        (void)store.add(absl::StrCat("ctr-", c), 1);
-        auto t3 = Clock::now();
-        s.set.push_back(Micros(t1 - t0));
-        s.get.push_back(Micros(t2 - t1));
-        s.add.push_back(Micros(t3 - t2));
+// One client's share of a round: set, get, add per iteration, with when it started and ended.
+struct ClientRound {
+  std::vector<double> set, get, add;
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+// CPU time (user + system) this process has used, all threads.
+double ProcessCpuMicros() {
+  struct rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
+}
+
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+ClientRound RunClient(c10d::Store& store, int id, int iterations) {
+  ClientRound out;
+  out.set.reserve(iterations);
+  out.get.reserve(iterations);
+  out.add.reserve(iterations);
+  std::vector<uint8_t> value(64, 'v');
+  out.start_ns = MonotonicNs();
+  for (int i = 0; i < iterations; ++i) {
+    std::string key = absl::StrCat("c", id, "-k", i % 64);
+    auto t0 = Clock::now();
+    store.set(key, value);
+    auto t1 = Clock::now();
+    (void)store.get(key);
+    auto t2 = Clock::now();
+    (void)store.add(absl::StrCat("ctr-", id), 1);
+    auto t3 = Clock::now();
+    out.set.push_back(Micros(t1 - t0));
+    out.get.push_back(Micros(t2 - t1));
+    out.add.push_back(Micros(t3 - t2));
+  }
+  out.end_ns = MonotonicNs();
+  return out;
+}
+
+// Every simulated rank is a process of its own, as trainers are:
+//   bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO GO_FIFO OUT
+// holds a coordinator client (a store session, or a registered rank of RUN for barriers) and a
+// TCPStore client, and runs a round on whichever the parent names. Rounds are gated through two
+// FIFOs: the client writes a byte to `ready` when it is idle and reads one from `go` ('d': the
+// coordinator, 't': TCPStore, 'q': quit) to start the next. Each round appends one line to OUT:
+// the kind, the client's CPU microseconds, then the round's figures.
+int ClientMain(int argc, char** argv) {
+  if (argc != 11) {
+    std::cerr << "usage: bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO "
+                 "GO_FIFO OUT\n";
+    return 2;
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
+  std::string mode = argv[1], address = argv[2], run = argv[3], token = argv[4];
+  int tcp_port = std::stoi(argv[5]), id = std::stoi(argv[6]), iterations = std::stoi(argv[7]);
+  ClientOptions options;
+  options.address = address;
+  options.token = token;
+  auto client = CoordinatorClient::Connect(options);
+  if (!client.ok()) throw std::runtime_error(client.status().ToString());
+  if (absl::Status s = (*client)->WaitConnected(absl::Seconds(60)); !s.ok()) throw std::runtime_error(s.ToString());
+  std::unique_ptr<CoordinatorStore> dt_store;
+  std::unique_ptr<Agent> agent;
+  if (mode == "store") {
+    auto session = StoreSession::Open(*client, run, 0, -1);
+    if (!session.ok()) throw std::runtime_error(session.status().ToString());
+    dt_store = std::make_unique<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
+  } else {
+    AgentOptions o;
+    o.run_id = run;
+    o.node = "bench";
+    o.host = "bench";
+    o.local_slot = id;
+    agent = std::make_unique<Agent>(*client, o);
+    if (auto r = agent->Register(absl::Minutes(5)); !r.ok()) throw std::runtime_error(r.status().ToString());
+  }
+  c10d::TCPStoreOptions o;
+  o.port = tcp_port;
+  o.isServer = false;
+  o.waitWorkers = false;
+  c10d::TCPStore tcp_store("127.0.0.1", o);
+  int ready = ::open(argv[8], O_WRONLY);
+  int go = ::open(argv[9], O_RDONLY);
+  std::ofstream out(argv[10]);
+  if (ready < 0 || go < 0 || !out) throw std::runtime_error("cannot open the round FIFOs or the output file");
+  for (int round = 0;; ++round) {
+    char c = 'r';
+    if (::write(ready, &c, 1) != 1 || ::read(go, &c, 1) != 1 || c == 'q') break;
+    double cpu0 = ProcessCpuMicros();
+    std::ostringstream figures;
+    if (mode == "store") {
+      ClientRound r = RunClient(c == 'd' ? static_cast<c10d::Store&>(*dt_store) : tcp_store, id, iterations);
+      figures << r.start_ns << " " << r.end_ns;
+      for (const auto* v : {&r.set, &r.get, &r.add}) {
+        for (double x : *v) figures << " " << x;
       }
-    });
+    } else {
+      for (int i = 0; i < iterations; ++i) {
+        // Stagger arrivals a little so the last one is a real straggler.
+        std::this_thread::sleep_for(std::chrono::microseconds((id * 37 + i * 11) % 200));
+        int64_t arrived = MonotonicNs();
+        if (c == 'd') {
+          if (absl::Status s = agent->Barrier("bench", absl::Seconds(60)); !s.ok()) throw std::runtime_error(s.ToString());
+        } else {
+          // torch's store barrier: add, the last arrival sets "done", everyone waits for it.
+          std::string key = absl::StrCat("barrier-", run, "-", round, "-", i);
+          if (tcp_store.add(key, 1) == agent->assignment().world_size()) tcp_store.set(key + "/done", Bytes("1"));
+          tcp_store.wait({key + "/done"});
+        }
+        figures << (i ? " " : "") << arrived << " " << MonotonicNs();
+      }
+    }
+    out << c << " " << ProcessCpuMicros() - cpu0 << " " << figures.str() << "\n" << std::flush;
   }
-  while (ready.load() < clients) std::this_thread::yield();
-  start = Clock::now();
-  go = true;
-  for (auto& t : threads) t.join();
-  end = Clock::now();
+  return 0;
+}
+
+// The parent's side of a set of client processes.
+class ClientPool {
+ public:
+  ClientPool(const std::string& mode, const EmbeddedCoordinator& coord, const std::string& run,
+             const std::string& token, uint16_t tcp_port, int clients, int iterations)
+      : clients_(clients), dir_(TempDir("bench-clients")) {
+    std::string ready = JoinPath(dir_, "ready"), go = JoinPath(dir_, "go");
+    if (::mkfifo(ready.c_str(), 0600) != 0 || ::mkfifo(go.c_str(), 0600) != 0) throw std::runtime_error("mkfifo");
+    // Read-write opens do not wait for the other side.
+    ready_ = ::open(ready.c_str(), O_RDWR);
+    go_ = ::open(go.c_str(), O_RDWR);
+    for (int c = 0; c < clients; ++c) {
+      procs_.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{JoinPath(ExecutableDir(), "bench_store"), "client", mode, coord.address(), run,
+                                   token, std::to_string(tcp_port), std::to_string(c), std::to_string(iterations),
+                                   ready, go, Out(c)},
+          std::map<std::string, std::string>{}, JoinPath(dir_, absl::StrCat("client-", c, ".log"))));
+    }
+    AwaitReady();
+  }
+
+  ~ClientPool() {
+    std::string quit(clients_, 'q');
+    (void)!::write(go_, quit.data(), quit.size());
+    for (auto& p : procs_) p->Wait(absl::Seconds(30));
+    ::close(ready_);
+    ::close(go_);
+    (void)RemoveAll(dir_);
+  }
+
+  struct Lines {
+    std::vector<std::istringstream> figures;  // per client: the round's figures
+    double server_cpu_us = 0;                 // this process (the servers) during the round
+    double client_cpu_us = 0;                 // all clients during the round
+  };
+
+  // One round on every client at once; kind 'd' (coordinator) or 't' (TCPStore).
+  Lines Round(char kind) {
+    double server_cpu0 = ProcessCpuMicros();
+    std::string go(clients_, kind);
+    if (::write(go_, go.data(), go.size()) != static_cast<ssize_t>(go.size())) throw std::runtime_error("go FIFO");
+    AwaitReady();
+    Lines lines;
+    lines.server_cpu_us = ProcessCpuMicros() - server_cpu0;
+    ++rounds_;
+    for (int c = 0; c < clients_; ++c) {
+      std::ifstream in(Out(c));
+      std::string line;
+      for (int r = 0; r < rounds_; ++r) std::getline(in, line);  // this round is the last line
+      std::istringstream fields(line);
+      char got = 0;
+      double cpu = 0;
+      fields >> got >> cpu;
+      if (got != kind) throw std::runtime_error(absl::StrCat("client ", c, " ran the wrong round; see ", dir_));
+      lines.client_cpu_us += cpu;
+      lines.figures.push_back(std::move(fields));
+    }
+    return lines;
+  }
+
+ private:
+  std::string Out(int c) const { return JoinPath(dir_, absl::StrCat("client-", c, ".out")); }
+
+  void AwaitReady() {
+    for (int got = 0; got < clients_;) {
+      char buf[256];
+      ssize_t n = ::read(ready_, buf, std::min<int>(sizeof buf, clients_ - got));
+      if (n <= 0) throw std::runtime_error("ready FIFO");
+      got += n;
+    }
+  }
+
+  int clients_;
+  std::string dir_;
+  int ready_ = -1, go_ = -1;
+  int rounds_ = 0;
+  std::vector<std::unique_ptr<Subprocess>> procs_;
+};
+
+// A store round's figures from every client.
+OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
+  ClientPool::Lines lines = pool.Round(kind);
   OpStats all;
-  for (auto& s : per) {
-    all.set.insert(all.set.end(), s.set.begin(), s.set.end());
-    all.get.insert(all.get.end(), s.get.begin(), s.get.end());
-    all.add.insert(all.add.end(), s.add.begin(), s.add.end());
+  int64_t first = INT64_MAX, last = 0;
+  for (auto& fields : lines.figures) {
+    int64_t start, end;
+    fields >> start >> end;
+    first = std::min(first, start);
+    last = std::max(last, end);
+    for (auto* v : {&all.set, &all.get, &all.add}) {
+      for (int i = 0; i < iterations; ++i) {
+        double x;
+        fields >> x;
+        v->push_back(x);
+      }
+    }
   }
-  all.ops_per_s = 3.0 * clients * iterations / std::chrono::duration<double>(end - start).count();
+  double ops = 3.0 * lines.figures.size() * iterations;
+  all.ops_per_s = ops / ((last - first) / 1e9);
+  all.server_cpu_us_per_op = lines.server_cpu_us / ops;
+  all.client_cpu_us_per_op = lines.client_cpu_us / ops;
   return all;
+}
+
+// Last arrival → last release, per barrier of a round.
+std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations) {
+  ClientPool::Lines lines = pool.Round(kind);
+  std::vector<int64_t> last_arrival(iterations, 0), last_release(iterations, 0);
+  for (auto& fields : lines.figures) {
+    for (int i = 0; i < iterations; ++i) {
+      int64_t arrived, released;
+      fields >> arrived >> released;
+      last_arrival[i] = std::max(last_arrival[i], arrived);
+      last_release[i] = std::max(last_release[i], released);
+    }
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < iterations; ++i) ms.push_back((last_release[i] - last_arrival[i]) / 1e6);
+  return ms;
 }
 
 // The TCPStore server lives in this process, as the coordinator does; clients connect to its port.
@@ -99,26 +302,15 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
   auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
 
-  for (int clients : Quick() ? std::vector<int>{1, 8, 64} : std::vector<int>{1, 8, 64}) {
+  for (int clients : {1, 8, 64}) {
     int iterations = (Quick() ? 600 : 3000) / std::max(1, clients / 8);
-    std::vector<c10::intrusive_ptr<c10d::Store>> dt_stores, tcp_stores;
-    for (int c = 0; c < clients; ++c) {
-      auto client = coord.Client(token, /*private_connection=*/true);
-      auto session = StoreSession::Open(client, run_id, 0, -1);
-      if (!session.ok()) throw std::runtime_error(session.status().ToString());
-      dt_stores.push_back(c10::make_intrusive<CoordinatorStore>(std::move(*session), std::chrono::seconds(60)));
-      c10d::TCPStoreOptions o;
-      o.port = port;
-      o.isServer = false;
-      o.waitWorkers = false;
-      tcp_stores.push_back(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o));
-    }
+    ClientPool pool("store", coord, run_id, token, port, clients, iterations);
     // Interleave repeats so both see the same machine noise; keep the best median.
     OpStats dt_best, tcp_best;
     int repeats = Quick() ? 2 : 3;
     for (int r = 0; r < repeats; ++r) {
-      OpStats d = RunOps(dt_stores, iterations);
-      OpStats t = RunOps(tcp_stores, iterations);
+      OpStats d = StoreRound(pool, 'd', iterations);
+      OpStats t = StoreRound(pool, 't', iterations);
       if (r == 0 || Summarize(d.get).p50 < Summarize(dt_best.get).p50) dt_best = d;
       if (r == 0 || Summarize(t.get).p50 < Summarize(tcp_best.get).p50) tcp_best = t;
     }
@@ -134,36 +326,11 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
     }
     Report({absl::StrCat("store throughput, ", who), dt_best.ops_per_s, "ops/s", "TCPStore", tcp_best.ops_per_s,
             clients == 64 ? ">= 1x" : "", true, clients == 64 ? 1.0 : 0});
+    Report({absl::StrCat("store server CPU per op, ", who), dt_best.server_cpu_us_per_op, "us", "TCPStore",
+            tcp_best.server_cpu_us_per_op, "", false, 0});
+    Report({absl::StrCat("store client CPU per op, ", who), dt_best.client_cpu_us_per_op, "us", "TCPStore",
+            tcp_best.client_cpu_us_per_op, "", false, 0});
   }
-}
-
-// Last arrival → release, per round, for `n` participants.
-template <typename ArriveFn>
-std::vector<double> BarrierRounds(int n, int rounds, ArriveFn arrive) {
-  std::vector<std::vector<Clock::time_point>> arrived(rounds, std::vector<Clock::time_point>(n));
-  std::vector<std::vector<Clock::time_point>> released(rounds, std::vector<Clock::time_point>(n));
-  absl::Barrier* start = new absl::Barrier(n);
-  std::vector<std::thread> threads;
-  for (int p = 0; p < n; ++p) {
-    threads.emplace_back([&, p] {
-      if (start->Block()) delete start;
-      for (int r = 0; r < rounds; ++r) {
-        // Stagger arrivals a little so the last one is a real straggler.
-        std::this_thread::sleep_for(std::chrono::microseconds((p * 37 + r * 11) % 200));
-        arrived[r][p] = Clock::now();
-        arrive(p, r);
-        released[r][p] = Clock::now();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<double> out;
-  for (int r = 0; r < rounds; ++r) {
-    auto last_arrival = *std::max_element(arrived[r].begin(), arrived[r].end());
-    auto last_release = *std::max_element(released[r].begin(), released[r].end());
-    out.push_back(Micros(last_release - last_arrival) / 1000.0);
-  }
-  return out;
 }
 
 void BarrierBench(EmbeddedCoordinator& coord) {
@@ -172,7 +339,7 @@ void BarrierBench(EmbeddedCoordinator& coord) {
   std::vector<int> sizes = Quick() ? std::vector<int>{2, 8, 64} : std::vector<int>{2, 8, 64, 256};
   for (int n : sizes) {
     int rounds = Quick() ? 10 : (n >= 64 ? 20 : 40);
-    // The coordinator: a run of n ranks, each an Agent with its own connection.
+    // The coordinator: a run of n ranks, each a client process registered as one rank.
     v1::SubmitRunRequest req;
     v1::RunSpec* spec = req.mutable_spec();
     spec->set_experiment_name(absl::StrCat("barrier-", n, "-", RandomHex(3)));
@@ -182,38 +349,12 @@ void BarrierBench(EmbeddedCoordinator& coord) {
     auto admin = coord.AdminClient();
     auto run = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
     if (!run.ok()) throw std::runtime_error(run.status().ToString());
-    std::vector<std::unique_ptr<Agent>> agents;
-    for (int p = 0; p < n; ++p) {
-      AgentOptions o;
-      o.run_id = run->run_id();
-      o.node = "bench";
-      o.local_slot = p;
-      o.host = "bench";
-      agents.push_back(std::make_unique<Agent>(coord.Client(run->run_token(), true), o));
+    ClientPool pool("barrier", coord, run->run_id(), run->run_token(), port, n, rounds);
+    std::vector<double> dt_rounds, tcp_rounds;
+    for (int r = 0; r < 2; ++r) {  // interleaved, so both see the same machine noise
+      for (double ms : BarrierRound(pool, 'd', rounds)) dt_rounds.push_back(ms);
+      for (double ms : BarrierRound(pool, 't', rounds)) tcp_rounds.push_back(ms);
     }
-    std::vector<std::thread> reg;
-    for (auto& a : agents) reg.emplace_back([&a] { (void)a->Register(absl::Minutes(2)); });
-    for (auto& t : reg) t.join();
-    std::vector<Agent*> by_rank(n);
-    for (auto& a : agents) by_rank[a->rank()] = a.get();
-    auto dt_rounds = BarrierRounds(n, rounds, [&](int p, int r) {
-      absl::Status s = by_rank[p]->Barrier("bench", absl::Seconds(60));
-      if (!s.ok()) throw std::runtime_error(s.ToString());
-    });
-    // TCPStore: add + wait on a "done" key set by the last arrival (torch's store barrier).
-    std::vector<c10::intrusive_ptr<c10d::TCPStore>> stores;
-    for (int p = 0; p < n; ++p) {
-      c10d::TCPStoreOptions o;
-      o.port = port;
-      o.waitWorkers = false;
-      stores.push_back(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o));
-    }
-    std::string tag = RandomHex(3);
-    auto tcp_rounds = BarrierRounds(n, rounds, [&](int p, int r) {
-      std::string key = absl::StrCat("barrier-", tag, "-", r);
-      if (stores[p]->add(key, 1) == n) stores[p]->set(key + "/done", Bytes("1"));
-      stores[p]->wait({key + "/done"});
-    });
     Summary d = Summarize(dt_rounds), t = Summarize(tcp_rounds);
     Report({absl::StrCat("barrier release, ", n, " participants (p50)"), d.p50, "ms", "TCPStore add+wait", t.p50,
             n >= 64 ? "<= 1x" : "", false, n >= 64 ? 1.0 : 0});
@@ -225,10 +366,11 @@ void BarrierBench(EmbeddedCoordinator& coord) {
 }  // namespace
 }  // namespace dt::bench
 
-int main() {
+int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt::bench;
-  std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (same process, loopback)\n";
+  if (argc > 1 && std::string(argv[1]) == "client") return ClientMain(argc - 1, argv + 1);
+  std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a process, loopback)\n";
   dt::EmbeddedOptions opts;
   opts.timeouts.heartbeat_timeout = absl::Hours(1);  // the benchmark's agents do not heartbeat
   opts.timeouts.hang_timeout = absl::Hours(2);

@@ -80,6 +80,8 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     if (it->second.has_value()) {
       v1::StoreResponse answer = std::move(*it->second);
       answers_.erase(it);
+      // The server answered this call after every earlier set: those have failed or succeeded.
+      unwaited_ = 0;
       if (!reading_) answered_.Signal();  // hand the reading over to another waiter
       return answer;
     }
@@ -109,12 +111,13 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     mu_.Lock();
     reading_ = false;
     uint64_t answered = answer.id();
-    if (unwaited_.erase(answered) > 0) {
+    auto target = answers_.find(answered);
+    if (target == answers_.end()) {
+      // Only a set sent without waiting is answered without a caller: it failed.
       if (absl::Status s = StatusOf(answer); !s.ok() && unwaited_error_.ok()) unwaited_error_ = s;
       continue;
     }
-    auto target = answers_.find(answered);
-    if (target != answers_.end()) target->second = std::move(answer);
+    target->second = std::move(answer);
     if (answered != id) answered_.SignalAll();
   }
 }
@@ -131,14 +134,13 @@ absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) 
   v1::StoreRequest r;
   r.mutable_set()->set_key(key);
   r.mutable_set()->set_value(std::move(value));
+  r.mutable_set()->set_answer_only_on_error(true);
   bool drain = false;
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    uint64_t id = next_id_++;
-    r.set_id(id);
-    unwaited_.emplace(id, true);
-    drain = static_cast<int>(unwaited_.size()) >= kMaxUnanswered;
+    r.set_id(next_id_++);
+    drain = ++unwaited_ >= kMaxUnanswered;
   }
   {
     absl::MutexLock lock(&write_mu_);
@@ -149,7 +151,7 @@ absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) 
     }
   }
   if (drain) {
-    // A cheap synchronous call reads every answer before its own.
+    // A cheap synchronous call: its answer comes after every earlier set was handled.
     v1::StoreRequest sync;
     sync.mutable_num_keys();
     absl::StatusOr<v1::StoreResponse> a = Call(std::move(sync));

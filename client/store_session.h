@@ -27,8 +27,9 @@ class StoreSession {
   ~StoreSession();
 
   absl::Status Set(const std::string& key, std::string value);
-  // Sends a set without waiting for its answer (as c10d::TCPStore's set does): the stream keeps
-  // the order, so a later get sees it; a failure is returned by the next call on this session.
+  // Sends a set without waiting for it (as c10d::TCPStore's set does): the server answers only a
+  // failure, which the next call on this session returns. The stream keeps the order, so a later
+  // get sees the value.
   absl::Status SetNoWait(const std::string& key, std::string value);
   // Blocks until the key exists (DEADLINE_EXCEEDED after `timeout`; zero: the run's default).
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout = absl::ZeroDuration());
@@ -42,7 +43,8 @@ class StoreSession {
   // Sends a request and returns its answer (the id is assigned here).
   absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);
 
-  // Answers not yet read before the session reads them all at once (bounds the server's queue).
+  // Unanswered sets after which a set waits for the server to catch up (bounds what a failing
+  // stream of sets can queue on the server).
   static constexpr int kMaxUnanswered = 1024;
 
  private:
@@ -59,8 +61,9 @@ class StoreSession {
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called on the stream
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
-  // Sets sent without waiting: their answers are dropped when read, failures kept for the next call.
-  absl::flat_hash_map<uint64_t, bool> unwaited_ ABSL_GUARDED_BY(mu_);
+  // Sets sent without waiting since the last answered call, and the first failure among them
+  // (kept for the next call).
+  int unwaited_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status unwaited_error_ ABSL_GUARDED_BY(mu_);
   // id → answer, present once it arrived.
   absl::flat_hash_map<uint64_t, std::optional<v1::StoreResponse>> answers_ ABSL_GUARDED_BY(mu_);

@@ -115,6 +115,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
       case v1::StoreRequest::kSet:
         status = store_->Set(request_.set().key(), std::move(*request_.mutable_set()->mutable_value()),
                              deferred);
+        if (status.ok() && request_.set().answer_only_on_error()) return;
         break;
       case v1::StoreRequest::kGet: {
         Park();

@@ -301,6 +301,20 @@ TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
   // Per-operation errors do not break the stream.
   EXPECT_EQ((*s0)->Set(std::string(600, 'k'), "v").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*s0)->Set("still-works", "yes").ok());
+  // Sets sent without waiting (the c10d set): seen by later gets on any client, in order, also
+  // past the number after which the session waits for the server to catch up.
+  const int burst = StoreSession::kMaxUnanswered + 10;
+  for (int i = 0; i < burst; ++i) ASSERT_TRUE((*s0)->SetNoWait(absl::StrCat("nw", i), absl::StrCat(i)).ok());
+  EXPECT_EQ(*(*s1)->Get(absl::StrCat("nw", burst - 1), absl::Seconds(5)), absl::StrCat(burst - 1));
+  EXPECT_EQ(*(*s0)->Get("nw0", absl::Seconds(5)), "0");
+  // A failed one is answered; the session reports it on a later call, then carries on.
+  ASSERT_TRUE((*s0)->SetNoWait(std::string(600, 'k'), "v").ok());
+  EXPECT_EQ(*(*s0)->Get("nw1", absl::Seconds(5)), "1");  // answered after the failed set
+  auto reported = (*s0)->Get("nw2", absl::Seconds(5));
+  EXPECT_EQ(reported.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(reported.status().message().find("an earlier set failed"), std::string::npos) << reported.status();
+  EXPECT_EQ(*(*s0)->Get("nw2", absl::Seconds(5)), "2");
+  for (int i = 0; i < burst; ++i) ASSERT_TRUE(*(*s1)->DeleteKey(absl::StrCat("nw", i)));
   // The unary form sees the same store.
   v1::StoreGetRequest g;
   g.mutable_scope()->set_run_id(run.run_id());
