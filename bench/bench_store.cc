@@ -92,9 +92,9 @@ ClientRound RunClient(c10d::Store& store, int id, int iterations) {
 // Every simulated rank is a process of its own, as trainers are:
 //   bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO GO_FIFO OUT
 // holds a coordinator client (a store session, or a registered rank of RUN for barriers) and a
-// TCPStore client, and runs a round on whichever the parent names. Rounds are gated through two
-// FIFOs: the client writes a byte to `ready` when it is idle and reads one from `go` ('d': the
-// coordinator, 't': TCPStore, 'q': quit) to start the next. Each round appends one line to OUT:
+// TCPStore client, and runs a round on whichever the parent names. Rounds are gated through
+// FIFOs: the client writes a byte to the shared `ready` when it is idle and reads one from its own
+// `go` ('d': the coordinator, 't': TCPStore, 'q': quit) to start the next. Each round appends one line to OUT:
 // the kind, the client's CPU microseconds, then the round's figures.
 int ClientMain(int argc, char** argv) {
   if (argc != 11) {
@@ -173,27 +173,29 @@ class ClientPool {
   ClientPool(const std::string& mode, const EmbeddedCoordinator& coord, const std::string& run,
              const std::string& token, uint16_t tcp_port, int clients, int iterations)
       : clients_(clients), dir_(TempDir("bench-clients")) {
-    std::string ready = JoinPath(dir_, "ready"), go = JoinPath(dir_, "go");
-    if (::mkfifo(ready.c_str(), 0600) != 0 || ::mkfifo(go.c_str(), 0600) != 0) throw std::runtime_error("mkfifo");
-    // Read-write opens do not wait for the other side.
+    // One shared `ready` FIFO, one `go` FIFO per client (a shared one would let a fast client
+    // take another's start byte). Read-write opens do not wait for the other side.
+    std::string ready = JoinPath(dir_, "ready");
+    if (::mkfifo(ready.c_str(), 0600) != 0) throw std::runtime_error("mkfifo");
     ready_ = ::open(ready.c_str(), O_RDWR);
-    go_ = ::open(go.c_str(), O_RDWR);
     for (int c = 0; c < clients; ++c) {
+      std::string go = JoinPath(dir_, absl::StrCat("go-", c));
+      if (::mkfifo(go.c_str(), 0600) != 0) throw std::runtime_error("mkfifo");
+      go_.push_back(::open(go.c_str(), O_RDWR));
       procs_.push_back(std::make_unique<Subprocess>(
           std::vector<std::string>{JoinPath(ExecutableDir(), "bench_store"), "client", mode, coord.address(), run,
                                    token, std::to_string(tcp_port), std::to_string(c), std::to_string(iterations),
-                                   ready, go, Out(c)},
+                                   ready, JoinPath(dir_, absl::StrCat("go-", c)), Out(c)},
           std::map<std::string, std::string>{}, JoinPath(dir_, absl::StrCat("client-", c, ".log"))));
     }
     AwaitReady();
   }
 
   ~ClientPool() {
-    std::string quit(clients_, 'q');
-    (void)!::write(go_, quit.data(), quit.size());
+    Start('q');
     for (auto& p : procs_) p->Wait(absl::Seconds(30));
     ::close(ready_);
-    ::close(go_);
+    for (int fd : go_) ::close(fd);
     (void)RemoveAll(dir_);
   }
 
@@ -206,8 +208,7 @@ class ClientPool {
   // One round on every client at once; kind 'd' (coordinator) or 't' (TCPStore).
   Lines Round(char kind) {
     double server_cpu0 = ProcessCpuMicros();
-    std::string go(clients_, kind);
-    if (::write(go_, go.data(), go.size()) != static_cast<ssize_t>(go.size())) throw std::runtime_error("go FIFO");
+    Start(kind);
     AwaitReady();
     Lines lines;
     lines.server_cpu_us = ProcessCpuMicros() - server_cpu0;
@@ -230,6 +231,12 @@ class ClientPool {
  private:
   std::string Out(int c) const { return JoinPath(dir_, absl::StrCat("client-", c, ".out")); }
 
+  void Start(char kind) {
+    for (int fd : go_) {
+      if (::write(fd, &kind, 1) != 1) throw std::runtime_error("go FIFO");
+    }
+  }
+
   void AwaitReady() {
     for (int got = 0; got < clients_;) {
       char buf[256];
@@ -241,7 +248,8 @@ class ClientPool {
 
   int clients_;
   std::string dir_;
-  int ready_ = -1, go_ = -1;
+  int ready_ = -1;
+  std::vector<int> go_;
   int rounds_ = 0;
   std::vector<std::unique_ptr<Subprocess>> procs_;
 };
@@ -303,7 +311,7 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
   uint16_t port = server->getPort();
 
   for (int clients : {1, 8, 64}) {
-    int iterations = (Quick() ? 600 : 3000) / std::max(1, clients / 8);
+    int iterations = (Quick() ? 300 : 3000) / std::max(1, clients / 8);
     ClientPool pool("store", coord, run_id, token, port, clients, iterations);
     // Interleave repeats so both see the same machine noise; keep the best median.
     OpStats dt_best, tcp_best;
@@ -351,7 +359,7 @@ void BarrierBench(EmbeddedCoordinator& coord) {
     if (!run.ok()) throw std::runtime_error(run.status().ToString());
     ClientPool pool("barrier", coord, run->run_id(), run->run_token(), port, n, rounds);
     std::vector<double> dt_rounds, tcp_rounds;
-    for (int r = 0; r < 2; ++r) {  // interleaved, so both see the same machine noise
+    for (int r = 0; r < (Quick() ? 1 : 2); ++r) {  // interleaved, so both see the same machine noise
       for (double ms : BarrierRound(pool, 'd', rounds)) dt_rounds.push_back(ms);
       for (double ms : BarrierRound(pool, 't', rounds)) tcp_rounds.push_back(ms);
     }
