@@ -48,4 +48,8 @@ with open(md_file, "w") as f:
             r.get("goal", ""), met, machine, date))
     f.write("\nHow each is measured: see the comment at the top of each program in `bench/` "
             "(`bench_store.cc`, `bench_scale.cc`, `bench_checkpoint.cc`, `bench_metrics.cc`, `trainer_bench.py`).\n")
+    findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings.md")
+    if os.path.exists(findings):
+        with open(findings) as g:
+            f.write("\n" + g.read())
 print("wrote %s and %s (%d results)" % (json_file, md_file, len(results)))
