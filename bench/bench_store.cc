@@ -315,7 +315,7 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
     ClientPool pool("store", coord, run_id, token, port, clients, iterations);
     // Interleave repeats so both see the same machine noise; keep the best median.
     OpStats dt_best, tcp_best;
-    int repeats = Quick() ? 2 : 3;
+    int repeats = Quick() ? 1 : 3;
     for (int r = 0; r < repeats; ++r) {
       OpStats d = StoreRound(pool, 'd', iterations);
       OpStats t = StoreRound(pool, 't', iterations);

@@ -172,7 +172,7 @@ def throughput():
 
 def metrics_cost():
     coord = Coordinator()
-    steps = 40 if QUICK else 100
+    steps = 30 if QUICK else 100
     times = {"off": [], "on": []}
     # Alternate off and on so both see the same machine noise.
     for i in range(2 if QUICK else 3):
