@@ -474,6 +474,17 @@ class CheckpointRoundTest : public CoordinatorTest {
     coord_->CommitCheckpoint(req, out->pending());
   }
 
+  // A whole successful round at `step`: rank 1 waits, rank 0 writes `payload` and commits.
+  void CommitStep(int64_t step, const std::string& payload) {
+    v1::BeginCheckpointResponse round = Begin(step);
+    v1::Manifest m = WriteFiles(round.partial_dir(), payload);
+    Reply<v1::CommitCheckpointResponse> c0, c1;
+    Commit(1, round, nullptr, &c1);
+    Commit(0, round, &m, &c0);
+    ASSERT_TRUE(c0.WaitFor() && c1.WaitFor());
+    ASSERT_TRUE(c0.value.ok()) << c0.value.status();
+  }
+
   std::string Latest() {
     char buf[256];
     ssize_t n = ::readlink((ckpt_dir() + "/latest").c_str(), buf, sizeof(buf));
@@ -512,14 +523,7 @@ TEST_F(CheckpointRoundTest, OneWriterCommitsAndEveryRankIsReleased) {
 }
 
 TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
-  for (int64_t step : {10, 20, 30}) {
-    v1::BeginCheckpointResponse round = Begin(step);
-    v1::Manifest m = WriteFiles(round.partial_dir(), "w" + std::to_string(step));
-    Reply<v1::CommitCheckpointResponse> c0, c1;
-    Commit(1, round, nullptr, &c1);
-    Commit(0, round, &m, &c0);
-    ASSERT_TRUE(c0.WaitFor() && c0.value.ok());
-  }
+  for (int64_t step : {10, 20, 30}) ASSERT_NO_FATAL_FAILURE(CommitStep(step, "w" + std::to_string(step)));
   EXPECT_FALSE(fs::exists(ckpt_dir() + "/step-10"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-20"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-30"));
@@ -529,12 +533,7 @@ TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
 }
 
 TEST_F(CheckpointRoundTest, CorruptFilesAbortTheRoundAndLatestStays) {
-  v1::BeginCheckpointResponse good = Begin(10);
-  v1::Manifest m = WriteFiles(good.partial_dir(), "ok");
-  Reply<v1::CommitCheckpointResponse> g0, g1;
-  Commit(1, good, nullptr, &g1);
-  Commit(0, good, &m, &g0);
-  ASSERT_TRUE(g0.WaitFor() && g0.value.ok());
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "ok"));
   v1::BeginCheckpointResponse bad = Begin(20);
   v1::Manifest lie = WriteFiles(bad.partial_dir(), "real");
   lie.mutable_files(0)->set_sha256(Sha256Hex("claimed"));
@@ -567,12 +566,7 @@ TEST_F(CheckpointRoundTest, LapsedLeaseAbortsTheRoundAndRemovesThePartialDirecto
 }
 
 TEST_F(CheckpointRoundTest, WriterDeathMidRoundLeavesLatestAndNoPartial) {
-  v1::BeginCheckpointResponse first = Begin(10);
-  v1::Manifest m = WriteFiles(first.partial_dir(), "ok");
-  Reply<v1::CommitCheckpointResponse> f0, f1;
-  Commit(1, first, nullptr, &f1);
-  Commit(0, first, &m, &f0);
-  ASSERT_TRUE(f0.WaitFor() && f0.value.ok());
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "ok"));
   v1::BeginCheckpointResponse round = Begin(20);
   WriteFiles(round.partial_dir(), "half-writ");  // the writer dies before committing
   Reply<v1::CommitCheckpointResponse> c1;
@@ -604,12 +598,7 @@ TEST_F(CheckpointRoundTest, RanksMustAgreeOnTheStep) {
 }
 
 TEST_F(CheckpointRoundTest, ANewRunInTheSameDirectoryResumesFromLatest) {
-  v1::BeginCheckpointResponse round = Begin(10);
-  v1::Manifest m = WriteFiles(round.partial_dir(), "w");
-  Reply<v1::CommitCheckpointResponse> c0, c1;
-  Commit(1, round, nullptr, &c1);
-  Commit(0, round, &m, &c0);
-  ASSERT_TRUE(c0.WaitFor() && c0.value.ok());
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "w"));
   ASSERT_TRUE(coord_->CancelRun(run_, "").ok());
   auto next = coord_->SubmitRun(testing::MakeSpec("ckpt", save_dir_, 1, 2));
   ASSERT_TRUE(next.ok()) << next.status();
