@@ -46,6 +46,7 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
   request.set_pid(options_.pid);
   request.set_version(options_.version);
   *request.mutable_expected() = options_.expected;
+  if (options_.scheduler_task) request.set_scheduler_task(*options_.scheduler_task);
   absl::StatusOr<v1::RegisterResponse> response =
       RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
         return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request,
@@ -53,6 +54,7 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
       });
   if (!response.ok()) return response.status();
   assignment_ = *response;
+  registered_ = true;
   return assignment_;
 }
 
@@ -196,6 +198,19 @@ absl::Status Agent::ReportError(const std::string& message, const std::string& e
            return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
                        request, left);
          })
+      .status();
+}
+
+absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeout) {
+  if (!registered_) return absl::FailedPreconditionError("not registered yet");
+  v1::ReportStoppedRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_incarnation(incarnation_);
+  request.set_signal(signal);
+  request.set_step(step);
+  return Call(*client_, &v1::RendezvousService::Stub::ReportStopped, client_->rendezvous(), request, timeout)
       .status();
 }
 

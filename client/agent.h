@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@ struct AgentOptions {
   int pid = 0;
   std::string version;
   v1::WorldView expected;  // all zero: accept the run's shape
+  std::optional<int> scheduler_task;  // SLURM_PROCID under srun
 };
 
 class Agent {
@@ -66,6 +68,9 @@ class Agent {
   absl::Status AbortCheckpoint(const std::string& round_id, const std::string& reason);
   absl::Status ReportError(const std::string& message, const std::string& exception_type,
                            const std::string& stack, int64_t step);
+  // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
+  // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
+  absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);
   absl::Status Leave(int64_t final_step);
   absl::StatusOr<std::unique_ptr<StoreSession>> OpenStore();
 
@@ -79,6 +84,7 @@ class Agent {
   AgentOptions options_;
   std::string incarnation_;
   v1::RegisterResponse assignment_;
+  std::atomic<bool> registered_{false};  // assignment_ is set (read by the signal watcher)
   std::atomic<int64_t> step_{0};
   std::atomic<int64_t> total_steps_{0};
   absl::Mutex barrier_mu_;

@@ -1,32 +1,19 @@
 #include "common/names.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/limits.h"
+#include "common/utf8.h"
 
 namespace dt {
 namespace {
 
 bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
-
-// Counts UTF-8 code points; returns -1 for malformed UTF-8.
-int64_t Utf8Length(absl::string_view s) {
-  int64_t count = 0;
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return -1;
-    for (size_t k = 1; k < len; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return -1;
-    }
-    i += len;
-    ++count;
-  }
-  return count;
-}
 
 absl::Status Invalid(absl::string_view field, absl::string_view value, absl::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", Quote(value), " is invalid: ", rule));
@@ -123,6 +110,26 @@ absl::Status ValidateMetricName(absl::string_view name) {
       return Invalid("metric name", name, "allowed characters are A-Z a-z 0-9 _ . / -");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSlurmJobId(absl::string_view id) {
+  // "123", an array task "123_4", a heterogeneous component "123+1": what sbatch --parsable and
+  // SLURM_JOB_ID give. Anything else would reach scancel/squeue as an argument.
+  auto digits = [](absl::string_view s) {
+    return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  size_t sep = id.find_first_of("_+");
+  bool ok = sep == absl::string_view::npos ? digits(id) : digits(id.substr(0, sep)) && digits(id.substr(sep + 1));
+  if (!ok) return Invalid("Slurm job id", id, "expected digits, optionally \"_N\" or \"+N\" (e.g. 1234 or 1234_7)");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLocalJobId(absl::string_view id) {
+  absl::string_view pid = id;
+  bool ok = absl::ConsumePrefix(&pid, "local:") && !pid.empty() && pid.size() <= 10 &&
+            std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!ok) return Invalid("local job id", id, "expected \"local:\" and the launcher's pid");
   return absl::OkStatus();
 }
 

@@ -28,6 +28,11 @@ absl::Status ValidateAbsolutePath(absl::string_view field, absl::string_view pat
 // Metric names: ≤128 chars of [A-Za-z0-9_./-], starting with a letter or '_'.
 absl::Status ValidateMetricName(absl::string_view name);
 
+// Scheduler job ids, which dtctl passes to scancel/squeue: Slurm's "123", "123_4" or "123+1";
+// the local launcher's "local:<pid>".
+absl::Status ValidateSlurmJobId(absl::string_view id);
+absl::Status ValidateLocalJobId(absl::string_view id);
+
 // A printable, bounded rendering of user input for error messages.
 std::string Quote(absl::string_view value);
 

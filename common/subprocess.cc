@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/stop_signals.h"
 
 extern char** environ;
 
@@ -122,8 +123,7 @@ std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    const char* name = sigabbrev_np(sig);
-    return absl::StrCat("killed by signal ", sig, name != nullptr ? absl::StrCat(" (SIG", name, ")") : "");
+    return absl::StrCat("killed by signal ", sig, " (", SignalName(sig), ")");
   }
   return absl::StrCat("ended with wait status ", status);
 }

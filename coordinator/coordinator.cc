@@ -1,6 +1,8 @@
 // Runs: submission, the state machine, failures and restarts, persistence, watchers.
 #include "coordinator/coordinator.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <set>
 
@@ -281,9 +283,10 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   if (!g.stopped.ok() || IsTerminal(r.state())) return;  // the first failure is the root cause
   failure.set_generation(g.number);
   *failure.mutable_time() = ToProtoTime(clock_->Now());
+  bool cancelled = failure.kind() == v1::Failure::CANCELLED;
+  AddStoppedRanks(run, failure);
   std::string cause = DescribeFailure(failure);
   DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;
-  bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT && stats_ != nullptr) {
     CoordinatorStats* stats = stats_;
     deferred.Add([stats] { stats->CountHeartbeatMiss(); });
@@ -292,9 +295,10 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
       cancelled ? absl::StrCat("run ", r.run_id(), " was cancelled: ", failure.message())
                 : absl::StrCat("generation ", g.number, " of run ", r.run_id(), " failed: ", cause)));
   for (auto& rank : g.ranks) {
-    if (rank.state() != v1::RankStatus::ACTIVE) continue;
-    rank.set_state(rank.rank() == failure.rank() && !cancelled ? v1::RankStatus::FAILED
-                                                               : v1::RankStatus::STOPPED);
+    bool culprit = rank.rank() == failure.rank() && !cancelled;
+    bool was_stopped = rank.state() == v1::RankStatus::STOPPED;
+    if (rank.state() != v1::RankStatus::ACTIVE && !(culprit && was_stopped)) continue;
+    rank.set_state(culprit ? v1::RankStatus::FAILED : v1::RankStatus::STOPPED);
   }
   StopGeneration(run, status, deferred);
   PersistRanks(run);
@@ -320,6 +324,22 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     SetState(run, v1::RESTARTING, deferred);
   } else {
     SetState(run, v1::FAILED, deferred);
+  }
+}
+
+void Coordinator::AddStoppedRanks(const RunEntry& run, v1::Failure& failure) const {
+  const Generation& g = *run.gen;
+  if (!g.health) return;
+  std::vector<StoppedRank> victims;
+  for (const StoppedRank& s : g.health->StoppedRanks()) {
+    if (s.rank == failure.rank()) continue;
+    victims.push_back(s);
+    failure.add_stopped_ranks(s.rank);
+  }
+  // A TERMINATED failure's message already tells who was stopped.
+  if (!victims.empty() && failure.kind() != v1::Failure::TERMINATED) {
+    failure.set_message(absl::StrCat(failure.message(), "; stopped by a signal meanwhile (victims, not causes): ",
+                                     DescribeStopped(run, victims)));
   }
 }
 
@@ -577,9 +597,6 @@ absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const 
 }
 
 absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest& request) {
-  if (request.scheduler_job_id().empty() || request.scheduler_job_id().size() > kMaxNameChars) {
-    return absl::InvalidArgumentError("scheduler job id must be 1..128 characters");
-  }
   if (!request.launcher_host().empty()) {
     if (absl::Status s = ValidateLabel("launcher host", request.launcher_host()); !s.ok()) return s;
   }
@@ -589,6 +606,10 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   Deferred deferred;
   absl::MutexLock lock(&run->mu);
   v1::Run& r = run->stored.run;
+  // The admin's dtctl passes this id to scancel/squeue: only the scheduler's own form is taken.
+  absl::Status id_ok = r.spec().scheduler() == v1::SLURM ? ValidateSlurmJobId(request.scheduler_job_id())
+                                                         : ValidateLocalJobId(request.scheduler_job_id());
+  if (!id_ok.ok()) return id_ok;
   if (IsTerminal(r.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
@@ -691,8 +712,10 @@ absl::Status Coordinator::Load() {
         int64_t start = run->checkpoints.empty() ? r.resumed_from_step() : run->checkpoints.back().step();
         g.health = std::make_unique<HealthTracker>(r.world_size(), start, now);
         for (const auto& rank : g.ranks) {
-          if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank());
           g.health->Heartbeat(rank.rank(), rank.step(), now);
+          if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank());
+          // The signal is not persisted; the stop is (a victim stays a victim across a restart).
+          if (rank.state() == v1::RankStatus::STOPPED) g.health->Stop(rank.rank(), SIGTERM, now);
         }
         g.health->GraceAll(now);
       } else if (r.state() == v1::RUNNING || r.state() == v1::RENDEZVOUS) {

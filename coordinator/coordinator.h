@@ -120,6 +120,7 @@ class Coordinator {
                             const std::string& incarnation, const void* call);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
+  absl::StatusOr<v1::ReportStoppedResponse> ReportStopped(const v1::ReportStoppedRequest& request);
   absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
   // Runs the heartbeat and hang checks once (the timer does this every health_check_period).
   void CheckHealth();
@@ -161,6 +162,8 @@ class Coordinator {
   void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
                       std::optional<absl::Status> waiter_status = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Lists the ranks stopped by a signal before `failure` in it (victims, not causes).
+  void AddStoppedRanks(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   // Aborts the generation's store, barriers, rendezvous and open checkpoint round.
   void StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
@@ -183,6 +186,18 @@ class Coordinator {
   absl::StatusOr<Generation*> LiveGeneration(RunEntry& run, int64_t generation, int rank,
                                              RankUse use = RankUse::kRequired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+
+  // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the
+  // generation has no ranks yet or (node and slot) none matches; FAILED_PRECONDITION for a task
+  // that holds no rank.
+  absl::StatusOr<int> ReportedRank(RunEntry& run, const v1::ReportErrorRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // The health verdict of a running generation as the failure it causes.
+  v1::Failure VerdictFailure(const RunEntry& run, const HealthVerdict& verdict) const
+      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // "rank 0 (node n1, host h1) at 12:00:01.234 UTC by SIGTERM, …" (at most 16).
+  std::string DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const
+      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Checkpoint helpers.
   // Called as each rank is released from the arrival barrier; the first opens the round.

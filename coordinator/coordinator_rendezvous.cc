@@ -7,6 +7,8 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/stop_signals.h"
+#include "common/utf8.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 
@@ -24,7 +26,7 @@ absl::Status ValidateIdentity(const std::string& node, const std::string& incarn
 
 std::string Truncate(const std::string& text) {
   if (text.size() <= kMaxMessageBytes) return text;
-  return absl::StrCat(text.substr(0, kMaxMessageBytes), "…(truncated from ", text.size(), " bytes)");
+  return absl::StrCat(TruncateUtf8(text, kMaxMessageBytes), "…(truncated from ", text.size(), " bytes)");
 }
 
 }  // namespace
@@ -64,6 +66,11 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   if (request.local_slot() < 0) {
     reply->Complete(absl::InvalidArgumentError(
         absl::StrCat("local slot must not be negative, not ", request.local_slot())));
+    return;
+  }
+  if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
+    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
+        "scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task())));
     return;
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
@@ -148,6 +155,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   Generation& g = *run->gen;
   Registrant registrant{request.node(), request.local_slot(), request.incarnation(), request.host(),
                         request.pid(),  request.version(),    clock_->Now(),         reply.get()};
+  if (request.has_scheduler_task()) registrant.scheduler_task = request.scheduler_task();
   // The seat's reply builds the RegisterResponse once rendezvous completes.
   int64_t number = g.number;
   PendingPtr<Seat> seat_reply = MakePending<Seat>([this, run, reply, number](absl::StatusOr<Seat> seat) {
@@ -201,6 +209,7 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
     rs.set_step(start_step);
     rs.set_incarnation(seat.registrant.incarnation);
     rs.set_generation(g.number);
+    if (seat.registrant.scheduler_task) rs.set_scheduler_task(*seat.registrant.scheduler_task);
     *rs.mutable_last_heartbeat() = ToProtoTime(now);
     if (hosts.empty() || hosts.back() != seat.registrant.host) hosts.push_back(seat.registrant.host);
   }
@@ -293,7 +302,20 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
     const v1::ReportErrorRequest& request) {
   if (request.rank() < -1) return absl::InvalidArgumentError("rank must be ≥ -1");
-  if (request.rank() == -1) {
+  if (request.local_slot() < -1) return absl::InvalidArgumentError("local slot must be ≥ -1");
+  bool by_task = request.has_scheduler_task();
+  if (by_task) {
+    if (request.rank() != -1) {
+      return absl::InvalidArgumentError("give either a rank or a scheduler task (with rank -1), not both");
+    }
+    if (request.scheduler_task() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scheduler task must not be negative, not ", request.scheduler_task()));
+    }
+    if (!request.node().empty()) {
+      if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
+    }
+  } else if (request.rank() == -1) {
     if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
   }
   if (request.message().empty()) return absl::InvalidArgumentError("error message must not be empty");
@@ -317,6 +339,12 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
     return absl::FailedPreconditionError(absl::StrCat("generation ", request.generation(),
                                                       " of run ", r.run_id(), " does not exist"));
   }
+  int world = r.spec().nodes() * r.spec().procs_per_node();
+  if (request.rank() >= world || (by_task && request.scheduler_task() >= world)) {
+    return absl::InvalidArgumentError(absl::StrCat(by_task ? "scheduler task " : "rank ",
+                                                   by_task ? request.scheduler_task() : request.rank(),
+                                                   " is outside 0..", world - 1, " of run ", r.run_id()));
+  }
   v1::Failure failure;
   failure.set_kind(request.process_exited() ? v1::Failure::PROCESS_EXITED : v1::Failure::REPORTED_ERROR);
   failure.set_rank(request.rank());
@@ -326,32 +354,88 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
   failure.set_message(Truncate(request.message()));
   failure.set_exception_type(Truncate(request.exception_type()));
   failure.set_stack(Truncate(request.stack()));
-  int world = r.spec().nodes() * r.spec().procs_per_node();
-  if (request.rank() >= world) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside 0..", world - 1));
-  }
-  if (g.assigned) {
-    int rank = request.rank();
-    if (rank < 0) {
-      for (const auto& rs : g.ranks) {
-        if (rs.node() == request.node() && rs.local_rank() == request.local_slot()) rank = rs.rank();
-      }
+  absl::StatusOr<int> rank = ReportedRank(*run, request);
+  if (!rank.ok()) return rank.status();
+  if (*rank >= 0) {
+    const v1::RankStatus& rs = g.ranks[*rank];
+    if (!request.incarnation().empty() && request.incarnation() != rs.incarnation()) {
+      return absl::AbortedError(absl::StrCat("rank ", *rank, " of generation ", g.number,
+                                             " belongs to another incarnation; this report is stale"));
     }
-    if (rank >= 0) {
-      const v1::RankStatus& rs = g.ranks[rank];
-      if (!request.incarnation().empty() && request.incarnation() != rs.incarnation()) {
-        return absl::AbortedError(absl::StrCat("rank ", rank, " of generation ", g.number,
-                                               " belongs to another incarnation; this report is stale"));
+    failure.set_rank(*rank);
+    failure.set_node(rs.node());
+    if (failure.host().empty()) failure.set_host(rs.host());
+    if (failure.step() == 0 && g.health) failure.set_step(g.health->step(*rank));
+  } else if (by_task) {
+    // The task never held a rank: it died before the rendezvous completed.
+    for (const Registrant& reg : g.rendezvous.registrants()) {
+      if (reg.scheduler_task == request.scheduler_task()) {
+        failure.set_node(reg.node);
+        failure.set_host(reg.host);
       }
-      failure.set_rank(rank);
-      failure.set_node(rs.node());
-      if (failure.host().empty()) failure.set_host(rs.host());
-      if (failure.step() == 0 && g.health) failure.set_step(g.health->step(rank));
     }
   }
   FailGeneration(*run, failure, deferred);
   out.set_run_state(r.state());
   out.set_current_generation(run->gen->number);
+  return out;
+}
+
+absl::StatusOr<int> Coordinator::ReportedRank(RunEntry& run, const v1::ReportErrorRequest& request) {
+  const Generation& g = *run.gen;
+  if (!g.assigned) return -1;
+  if (request.rank() >= 0) return request.rank();
+  for (const auto& rs : g.ranks) {
+    if (request.has_scheduler_task() ? rs.has_scheduler_task() && rs.scheduler_task() == request.scheduler_task()
+                                     : rs.node() == request.node() && rs.local_rank() == request.local_slot()) {
+      return rs.rank();
+    }
+  }
+  if (request.has_scheduler_task()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "scheduler task ", request.scheduler_task(), " holds no rank of generation ", g.number, " of run ",
+        run.stored.run.run_id(), " (its ranks registered without that task id)"));
+  }
+  return -1;
+}
+
+absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::ReportStoppedRequest& request) {
+  if (request.signal() < 1 || request.signal() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("signal must be within 1..64, not ", request.signal()));
+  }
+  if (request.step() < 0) return absl::InvalidArgumentError("step must not be negative");
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  v1::ReportStoppedResponse out;
+  out.set_run_state(r.state());
+  out.set_current_generation(run->gen->number);
+  // A victim of a generation that already ended (the launcher stops the others afterwards).
+  if (IsTerminal(r.state()) || request.generation() < run->gen->number) return out;
+  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (!live.ok()) return live.status();
+  Generation& g = **live;
+  if (!g.assigned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
+  }
+  v1::RankStatus& rank = g.ranks[request.rank()];
+  if (rank.incarnation() != request.incarnation()) {
+    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " belongs to incarnation ",
+                                           rank.incarnation(), "; this process was replaced"));
+  }
+  if (rank.state() == v1::RankStatus::ACTIVE) {
+    g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
+    g.health->Stop(request.rank(), request.signal(), clock_->Now());
+    rank.set_state(v1::RankStatus::STOPPED);
+    g.ranks_dirty = true;
+    DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": " << DescribeRank(*run, request.rank())
+                 << " was stopped by " << SignalName(request.signal()) << " at step " << request.step();
+    Notify(*run, deferred);
+  }
   return out;
 }
 
@@ -398,6 +482,76 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
   return out;
 }
 
+std::string Coordinator::DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const {
+  std::string out;
+  for (size_t k = 0; k < stopped.size(); ++k) {
+    if (k == 16) {
+      absl::StrAppend(&out, ", and ", stopped.size() - k, " more");
+      break;
+    }
+    absl::StrAppend(&out, k == 0 ? "" : ", ", DescribeRank(run, stopped[k].rank), " at ",
+                    absl::FormatTime("%H:%M:%E3S", stopped[k].when, absl::UTCTimeZone()), " by ",
+                    SignalName(stopped[k].signal));
+  }
+  return out;
+}
+
+v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict& verdict) const {
+  const Generation& g = *run.gen;
+  v1::Failure failure;
+  failure.set_rank(verdict.rank);
+  failure.set_step(verdict.step);
+  if (verdict.rank >= 0) {
+    failure.set_node(g.ranks[verdict.rank].node());
+    failure.set_host(g.ranks[verdict.rank].host());
+  }
+  std::string since = absl::FormatTime("%H:%M:%E3S", verdict.since, absl::UTCTimeZone());
+  switch (verdict.kind) {
+    case HealthVerdict::Kind::kHeartbeatTimeout: {
+      failure.set_kind(v1::Failure::HEARTBEAT_TIMEOUT);
+      std::string others;
+      for (size_t k = 0; k < verdict.also_silent.size() && k < 16; ++k) {
+        auto [rank, last] = verdict.also_silent[k];
+        absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", DescribeRank(run, rank), " since ",
+                        absl::FormatTime("%H:%M:%E3S", last, absl::UTCTimeZone()));
+      }
+      failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict.timeout),
+                                       " (last at ", since, " UTC, at step ", verdict.step,
+                                       "): the process died or its node is unreachable", others));
+      break;
+    }
+    case HealthVerdict::Kind::kStopped:
+      failure.set_kind(v1::Failure::TERMINATED);
+      failure.set_message(
+          verdict.rank < 0
+              ? absl::StrCat("every rank was stopped by a signal from outside and none failed first (",
+                             DescribeStopped(run, verdict.stopped),
+                             "): the job was cancelled outside dt, preempted or reached its time limit")
+              : absl::StrCat("was stopped by ", SignalName(verdict.stopped.front().signal), " at ", since,
+                             " UTC while the other ranks kept running, and nothing else failed within ",
+                             absl::FormatDuration(verdict.timeout), ": something outside dt killed it"));
+      break;
+    case HealthVerdict::Kind::kHang: {
+      failure.set_kind(v1::Failure::HANG);
+      std::vector<std::string> stuck;
+      for (int rank : verdict.stuck_ranks) {
+        if (stuck.size() == 16) {
+          stuck.push_back("…");
+          break;
+        }
+        stuck.push_back(absl::StrCat(rank));
+      }
+      failure.set_rank(-1);
+      failure.set_message(absl::StrCat(
+          "no rank advanced past step ", verdict.step, " for ", absl::FormatDuration(verdict.timeout),
+          " (last progress at ", since, " UTC) although every rank heartbeats: a hang, e.g. in a "
+          "collective; ranks at step ", verdict.step, ": ", absl::StrJoin(stuck, ", ")));
+      break;
+    }
+  }
+  return failure;
+}
+
 void Coordinator::CheckHealth() {
   absl::Time now = clock_->Now();
   HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
@@ -408,45 +562,8 @@ void Coordinator::CheckHealth() {
     if (IsTerminal(run->stored.run.state()) || !run->gen) continue;
     Generation& g = *run->gen;
     if (!g.assigned || !g.stopped.ok()) continue;
-    std::optional<HealthVerdict> verdict = g.health->Check(now, limits);
-    if (verdict) {
-      v1::Failure failure;
-      failure.set_rank(verdict->rank);
-      failure.set_step(verdict->step);
-      if (verdict->rank >= 0) {
-        failure.set_node(g.ranks[verdict->rank].node());
-        failure.set_host(g.ranks[verdict->rank].host());
-      }
-      std::string since = absl::FormatTime("%H:%M:%S", verdict->since, absl::UTCTimeZone());
-      if (verdict->kind == HealthVerdict::Kind::kHeartbeatTimeout) {
-        failure.set_kind(v1::Failure::HEARTBEAT_TIMEOUT);
-        std::string others;
-        for (size_t k = 0; k < verdict->also_silent.size() && k < 16; ++k) {
-          auto [rank, last] = verdict->also_silent[k];
-          absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", DescribeRank(*run, rank), " since ",
-                          absl::FormatTime("%H:%M:%E3S", last, absl::UTCTimeZone()));
-        }
-        failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict->timeout),
-                                         " (last at ", absl::FormatTime("%H:%M:%E3S", verdict->since, absl::UTCTimeZone()),
-                                         " UTC, at step ", verdict->step,
-                                         "): the process died or its node is unreachable", others));
-      } else {
-        failure.set_kind(v1::Failure::HANG);
-        std::vector<std::string> stuck;
-        for (int rank : verdict->stuck_ranks) {
-          if (stuck.size() == 16) {
-            stuck.push_back("…");
-            break;
-          }
-          stuck.push_back(absl::StrCat(rank));
-        }
-        failure.set_rank(-1);
-        failure.set_message(absl::StrCat(
-            "no rank advanced past step ", verdict->step, " for ", absl::FormatDuration(verdict->timeout),
-            " (last progress at ", since, " UTC) although every rank heartbeats: a hang, e.g. in a "
-            "collective; ranks at step ", verdict->step, ": ", absl::StrJoin(stuck, ", ")));
-      }
-      FailGeneration(*run, failure, deferred);
+    if (std::optional<HealthVerdict> verdict = g.health->Check(now, limits)) {
+      FailGeneration(*run, VerdictFailure(*run, *verdict), deferred);
       continue;
     }
     if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) {

@@ -28,6 +28,25 @@ void HealthTracker::Finish(int rank) {
   ++finished_;
 }
 
+void HealthTracker::Stop(int rank, int signal, absl::Time now) {
+  RankHealth& r = ranks_[rank];
+  if (r.stopped || r.finished) return;
+  r.stopped = true;
+  r.signal = signal;
+  r.stopped_at = now;
+  RecomputeGroupStep(now);
+}
+
+std::vector<StoppedRank> HealthTracker::StoppedRanks() const {
+  std::vector<StoppedRank> out;
+  for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
+    if (ranks_[i].stopped) out.push_back({i, ranks_[i].signal, ranks_[i].stopped_at});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const StoppedRank& a, const StoppedRank& b) { return a.when < b.when; });
+  return out;
+}
+
 void HealthTracker::GraceAll(absl::Time now) {
   for (auto& r : ranks_) r.last_heartbeat = now;
   last_progress_ = now;
@@ -36,7 +55,7 @@ void HealthTracker::GraceAll(absl::Time now) {
 void HealthTracker::RecomputeGroupStep(absl::Time now) {
   int64_t lowest = std::numeric_limits<int64_t>::max();
   for (const auto& r : ranks_) {
-    if (!r.finished) lowest = std::min(lowest, r.step);
+    if (r.watched()) lowest = std::min(lowest, r.step);
   }
   if (lowest == std::numeric_limits<int64_t>::max()) return;
   if (lowest > group_step_) {
@@ -46,11 +65,15 @@ void HealthTracker::RecomputeGroupStep(absl::Time now) {
 }
 
 std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTimeouts& t) const {
-  // A silent rank first: it explains a hang, not the other way round.
+  std::vector<StoppedRank> stopped = StoppedRanks();
+  // A silent rank first: it explains a hang, and the stops srun makes once one task died.
   std::vector<std::pair<absl::Time, int>> silent;
+  int watched = 0;
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     const RankHealth& r = ranks_[i];
-    if (!r.finished && now - r.last_heartbeat > t.heartbeat_timeout) silent.emplace_back(r.last_heartbeat, i);
+    if (!r.watched()) continue;
+    ++watched;
+    if (now - r.last_heartbeat > t.heartbeat_timeout) silent.emplace_back(r.last_heartbeat, i);
   }
   if (!silent.empty()) {
     std::sort(silent.begin(), silent.end());
@@ -58,16 +81,32 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
     const RankHealth& r = ranks_[first];
     HealthVerdict v{HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout};
     for (size_t k = 1; k < silent.size(); ++k) v.also_silent.emplace_back(silent[k].second, silent[k].first);
+    v.stopped = std::move(stopped);
     return v;
   }
-  if (finished_ == static_cast<int>(ranks_.size())) return std::nullopt;
+  // A stop that nothing else explained within the heartbeat timeout: the stop is the cause —
+  // unless a rank has been quiet for over half that timeout: it may have died just after the stop
+  // (its last heartbeat was in flight), and its silence is then the cause.
+  bool some_quiet = false;
+  for (const RankHealth& r : ranks_) {
+    if (r.watched() && now - r.last_heartbeat > t.heartbeat_timeout / 2) some_quiet = true;
+  }
+  if (!stopped.empty() && !some_quiet && now - stopped.front().when > t.heartbeat_timeout) {
+    const StoppedRank& first = stopped.front();
+    HealthVerdict v{HealthVerdict::Kind::kStopped, watched == 0 ? -1 : first.rank, ranks_[first.rank].step, {},
+                    first.when, t.heartbeat_timeout};
+    v.stopped = std::move(stopped);
+    return v;
+  }
+  if (watched == 0) return std::nullopt;
   absl::Duration limit = group_step_ > start_step_ ? t.hang_timeout : t.init_timeout;
   if (now - last_progress_ <= limit) return std::nullopt;
   HealthVerdict v{HealthVerdict::Kind::kHang, -1, group_step_, {}, last_progress_, limit};
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
-    if (!ranks_[i].finished && ranks_[i].step == group_step_) v.stuck_ranks.push_back(i);
+    if (ranks_[i].watched() && ranks_[i].step == group_step_) v.stuck_ranks.push_back(i);
   }
   if (!v.stuck_ranks.empty()) v.rank = v.stuck_ranks.front();
+  v.stopped = std::move(stopped);
   return v;
 }
 

@@ -1,5 +1,9 @@
 // Failure detection for one running generation, driven by heartbeats and a clock:
 // - a rank silent for the heartbeat timeout is dead;
+// - a rank stopped by a signal from outside (srun ends the step when another task dies) is a
+//   victim: it is not watched for silence, so the rank that really failed is the one named. A
+//   stop that nothing else explains within the heartbeat timeout (while every other rank
+//   heartbeats) ends the generation itself;
 // - a group in which no rank's step advanced for the hang timeout is hung (alive but stuck in a
 //   collective: the failure heartbeats alone never catch). Until the first step after start the
 //   init timeout applies instead, since set-up (process group, data) legitimately takes longer.
@@ -21,10 +25,18 @@ struct HealthTimeouts {
   absl::Duration init_timeout;
 };
 
+struct StoppedRank {
+  int rank = -1;
+  int signal = 0;
+  absl::Time when;
+};
+
 struct HealthVerdict {
-  enum class Kind { kHeartbeatTimeout, kHang };
+  enum class Kind { kHeartbeatTimeout, kHang, kStopped };
   Kind kind;
-  int rank = -1;         // the silent rank, or the first rank at the lowest step for a hang
+  // The silent rank; the first rank at the lowest step for a hang; for kStopped the first rank
+  // stopped, or -1 when every rank still training was stopped (the scheduler stopped the job).
+  int rank = -1;
   int64_t step = 0;
   std::vector<int> stuck_ranks;  // hang: ranks at the lowest step
   absl::Time since;      // last heartbeat, or last progress
@@ -32,6 +44,8 @@ struct HealthVerdict {
   // Heartbeat timeout: the other silent ranks, longest silent first (a scheduler that ends a job
   // step kills every rank within moments: the first to go silent is the likely cause).
   std::vector<std::pair<int, absl::Time>> also_silent;
+  // Ranks stopped by a signal, first stopped first (for kStopped, including `rank`).
+  std::vector<StoppedRank> stopped;
 };
 
 class HealthTracker {
@@ -41,6 +55,9 @@ class HealthTracker {
   void Heartbeat(int rank, int64_t step, absl::Time now);
   // A rank that left with success is no longer watched.
   void Finish(int rank);
+  // A rank stopped by a signal from outside: no longer watched for silence or progress. The
+  // first report counts.
+  void Stop(int rank, int signal, absl::Time now);
   // After a coordinator restart every rank gets a full heartbeat timeout to reconnect.
   void GraceAll(absl::Time now);
 
@@ -51,6 +68,9 @@ class HealthTracker {
   int64_t step(int rank) const { return ranks_[rank].step; }
   absl::Time last_heartbeat(int rank) const { return ranks_[rank].last_heartbeat; }
   bool finished(int rank) const { return ranks_[rank].finished; }
+  bool stopped(int rank) const { return ranks_[rank].stopped; }
+  // Ranks stopped by a signal, first stopped first.
+  std::vector<StoppedRank> StoppedRanks() const;
   bool all_finished() const { return finished_ == static_cast<int>(ranks_.size()); }
 
  private:
@@ -58,6 +78,11 @@ class HealthTracker {
     absl::Time last_heartbeat;
     int64_t step = 0;
     bool finished = false;
+    bool stopped = false;
+    int signal = 0;
+    absl::Time stopped_at;
+    // Neither finished nor stopped: still expected to heartbeat and make progress.
+    bool watched() const { return !finished && !stopped; }
   };
   void RecomputeGroupStep(absl::Time now);
 

@@ -42,6 +42,16 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportError(grpc::CallbackServe
   return Reply(ctx, timer, out, deps_.coordinator->ReportError(*req));
 }
 
+grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportStopped(grpc::CallbackServerContext* ctx,
+                                                               const v1::ReportStoppedRequest* req,
+                                                               v1::ReportStoppedResponse* out) {
+  RpcTimer timer(deps_, "ReportStopped");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::ReportStoppedResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->ReportStopped(*req));
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx,
                                                        const v1::LeaveRequest* req,
                                                        v1::LeaveResponse* out) {

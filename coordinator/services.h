@@ -43,6 +43,9 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
   grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
                                         const v1::ReportErrorRequest* req,
                                         v1::ReportErrorResponse* out) override;
+  grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx,
+                                          const v1::ReportStoppedRequest* req,
+                                          v1::ReportStoppedResponse* out) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse* out) override;
 

@@ -1,5 +1,6 @@
 // The coordinator's logic without a network, on a fake clock: runs, rendezvous, generations and
 // restarts, failure detection, barriers, checkpoint rounds, persistence.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
 #include "tests/test_util.h"
@@ -362,6 +364,206 @@ TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   coord_->Register(RegisterRequest(run, "n1", 0, "late"), late.pending());
   EXPECT_EQ(late.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(late.value.status().message().find("CUDA out of memory"), std::string::npos);
+}
+
+v1::ReportStoppedRequest StopReport(const std::string& run, const v1::RegisterResponse& a, int signal,
+                                    int64_t step) {
+  v1::ReportStoppedRequest req;
+  req.set_run_id(run);
+  req.set_generation(a.generation());
+  req.set_rank(a.rank());
+  req.set_incarnation("n" + std::to_string(a.node_rank() + 1) + "-" + std::to_string(a.local_rank()));
+  req.set_signal(signal);
+  req.set_step(step);
+  return req;
+}
+
+// srun kills the dead task's peers with SIGTERM a moment after the task died: the rank that went
+// quiet first may be a victim. Its report makes the dead rank the one named, however long the
+// victim was silent.
+TEST_F(CoordinatorTest, AStoppedRankIsListedAsAVictimAndTheSilentRankIsTheCause) {
+  std::string run = Submit(1, 2, /*max_restarts=*/0);
+  auto ranks = RegisterAll(run, 1, 2);
+  ASSERT_TRUE(Beat(run, ranks[0], 4).ok());
+  ASSERT_TRUE(Beat(run, ranks[1], 4).ok());
+  auto stopped = coord_->ReportStopped(StopReport(run, ranks[0], 15, 4));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->run_state(), v1::RUNNING);
+  EXPECT_EQ(coord_->GetRun(run)->ranks(0).state(), v1::RankStatus::STOPPED);
+  Advance(absl::Seconds(1));
+  ASSERT_TRUE(Beat(run, ranks[1], 4).ok());  // rank 1 dies after this one
+  Advance(absl::Seconds(30));
+  EXPECT_EQ(State(run), v1::RUNNING);  // rank 0, silent for 31 s, is not the cause
+  Advance(absl::Seconds(2));
+  auto status = coord_->GetRun(run);
+  ASSERT_EQ(status->state(), v1::FAILED);
+  EXPECT_EQ(status->reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+  EXPECT_EQ(status->reason().rank(), 1);
+  EXPECT_THAT(status->reason().stopped_ranks(), ::testing::ElementsAre(0));
+  EXPECT_NE(status->reason().message().find("victims, not causes): rank 0"), std::string::npos)
+      << status->reason().message();
+  EXPECT_NE(status->reason().message().find("SIGTERM"), std::string::npos);
+  EXPECT_EQ(status->ranks(0).state(), v1::RankStatus::STOPPED);
+  EXPECT_EQ(status->ranks(1).state(), v1::RankStatus::FAILED);
+  // A stop reported after the generation ended changes nothing.
+  auto late = coord_->ReportStopped(StopReport(run, ranks[1], 15, 4));
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->run_state(), v1::FAILED);
+  EXPECT_EQ(coord_->GetRun(run)->reason().rank(), 1);
+}
+
+TEST_F(CoordinatorTest, AStopNothingElseExplainsEndsTheGenerationAsTerminated) {
+  std::string run = Submit(1, 2, /*max_restarts=*/1);
+  auto ranks = RegisterAll(run, 1, 2);
+  ASSERT_TRUE(coord_->ReportStopped(StopReport(run, ranks[1], 2, 0)).ok());
+  for (int i = 0; i < 15; ++i) {
+    Advance(absl::Seconds(2));
+    ASSERT_TRUE(Beat(run, ranks[0], 0).ok());
+  }
+  EXPECT_EQ(State(run), v1::RUNNING);
+  Advance(absl::Seconds(2));
+  ASSERT_TRUE(Beat(run, ranks[0], 0).ok());
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->state(), v1::RESTARTING);  // restarted within the budget
+  EXPECT_EQ(status->reason().kind(), v1::Failure::TERMINATED);
+  EXPECT_EQ(status->reason().rank(), 1);
+  EXPECT_NE(status->reason().message().find("SIGINT"), std::string::npos) << status->reason().message();
+}
+
+TEST_F(CoordinatorTest, ReportStoppedValidatesItsFields) {
+  std::string run = Submit(1, 2);
+  Reply<v1::RegisterResponse> first;
+  coord_->Register(RegisterRequest(run, "n1", 0), first.pending());
+  v1::RegisterResponse fake;  // rank 0 of generation 0, before the rendezvous completed
+  EXPECT_EQ(coord_->ReportStopped(StopReport(run, fake, 15, 0)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto ranks = RegisterAll(run, 1, 2);
+  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 15, -1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->ReportStopped(StopReport("r-00000000000000ff", ranks[0], 15, 0)).status().code(),
+            absl::StatusCode::kNotFound);
+  v1::ReportStoppedRequest other = StopReport(run, ranks[0], 15, 0);
+  other.set_incarnation("someone-else");
+  auto replaced = coord_->ReportStopped(other);
+  EXPECT_EQ(replaced.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(replaced.status().message().find("replaced"), std::string::npos) << replaced.status();
+  other = StopReport(run, ranks[0], 15, 0);
+  other.set_rank(2);
+  EXPECT_FALSE(coord_->ReportStopped(other).ok());
+  EXPECT_EQ(coord_->GetRun(run)->ranks(0).state(), v1::RankStatus::ACTIVE);
+}
+
+// Under srun each rank registers its SLURM_PROCID; srun's "task N: Killed" names the rank even
+// when the task's peers were stopped first.
+TEST_F(CoordinatorTest, ALaunchersReportByTaskNamesTheRankThatHeldIt) {
+  std::string run = Submit(2, 1, /*max_restarts=*/0);
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
+  for (int task : {1, 0}) {  // task 1 runs on n2, task 0 on n1
+    v1::RegisterRequest req = RegisterRequest(run, "n" + std::to_string(task + 1), 0);
+    req.set_scheduler_task(task);
+    replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+    coord_->Register(req, replies.back()->pending());
+  }
+  ASSERT_TRUE(replies[0]->value.ok()) << replies[0]->value.status();
+  ASSERT_TRUE(replies[1]->value.ok());
+  int rank_of_task1 = replies[0]->value->rank();
+  EXPECT_EQ(coord_->GetRun(run)->ranks(rank_of_task1).scheduler_task(), 1);
+  ASSERT_TRUE(coord_->ReportStopped(StopReport(run, *replies[1]->value, 15, 3)).ok());
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_generation(0);
+  err.set_rank(-1);
+  err.set_local_slot(-1);
+  err.set_scheduler_task(1);
+  err.set_process_exited(true);
+  err.set_message("srun: error: n2: task 1: Killed");
+  // Validation first: a task outside the world, a rank and a task together.
+  v1::ReportErrorRequest bad = err;
+  bad.set_scheduler_task(2);
+  EXPECT_EQ(coord_->ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = err;
+  bad.set_rank(0);
+  EXPECT_EQ(coord_->ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  auto r = coord_->ReportError(err);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->run_state(), v1::FAILED);
+  auto status = coord_->GetRun(run);
+  EXPECT_EQ(status->reason().kind(), v1::Failure::PROCESS_EXITED);
+  EXPECT_EQ(status->reason().rank(), rank_of_task1);
+  EXPECT_EQ(status->reason().node(), "n2");
+  EXPECT_THAT(status->reason().stopped_ranks(), ::testing::ElementsAre(1 - rank_of_task1));
+}
+
+TEST_F(CoordinatorTest, AReportByATaskThatHoldsNoRankIsRefused) {
+  std::string run = Submit(1, 2, /*max_restarts=*/0);
+  RegisterAll(run, 1, 2);  // registered without task ids (not under srun)
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_rank(-1);
+  err.set_local_slot(-1);
+  err.set_scheduler_task(0);
+  err.set_message("srun: error: n1: task 0: Killed");
+  auto r = coord_->ReportError(err);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("holds no rank"), std::string::npos) << r.status();
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+// A long message cut at 64 KiB must not split a character: a stored string that is not UTF-8
+// makes every reply that carries the run unparseable ("No message returned" in dtctl list).
+TEST_F(CoordinatorTest, ALongReportedErrorIsCutAtACharacterBoundary) {
+  std::string run = Submit(1, 1, /*max_restarts=*/0);
+  RegisterAll(run, 1, 1);
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_rank(0);
+  err.set_message("x");
+  for (int i = 0; i < 40000; ++i) err.mutable_message()->append("\xC3\xA9");  // é: the cut lands mid-character
+  err.set_stack(err.message());
+  ASSERT_TRUE(coord_->ReportError(err).ok());
+  auto status = coord_->GetRun(run);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(IsValidUtf8(status->reason().message()));
+  EXPECT_TRUE(IsValidUtf8(status->reason().stack()));
+  EXPECT_NE(status->reason().message().find("truncated from 80001 bytes"), std::string::npos);
+  v1::Run parsed;
+  EXPECT_TRUE(parsed.ParseFromString(status->SerializeAsString()));
+  Reopen();  // and from the database after a restart
+  ASSERT_TRUE(parsed.ParseFromString(coord_->GetRun(run)->SerializeAsString()));
+  EXPECT_EQ(parsed.reason().message(), status->reason().message());
+}
+
+// The admin's dtctl passes a run's job id to scancel and squeue: a run token must not be able to
+// record "--user=root" (scancel would cancel every job of root) or terminal escapes.
+TEST_F(CoordinatorTest, AttachLaunchTakesOnlyTheSchedulersJobIdForm) {
+  v1::RunSpec spec = testing::MakeSpec("slurm-run", save_dir_, 1, 1, 0);
+  spec.set_scheduler(v1::SLURM);
+  auto submitted = coord_->SubmitRun(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::string slurm_run = submitted->run_id();
+  std::string local_run = Submit(1, 1, 0, "local-run");
+  auto attach = [&](const std::string& run, const std::string& id) {
+    v1::AttachLaunchRequest req;
+    req.set_run_id(run);
+    req.set_scheduler_job_id(id);
+    return coord_->AttachLaunch(req);
+  };
+  for (const char* good : {"1234", "1234_7", "1234+1"}) {
+    auto r = attach(slurm_run, good);
+    ASSERT_TRUE(r.ok()) << good << ": " << r.status();
+    EXPECT_EQ(r->scheduler_job_id(), good);
+  }
+  for (const char* bad : {"--user=root", "-1", "12 34", "1234\x1b[2J", "", "1234_", "_7", "12345678901", "local:99"}) {
+    auto r = attach(slurm_run, bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("Slurm job id"), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(coord_->GetRun(slurm_run)->scheduler_job_id(), "1234+1");  // the refused ones changed nothing
+  EXPECT_TRUE(attach(local_run, "local:4242").ok());
+  EXPECT_EQ(attach(local_run, "4242").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(attach(local_run, "local:--all").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorTest, HangIsDetectedWhileEveryoneHeartbeats) {

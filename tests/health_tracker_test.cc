@@ -105,5 +105,100 @@ TEST(HealthTracker, FinishedRanksAreNotWatched) {
   EXPECT_FALSE(h.Check(t0 + absl::Hours(5), kLimits).has_value());
 }
 
+// srun ends the step when one task dies: it SIGKILLs that task and SIGTERMs the others. The
+// victims say they were stopped; the rank that really died is the one named, whatever order the
+// two went quiet in.
+TEST(HealthTracker, AStoppedRankIsAVictimAndTheSilentRankIsNamed) {
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  HealthTracker h(2, 0, t0);
+  h.Heartbeat(0, 5, t0 + absl::Seconds(1));
+  h.Heartbeat(1, 5, t0 + absl::Seconds(2));  // rank 1 is killed just after this heartbeat
+  h.Stop(0, 15, t0 + absl::Seconds(2));     // rank 0 went quiet first, but by a stop signal
+  EXPECT_TRUE(h.stopped(0));
+  EXPECT_FALSE(h.Check(t0 + absl::Seconds(32), kLimits).has_value());
+  auto v = h.Check(t0 + absl::Seconds(33), kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kHeartbeatTimeout);
+  EXPECT_EQ(v->rank, 1);
+  EXPECT_TRUE(v->also_silent.empty());
+  ASSERT_EQ(v->stopped.size(), 1u);
+  EXPECT_EQ(v->stopped[0].rank, 0);
+  EXPECT_EQ(v->stopped[0].signal, 15);
+}
+
+TEST(HealthTracker, ARankThatDiedJustAfterTheStopIsNamedNotTheStop) {
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  HealthTracker h(2, 0, t0);
+  h.Stop(0, 15, t0 + absl::Seconds(1));
+  h.Heartbeat(1, 3, t0 + absl::Seconds(2));  // in flight when rank 1 died
+  // At t0+31 the stop is older than the timeout, but rank 1 has been quiet for 29 s: wait.
+  EXPECT_FALSE(h.Check(t0 + absl::Seconds(31), kLimits).has_value());
+  auto v = h.Check(t0 + absl::Seconds(33), kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kHeartbeatTimeout);
+  EXPECT_EQ(v->rank, 1);
+}
+
+TEST(HealthTracker, AStopNothingElseExplainsEndsTheGenerationAfterTheHeartbeatTimeout) {
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  HealthTracker h(2, 0, t0);
+  h.Stop(1, 15, t0 + absl::Seconds(5));
+  absl::Time t = t0;
+  while (t < t0 + absl::Seconds(35)) {
+    t += absl::Seconds(1);
+    h.Heartbeat(0, 1, t);
+    EXPECT_FALSE(h.Check(t, kLimits).has_value()) << "at " << t - t0;
+  }
+  t += absl::Seconds(1);
+  h.Heartbeat(0, 1, t);
+  auto v = h.Check(t, kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kStopped);
+  EXPECT_EQ(v->rank, 1);  // rank 0 still trains: the stop of rank 1 is the cause
+  EXPECT_EQ(v->since, t0 + absl::Seconds(5));
+}
+
+TEST(HealthTracker, EveryRankStoppedNamesNoRank) {
+  absl::Time t0 = absl::FromUnixSeconds(1000);
+  HealthTracker h(2, 0, t0);
+  h.Stop(1, 15, t0 + absl::Seconds(1));
+  h.Stop(0, 2, t0 + absl::Seconds(2));
+  h.Stop(0, 9, t0 + absl::Seconds(3));  // the first report counts
+  auto v = h.Check(t0 + absl::Seconds(40), kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kStopped);
+  EXPECT_EQ(v->rank, -1);  // the scheduler stopped the whole job
+  ASSERT_EQ(v->stopped.size(), 2u);
+  EXPECT_EQ(v->stopped[0].rank, 1);
+  EXPECT_EQ(v->stopped[1].rank, 0);
+  EXPECT_EQ(v->stopped[1].signal, 2);
+}
+
+TEST(HealthTracker, AStoppedRankDoesNotHoldBackTheGroupStepOrCountAsStuck) {
+  absl::Time t0 = absl::FromUnixSeconds(0);
+  HealthTracker h(3, 0, t0);
+  absl::Time t = t0 + absl::Seconds(1);
+  for (int r = 0; r < 3; ++r) h.Heartbeat(r, 1, t);
+  h.Stop(2, 15, t);
+  // Ranks 0 and 1 go on to step 9 and then stall there: the hang names them, not rank 2 at 1.
+  for (int step = 2; step <= 9; ++step) {
+    t += absl::Seconds(1);
+    h.Heartbeat(0, step, t);
+    h.Heartbeat(1, step, t);
+  }
+  EXPECT_EQ(h.group_step(), 9);
+  // (The stop would end the generation after the heartbeat timeout; the hang is checked first
+  // only while the stop is recent, so look inside that window with a short hang timeout.)
+  HealthTimeouts short_hang{absl::Seconds(30), absl::Seconds(3), absl::Minutes(20)};
+  t += absl::Seconds(4);
+  h.Heartbeat(0, 9, t);
+  h.Heartbeat(1, 9, t);
+  auto v = h.Check(t, short_hang);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kHang);
+  EXPECT_EQ(v->stuck_ranks, (std::vector<int>{0, 1}));
+  ASSERT_EQ(v->stopped.size(), 1u);
+}
+
 }  // namespace
 }  // namespace dt

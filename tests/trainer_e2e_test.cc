@@ -1,6 +1,7 @@
 // dttrainer end to end, on CPU with real processes: the dtcoord binary, trainers joined through
 // its store into real Gloo process groups. DDP equivalence, exact resume after a crash, learning,
 // and a rank killed mid-run.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -217,6 +218,65 @@ TEST_F(TrainerE2ETest, AKilledRankStopsTheOtherWithTheCauseNamed) {
   EXPECT_EQ(s.state(), v1::FAILED);
   EXPECT_EQ(s.reason().rank(), 1);
   EXPECT_EQ(s.reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+}
+
+// srun's order when a task dies: the dead task first, its peers SIGTERMed a moment later. The
+// peer goes quiet by a signal it reports; the dead rank is named, the peer listed as a victim.
+TEST_F(TrainerE2ETest, ARankStoppedAfterAPeerDiedIsAVictimNotTheCause) {
+  auto run = Submit("victim", 2);
+  auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; },
+                               absl::Minutes(2)))
+      << testing::Slurp(Log(run, 0));
+  procs[1]->Signal(SIGKILL);
+  absl::SleepFor(absl::Milliseconds(20));  // srun's delay between the two, as measured under Slurm
+  procs[0]->Signal(SIGTERM);
+  int status = procs[0]->Wait(absl::Minutes(1));
+  ASSERT_NE(status, -1);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status) << "\n" << testing::Slurp(Log(run, 0));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);  // ends by the signal, as the scheduler expects
+  std::string log = testing::Slurp(Log(run, 0));
+  EXPECT_NE(log.find("stopped by SIGTERM from outside"), std::string::npos) << log;
+  v1::Run s;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        s = coord_.GetRun(run.run_id());
+        return s.state() == v1::FAILED;
+      },
+      absl::Seconds(30)));
+  EXPECT_EQ(s.reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+  EXPECT_EQ(s.reason().rank(), 1);
+  EXPECT_THAT(s.reason().stopped_ranks(), ::testing::ElementsAre(0));
+  EXPECT_NE(s.reason().message().find("victims, not causes): rank 0"), std::string::npos) << s.reason().message();
+  EXPECT_EQ(s.ranks(0).state(), v1::RankStatus::STOPPED);
+  EXPECT_EQ(s.ranks(1).state(), v1::RankStatus::FAILED);
+}
+
+// A rank stopped from outside while the others train on (a user's kill, an OOM killer's polite
+// cousin): once the heartbeat timeout passes with nothing else failing, the stop is the cause.
+TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {
+  auto run = Submit("terminated", 2);
+  auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; },
+                               absl::Minutes(2)))
+      << testing::Slurp(Log(run, 0));
+  procs[0]->Signal(SIGTERM);
+  int status = procs[0]->Wait(absl::Minutes(1));
+  ASSERT_TRUE(WIFSIGNALED(status)) << testing::Slurp(Log(run, 0));
+  // Rank 1's collective fails at once; it waits for the coordinator's verdict and is stopped with it.
+  status = procs[1]->Wait(absl::Minutes(1));
+  ASSERT_TRUE(WIFEXITED(status)) << testing::Slurp(Log(run, 1));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << testing::Slurp(Log(run, 1));
+  std::string log = testing::Slurp(Log(run, 1));
+  EXPECT_NE(log.find("stopping: "), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 0"), std::string::npos) << log;
+  EXPECT_NE(log.find("was stopped by SIGTERM"), std::string::npos) << log;
+  v1::Run s = coord_.GetRun(run.run_id());
+  EXPECT_EQ(s.state(), v1::FAILED);
+  EXPECT_EQ(s.reason().kind(), v1::Failure::TERMINATED);
+  EXPECT_EQ(s.reason().rank(), 0);
+  EXPECT_NE(s.reason().message().find("was stopped by SIGTERM"), std::string::npos) << s.reason().message();
+  EXPECT_EQ(s.ranks(0).state(), v1::RankStatus::FAILED);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "client/coordinator_client.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/gpt2_tokenizer.h"
@@ -100,6 +101,8 @@ int CheckpointDiff(const std::string& a, const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any thread exists: SIGTERM/SIGINT go to one watcher thread (see RunTrainer).
+  dt::BlockStopSignals();
   // absl's lock-order checking costs a graph update per lock; the tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   dt::SetLogProgram("dttrainer");
@@ -117,6 +120,8 @@ int main(int argc, char** argv) {
   c.run_id = Env("DT_RUN_ID");
   c.tls_ca = Env("DT_TLS_CA");
   c.local_slot = EnvInt("SLURM_LOCALID", EnvInt("LOCAL_RANK", 0));
+  // Under srun: the task id srun names when it reports a failed task.
+  if (int task = EnvInt("SLURM_PROCID", -1); task >= 0 && !Env("SLURM_STEP_ID").empty()) c.scheduler_task = task;
   c.node = dt::NodeName();
   std::string token_file;
   bool no_metrics = false;
@@ -199,6 +204,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  dt::WatchStopSignals();  // with no handler installed a stop signal ends the process as usual
   if (tokenize->parsed()) return Tokenize(tok_dir, tok_file, tok_text);
   if (decode->parsed()) return Decode(tok_dir, ids_text);
   if (diff->parsed()) return CheckpointDiff(diff_a, diff_b);

@@ -25,6 +25,7 @@
 #include "client/metrics_reporter.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/coordinator_store.h"
@@ -450,6 +451,7 @@ int RunTrainer(const TrainerConfig& cfg) {
   }
 
   AgentOptions id;
+  id.scheduler_task = cfg.scheduler_task;
   id.run_id = run_id;
   id.node = cfg.node;
   id.local_slot = cfg.local_slot;
@@ -462,6 +464,18 @@ int RunTrainer(const TrainerConfig& cfg) {
     id.expected.set_world_size(cfg.expect_nodes * cfg.expect_procs_per_node);
   }
   Agent agent(*client, id);
+  std::atomic<int64_t> step{0};
+  // SIGTERM/SIGINT from outside (srun ending the step after another task died, a cancel, a time
+  // limit): tell the coordinator this rank is a victim, not a cause, then die by the signal.
+  ScopedStopHandler on_stop([&agent, &step](int signal) {
+    DT_LOG(Warning) << "stopped by " << SignalName(signal) << " from outside (the scheduler ending the job step, "
+                    << "a cancel or a time limit) at step " << step.load();
+    absl::Status reported = agent.ReportStopped(signal, step.load(), absl::Seconds(2));
+    if (!reported.ok() && reported.code() != absl::StatusCode::kFailedPrecondition) {
+      DT_LOG(Warning) << "could not tell the coordinator: " << reported;
+    }
+    std::cerr.flush();
+  });
   absl::StatusOr<v1::RegisterResponse> assigned = agent.Register(absl::Seconds(cfg.rendezvous_timeout_s));
   if (!assigned.ok()) {
     std::cerr << "dttrainer (node " << cfg.node << ", slot " << cfg.local_slot
@@ -479,7 +493,6 @@ int RunTrainer(const TrainerConfig& cfg) {
   if (cfg.report_metrics) {
     reporter = std::make_unique<MetricsReporter>(*client, run_id, assigned->generation(), assigned->rank());
   }
-  std::atomic<int64_t> step{0};
   // Told to stop (a peer died, the run restarts or was cancelled): the main thread may be stuck
   // in a collective, so leave from here with the cause, after a bounded metrics flush.
   agent.StartHeartbeats([&](const std::string& reason) {
@@ -512,9 +525,12 @@ int RunTrainer(const TrainerConfig& cfg) {
   }
   if (collective) {
     // Usually the echo of another rank's failure: give the coordinator time to detect it (a silent
-    // peer takes the heartbeat timeout) and stop this process with the real cause.
+    // peer, or one stopped from outside, takes the heartbeat timeout from before this error) and
+    // stop this process with the real cause: its check runs a few times a second and the stop
+    // arrives with the next heartbeat, so a second beyond that for a loaded machine.
     const v1::TimeoutPolicy& t = assigned->timeouts();
-    absl::Duration window = absl::Milliseconds(t.heartbeat_timeout_ms() + 3 * t.heartbeat_interval_ms());
+    absl::Duration window =
+        absl::Milliseconds(t.heartbeat_timeout_ms() + 3 * t.heartbeat_interval_ms()) + absl::Seconds(1);
     DT_LOG(Warning) << message << " — waiting up to " << absl::FormatDuration(window)
                     << " for the coordinator to name the cause";
     absl::SleepFor(window);

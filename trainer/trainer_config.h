@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct TrainerConfig {
   std::string tls_ca;
   int local_slot = 0;       // --local-rank / SLURM_LOCALID / LOCAL_RANK
   std::string node;         // SLURMD_NODENAME / host name
+  std::optional<int> scheduler_task;  // SLURM_PROCID inside an srun step
   int expect_nodes = 0;     // the world this process was started for (0: take the run's)
   int expect_procs_per_node = 0;
   // Bring your own sbatch: create-or-join a run keyed by experiment + Slurm job id.

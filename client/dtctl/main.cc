@@ -19,10 +19,13 @@
 #include "client/dtctl/local_launcher.h"
 #include "client/dtctl/output.h"
 #include "client/dtctl/slurm.h"
+#include "client/dtctl/srun_report.h"
 #include "client/dtctl/submit.h"
 #include "client/dtctl/watch.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 #include "common/version.h"
 
 namespace dt::ctl {
@@ -44,17 +47,19 @@ struct Global {
 bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 int Fail(const Global& g, const absl::Status& s, const std::string& what) {
+  // A coordinator's message may quote what a run sent (a failure's text): never raw to a terminal.
+  std::string message = PrintableForTerminal(s.message());
   if (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded) {
-    std::cerr << "dtctl: cannot reach the coordinator at " << g.coordinator << " (" << s.message()
+    std::cerr << "dtctl: cannot reach the coordinator at " << g.coordinator << " (" << message
               << "); is dtcoord running? set --coordinator or DT_COORDINATOR\n";
     return kUnreachable;
   }
   if (s.code() == absl::StatusCode::kUnauthenticated || s.code() == absl::StatusCode::kPermissionDenied) {
-    std::cerr << "dtctl: " << what << ": " << s.message()
+    std::cerr << "dtctl: " << what << ": " << message
               << " (pass --token-file, or set DT_TOKEN to the coordinator's admin token)\n";
     return kFailed;
   }
-  std::cerr << "dtctl: " << what << ": " << s.message() << "\n";
+  std::cerr << "dtctl: " << what << ": " << message << "\n";
   return kFailed;
 }
 
@@ -140,7 +145,7 @@ int Status(Global& g, const std::string& run_id) {
             << r->restarts() << "/" << r->spec().max_restarts() << "\n"
             << "world      " << r->world_size() << " = " << r->spec().nodes() << " node(s) x "
             << r->spec().procs_per_node() << "  (" << v1::Scheduler_Name(r->spec().scheduler())
-            << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", r->scheduler_job_id())) << ")\n"
+            << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id()))) << ")\n"
             << "step       " << StepCell(*r) << "\n"
             << "checkpoint " << (r->latest_checkpoint_step() >= 0 ? absl::StrCat("step ", r->latest_checkpoint_step()) : "none")
             << (r->resumed_from_step() > 0 ? absl::StrCat("  (resumed from step ", r->resumed_from_step(), ")") : "") << "\n"
@@ -281,18 +286,44 @@ int Cancel(Global& g, const std::string& run_id) {
   return kOk;
 }
 
-// Used by the sbatch script between srun steps: 0 when the coordinator wants another generation.
+// Used by the sbatch script before each srun step: 0, printing the generation the step's trainers
+// will join, when the coordinator wants one (first launch or a restart); 1 once the run ended.
 int AwaitRestart(Global& g, const std::string& run_id) {
   absl::Time deadline = absl::Now() + absl::Minutes(5);
   while (absl::Now() < deadline) {
     auto r = GetRun(g, run_id);
     if (r.ok()) {
       if (Terminal(r->state())) return kFailed;
-      if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING) return kOk;
+      if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING) {
+        std::cout << r->generation() << "\n";
+        return kOk;
+      }
     }
     absl::SleepFor(absl::Milliseconds(500));
   }
   return kFailed;
+}
+
+// Used by the sbatch script after an srun step ended badly: sends srun's account of the first task
+// that failed (or srun's own error) to the coordinator as the generation's root cause.
+int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exit_code, const std::string& srun_log) {
+  absl::StatusOr<std::string> text = ReadFile(srun_log);
+  if (!text.ok()) std::cerr << "dtctl report-step: " << text.status().message() << " (reporting the exit code only)\n";
+  std::optional<v1::ReportErrorRequest> report =
+      StepFailureReport(run_id, generation, exit_code, text.ok() ? *text : "", NodeName());
+  if (!report) return kOk;
+  auto reply = Call(*g.client, &v1::RendezvousService::Stub::ReportError, g.client->rendezvous(), *report,
+                    absl::Seconds(30));
+  if (reply.ok()) {
+    std::cout << "dt: reported to the coordinator: " << PrintableForTerminal(report->message()) << "\n";
+    return kOk;
+  }
+  if (reply.status().code() == absl::StatusCode::kAborted) {
+    // The coordinator had already found the cause (a trainer's report, a heartbeat timeout).
+    std::cout << "dt: " << reply.status().message() << "\n";
+    return kOk;
+  }
+  return Fail(g, reply.status(), "report-step");
 }
 
 }  // namespace
@@ -370,6 +401,15 @@ int main(int argc, char** argv) {
   CLI::App* await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation (used by the sbatch script)");
   await_restart->add_option("run", run_id, "run id")->required();
   await_restart->group("");
+  int64_t step_generation = 0;
+  int step_exit_code = 0;
+  std::string srun_log;
+  CLI::App* report_step = app.add_subcommand("report-step", "report how an srun step ended (used by the sbatch script)");
+  report_step->add_option("run", run_id, "run id")->required();
+  report_step->add_option("--generation", step_generation, "the generation the step ran (await-restart printed it)")->required();
+  report_step->add_option("--exit-code", step_exit_code, "srun's exit code")->required();
+  report_step->add_option("--srun-log", srun_log, "srun's stderr")->required();
+  report_step->group("");
 
   LocalLaunch launch;
   CLI::App* launcher = app.add_subcommand("__launch-local", "internal: the detached local launcher");
@@ -471,5 +511,6 @@ int main(int argc, char** argv) {
   if (checkpoints->parsed()) return Checkpoints(g, run_id);
   if (cancel->parsed()) return Cancel(g, run_id);
   if (await_restart->parsed()) return AwaitRestart(g, run_id);
+  if (report_step->parsed()) return ReportStep(g, run_id, step_generation, step_exit_code, srun_log);
   return kUsage;
 }

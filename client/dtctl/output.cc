@@ -1,5 +1,7 @@
 #include "client/dtctl/output.h"
 
+#include "common/utf8.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -48,7 +50,8 @@ std::string DescribeFailure(const v1::Failure& f) {
   if (f.kind() == v1::Failure::KIND_UNSPECIFIED && f.message().empty()) return "";
   std::string who = f.rank() >= 0 ? absl::StrCat("rank ", f.rank(), " (", f.host().empty() ? "?" : f.host(), ") ") : "";
   std::string type = f.exception_type().empty() ? "" : absl::StrCat(f.exception_type(), ": ");
-  return absl::StrCat(who, v1::Failure::Kind_Name(f.kind()), ": ", type, f.message());
+  // The message and type come from the run's processes: escaped, they cannot drive the terminal.
+  return PrintableForTerminal(absl::StrCat(who, v1::Failure::Kind_Name(f.kind()), ": ", type, f.message()));
 }
 
 nlohmann::json FailureJson(const v1::Failure& f) {
@@ -60,6 +63,7 @@ nlohmann::json FailureJson(const v1::Failure& f) {
           {"step", f.step()},
           {"message", f.message()},
           {"exception_type", f.exception_type()},
+          {"stopped_ranks", std::vector<int>(f.stopped_ranks().begin(), f.stopped_ranks().end())},
           {"time", Iso8601(f.time())}};
 }
 
@@ -75,6 +79,7 @@ nlohmann::json RunJson(const v1::Run& r) {
                      {"step", rank.step()},
                      {"generation", rank.generation()},
                      {"last_heartbeat", Iso8601(rank.last_heartbeat())}});
+    if (rank.has_scheduler_task()) ranks.back()["scheduler_task"] = rank.scheduler_task();
   }
   nlohmann::json failures = nlohmann::json::array();
   for (const auto& f : r.failures()) failures.push_back(FailureJson(f));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/fs.h"
+#include "common/names.h"
 #include "common/subprocess.h"
 
 namespace dt::ctl {
@@ -111,6 +112,7 @@ absl::StatusOr<std::string> SubmitBatch(const std::string& script) {
 }
 
 absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id) {
+  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
   absl::StatusOr<CommandResult> r = RunCommand({"squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"}, absl::Seconds(20));
   if (!r.ok()) return r.status();
   std::string line(absl::StripAsciiWhitespace(r->output));
@@ -132,7 +134,9 @@ absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id) {
 }
 
 absl::Status CancelJob(const std::string& job_id) {
-  absl::StatusOr<CommandResult> r = RunCommand({"scancel", job_id}, absl::Seconds(30));
+  // The id came from the coordinator: checked again here, and after "--" it is never an option.
+  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
+  absl::StatusOr<CommandResult> r = RunCommand({"scancel", "--", job_id}, absl::Seconds(30));
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) return absl::InternalError(absl::StrCat("scancel ", job_id, ": ", r->output));
   return absl::OkStatus();
