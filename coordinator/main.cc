@@ -15,6 +15,7 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/timeout_policy.h"
+#include "common/stop_signals.h"
 #include "common/version.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
@@ -22,6 +23,7 @@
 #include "coordinator/wandb/forwarder.h"
 #include "coordinator/server.h"
 #include "coordinator/state_db.h"
+#include "coordinator/state_dir.h"
 #include "coordinator/timer_queue.h"
 
 namespace {
@@ -110,15 +112,15 @@ int main(int argc, char** argv) {
       std::clamp(options.timeouts.heartbeat_interval / 4, absl::Milliseconds(20), absl::Seconds(1));
 
   // Signals are taken by sigwait in main: block them before any thread starts.
+  dt::BlockStopSignals();
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (absl::Status s = dt::MakeDirs(state_dir); !s.ok()) return Fail(std::string(s.message()));
-  ::chmod(state_dir.c_str(), 0700);
-  absl::StatusOr<std::unique_ptr<dt::StateDb>> db = dt::StateDb::Open(dt::JoinPath(state_dir, "dtcoord.db"));
+  absl::StatusOr<dt::StateDir> held = dt::StateDir::Open(state_dir);
+  if (!held.ok()) return Fail(std::string(held.status().message()));
+  absl::StatusOr<std::unique_ptr<dt::StateDb>> db = dt::StateDb::Open(held->database_path());
   if (!db.ok()) return Fail(std::string(db.status().message()));
   absl::StatusOr<std::string> admin_token = dt::LoadOrCreateAdminToken(state_dir);
   if (!admin_token.ok()) return Fail(std::string(admin_token.status().message()));
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
       dt::CoordinatorServer::Start(&coordinator, &auth, server_options, exporter.get());
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string address = (*server)->address();
+  if (absl::Status s = held->Publish(address); !s.ok()) DT_LOG(Warning) << s.message();
   if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "dtcoord.addr"), address + "\n");
       !s.ok()) {
     DT_LOG(Warning) << s.message();
@@ -179,7 +182,7 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  DT_LOG(Info) << "received " << (sig == SIGTERM ? "SIGTERM" : "SIGINT")
+  DT_LOG(Info) << "received " << dt::SignalName(sig)
                << ": draining in-flight calls (up to 5s)";
   (*server)->Shutdown(absl::Seconds(5));
   forwarder.Stop();

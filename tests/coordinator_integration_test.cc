@@ -485,6 +485,26 @@ TEST(CoordinatorTlsTest, ServesTlsToClientsThatTrustItsCertificate) {
   EXPECT_NE(half->output.find("--tls-key"), std::string::npos) << half->output;
 }
 
+// Two dtcoord on one state dir would each accept runs the other does not know: the second is
+// refused, named the first, and the first serves on.
+TEST(CoordinatorStateDirTest, ASecondCoordinatorOnTheSameStateDirIsRefused) {
+  testing::TempDir tmp;
+  testing::CoordinatorProcess first(tmp.path());
+  auto second = RunCommand({testing::BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
+                            first.state_dir(), "--metrics-listen", "off"},
+                           absl::Seconds(30));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->exit_code, 1) << second->output;
+  EXPECT_NE(second->output.find(absl::StrCat("in use by another dtcoord (pid ", first.process().pid(),
+                                             " serving on ", first.address(), ")")),
+            std::string::npos)
+      << second->output;
+  EXPECT_TRUE(first.process().running());
+  v1::ListRunsRequest list;
+  auto admin = first.AdminClient();
+  EXPECT_TRUE(Call(*admin, &v1::RunService::Stub::ListRuns, admin->runs(), list, absl::Seconds(5)).ok());
+}
+
 // kill -9 of the dtcoord binary: every run is still there after a restart on the same state
 // dir, and the trainers of a running run carry on.
 TEST(CoordinatorRestartTest, KillNineKeepsRunsAndRunningTrainersCarryOn) {
