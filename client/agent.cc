@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -80,18 +81,25 @@ void Agent::ReportProgress(int64_t step, int64_t total_steps) {
 
 void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
   absl::Duration interval = absl::Milliseconds(timeouts().heartbeat_interval_ms());
-  absl::Duration limit = absl::Milliseconds(timeouts().heartbeat_timeout_ms());
+  // Patience with an unreachable coordinator: long enough to ride out its restart.
+  absl::Duration limit = absl::Milliseconds(
+      std::max(timeouts().reconnect_timeout_ms(), timeouts().heartbeat_timeout_ms()));
   absl::Time last_ok = absl::Now();
   v1::HeartbeatRequest request;
   request.set_run_id(options_.run_id);
   request.set_rank(rank());
   request.set_generation(generation());
   request.set_incarnation(incarnation_);
+  bool reconnecting = false;
   while (true) {
     request.set_step(step_.load());
     request.set_total_steps(total_steps_.load());
+    // While the coordinator is away, give each attempt time to connect and handshake with a
+    // coordinator that is just starting on a busy machine (a heartbeat interval can be 200 ms).
+    absl::Duration deadline = reconnecting ? std::max(interval, absl::Seconds(2)) : interval;
     absl::StatusOr<v1::HeartbeatResponse> reply =
-        Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, interval);
+        Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline);
+    reconnecting = !reply.ok();
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {

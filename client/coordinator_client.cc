@@ -52,7 +52,11 @@ absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   // Reconnect quickly after a coordinator restart instead of backing off for up to 2 minutes.
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // gRPC also uses the "min" backoff as each connection attempt's deadline (grpc/grpc#12830): at
+  // 100 ms a handshake with a coordinator that just started, on a busy machine, times out again
+  // and again ("tcp handshaker shutdown") and a rank never gets back; much longer and one attempt
+  // stuck on a dying server's listening socket holds the rank for that long.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1'000);
   if (options.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<CoordinatorClient> client(new CoordinatorClient(options));
   client->channel_ = grpc::CreateCustomChannel(options.address, credentials, args);

@@ -11,7 +11,7 @@ absl::StatusOr<Response> Call(const CoordinatorClient& client,
   std::unique_ptr<grpc::ClientContext> ctx = client.Context(timeout);
   Response response;
   grpc::Status status = (stub.*method)(ctx.get(), request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return FromCallStatus(status);
   return response;
 }
 

@@ -109,7 +109,7 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
   grpc::Status status = writer->Finish();
   absl::MutexLock lock(&mu_);
   in_flight_ = 0;
-  if (!status.ok()) return FromGrpcStatus(status);
+  if (!status.ok()) return FromCallStatus(status);
   // Only what was sent is dropped; points added meanwhile stay queued.
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(taken));
   delivered_ += static_cast<int64_t>(taken);

@@ -104,7 +104,7 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
       mu_.Lock();
       reading_ = false;
       finished_ = true;
-      absl::Status status = FromGrpcStatus(end);
+      absl::Status status = FromCallStatus(end);
       Break(status.ok() ? absl::UnavailableError("the coordinator closed the store stream") : status);
       continue;
     }

@@ -20,6 +20,10 @@ absl::Status ValidateTimeouts(const CoordinatorTimeouts& t) {
   return absl::OkStatus();
 }
 
+// What a coordinator restart may take beyond a heartbeat timeout: the drain, the start, loading
+// every run from SQLite.
+constexpr absl::Duration kCoordinatorRestartAllowance = absl::Seconds(30);
+
 v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
   v1::TimeoutPolicy p;
   p.set_heartbeat_interval_ms(ToMillis(t.heartbeat_interval));
@@ -31,6 +35,7 @@ v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
   p.set_collective_timeout_ms(
       ToMillis(t.hang_timeout + t.heartbeat_timeout + 2 * t.heartbeat_interval));
   p.set_checkpoint_lease_ms(ToMillis(t.hang_timeout));
+  p.set_reconnect_timeout_ms(ToMillis(t.heartbeat_timeout + kCoordinatorRestartAllowance));
   return p;
 }
 

@@ -32,7 +32,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ServiceDeps deps{coordinator, auth, rpc_observer};
   server->services_.push_back(std::make_unique<RunServiceImpl>(deps));
   server->services_.push_back(std::make_unique<RendezvousServiceImpl>(deps));
-  server->services_.push_back(std::make_unique<StoreServiceImpl>(deps));
+  auto store = std::make_unique<StoreServiceImpl>(deps);
+  server->store_service_ = store.get();
+  server->services_.push_back(std::move(store));
   server->services_.push_back(std::make_unique<BarrierServiceImpl>(deps));
   server->services_.push_back(std::make_unique<ExperimentServiceImpl>(deps));
   server->services_.push_back(std::make_unique<CheckpointServiceImpl>(deps));
@@ -69,6 +71,8 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
   coordinator_->Shutdown();
+  store_service_->CloseSessions(
+      absl::UnavailableError("the coordinator is shutting down; retry against its replacement"));
   server_->Shutdown(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
   server_->Wait();

@@ -15,6 +15,8 @@
 
 namespace dt {
 
+class StoreServiceImpl;
+
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
   std::string tls_cert;                     // PEM files; both or neither
@@ -40,6 +42,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
   Coordinator* coordinator_ = nullptr;
   std::vector<std::unique_ptr<grpc::Service>> services_;
+  StoreServiceImpl* store_service_ = nullptr;  // owned by services_
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   bool shut_down_ = false;

@@ -2,6 +2,12 @@
 // codes per RPC) are documented in proto/dt/v1/*.proto.
 #pragma once
 
+#include <functional>
+#include <memory>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
 #include "coordinator/reactors.h"
 #include "dt/v1/barrier.grpc.pb.h"
 #include "dt/v1/checkpoint.grpc.pb.h"
@@ -78,8 +84,21 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
                                     const v1::StoreNumKeysRequest* req,
                                     v1::StoreNumKeysResponse* out) override;
 
+  // Ends every open session with `status` (UNAVAILABLE on shutdown). A session stays open for its
+  // client's life; without this a draining server waits its whole grace period for them while
+  // its listening socket takes connections it never serves.
+  void CloseSessions(const absl::Status& status);
+
+  // Open sessions, each by the function that ends it.
+  struct Sessions {
+    absl::Mutex mu;
+    uint64_t next_id ABSL_GUARDED_BY(mu) = 0;
+    absl::flat_hash_map<uint64_t, std::function<void(const absl::Status&)>> closers ABSL_GUARDED_BY(mu);
+  };
+
  private:
   ServiceDeps deps_;
+  std::shared_ptr<Sessions> sessions_ = std::make_shared<Sessions>();
 };
 
 class BarrierServiceImpl final : public v1::BarrierService::CallbackService {

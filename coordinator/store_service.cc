@@ -21,9 +21,18 @@ v1::StoreStatus ToStoreStatus(const absl::Status& s) {
 // through a shared state that OnDone detaches.
 class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse> {
  public:
-  SessionReactor(const ServiceDeps& deps, grpc::CallbackServerContext* ctx)
-      : deps_(deps), timer_(deps, "StoreSession"), state_(std::make_shared<State>()) {
+  SessionReactor(const ServiceDeps& deps, std::shared_ptr<StoreServiceImpl::Sessions> sessions,
+                 grpc::CallbackServerContext* ctx)
+      : deps_(deps), timer_(deps, "StoreSession"), state_(std::make_shared<State>()), sessions_(std::move(sessions)) {
     state_->reactor = this;
+    {
+      absl::MutexLock lock(&sessions_->mu);
+      session_id_ = sessions_->next_id++;
+      sessions_->closers[session_id_] = [state = state_](const absl::Status& status) {
+        absl::MutexLock lock(&state->mu);
+        if (state->reactor != nullptr) state->reactor->FinishLocked(status);
+      };
+    }
     absl::StatusOr<Principal> who = deps_.auth->Authenticate(*ctx);
     if (!who.ok()) {
       FinishStream(who.status());
@@ -71,6 +80,10 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   void OnCancel() override {}
 
   void OnDone() override {
+    {
+      absl::MutexLock lock(&sessions_->mu);
+      sessions_->closers.erase(session_id_);
+    }
     {
       absl::MutexLock lock(&state_->mu);
       state_->reactor = nullptr;
@@ -247,6 +260,8 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   ServiceDeps deps_;
   RpcTimer timer_;
   std::shared_ptr<State> state_;
+  std::shared_ptr<StoreServiceImpl::Sessions> sessions_;
+  uint64_t session_id_ = 0;
   Principal who_;
   std::shared_ptr<KvStore> store_;
   v1::StoreRequest request_;
@@ -299,7 +314,16 @@ grpc::ServerUnaryReactor* BlockingStoreOp(const ServiceDeps& deps, grpc::Callbac
 
 grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* StoreServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {
-  return new SessionReactor(deps_, ctx);
+  return new SessionReactor(deps_, sessions_, ctx);
+}
+
+void StoreServiceImpl::CloseSessions(const absl::Status& status) {
+  std::vector<std::function<void(const absl::Status&)>> closers;
+  {
+    absl::MutexLock lock(&sessions_->mu);
+    for (auto& [id, close] : sessions_->closers) closers.push_back(close);
+  }
+  for (auto& close : closers) close(status);
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::Set(grpc::CallbackServerContext* ctx,

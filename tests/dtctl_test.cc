@@ -4,6 +4,7 @@
 // cancel.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 
@@ -18,6 +19,7 @@ namespace dt {
 namespace {
 
 using testing::CoordinatorProcess;
+using testing::Subprocess;
 
 class DtctlTest : public ::testing::Test {
  protected:
@@ -186,6 +188,35 @@ TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
   CommandResult cancel = Dtctl({"cancel", run});
   EXPECT_EQ(cancel.exit_code, 0);
   EXPECT_NE(cancel.output.find("already ended SUCCEEDED"), std::string::npos) << cancel.output;
+}
+
+// systemd restarts dtcoord with SIGTERM: while it drains, calls end CANCELLED. A local run, its
+// launcher and a watching dtctl ride the restart out like a kill -9 one: the run goes on. (The
+// default 30 s heartbeat timeout here is 15 s: the ranks' gRPC channels take a few seconds to
+// connect to the new process; see the note on #11.)
+TEST_F(DtctlTest, AGracefulCoordinatorRestartLeavesALocalRunRunning) {
+  CoordinatorProcess coord(tmp_.Sub("graceful-coord"), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s"});
+  std::map<std::string, std::string> env = {{"DT_COORDINATOR", coord.address()}, {"DT_TOKEN", coord.admin_token()}};
+  std::vector<std::string> args = {"submit", "-o", "json", "--name", "graceful", "--save-dir", save_dir_,
+                                   "--nproc-per-node", "2", "--max-restarts", "0", "--omp-threads", "1"};
+  std::vector<std::string> trainer = TrainerArgs(120);
+  args.insert(args.end(), trainer.begin(), trainer.end());
+  std::string run = Json(Dtctl(args, env)).value("run_id", "");
+  ASSERT_FALSE(run.empty());
+  auto status = [&] { return Json(Dtctl({"status", run, "-o", "json"}, env)); };
+  std::string watch_log = JoinPath(tmp_.path(), "watch.log");
+  Subprocess watch({testing::BinaryPath("dtctl"), "watch", run}, env, watch_log);
+  ASSERT_TRUE(testing::WaitFor([&] { return status().value("step", 0) >= 5; }, absl::Minutes(2)));
+  coord.StopAndRestart(SIGTERM);
+  int exit = watch.Wait(absl::Minutes(3));
+  ASSERT_NE(exit, -1) << testing::Slurp(watch_log);
+  EXPECT_TRUE(WIFEXITED(exit) && WEXITSTATUS(exit) == 0) << testing::Slurp(watch_log);
+  nlohmann::json s = status();
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["restarts"], 0) << s;
+  EXPECT_EQ(s["step"], 120);
+  std::string launcher = testing::Slurp(save_dir_ + "/graceful/logs/launcher.log");
+  EXPECT_EQ(launcher.find("refused"), std::string::npos) << launcher;
 }
 
 TEST_F(DtctlTest, KilledTrainerIsRelaunchedAndResumesFromTheLatestCheckpoint) {

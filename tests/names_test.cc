@@ -86,6 +86,8 @@ TEST(TimeoutPolicy, OrderSoTheCoordinatorNamesTheCauseFirst) {
   v1::TimeoutPolicy p = DerivePolicy(t);
   EXPECT_GT(p.collective_timeout_ms(), p.hang_timeout_ms() + p.heartbeat_timeout_ms());
   EXPECT_EQ(p.store_timeout_ms(), p.init_timeout_ms());
+  // A rank rides out a coordinator restart (drain up to 5 s, start, reload) before it gives up.
+  EXPECT_GE(p.reconnect_timeout_ms(), p.heartbeat_timeout_ms() + 30'000);
   t.heartbeat_timeout = absl::Seconds(3);
   EXPECT_FALSE(ValidateTimeouts(t).ok());  // < 2 intervals
   t.heartbeat_timeout = absl::Minutes(20);

@@ -71,9 +71,9 @@ CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::
   Launch("127.0.0.1:0");
 }
 
-void CoordinatorProcess::KillAndRestart() {
-  process_->Signal(SIGKILL);
-  process_->Wait(absl::Seconds(10));
+void CoordinatorProcess::StopAndRestart(int signal) {
+  process_->Signal(signal);
+  if (process_->Wait(absl::Seconds(20)) == -1) throw std::runtime_error("dtcoord did not stop: " + Slurp(log_));
   ::unlink(JoinPath(state_dir_, "dtcoord.addr").c_str());
   Launch(address_);
 }

@@ -2,6 +2,8 @@
 // in-process on a loopback port.
 #pragma once
 
+#include <signal.h>
+
 #include <sys/types.h>
 
 #include <map>
@@ -49,7 +51,10 @@ class CoordinatorProcess {
   CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args = {},
                      std::map<std::string, std::string> env = {});
   // kill -9, then start again on the same state dir and address (trainers reconnect).
-  void KillAndRestart();
+  void KillAndRestart() { StopAndRestart(SIGKILL); }
+  // Sends `signal` (SIGTERM: the graceful drain of a systemd restart), waits for the exit, then
+  // starts again on the same state dir and address.
+  void StopAndRestart(int signal);
   // "host:port" of /metrics, when started with --metrics-listen.
   std::string metrics_address() const;
   ~CoordinatorProcess();

@@ -169,11 +169,12 @@ int Watch(const std::shared_ptr<CoordinatorClient>& client, const std::string& r
       view.Finish();
       return view.run().state() == v1::SUCCEEDED ? 0 : 1;
     }
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE || (status.ok() && got_any)) {
+    absl::Status ended = FromCallStatus(status);
+    if (absl::IsUnavailable(ended) || (status.ok() && got_any)) {
       // The coordinator restarted or is briefly away: keep watching for a minute.
       if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
       if (absl::Now() - unreachable_since > absl::Minutes(1)) {
-        std::cerr << "dtctl: lost the coordinator at " << client->address() << ": " << status.error_message() << std::endl;
+        std::cerr << "dtctl: lost the coordinator at " << client->address() << ": " << ended.message() << std::endl;
         return 3;
       }
       absl::SleepFor(absl::Milliseconds(500));
