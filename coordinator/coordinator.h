@@ -187,6 +187,11 @@ class Coordinator {
                                              RankUse use = RankUse::kRequired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
 
+  // The live, assigned generation in which `rank` is held by `incarnation`: LiveGeneration's
+  // errors, FAILED_PRECONDITION before the rendezvous completed, ABORTED for a replaced process.
+  absl::StatusOr<Generation*> AssignedRank(RunEntry& run, int64_t generation, int rank,
+                                           const std::string& incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+
   // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the
   // generation has no ranks yet or (node and slot) none matches; FAILED_PRECONDITION for a task
   // that holds no rank.

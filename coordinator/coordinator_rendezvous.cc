@@ -399,6 +399,23 @@ absl::StatusOr<int> Coordinator::ReportedRank(RunEntry& run, const v1::ReportErr
   return -1;
 }
 
+absl::StatusOr<Coordinator::Generation*> Coordinator::AssignedRank(RunEntry& run, int64_t generation, int rank,
+                                                                    const std::string& incarnation) {
+  absl::StatusOr<Generation*> live = LiveGeneration(run, generation, rank);
+  if (!live.ok()) return live.status();
+  Generation& g = **live;
+  if (!g.assigned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "generation ", g.number, " of run ", run.stored.run.run_id(), " has not completed rendezvous"));
+  }
+  const v1::RankStatus& status = g.ranks[rank];
+  if (status.incarnation() != incarnation) {
+    return absl::AbortedError(absl::StrCat("rank ", rank, " belongs to incarnation ", status.incarnation(),
+                                           "; this process was replaced"));
+  }
+  return &g;
+}
+
 absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::ReportStoppedRequest& request) {
   if (request.signal() < 1 || request.signal() > 64) {
     return absl::InvalidArgumentError(absl::StrCat("signal must be within 1..64, not ", request.signal()));
@@ -415,18 +432,10 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
   out.set_current_generation(run->gen->number);
   // A victim of a generation that already ended (the launcher stops the others afterwards).
   if (IsTerminal(r.state()) || request.generation() < run->gen->number) return out;
-  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;
-  if (!g.assigned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
-  }
   v1::RankStatus& rank = g.ranks[request.rank()];
-  if (rank.incarnation() != request.incarnation()) {
-    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " belongs to incarnation ",
-                                           rank.incarnation(), "; this process was replaced"));
-  }
   if (rank.state() == v1::RankStatus::ACTIVE) {
     g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
     g.health->Stop(request.rank(), request.signal(), clock_->Now());
@@ -452,18 +461,10 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     out.set_run_state(r.state());
     return out;  // a retry after the last rank left
   }
-  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;
-  if (!g.assigned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
-  }
   v1::RankStatus& rank = g.ranks[request.rank()];
-  if (rank.incarnation() != request.incarnation()) {
-    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " belongs to incarnation ",
-                                           rank.incarnation(), "; this process was replaced"));
-  }
   if (rank.state() != v1::RankStatus::FINISHED) {
     g.health->Heartbeat(request.rank(), request.final_step(), clock_->Now());
     g.health->Finish(request.rank());

@@ -350,6 +350,12 @@ TEST_F(IntegrationTest, WatchStreamsStateChangesUntilTheRunEnds) {
   auto reader = admin_->runs().WatchRun(ctx.get(), req);
   std::vector<v1::RunState> states;
   int metric_events = 0;
+  // The first event is the snapshot as of the watch's start: read it before anything changes the
+  // run (the server may take up the call only after registration began, skipping PENDING).
+  v1::RunEvent first;
+  ASSERT_TRUE(reader->Read(&first));
+  ASSERT_TRUE(first.has_snapshot());
+  states.push_back(first.snapshot().state());
   std::thread consumer([&] {
     v1::RunEvent e;
     while (reader->Read(&e)) {
