@@ -13,6 +13,11 @@
 namespace dt {
 namespace {
 
+// 1..10 decimal digits: a job id or pid part.
+bool IdDigits(absl::string_view s) {
+  return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 bool IsControl(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
 absl::Status Invalid(absl::string_view field, absl::string_view value, absl::string_view rule) {
@@ -116,19 +121,15 @@ absl::Status ValidateMetricName(absl::string_view name) {
 absl::Status ValidateSlurmJobId(absl::string_view id) {
   // "123", an array task "123_4", a heterogeneous component "123+1": what sbatch --parsable and
   // SLURM_JOB_ID give. Anything else would reach scancel/squeue as an argument.
-  auto digits = [](absl::string_view s) {
-    return !s.empty() && s.size() <= 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
   size_t sep = id.find_first_of("_+");
-  bool ok = sep == absl::string_view::npos ? digits(id) : digits(id.substr(0, sep)) && digits(id.substr(sep + 1));
+  bool ok = sep == absl::string_view::npos ? IdDigits(id) : IdDigits(id.substr(0, sep)) && IdDigits(id.substr(sep + 1));
   if (!ok) return Invalid("Slurm job id", id, "expected digits, optionally \"_N\" or \"+N\" (e.g. 1234 or 1234_7)");
   return absl::OkStatus();
 }
 
 absl::Status ValidateLocalJobId(absl::string_view id) {
   absl::string_view pid = id;
-  bool ok = absl::ConsumePrefix(&pid, "local:") && !pid.empty() && pid.size() <= 10 &&
-            std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; });
+  bool ok = absl::ConsumePrefix(&pid, "local:") && IdDigits(pid);
   if (!ok) return Invalid("local job id", id, "expected \"local:\" and the launcher's pid");
   return absl::OkStatus();
 }

@@ -45,6 +45,14 @@ void BlockStopSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+int WaitForStopSignal() {
+  sigset_t set = StopSet();
+  int signal = 0;
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal;
+}
+
 void DieBySignal(int signal) {
   ::signal(signal, SIG_DFL);
   sigset_t one;
@@ -64,10 +72,7 @@ void WatchStopSignals() {
     h.watching = true;
   }
   std::thread([&h] {
-    sigset_t set = StopSet();
-    int signal = 0;
-    while (sigwait(&set, &signal) != 0) {
-    }
+    int signal = WaitForStopSignal();
     {
       // Held until the process ends: a handler uninstalled meanwhile waits, and none runs twice.
       h.mu.Lock();

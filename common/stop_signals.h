@@ -17,6 +17,10 @@ std::string SignalName(int signal);
 // Call first thing in main().
 void BlockStopSignals();
 
+// Blocks the calling thread until SIGTERM or SIGINT arrives (they must be blocked, see above) and
+// returns which.
+int WaitForStopSignal();
+
 // Starts, once per process, a detached thread that waits for SIGTERM or SIGINT, calls the
 // handler installed at that moment (if any) and then ends the process by that signal as it would
 // have without the watcher (a scheduler then sees "Terminated", not an exit code). Call after

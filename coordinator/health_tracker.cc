@@ -69,11 +69,13 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
   // A silent rank first: it explains a hang, and the stops srun makes once one task died.
   std::vector<std::pair<absl::Time, int>> silent;
   int watched = 0;
+  bool some_quiet = false;  // a watched rank quiet for over half the heartbeat timeout
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     const RankHealth& r = ranks_[i];
     if (!r.watched()) continue;
     ++watched;
     if (now - r.last_heartbeat > t.heartbeat_timeout) silent.emplace_back(r.last_heartbeat, i);
+    if (now - r.last_heartbeat > t.heartbeat_timeout / 2) some_quiet = true;
   }
   if (!silent.empty()) {
     std::sort(silent.begin(), silent.end());
@@ -87,10 +89,6 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
   // A stop that nothing else explained within the heartbeat timeout: the stop is the cause —
   // unless a rank has been quiet for over half that timeout: it may have died just after the stop
   // (its last heartbeat was in flight), and its silence is then the cause.
-  bool some_quiet = false;
-  for (const RankHealth& r : ranks_) {
-    if (r.watched() && now - r.last_heartbeat > t.heartbeat_timeout / 2) some_quiet = true;
-  }
   if (!stopped.empty() && !some_quiet && now - stopped.front().when > t.heartbeat_timeout) {
     const StoppedRank& first = stopped.front();
     HealthVerdict v{HealthVerdict::Kind::kStopped, watched == 0 ? -1 : first.rank, ranks_[first.rank].step, {},

@@ -111,12 +111,8 @@ int main(int argc, char** argv) {
   options.health_check_period =
       std::clamp(options.timeouts.heartbeat_interval / 4, absl::Milliseconds(20), absl::Seconds(1));
 
-  // Signals are taken by sigwait in main: block them before any thread starts.
+  // SIGTERM/SIGINT are waited for in main: block them before any thread starts.
   dt::BlockStopSignals();
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
 
   absl::StatusOr<dt::StateDir> held = dt::StateDir::Open(state_dir);
   if (!held.ok()) return Fail(std::string(held.status().message()));
@@ -180,8 +176,7 @@ int main(int argc, char** argv) {
                << absl::FormatDuration(options.timeouts.rendezvous_timeout) << ")"
                << (exporter ? absl::StrCat("; Prometheus metrics on http://", exporter->address(), "/metrics") : "");
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  int sig = dt::WaitForStopSignal();
   DT_LOG(Info) << "received " << dt::SignalName(sig)
                << ": draining in-flight calls (up to 5s)";
   (*server)->Shutdown(absl::Seconds(5));

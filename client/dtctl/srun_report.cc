@@ -78,7 +78,6 @@ std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_i
   report.set_generation(generation);
   report.set_rank(-1);
   report.set_process_exited(true);
-  report.set_host(HostName());
   std::vector<SrunTaskEnd> ends = ParseSrunTaskEnds(srun_stderr);
   if (!ends.empty()) {
     const SrunTaskEnd& first = ends.front();
@@ -86,7 +85,6 @@ std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_i
     // A host list ("n[1-2]") names no one node; the task id alone then finds the rank.
     bool one_node = first.nodes.find_first_of("[,") == std::string::npos;
     if (one_node && ValidateLabel("node", first.nodes).ok()) report.set_node(first.nodes);
-    report.set_host("");
     report.set_message(TruncateUtf8(
         absl::StrCat("srun: task ", first.tasks.front(), " on ", first.nodes, ": ", first.what,
                      " (the first task of the step to end badly; srun ended with code ", exit_code, ")"),
@@ -95,6 +93,7 @@ std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_i
   }
   std::string error = LastSrunError(srun_stderr);
   report.set_node(batch_node);
+  report.set_host(HostName());
   report.set_local_slot(-1);  // srun itself, not one of its tasks
   report.set_message(TruncateUtf8(absl::StrCat("srun ended with code ", exit_code,
                                                 " before any task of the step failed",
