@@ -320,7 +320,7 @@ int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exi
   }
   if (reply.status().code() == absl::StatusCode::kAborted) {
     // The coordinator had already found the cause (a trainer's report, a heartbeat timeout).
-    std::cout << "dt: " << reply.status().message() << "\n";
+    std::cout << "dt: " << PrintableForTerminal(reply.status().message()) << "\n";
     return kOk;
   }
   return Fail(g, reply.status(), "report-step");
