@@ -89,4 +89,20 @@ absl::Status CoordinatorClient::WaitConnected(absl::Duration timeout) const {
                                              " (is dtcoord running? check --coordinator/DT_COORDINATOR)"));
 }
 
+absl::StatusOr<std::vector<v1::MetricRecord>> QueryAllMetrics(CoordinatorClient& client,
+                                                              v1::QueryMetricsRequest request,
+                                                              absl::Duration timeout) {
+  const int32_t wanted = request.limit();  // 0: all
+  std::vector<v1::MetricRecord> out;
+  while (true) {
+    if (wanted > 0) request.set_limit(wanted - static_cast<int32_t>(out.size()));
+    absl::StatusOr<v1::QueryMetricsResponse> page =
+        Call(client, &v1::MetricsService::Stub::QueryMetrics, client.metrics(), request, timeout);
+    if (!page.ok()) return page.status();
+    for (auto& rec : *page->mutable_records()) out.push_back(std::move(rec));
+    if (!page->has_next() || (wanted > 0 && static_cast<int32_t>(out.size()) >= wanted)) return out;
+    *request.mutable_after() = page->next();
+  }
+}
+
 }  // namespace dt

@@ -74,6 +74,12 @@ absl::StatusOr<Response> Call(const CoordinatorClient& client,
                               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                               Stub& stub, const Request& request, absl::Duration timeout);
 
+// Every stored record `request` selects, page after page (its `after` is advanced; a `limit`
+// in it bounds the total). Each page gets `timeout`.
+absl::StatusOr<std::vector<v1::MetricRecord>> QueryAllMetrics(CoordinatorClient& client,
+                                                              v1::QueryMetricsRequest request,
+                                                              absl::Duration timeout);
+
 }  // namespace dt
 
 #include "client/coordinator_client_inl.h"

@@ -54,26 +54,29 @@ std::string Sha256Hex(absl::string_view data) {
   return hash.HexDigest();
 }
 
-absl::StatusOr<std::string> Sha256File(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
+absl::StatusOr<std::string> Sha256Fd(int fd, const std::string& path) {
   Sha256 hash;
   std::vector<char> buffer(4 << 20);
   while (true) {
     ssize_t n = ::read(fd, buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
+      return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
     }
     if (n == 0) break;
     hash.Update(buffer.data(), static_cast<size_t>(n));
   }
-  ::close(fd);
   return hash.HexDigest();
+}
+
+absl::StatusOr<std::string> Sha256File(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  absl::StatusOr<std::string> digest = Sha256Fd(fd, path);
+  ::close(fd);
+  return digest;
 }
 
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {

@@ -19,6 +19,8 @@ std::string Sha256Hex(absl::string_view data);
 
 // Lower-case hex SHA-256 of a file's contents, read in large blocks.
 absl::StatusOr<std::string> Sha256File(const std::string& path);
+// The same from an open descriptor's current offset to its end (`path` only names it in errors).
+absl::StatusOr<std::string> Sha256Fd(int fd, const std::string& path);
 
 // Incremental SHA-256 for writers that hash while they write.
 class Sha256 {

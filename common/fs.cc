@@ -15,8 +15,6 @@
 #include "common/crypto.h"
 
 namespace dt {
-namespace {
-
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err) {
   std::string msg = absl::StrCat("cannot ", what, " ", path, ": ", std::strerror(err));
   if (err == ENOENT) return absl::NotFoundError(msg);
@@ -24,6 +22,8 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int er
   if (err == EACCES || err == EPERM || err == EROFS) return absl::FailedPreconditionError(msg);
   return absl::InternalError(msg);
 }
+
+namespace {
 
 absl::Status FsyncFd(const std::string& path, int flags) {
   int fd = ::open(path.c_str(), flags | O_CLOEXEC);

@@ -12,6 +12,10 @@
 
 namespace dt {
 
+// "cannot <what> <path>: <strerror>" with the code the errno calls for: NOT_FOUND (ENOENT),
+// RESOURCE_EXHAUSTED (ENOSPC, EDQUOT), FAILED_PRECONDITION (EACCES, EPERM, EROFS), else INTERNAL.
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err);
+
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes `contents` to a temporary file beside `path`, fsyncs it, renames it over `path` and

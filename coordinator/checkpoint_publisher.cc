@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -24,7 +23,6 @@
 #include "common/names.h"
 
 namespace dt {
-namespace fs = std::filesystem;
 
 std::string CheckpointDirName(int64_t step) { return absl::StrCat("step-", step); }
 
@@ -42,6 +40,9 @@ std::optional<int64_t> ParseStepDir(const std::string& name) {
   if (CheckpointDirName(step) != name) return std::nullopt;
   return step;
 }
+
+// manifest.json of up to kMaxCheckpointFiles entries stays far below this.
+constexpr size_t kMaxManifestBytes = 16 << 20;
 
 bool IsHex64(const std::string& s) {
   if (s.size() != 64) return false;
@@ -84,17 +85,43 @@ absl::Status ValidateManifest(const v1::Manifest& manifest) {
 
 namespace {
 
+// One manifest file, opened without following a link and checked to be a regular file of the
+// manifest's size. The size and type come from the open descriptor, so what is checked is what
+// is hashed.
+absl::StatusOr<UniqueFd> OpenListedFile(const DirFd& partial, const v1::ManifestFile& f) {
+  std::string path = JoinPath(partial.path(), f.name());
+  absl::StatusOr<UniqueFd> fd = partial.OpenRegularFile(f.name());
+  if (!fd.ok()) {
+    if (absl::IsNotFound(fd.status())) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " listed in the manifest is missing"));
+    }
+    return absl::DataLossError(fd.status().message());
+  }
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return absl::DataLossError(absl::StrCat("cannot stat ", path));
+  if (st.st_size != f.size()) {
+    return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size,
+                                            " bytes on disk but ", f.size(), " in the manifest"));
+  }
+  return fd;
+}
+
 // Hashes the manifest's files on up to one thread per core (the commit waits for this, and so
 // does every rank of the run).
-absl::Status VerifyDigests(const std::string& partial_dir, const v1::Manifest& manifest) {
+absl::Status VerifyDigests(const DirFd& partial, const v1::Manifest& manifest) {
   const int n = manifest.files_size();
   std::vector<absl::Status> results(n);
   std::atomic<int> next{0};
   auto work = [&] {
     for (int i = next++; i < n; i = next++) {
       const v1::ManifestFile& f = manifest.files(i);
-      std::string path = JoinPath(partial_dir, f.name());
-      absl::StatusOr<std::string> digest = Sha256File(path);
+      std::string path = JoinPath(partial.path(), f.name());
+      absl::StatusOr<UniqueFd> fd = OpenListedFile(partial, f);
+      if (!fd.ok()) {
+        results[i] = fd.status();
+        continue;
+      }
+      absl::StatusOr<std::string> digest = Sha256Fd(fd->get(), path);
       if (!digest.ok()) {
         results[i] = absl::DataLossError(digest.status().message());
       } else if (*digest != f.sha256()) {
@@ -114,66 +141,58 @@ absl::Status VerifyDigests(const std::string& partial_dir, const v1::Manifest& m
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const std::string& checkpoints_dir,
-                                                    const std::string& partial_dir,
-                                                    const std::string& final_dir, int64_t step,
-                                                    const v1::Manifest& manifest) {
-  if (absl::Status s = ValidateManifest(manifest); !s.ok()) return s;
-  std::error_code ec;
+// The partial directory must hold the manifest's files and nothing else.
+absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
   std::set<std::string> expected;
   for (const auto& f : manifest.files()) expected.insert(f.name());
-  for (const auto& entry : fs::directory_iterator(partial_dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (!expected.count(name)) {
-      return absl::DataLossError(absl::StrCat("checkpoint directory ", partial_dir, " holds ",
-                                              Quote(name), ", which the manifest does not list"));
+  absl::StatusOr<std::vector<DirFd::Entry>> entries = partial.List();
+  if (!entries.ok()) return absl::DataLossError(entries.status().message());
+  for (const DirFd::Entry& e : *entries) {
+    if (!expected.count(e.name)) {
+      return absl::DataLossError(absl::StrCat("checkpoint directory ", partial.path(), " holds ",
+                                              Quote(e.name), ", which the manifest does not list"));
     }
   }
-  if (ec) {
-    return absl::DataLossError(absl::StrCat("cannot list ", partial_dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints,
+                                                    const std::string& partial_name, int64_t step,
+                                                    const v1::Manifest& manifest) {
+  if (absl::Status s = ValidateManifest(manifest); !s.ok()) return s;
+  absl::StatusOr<DirFd> partial = checkpoints.Sub(partial_name);
+  if (!partial.ok()) {
+    return absl::DataLossError(absl::StrCat("the round's directory is gone or replaced: ",
+                                            partial.status().message()));
   }
+  if (absl::Status s = CheckListing(*partial, manifest); !s.ok()) return s;
   int64_t total = 0;
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : manifest.files()) {
-    std::string path = JoinPath(partial_dir, f.name());
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " listed in the manifest is missing"));
-    }
-    if (st.st_size != f.size()) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size,
-                                              " bytes on disk but ", f.size(), " in the manifest"));
-    }
+    if (absl::StatusOr<UniqueFd> fd = OpenListedFile(*partial, f); !fd.ok()) return fd.status();
     total += f.size();
     files.push_back({{"name", f.name()}, {"size", f.size()}, {"sha256", f.sha256()}});
   }
-  if (absl::Status s = VerifyDigests(partial_dir, manifest); !s.ok()) return s;
+  if (absl::Status s = VerifyDigests(*partial, manifest); !s.ok()) return s;
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   nlohmann::json doc = {{"step", step}, {"files", files}, {"bytes", total}, {"committed_at", now}};
-  if (absl::Status s = WriteFileAtomic(JoinPath(partial_dir, kManifestFile), doc.dump(2) + "\n");
-      !s.ok()) {
-    return s;
+  if (absl::Status s = partial->WriteFileAtomic(kManifestFile, doc.dump(2) + "\n"); !s.ok()) return s;
+  // A directory (or anything else) of the same step from an earlier attempt is moved aside,
+  // then removed.
+  std::string final_name = CheckpointDirName(step);
+  if (checkpoints.Lstat(final_name).ok()) {
+    std::string trash = absl::StrCat(final_name, ".old-", RandomHex(4), ".partial-old");
+    if (absl::Status s = checkpoints.Rename(final_name, trash); !s.ok()) return s;
+    if (absl::Status s = checkpoints.RemoveTree(trash); !s.ok()) DT_LOG(Warning) << s.message();
   }
-  // A directory of the same step from an earlier attempt is moved aside, then removed.
-  if (fs::exists(final_dir, ec)) {
-    std::string trash = absl::StrCat(final_dir, ".old-", RandomHex(4), ".partial-old");
-    if (::rename(final_dir.c_str(), trash.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("cannot move aside ", final_dir, ": ", std::strerror(errno)));
-    }
-    if (absl::Status s = RemoveAll(trash); !s.ok()) DT_LOG(Warning) << s.message();
-  }
-  if (::rename(partial_dir.c_str(), final_dir.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", partial_dir, " to ", final_dir, ": ",
-                                            std::strerror(errno)));
-  }
-  if (absl::Status s = FsyncDir(checkpoints_dir); !s.ok()) return s;
-  std::string link = JoinPath(checkpoints_dir, kLatestLink);
-  if (absl::Status s = ReplaceSymlink(CheckpointDirName(step), link); !s.ok()) return s;
+  if (absl::Status s = checkpoints.Rename(partial_name, final_name); !s.ok()) return s;
+  if (absl::Status s = checkpoints.Fsync(); !s.ok()) return s;
+  if (absl::Status s = checkpoints.ReplaceSymlink(final_name, kLatestLink); !s.ok()) return s;
   v1::CheckpointInfo info;
   info.set_step(step);
-  info.set_path(final_dir);
+  info.set_path(JoinPath(checkpoints.path(), final_name));
   info.set_bytes(total);
   info.set_committed(true);
   info.mutable_committed_at()->set_seconds(static_cast<int64_t>(now));
@@ -181,64 +200,64 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const std::string& checkpoin
   return info;
 }
 
-absl::Status ApplyRetention(const std::string& checkpoints_dir, const std::vector<int64_t>& keep) {
+absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep) {
   std::set<int64_t> kept(keep.begin(), keep.end());
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
-    std::optional<int64_t> step = ParseStepDir(entry.path().filename().string());
-    if (!step || kept.count(*step) || !entry.is_directory()) continue;
-    if (absl::Status s = RemoveAll(entry.path().string()); !s.ok()) return s;
+  absl::StatusOr<std::vector<DirFd::Entry>> entries = checkpoints.List();
+  if (!entries.ok()) return entries.status();
+  for (const DirFd::Entry& e : *entries) {
+    std::optional<int64_t> step = ParseStepDir(e.name);
+    if (!step || kept.count(*step) || e.type != S_IFDIR) continue;
+    if (absl::Status s = checkpoints.RemoveTree(e.name); !s.ok()) return s;
   }
-  if (ec) return absl::InternalError(absl::StrCat("cannot list ", checkpoints_dir, ": ", ec.message()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RemovePartials(const std::string& checkpoints_dir) {
+absl::StatusOr<int> RemovePartials(const DirFd& checkpoints) {
+  absl::StatusOr<std::vector<DirFd::Entry>> entries = checkpoints.List();
+  if (!entries.ok()) return entries.status();
   int removed = 0;
-  std::error_code ec;
-  std::vector<std::string> doomed;
-  for (const auto& entry : fs::directory_iterator(checkpoints_dir, ec)) {
-    std::string name = entry.path().filename().string();
-    if (absl::StrContains(name, ".partial-")) doomed.push_back(entry.path().string());
-  }
-  if (ec && ec != std::errc::no_such_file_or_directory) {
-    return absl::InternalError(absl::StrCat("cannot list ", checkpoints_dir, ": ", ec.message()));
-  }
-  for (const auto& path : doomed) {
-    if (absl::Status s = RemoveAll(path); !s.ok()) return s;
+  for (const DirFd::Entry& e : *entries) {
+    if (!absl::StrContains(e.name, ".partial-")) continue;
+    if (absl::Status s = checkpoints.RemoveTree(e.name); !s.ok()) return s;
     ++removed;
   }
   return removed;
 }
 
-std::optional<v1::CheckpointInfo> FindLatest(const std::string& checkpoints_dir) {
-  std::string link = JoinPath(checkpoints_dir, kLatestLink);
-  char target[4096];
-  ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-  if (n <= 0) return std::nullopt;
-  std::string name(target, static_cast<size_t>(n));
-  std::optional<int64_t> step = ParseStepDir(name);
+std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints) {
+  absl::StatusOr<std::string> name = checkpoints.ReadLink(kLatestLink);
+  if (!name.ok()) return std::nullopt;
+  std::optional<int64_t> step = ParseStepDir(*name);
   if (!step) return std::nullopt;
-  std::string dir = JoinPath(checkpoints_dir, name);
-  absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, kManifestFile));
+  absl::StatusOr<DirFd> dir = checkpoints.Sub(*name);
+  if (!dir.ok()) {
+    DT_LOG(Warning) << "not resuming from what latest names: " << dir.status().message();
+    return std::nullopt;
+  }
+  absl::StatusOr<std::string> text = dir->ReadFile(kManifestFile, kMaxManifestBytes);
   if (!text.ok()) return std::nullopt;
   nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.contains("files") || !doc["files"].is_array()) return std::nullopt;
   int64_t total = 0;
   for (const auto& f : doc["files"]) {
-    if (!f.contains("name") || !f.contains("size") || !f["name"].is_string()) return std::nullopt;
-    struct stat st;
-    std::string path = JoinPath(dir, f["name"].get<std::string>());
-    if (::stat(path.c_str(), &st) != 0 || st.st_size != f["size"].get<int64_t>()) {
-      DT_LOG(Warning) << "checkpoint " << dir << " named by latest does not match its manifest ("
-                      << path << "); not resuming from it";
+    if (!f.contains("name") || !f.contains("size") || !f["name"].is_string() ||
+        !f["size"].is_number_integer()) {
       return std::nullopt;
     }
-    total += st.st_size;
+    std::string file = f["name"].get<std::string>();
+    absl::StatusOr<struct stat> st = ValidatePathComponent(file).ok()
+                                         ? dir->Lstat(file)
+                                         : absl::StatusOr<struct stat>(absl::InvalidArgumentError(file));
+    if (!st.ok() || !S_ISREG(st->st_mode) || st->st_size != f["size"].get<int64_t>()) {
+      DT_LOG(Warning) << "checkpoint " << dir->path() << " named by latest does not match its manifest ("
+                      << Quote(file) << "); not resuming from it";
+      return std::nullopt;
+    }
+    total += st->st_size;
   }
   v1::CheckpointInfo info;
   info.set_step(*step);
-  info.set_path(dir);
+  info.set_path(dir->path());
   info.set_bytes(total);
   info.set_committed(true);
   if (doc.contains("committed_at") && doc["committed_at"].is_number()) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/dir_fd.h"
 #include "dt/v1/checkpoint.pb.h"
 #include "dt/v1/common.pb.h"
 
@@ -24,23 +25,27 @@ std::string PartialDirName(int64_t step, const std::string& nonce);  // "step-<s
 // INVALID_ARGUMENT for a malformed manifest (names with '/', duplicates, bad sizes or digests).
 absl::Status ValidateManifest(const v1::Manifest& manifest);
 
-// Verifies `partial_dir` holds exactly the manifest's files with their sizes and SHA-256 (DATA_LOSS
-// naming the first mismatch), writes manifest.json, renames the directory to `final_dir`, fsyncs,
-// and points `<checkpoints_dir>/latest` at it. Returns the published checkpoint.
-absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const std::string& checkpoints_dir,
-                                                    const std::string& partial_dir,
-                                                    const std::string& final_dir, int64_t step,
+// The functions below work inside a held `checkpoints/` directory and never follow a link in
+// it: a planted link is refused (FAILED_PRECONDITION or DATA_LOSS naming the entry), never read,
+// written through or deleted through.
+
+// Verifies that the partial directory `partial_name` holds exactly the manifest's files, each a
+// regular file with the manifest's size and SHA-256 (DATA_LOSS naming the first mismatch), writes
+// manifest.json, renames the directory to step-<step>, fsyncs, and points `latest` at it.
+// Returns the published checkpoint.
+absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints,
+                                                    const std::string& partial_name, int64_t step,
                                                     const v1::Manifest& manifest);
 
 // Removes every step-<N> directory whose step is not in `keep`.
-absl::Status ApplyRetention(const std::string& checkpoints_dir, const std::vector<int64_t>& keep);
+absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep);
 
-// Removes every *.partial-* directory (nothing reads them; a dead writer leaves them behind).
+// Removes every *.partial-* entry (nothing reads them; a dead writer leaves them behind).
 // Returns how many were removed.
-absl::StatusOr<int> RemovePartials(const std::string& checkpoints_dir);
+absl::StatusOr<int> RemovePartials(const DirFd& checkpoints);
 
 // The checkpoint `latest` names, if it exists and its manifest's sizes match the files (the
 // trainer verifies checksums when it loads). Used when an experiment directory is reused.
-std::optional<v1::CheckpointInfo> FindLatest(const std::string& checkpoints_dir);
+std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints);
 
 }  // namespace dt

@@ -21,6 +21,12 @@
 #include "coordinator/experiment_dir.h"
 
 namespace dt {
+namespace {
+
+constexpr char kRunJsonFile[] = "run.json";
+constexpr size_t kMaxRunJsonBytes = 4 << 20;
+
+}  // namespace
 
 bool IsTerminal(v1::RunState state) {
   return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
@@ -66,6 +72,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
                          StateDb* db)
     : options_(std::move(options)),
       policy_(DerivePolicy(options_.timeouts)),
+      store_budget_(options_.store_bytes_total),
       clock_(clock),
       timers_(timers),
       db_(db) {}
@@ -134,7 +141,8 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
   auto gen = std::make_unique<Generation>(number, spec.nodes(), spec.procs_per_node());
   std::string run_id = run.stored.run.run_id();
   std::string scope = absl::StrCat("run ", run_id, " generation ", number);
-  gen->store = std::make_shared<KvStore>(scope, timers_, options_.max_keys_per_run);
+  gen->store = std::make_shared<KvStore>(
+      scope, timers_, StoreLimits{options_.max_keys_per_run, options_.store_bytes_per_run, &store_budget_});
   RunEntry* entry = &run;
   // Barrier timeouts arrive on the timer thread: the hook finds the run and takes its lock first.
   gen->barriers = std::make_unique<BarrierTable>(
@@ -398,9 +406,10 @@ void Coordinator::WriteRunJson(const RunEntry& run) const {
     }
   }
   doc["ranks"] = hosts;
-  std::string path = JoinPath(r.exp_dir(), "run.json");
-  if (absl::Status s = WriteFileAtomic(path, doc.dump(2) + "\n"); !s.ok()) {
-    DT_LOG(Warning) << "cannot write " << path << ": " << s.message();
+  absl::StatusOr<DirFd> exp = OpenExperimentDir(r.exp_dir(), r.exp_dir_identity());
+  absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, doc.dump(2) + "\n") : exp.status();
+  if (!written.ok()) {
+    DT_LOG(Warning) << "run " << r.run_id() << ": cannot write " << kRunJsonFile << ": " << written.message();
   }
 }
 
@@ -468,13 +477,42 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
 
 }  // namespace
 
+absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
+  std::set<std::string> holders;
+  auto [first, last] = exp_dir_runs_.equal_range(dir.path);
+  for (auto it = first; it != last; ++it) holders.insert(it->second);
+  auto [ifirst, ilast] = exp_dir_inodes_.equal_range({dir.identity.device(), dir.identity.inode()});
+  for (auto it = ifirst; it != ilast; ++it) holders.insert(it->second);
+  for (const std::string& id : holders) {
+    RunPtr other = runs_.at(id);
+    absl::MutexLock lock(&other->mu);
+    const v1::Run& o = other->stored.run;
+    if (IsTerminal(o.state())) continue;
+    std::string spelling = o.exp_dir() == dir.path ? "" : absl::StrCat(" (as ", o.exp_dir(), ")");
+    return absl::AlreadyExistsError(absl::StrCat(
+        "run ", id, " (", StateName(o.state()), ") already uses experiment directory ", dir.path,
+        spelling, "; cancel it (dtctl cancel ", id, ") or choose another --name"));
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::IndexExperimentDir(const v1::Run& r) {
+  exp_dir_runs_.emplace(r.exp_dir(), r.run_id());
+  if (r.has_exp_dir_identity()) {
+    exp_dir_inodes_.emplace(std::make_pair(r.exp_dir_identity().device(), r.exp_dir_identity().inode()),
+                            r.run_id());
+  }
+}
+
 absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
   if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
   v1::RunSpec spec = request_spec;
   if (spec.scheduler() == v1::SCHEDULER_UNSPECIFIED) spec.set_scheduler(v1::LOCAL);
   if (spec.log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED) spec.set_log_strategy(v1::MAIN);
   if (spec.keep_checkpoints() == 0) spec.set_keep_checkpoints(3);
-  std::string exp_dir = JoinPath(spec.save_dir(), spec.experiment_name());
+  // Creating the directory is harmless; nothing inside it is touched before the check below.
+  absl::StatusOr<ExperimentDir> dir = ResolveExperimentDir(spec.save_dir(), spec.experiment_name());
+  if (!dir.ok()) return dir.status();
 
   Deferred deferred;
   absl::MutexLock registry(&registry_mu_);
@@ -495,19 +533,8 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
       }
     }
   }
-  auto [first, last] = exp_dir_runs_.equal_range(exp_dir);
-  for (auto it = first; it != last; ++it) {
-    RunPtr other = runs_.at(it->second);
-    absl::MutexLock lock(&other->mu);
-    if (!IsTerminal(other->stored.run.state())) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "run ", it->second, " (", StateName(other->stored.run.state()),
-          ") already uses experiment directory ", exp_dir, "; cancel it (dtctl cancel ", it->second,
-          ") or choose another --name"));
-    }
-  }
-  absl::StatusOr<ExperimentDir> dir = PrepareExperimentDir(spec.save_dir(), spec.experiment_name());
-  if (!dir.ok()) return dir.status();
+  if (absl::Status s = CheckExperimentDirFree(*dir); !s.ok()) return s;
+  if (absl::Status s = PrepareExperimentDir(*dir); !s.ok()) return s;
 
   auto run = std::make_shared<RunEntry>();
   std::string run_id;
@@ -522,6 +549,7 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   r.set_state(v1::PENDING);
   r.set_world_size(spec.nodes() * spec.procs_per_node());
   r.set_exp_dir(dir->path);
+  *r.mutable_exp_dir_identity() = dir->identity;
   r.set_latest_checkpoint_step(dir->resume ? dir->resume->step() : -1);
   r.set_resumed_from_step(dir->resume ? dir->resume->step() : 0);
   *r.mutable_created_at() = ToProtoTime(clock_->Now());
@@ -533,7 +561,7 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   WriteRunJson(*run);
   runs_.emplace(run_id, run);
   token_to_run_.emplace(run->stored.token_sha256, run_id);
-  exp_dir_runs_.emplace(exp_dir, run_id);
+  IndexExperimentDir(r);
   if (!spec.join_key().empty()) join_keys_[spec.join_key()] = run_id;
   DT_LOG(Info) << "run " << run_id << " (" << spec.experiment_name() << ") submitted: "
                << spec.nodes() << " node(s) x " << spec.procs_per_node() << ", "
@@ -635,7 +663,9 @@ absl::StatusOr<v1::Experiment> Coordinator::GetExperiment(const std::string& run
   out.set_checkpoints_dir(paths.checkpoints_dir);
   out.set_created_by_this_run(!run->stored.resume_from.has_value() && r.resumed_from_step() == 0);
   if (std::optional<v1::CheckpointInfo> latest = Latest(*run)) *out.mutable_resume() = *latest;
-  absl::StatusOr<std::string> json = ReadFile(JoinPath(paths.path, "run.json"));
+  absl::StatusOr<DirFd> exp = OpenExperimentDir(r.exp_dir(), r.exp_dir_identity());
+  if (!exp.ok()) return exp.status();
+  absl::StatusOr<std::string> json = exp->ReadFile(kRunJsonFile, kMaxRunJsonBytes);
   if (json.ok()) out.set_run_json(*json);
   return out;
 }
@@ -722,8 +752,12 @@ absl::Status Coordinator::Load() {
         // The registrations were in flight: trainers retry them against this generation.
         r.set_state(v1::RENDEZVOUS);
       }
-      absl::StatusOr<int> removed = RemovePartials(ExperimentPaths(r.exp_dir()).checkpoints_dir);
-      if (removed.ok() && *removed > 0) {
+      absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(r.exp_dir(), r.exp_dir_identity());
+      absl::StatusOr<int> removed = checkpoints.ok() ? RemovePartials(*checkpoints)
+                                                     : absl::StatusOr<int>(checkpoints.status());
+      if (!removed.ok()) {
+        DT_LOG(Warning) << "run " << r.run_id() << ": " << removed.status().message();
+      } else if (*removed > 0) {
         DT_LOG(Info) << "run " << r.run_id() << ": removed " << *removed
                      << " partial checkpoint directories left by the previous coordinator";
       }
@@ -731,7 +765,7 @@ absl::Status Coordinator::Load() {
     run->observed = std::make_shared<const v1::Run>(Snapshot(*run, true));
     std::string id = r.run_id();
     token_to_run_.emplace(run->stored.token_sha256, id);
-    exp_dir_runs_.emplace(r.exp_dir(), id);
+    IndexExperimentDir(r);
     if (!run->stored.join_key.empty()) join_keys_[run->stored.join_key] = id;
     runs_.emplace(id, std::move(run));
   }

@@ -21,9 +21,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/limits.h"
 #include "common/timeout_policy.h"
 #include "coordinator/barrier_table.h"
 #include "coordinator/clock.h"
+#include "coordinator/experiment_dir.h"
 #include "coordinator/health_tracker.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/observers.h"
@@ -43,7 +45,9 @@ namespace dt {
 
 struct CoordinatorOptions {
   CoordinatorTimeouts timeouts;
-  int64_t max_keys_per_run = 100'000;
+  int64_t max_keys_per_run = kMaxKeysPerRun;
+  int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
+  int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
@@ -128,7 +132,9 @@ class Coordinator {
   // ---- Store and barriers -----------------------------------------------------------------
   // The store of a run's current generation (ABORTED for an old one).
   absl::StatusOr<std::shared_ptr<KvStore>> OpenStore(const v1::StoreScope& scope);
-  absl::Duration StoreTimeout(int64_t timeout_ms) const;
+  // A Get or Wait timeout: 0 is the run's default; INVALID_ARGUMENT outside 0..a week (the
+  // bound Barrier has too).
+  absl::StatusOr<absl::Duration> StoreTimeout(int64_t timeout_ms) const;
   void Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply);
 
   // ---- Checkpoints ------------------------------------------------------------------------
@@ -214,15 +220,21 @@ class Coordinator {
                      absl::StatusOr<v1::CheckpointInfo> result);
   void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
   // Keeps the newest keep_checkpoints committed checkpoints; deletes the others.
-  void ApplyRetentionLocked(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void ApplyRetentionLocked(RunEntry& run, const DirFd& checkpoints) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   void ScheduleHealthCheck();
 
+  // ALREADY_EXISTS when an active run holds `dir` (same canonical path, or the same directory
+  // under another spelling: device and inode).
+  absl::Status CheckExperimentDirFree(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  void IndexExperimentDir(const v1::Run& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+
   CoordinatorStats* stats_ = nullptr;
   const CoordinatorOptions options_;
   const v1::TimeoutPolicy policy_;
+  StoreByteBudget store_budget_;
   const Clock* const clock_;
   TimerQueue* const timers_;
   StateDb* const db_;
@@ -232,6 +244,7 @@ class Coordinator {
   absl::flat_hash_map<std::string, std::string> token_to_run_ ABSL_GUARDED_BY(registry_mu_);
   absl::flat_hash_map<std::string, std::string> join_keys_ ABSL_GUARDED_BY(registry_mu_);
   std::multimap<std::string, std::string> exp_dir_runs_ ABSL_GUARDED_BY(registry_mu_);
+  std::multimap<std::pair<uint64_t, uint64_t>, std::string> exp_dir_inodes_ ABSL_GUARDED_BY(registry_mu_);
   bool shutting_down_ ABSL_GUARDED_BY(registry_mu_) = false;
   uint64_t next_watch_id_ ABSL_GUARDED_BY(registry_mu_) = 1;
   TimerQueue::Id health_timer_ ABSL_GUARDED_BY(registry_mu_) = 0;

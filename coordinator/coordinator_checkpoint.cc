@@ -131,14 +131,21 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
       }
     }
     round->writer_desc = DescribeRank(*run, round->writer);
-    round->checkpoints_dir = ExperimentPaths(r.exp_dir()).checkpoints_dir;
-    round->partial_dir = JoinPath(round->checkpoints_dir, PartialDirName(step, nonce));
-    round->final_dir = JoinPath(round->checkpoints_dir, CheckpointDirName(step));
+    std::string checkpoints_dir = ExperimentPaths(r.exp_dir()).checkpoints_dir;
+    round->partial_name = PartialDirName(step, nonce);
+    round->partial_dir = JoinPath(checkpoints_dir, round->partial_name);
+    round->final_dir = JoinPath(checkpoints_dir, CheckpointDirName(step));
     round->opened = clock_->Now();
     g.round = round;
     g.arriving_step = 0;
-    if (absl::Status s = MakeDirs(round->partial_dir); !s.ok()) {
-      AbortRound(*run, *round, s, deferred);
+    absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(r.exp_dir(), r.exp_dir_identity());
+    absl::Status made = checkpoints.status();
+    if (checkpoints.ok()) {
+      round->checkpoints = std::make_shared<const DirFd>(std::move(*checkpoints));
+      made = round->checkpoints->MakeSub(round->partial_name).status();
+    }
+    if (!made.ok()) {
+      AbortRound(*run, *round, made, deferred);
     } else {
       std::string run_id = r.run_id();
       std::string round_id = round->id;
@@ -215,8 +222,8 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     v1::Manifest manifest = request.manifest();
     std::thread([this, run, round, manifest] {
       absl::Time start = absl::Now();
-      absl::StatusOr<v1::CheckpointInfo> result = VerifyAndPublish(
-          round->checkpoints_dir, round->partial_dir, round->final_dir, round->step, manifest);
+      absl::StatusOr<v1::CheckpointInfo> result =
+          VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest);
       if (result.ok()) {
         DT_LOG(Info) << "run " << run->stored.run.run_id() << ": checkpoint step " << round->step
                      << " verified and published (" << result->bytes() << " bytes, "
@@ -258,7 +265,7 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
     DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
   }
   run->stored.run.set_latest_checkpoint_step(info.step());
-  ApplyRetentionLocked(*run);
+  ApplyRetentionLocked(*run, *round->checkpoints);
   v1::CommitCheckpointResponse out;
   *out.mutable_checkpoint() = info;
   for (auto& [rank, reply] : round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(out));
@@ -280,7 +287,7 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
   Notify(*run, deferred);
 }
 
-void Coordinator::ApplyRetentionLocked(RunEntry& run) {
+void Coordinator::ApplyRetentionLocked(RunEntry& run, const DirFd& checkpoints) {
   auto keep_count = static_cast<size_t>(std::max(1, run.stored.run.spec().keep_checkpoints()));
   auto& list = run.checkpoints;
   while (list.size() > keep_count) {
@@ -293,9 +300,8 @@ void Coordinator::ApplyRetentionLocked(RunEntry& run) {
   for (const auto& c : list) keep.push_back(c.step());
   // A checkpoint this run resumed from stays while fewer than K newer ones exist.
   if (run.stored.resume_from && list.size() < keep_count) keep.push_back(run.stored.resume_from->step());
-  std::string dir = ExperimentPaths(run.stored.run.exp_dir()).checkpoints_dir;
-  if (absl::Status s = ApplyRetention(dir, keep); !s.ok()) {
-    DT_LOG(Warning) << "retention in " << dir << ": " << s.message();
+  if (absl::Status s = ApplyRetention(checkpoints, keep); !s.ok()) {
+    DT_LOG(Warning) << "retention in " << checkpoints.path() << ": " << s.message();
   }
 }
 
@@ -312,7 +318,9 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
                       : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step,
                                                         " aborted: ", cause.message()));
   if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
-  if (absl::Status s = RemoveAll(round.partial_dir); !s.ok()) DT_LOG(Error) << s.message();
+  if (round.checkpoints) {
+    if (absl::Status s = round.checkpoints->RemoveTree(round.partial_name); !s.ok()) DT_LOG(Error) << s.message();
+  }
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
   for (auto& [rank, reply] : round.waiting) {

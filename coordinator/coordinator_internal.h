@@ -18,8 +18,11 @@ struct Coordinator::CheckpointRound {
   int64_t step = 0;
   int writer = 0;
   std::string writer_desc;
-  std::string checkpoints_dir;
-  std::string partial_dir;
+  // checkpoints/ held open for the round: every file operation is relative to it, so a link or
+  // a rename planted meanwhile cannot redirect the commit, the clean-up or the retention.
+  std::shared_ptr<const DirFd> checkpoints;
+  std::string partial_name;
+  std::string partial_dir;  // paths as the writer is told them
   std::string final_dir;
   State state = State::kOpen;
   TimerQueue::Id lease_timer = 0;

@@ -74,19 +74,36 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
 }
 
 absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::QueryMetricsRequest& request) {
-  if (request.limit() < 0) return absl::InvalidArgumentError("limit must not be negative");
+  if (request.limit() < 0 || request.limit() > kMaxMetricRecordsPerQuery) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "limit ", request.limit(), " is outside 0..", kMaxMetricRecordsPerQuery,
+        " (0: one full page); page through longer histories with `after`"));
+  }
   if (!request.name().empty()) {
     if (absl::Status s = ValidateMetricName(request.name()); !s.ok()) return s;
   }
+  if (request.has_after() && !request.after().name().empty()) {
+    if (absl::Status s = ValidateMetricName(request.after().name()); !s.ok()) return s;
+  }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
-  std::optional<int32_t> rank;
-  if (request.has_rank()) rank = request.rank();
-  absl::StatusOr<std::vector<v1::MetricRecord>> records =
-      db_->QueryMetrics(request.run_id(), request.name(), rank, request.from_step(), request.limit());
-  if (!records.ok()) return records.status();
+  StateDb::MetricQuery query;
+  query.run_id = request.run_id();
+  query.name = request.name();
+  if (request.has_rank()) query.rank = request.rank();
+  query.from_step = request.from_step();
+  if (request.has_after()) query.after = request.after();
+  query.limit = request.limit() == 0 ? kMaxMetricRecordsPerQuery : request.limit();
+  absl::StatusOr<StateDb::MetricPage> page = db_->QueryMetrics(query);
+  if (!page.ok()) return page.status();
   v1::QueryMetricsResponse out;
-  for (auto& rec : *records) *out.add_records() = std::move(rec);
+  for (auto& rec : page->records) *out.add_records() = std::move(rec);
+  if (page->more && out.records_size() > 0) {
+    const v1::MetricRecord& last = out.records(out.records_size() - 1);
+    out.mutable_next()->set_step(last.step());
+    out.mutable_next()->set_rank(last.rank());
+    out.mutable_next()->set_name(last.name());
+  }
   return out;
 }
 

@@ -29,8 +29,9 @@ absl::StatusOr<std::shared_ptr<KvStore>> Coordinator::OpenStore(const v1::StoreS
   return (*g)->store;
 }
 
-absl::Duration Coordinator::StoreTimeout(int64_t timeout_ms) const {
-  if (timeout_ms > 0) return absl::Milliseconds(std::min(timeout_ms, kMaxWaitMs));
+absl::StatusOr<absl::Duration> Coordinator::StoreTimeout(int64_t timeout_ms) const {
+  if (absl::Status s = ValidateTimeoutMs(timeout_ms); !s.ok()) return s;
+  if (timeout_ms > 0) return absl::Milliseconds(timeout_ms);
   return absl::Milliseconds(policy_.store_timeout_ms());
 }
 

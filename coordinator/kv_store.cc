@@ -33,11 +33,22 @@ std::string NameKeys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-KvStore::KvStore(std::string scope, TimerQueue* timers, int64_t max_keys)
-    : scope_(std::move(scope)), timers_(timers), max_keys_(max_keys) {}
+bool StoreByteBudget::TryCharge(int64_t bytes) {
+  int64_t used = used_.load(std::memory_order_relaxed);
+  do {
+    if (used + bytes > limit_) return false;
+  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void StoreByteBudget::Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+KvStore::KvStore(std::string scope, TimerQueue* timers, StoreLimits limits)
+    : scope_(std::move(scope)), timers_(timers), limits_(limits) {}
 
 KvStore::~KvStore() {
   absl::MutexLock lock(&mu_);
+  if (limits_.shared != nullptr) limits_.shared->Release(bytes_);
   for (auto& [id, waiter] : waiters_) {
     if (waiter->timer != 0) timers_->Cancel(waiter->timer);
   }
@@ -58,16 +69,42 @@ size_t KvStore::waiting() const {
   return waiters_.size();
 }
 
+absl::Status KvStore::Charge(const std::string& key, int64_t delta) {
+  if (delta <= 0) {
+    bytes_ += delta;
+    if (limits_.shared != nullptr) limits_.shared->Release(-delta);
+    return absl::OkStatus();
+  }
+  if (bytes_ + delta > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "store of ", scope_, " holds ", bytes_, " bytes of keys and values; setting ", Quote(key),
+        " would pass the limit of ", limits_.max_bytes,
+        " bytes per run (dtcoord --store-bytes-per-run); delete keys the run no longer needs"));
+  }
+  if (limits_.shared != nullptr && !limits_.shared->TryCharge(delta)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordinator's stores hold ", limits_.shared->used(), " bytes; setting ", Quote(key),
+        " in ", scope_, " would pass the limit of ", limits_.shared->limit(),
+        " bytes for all runs together (dtcoord --store-bytes-total)"));
+  }
+  bytes_ += delta;
+  return absl::OkStatus();
+}
+
 absl::Status KvStore::Store(const std::string& key, std::string value, Deferred& deferred) {
   auto it = data_.find(key);
   if (it == data_.end()) {
-    if (static_cast<int64_t>(data_.size()) >= max_keys_) {
+    if (static_cast<int64_t>(data_.size()) >= limits_.max_keys) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "store of ", scope_, " holds ", data_.size(), " keys; the limit is ", max_keys_,
+          "store of ", scope_, " holds ", data_.size(), " keys; the limit is ", limits_.max_keys,
           " keys per run (key ", Quote(key), " not added)"));
     }
+    int64_t size = static_cast<int64_t>(key.size() + value.size());
+    if (absl::Status s = Charge(key, size); !s.ok()) return s;
     data_.emplace(key, std::move(value));
   } else {
+    int64_t delta = static_cast<int64_t>(value.size()) - static_cast<int64_t>(it->second.size());
+    if (absl::Status s = Charge(key, delta); !s.ok()) return s;
     it->second = std::move(value);
   }
   // Wake callers waiting for this key.
@@ -245,7 +282,11 @@ absl::StatusOr<bool> KvStore::DeleteKey(const std::string& key) {
   if (absl::Status s = ValidateStoreKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckUsable(); !s.ok()) return s;
-  return data_.erase(key) > 0;
+  auto it = data_.find(key);
+  if (it == data_.end()) return false;
+  (void)Charge(key, -static_cast<int64_t>(key.size() + it->second.size()));
+  data_.erase(it);
+  return true;
 }
 
 absl::StatusOr<int64_t> KvStore::NumKeys() {
@@ -269,6 +310,7 @@ void KvStore::Abort(const absl::Status& cause, Deferred& deferred) {
   waiters_.clear();
   waiters_by_key_.clear();
   data_.clear();
+  (void)Charge("", -bytes_);
 }
 
 }  // namespace dt

@@ -3,6 +3,7 @@
 // they park a Pending that a later set/add/compare-set completes, or a timer expires.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,16 +14,40 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "coordinator/pending.h"
 #include "coordinator/timer_queue.h"
 
 namespace dt {
 
+// Bytes (keys plus values) held by every store of one coordinator, against one limit: a run's
+// own limit bounds one run, this bounds the process.
+class StoreByteBudget {
+ public:
+  explicit StoreByteBudget(int64_t limit) : limit_(limit) {}
+  // Takes `bytes` unless that would pass the limit.
+  bool TryCharge(int64_t bytes);
+  void Release(int64_t bytes);
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t limit() const { return limit_; }
+
+ private:
+  const int64_t limit_;
+  std::atomic<int64_t> used_{0};
+};
+
+struct StoreLimits {
+  int64_t max_keys = kMaxKeysPerRun;
+  int64_t max_bytes = kDefaultStoreBytesPerRun;  // keys plus values of this store
+  StoreByteBudget* shared = nullptr;              // every store's bytes (may be null)
+};
+
 class KvStore : public std::enable_shared_from_this<KvStore> {
  public:
   // `scope` names the store in messages ("run r-… generation 2"). Always held by a shared_ptr:
-  // timers keep a weak reference.
-  KvStore(std::string scope, TimerQueue* timers, int64_t max_keys);
+  // timers keep a weak reference. A set that would pass a limit is refused with
+  // RESOURCE_EXHAUSTED naming it, and nothing changes.
+  KvStore(std::string scope, TimerQueue* timers, StoreLimits limits);
   ~KvStore();
 
   absl::Status Set(const std::string& key, std::string value, Deferred& deferred);
@@ -64,13 +89,17 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
 
   const std::string scope_;
   TimerQueue* const timers_;
-  const int64_t max_keys_;
+  // Charges (or refunds) a change of `delta` bytes against both limits.
+  absl::Status Charge(const std::string& key, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const StoreLimits limits_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::unique_ptr<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::vector<uint64_t>> waiters_by_key_ ABSL_GUARDED_BY(mu_);
   uint64_t next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace dt

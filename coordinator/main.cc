@@ -78,6 +78,17 @@ int main(int argc, char** argv) {
                  "first W&B retry delay; doubles to 60s, with jitter, or as Retry-After says")
       ->capture_default_str();
   app.add_option("--wandb-workers", wandb_workers, "threads posting to W&B")->capture_default_str();
+  dt::CoordinatorOptions options;
+  app.add_option("--store-bytes-per-run", options.store_bytes_per_run,
+                 "most bytes (keys plus values) one run may keep in its store, e.g. 256MiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--store-bytes-total", options.store_bytes_total,
+                 "most bytes every run's store may keep together, e.g. 2GiB")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
   app.add_option("--tls-key", server_options.tls_key, "PEM private key");
   try {
@@ -86,7 +97,6 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  dt::CoordinatorOptions options;
   options.version = dt::kVersion;
   struct {
     const char* flag;

@@ -43,6 +43,9 @@ CREATE TABLE IF NOT EXISTS metric_batches(
   run_id TEXT NOT NULL, rank INTEGER NOT NULL, first_step INTEGER NOT NULL, last_step INTEGER NOT NULL,
   points BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS metric_batches_by_run ON metric_batches(run_id, last_step);
+-- QueryMetrics reads a run's batches in step order and stops early: covering for its filter.
+CREATE INDEX IF NOT EXISTS metric_batches_by_first_step
+  ON metric_batches(run_id, first_step, last_step, rank);
 )sql";
 
 std::string ToJson(const google::protobuf::Message& m) {
@@ -309,60 +312,82 @@ absl::StatusOr<std::vector<LoadedRun>> StateDb::LoadRuns() {
   return runs;
 }
 
-absl::StatusOr<std::vector<v1::MetricRecord>> StateDb::QueryMetrics(const std::string& run_id,
-                                                                    const std::string& name,
-                                                                    std::optional<int32_t> rank,
-                                                                    int64_t from_step, int32_t limit) {
-  // (step, rank, metric names) → the newest point: later batches supersede earlier ones.
-  struct Key {
-    int64_t step;
-    int32_t rank;
-    std::string names;
-    bool operator<(const Key& o) const { return std::tie(step, rank, names) < std::tie(o.step, o.rank, o.names); }
+namespace {
+
+// (step, rank, metric name): the order of the history and the identity of a record.
+using MetricKey = std::tuple<int64_t, int32_t, std::string>;
+
+struct StoredValue {
+  int64_t rowid;  // a later batch supersedes an earlier one
+  double time;
+  double value;
+};
+
+}  // namespace
+
+absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) {
+  const int32_t limit = std::max(q.limit, 1);
+  std::optional<MetricKey> after;
+  if (q.after) after = MetricKey{q.after->step(), q.after->rank(), q.after->name()};
+  const int64_t from_step = std::max(q.from_step, after ? std::get<0>(*after) : q.from_step);
+  std::map<MetricKey, StoredValue> found;
+  int64_t batches_read = 0;
+  // Whether the first limit+1 records all lie before `step`, so no batch starting there matters.
+  auto settled_before = [&](int64_t step) {
+    if (static_cast<int64_t>(found.size()) <= limit) return false;
+    auto it = found.begin();
+    std::advance(it, limit);
+    return std::get<0>(it->first) < step;
   };
-  std::map<Key, v1::MetricPoint> points;
   {
     absl::MutexLock lock(&mu_);
     sqlite3_stmt* st = Prepare(
-        "SELECT rank, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 "
-        "AND (?3 < 0 OR rank = ?3) ORDER BY rowid");
+        "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 "
+        "AND (?3 < 0 OR rank = ?3) ORDER BY first_step, rowid");
     if (st == nullptr) return Error("prepare QueryMetrics");
     StatementReset reset{st};
-    BindText(st, 1, run_id);
+    BindText(st, 1, q.run_id);
     sqlite3_bind_int64(st, 2, from_step);
-    sqlite3_bind_int(st, 3, rank.value_or(-1));
+    sqlite3_bind_int(st, 3, q.rank.value_or(-1));
     v1::MetricBatch batch;
-    std::vector<std::string> names;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      if (settled_before(sqlite3_column_int64(st, 2))) break;
+      int64_t rowid = sqlite3_column_int64(st, 0);
+      int32_t rank = sqlite3_column_int(st, 1);
+      ++batches_read;
       batch.Clear();
-      batch.ParseFromArray(sqlite3_column_blob(st, 1), sqlite3_column_bytes(st, 1));
-      int32_t r = sqlite3_column_int(st, 0);
-      for (auto& p : *batch.mutable_points()) {
+      if (!batch.ParseFromArray(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3))) {
+        return absl::DataLossError(absl::StrCat("a stored metric batch of run ", q.run_id, " is corrupt"));
+      }
+      for (const auto& p : batch.points()) {
         if (p.step() < from_step) continue;
-        if (!name.empty() && !p.values().contains(name)) continue;
-        names.clear();
-        for (const auto& [k, v] : p.values()) names.push_back(k);
-        std::sort(names.begin(), names.end());
-        points[Key{p.step(), r, absl::StrJoin(names, ",")}] = std::move(p);
+        for (const auto& [metric, value] : p.values()) {
+          if (!q.name.empty() && metric != q.name) continue;
+          MetricKey key{p.step(), rank, metric};
+          if (after && !(*after < key)) continue;
+          auto [it, inserted] = found.try_emplace(key, StoredValue{rowid, p.time(), value});
+          if (!inserted && it->second.rowid < rowid) it->second = StoredValue{rowid, p.time(), value};
+        }
       }
     }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("query metrics");
   }
-  std::vector<v1::MetricRecord> out;
-  for (const auto& [key, point] : points) {
-    std::vector<std::pair<std::string, double>> values(point.values().begin(), point.values().end());
-    std::sort(values.begin(), values.end());
-    for (const auto& [metric, value] : values) {
-      if (!name.empty() && metric != name) continue;
-      v1::MetricRecord& rec = out.emplace_back();
-      rec.set_rank(key.rank);
-      rec.set_step(key.step);
-      rec.set_time(point.time());
-      rec.set_name(metric);
-      rec.set_value(value);
-      if (limit > 0 && static_cast<int32_t>(out.size()) >= limit) return out;
+  MetricPage page;
+  page.batches_read = batches_read;
+  for (const auto& [key, stored] : found) {
+    if (static_cast<int32_t>(page.records.size()) == limit) {
+      page.more = true;
+      break;
     }
+    v1::MetricRecord& rec = page.records.emplace_back();
+    rec.set_step(std::get<0>(key));
+    rec.set_rank(std::get<1>(key));
+    rec.set_name(std::get<2>(key));
+    rec.set_time(stored.time);
+    rec.set_value(stored.value);
   }
-  return out;
+  return page;
 }
 
 }  // namespace dt

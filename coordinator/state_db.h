@@ -52,10 +52,23 @@ class StateDb {
                              const std::vector<const v1::MetricPoint*>& points);
 
   absl::StatusOr<std::vector<LoadedRun>> LoadRuns();
-  absl::StatusOr<std::vector<v1::MetricRecord>> QueryMetrics(const std::string& run_id,
-                                                             const std::string& name,
-                                                             std::optional<int32_t> rank,
-                                                             int64_t from_step, int32_t limit);
+  struct MetricQuery {
+    std::string run_id;
+    std::string name;                  // empty: every metric
+    std::optional<int32_t> rank;       // unset: every rank
+    int64_t from_step = 0;
+    std::optional<v1::MetricCursor> after;  // only records after this one
+    int32_t limit = 1;                 // at least 1
+  };
+  // The first `limit` records from `from_step` (and after `after`), in (step, rank, name) order;
+  // `more` tells whether any record follows them. Reads batches in step order and stops once no
+  // unread batch can hold a record among the first `limit`.
+  struct MetricPage {
+    std::vector<v1::MetricRecord> records;
+    bool more = false;
+    int64_t batches_read = 0;  // stored batches decoded for this page
+  };
+  absl::StatusOr<MetricPage> QueryMetrics(const MetricQuery& query);
 
  private:
   explicit StateDb(sqlite3* db);

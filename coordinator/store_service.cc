@@ -131,9 +131,14 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
         if (status.ok() && request_.set().answer_only_on_error()) return;
         break;
       case v1::StoreRequest::kGet: {
+        absl::StatusOr<absl::Duration> timeout = deps_.coordinator->StoreTimeout(request_.get().timeout_ms());
+        if (!timeout.ok()) {
+          status = timeout.status();
+          break;
+        }
         Park();
         std::weak_ptr<State> weak = state_;
-        store_->Get(request_.get().key(), deps_.coordinator->StoreTimeout(request_.get().timeout_ms()),
+        store_->Get(request_.get().key(), *timeout,
                     MakePending<std::string>([weak, id](absl::StatusOr<std::string> v) {
                       v1::StoreResponse r;
                       r.set_id(id);
@@ -168,10 +173,15 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
         break;
       }
       case v1::StoreRequest::kWait: {
+        absl::StatusOr<absl::Duration> timeout = deps_.coordinator->StoreTimeout(request_.wait().timeout_ms());
+        if (!timeout.ok()) {
+          status = timeout.status();
+          break;
+        }
         Park();
         std::weak_ptr<State> weak = state_;
         std::vector<std::string> keys(request_.wait().keys().begin(), request_.wait().keys().end());
-        store_->Wait(keys, deps_.coordinator->StoreTimeout(request_.wait().timeout_ms()),
+        store_->Wait(keys, *timeout,
                      MakePending<Unit>([weak, id](absl::StatusOr<Unit> v) {
                        v1::StoreResponse r;
                        r.set_id(id);
@@ -344,7 +354,9 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* ctx
   return BlockingStoreOp<v1::StoreGetResponse, std::string>(
       deps_, ctx, "StoreGet", req->scope(), out,
       [req, c](KvStore& store, PendingPtr<std::string> p, Deferred& d) {
-        store.Get(req->key(), c->StoreTimeout(req->timeout_ms()), std::move(p), d);
+        absl::StatusOr<absl::Duration> timeout = c->StoreTimeout(req->timeout_ms());
+        if (!timeout.ok()) return d.Complete<std::string>(p, timeout.status());
+        store.Get(req->key(), *timeout, std::move(p), d);
       },
       [](std::string v) {
         v1::StoreGetResponse r;
@@ -402,7 +414,9 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Wait(grpc::CallbackServerContext* ct
       deps_, ctx, "StoreWait", req->scope(), out,
       [req, c](KvStore& store, PendingPtr<Unit> p, Deferred& d) {
         std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-        store.Wait(keys, c->StoreTimeout(req->timeout_ms()), std::move(p), d);
+        absl::StatusOr<absl::Duration> timeout = c->StoreTimeout(req->timeout_ms());
+        if (!timeout.ok()) return d.Complete<Unit>(p, timeout.status());
+        store.Wait(keys, *timeout, std::move(p), d);
       },
       [](Unit) { return v1::StoreWaitResponse(); });
 }

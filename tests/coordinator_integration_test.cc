@@ -511,6 +511,56 @@ TEST(CoordinatorStateDirTest, ASecondCoordinatorOnTheSameStateDirIsRefused) {
   EXPECT_TRUE(Call(*admin, &v1::RunService::Stub::ListRuns, admin->runs(), list, absl::Seconds(5)).ok());
 }
 
+// The store's byte limits, set by dtcoord's flags, and Get/Wait timeouts, over real gRPC.
+TEST(CoordinatorStoreLimitsTest, StoreBytesAndWaitTimeoutsAreBoundedOverTheWire) {
+  testing::TempDir tmp;
+  testing::CoordinatorProcess coord(tmp.path(), {"--store-bytes-per-run", "10MiB", "--store-bytes-total", "12MiB"});
+  std::string save = tmp.Sub("runs");
+  auto a = coord.Submit(testing::MakeSpec("a", save, 1, 1));
+  auto b = coord.Submit(testing::MakeSpec("b", save, 1, 1));
+  auto admin = coord.AdminClient();
+  auto set = [&](const v1::SubmitRunResponse& run, const std::string& key) {
+    v1::StoreSetRequest req;
+    req.mutable_scope()->set_run_id(run.run_id());
+    req.mutable_scope()->set_rank(-1);
+    req.set_key(key);
+    req.set_value(std::string(4 << 20, 'v'));
+    return Call(*admin, &v1::StoreService::Stub::Set, admin->store(), req, absl::Seconds(10)).status();
+  };
+  ASSERT_TRUE(set(a, "k0").ok());
+  ASSERT_TRUE(set(a, "k1").ok());
+  absl::Status per_run = set(a, "k2");
+  EXPECT_EQ(per_run.code(), absl::StatusCode::kResourceExhausted) << per_run;
+  EXPECT_NE(per_run.message().find("10485760 bytes per run (dtcoord --store-bytes-per-run)"), std::string::npos)
+      << per_run;
+  absl::Status total = set(b, "k0");
+  EXPECT_EQ(total.code(), absl::StatusCode::kResourceExhausted) << total;
+  EXPECT_NE(total.message().find("--store-bytes-total"), std::string::npos) << total;
+  v1::StoreDeleteKeyRequest del;
+  del.mutable_scope()->set_run_id(a.run_id());
+  del.mutable_scope()->set_rank(-1);
+  del.set_key("k0");
+  ASSERT_TRUE(Call(*admin, &v1::StoreService::Stub::DeleteKey, admin->store(), del, absl::Seconds(5)).ok());
+  EXPECT_TRUE(set(b, "k0").ok());
+
+  for (int64_t bad : {int64_t{-5}, int64_t{1} << 62}) {
+    v1::StoreGetRequest get;
+    get.mutable_scope()->set_run_id(a.run_id());
+    get.mutable_scope()->set_rank(-1);
+    get.set_key("k1");
+    get.set_timeout_ms(bad);
+    auto got = Call(*admin, &v1::StoreService::Stub::Get, admin->store(), get, absl::Seconds(5));
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << got.status();
+    EXPECT_NE(got.status().message().find("timeout_ms must be within"), std::string::npos) << got.status();
+    v1::StoreWaitRequest wait;
+    *wait.mutable_scope() = get.scope();
+    wait.add_keys("k1");
+    wait.set_timeout_ms(bad);
+    auto waited = Call(*admin, &v1::StoreService::Stub::Wait, admin->store(), wait, absl::Seconds(5));
+    EXPECT_EQ(waited.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << waited.status();
+  }
+}
+
 // kill -9 of the dtcoord binary: every run is still there after a restart on the same state
 // dir, and the trainers of a running run carry on.
 TEST(CoordinatorRestartTest, KillNineKeepsRunsAndRunningTrainersCarryOn) {

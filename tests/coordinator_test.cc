@@ -809,6 +809,48 @@ TEST_F(CheckpointRoundTest, ANewRunInTheSameDirectoryResumesFromLatest) {
   EXPECT_EQ(assigned[0].resume().step(), 10);
 }
 
+TEST_F(CheckpointRoundTest, AnotherSpellingOfTheDirectoryIsRefusedAndTheOpenRoundSurvives) {
+  v1::BeginCheckpointResponse round = Begin(10);
+  WriteFiles(round.partial_dir(), "in flight");
+  std::string link = tmp_.path() + "/runs-link";
+  fs::create_directory_symlink(save_dir_, link);
+  for (const std::string& spelling : {link, save_dir_ + "/", link + "/"}) {
+    auto other = coord_->SubmitRun(testing::MakeSpec("ckpt", spelling, 1, 2));
+    EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists) << spelling << ": " << other.status();
+    EXPECT_NE(other.status().message().find(run_), std::string::npos) << other.status();
+  }
+  auto dotted = coord_->SubmitRun(testing::MakeSpec("ckpt", save_dir_ + "/.", 1, 2));
+  EXPECT_EQ(dotted.status().code(), absl::StatusCode::kInvalidArgument) << dotted.status();
+  EXPECT_TRUE(fs::is_directory(round.partial_dir()));  // no submit cleaned up the live round
+}
+
+TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedForALinkToAnotherExperimentIsNotTouched) {
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "mine"));
+  // Another experiment with checkpoints retention would delete if it followed the link.
+  std::string victim = tmp_.Sub("victim/checkpoints");
+  for (int step : {1, 2, 3}) fs::create_directories(victim + "/step-" + std::to_string(step));
+  fs::create_directory_symlink("step-3", victim + "/latest");
+  fs::rename(ckpt_dir(), save_dir_ + "/ckpt/checkpoints.real");
+  fs::create_directory_symlink(victim, ckpt_dir());
+  Reply<v1::BeginCheckpointResponse> b0, b1;
+  v1::BeginCheckpointRequest req;
+  req.set_run_id(run_);
+  req.set_generation(0);
+  req.set_step(20);
+  req.set_rank(0);
+  coord_->BeginCheckpoint(req, b0.pending());
+  req.set_rank(1);
+  coord_->BeginCheckpoint(req, b1.pending());
+  ASSERT_TRUE(b0.WaitFor() && b1.WaitFor());
+  EXPECT_EQ(b0.value.status().code(), absl::StatusCode::kAborted) << b0.value.status();
+  EXPECT_NE(b0.value.status().message().find("symbolic link"), std::string::npos) << b0.value.status();
+  for (int step : {1, 2, 3}) EXPECT_TRUE(fs::is_directory(victim + "/step-" + std::to_string(step)));
+  EXPECT_EQ(fs::read_symlink(victim + "/latest").string(), "step-3");
+  for (const auto& e : fs::directory_iterator(victim)) {
+    EXPECT_EQ(e.path().filename().string().find("partial"), std::string::npos) << e.path();
+  }
+}
+
 // ---- Persistence ----------------------------------------------------------------------------
 
 TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {

@@ -10,7 +10,9 @@ class KvStoreTest : public ::testing::Test {
  protected:
   FakeClock clock_;
   TimerQueue timers_{&clock_};
-  std::shared_ptr<KvStore> store_ = std::make_shared<KvStore>("run r-test generation 0", &timers_, 5);
+  StoreByteBudget budget_{16 << 20};
+  std::shared_ptr<KvStore> store_ =
+      std::make_shared<KvStore>("run r-test generation 0", &timers_, StoreLimits{5, 1000, &budget_});
 
   template <typename T>
   PendingPtr<T> Capture(std::optional<absl::StatusOr<T>>* out) {
@@ -133,7 +135,10 @@ TEST_F(KvStoreTest, LimitsAreEnforcedAndNamed) {
   absl::Status big = store_->Set("big", std::string((4 << 20) + 1, 'x'), d);
   EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.message().find("4 MiB"), std::string::npos);
-  EXPECT_TRUE(store_->Set("fits", std::string(4 << 20, 'x'), d).ok());
+  auto roomy = std::make_shared<KvStore>("run r-roomy generation 0", &timers_, StoreLimits{5, 8 << 20, &budget_});
+  EXPECT_TRUE(roomy->Set("fits", std::string(4 << 20, 'x'), d).ok());
+  roomy.reset();
+  EXPECT_TRUE(store_->Set("fits", "x", d).ok());
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Set("k" + std::to_string(i), "v", d).ok());
   absl::Status full = store_->Set("one-too-many", "v", d);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
@@ -153,6 +158,45 @@ TEST_F(KvStoreTest, AbortFailsWaitersAndLaterCalls) {
   Deferred d;
   EXPECT_EQ(store_->Set("k", "v", d).code(), absl::StatusCode::kAborted);
   EXPECT_NE(store_->NumKeys().status().message().find("rank 1 died"), std::string::npos);
+}
+
+TEST_F(KvStoreTest, ARunsBytesAreBoundedAndARefusedSetChangesNothing) {
+  Deferred d;
+  ASSERT_TRUE(store_->Set("a", std::string(600, 'x'), d).ok());  // 601 bytes with its key
+  absl::Status over = store_->Set("b", std::string(400, 'y'), d);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_NE(over.message().find("1000 bytes per run"), std::string::npos) << over;
+  EXPECT_NE(over.message().find("--store-bytes-per-run"), std::string::npos) << over;
+  EXPECT_FALSE(*store_->Check({"b"}));
+  // Growing an existing value counts only the growth; a refused one keeps the old value.
+  EXPECT_EQ(store_->Set("a", std::string(1000, 'z'), d).code(), absl::StatusCode::kResourceExhausted);
+  std::optional<absl::StatusOr<std::string>> got;
+  store_->Get("a", absl::Seconds(1), Capture(&got), d);
+  d.RunNow();
+  EXPECT_EQ(got->value(), std::string(600, 'x'));
+  // Shrinking and deleting give the bytes back.
+  ASSERT_TRUE(store_->Set("a", "small", d).ok());
+  ASSERT_TRUE(store_->Set("b", std::string(400, 'y'), d).ok());
+  ASSERT_TRUE(*store_->DeleteKey("b"));
+  ASSERT_TRUE(store_->Set("c", std::string(900, 'w'), d).ok());
+  EXPECT_EQ(budget_.used(), 6 + 901);
+}
+
+TEST_F(KvStoreTest, EveryRunTogetherIsBoundedAndAnEndedGenerationGivesItsBytesBack) {
+  StoreByteBudget shared(1500);
+  auto first = std::make_shared<KvStore>("run r-1 generation 0", &timers_, StoreLimits{100, 1000, &shared});
+  auto second = std::make_shared<KvStore>("run r-2 generation 0", &timers_, StoreLimits{100, 1000, &shared});
+  Deferred d;
+  ASSERT_TRUE(first->Set("k", std::string(899, 'a'), d).ok());
+  absl::Status over = second->Set("k", std::string(899, 'b'), d);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_NE(over.message().find("all runs together"), std::string::npos) << over;
+  EXPECT_NE(over.message().find("--store-bytes-total"), std::string::npos) << over;
+  first->Abort(absl::AbortedError("generation 0 ended"), d);
+  EXPECT_EQ(shared.used(), 0);
+  EXPECT_TRUE(second->Set("k", std::string(899, 'b'), d).ok());
+  second.reset();  // a store dropped without an abort gives its bytes back too
+  EXPECT_EQ(shared.used(), 0);
 }
 
 }  // namespace

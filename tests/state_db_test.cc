@@ -67,14 +67,96 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
   EXPECT_EQ(r.failures[0].message(), "boom");
   ASSERT_EQ(r.checkpoints.size(), 1u);
   EXPECT_EQ(r.checkpoints[0].step(), 20);
-  auto loss = (*db)->QueryMetrics("r-0000000000000001", "loss", std::nullopt, 0, 0);
+  auto query = [&](const std::string& name, std::optional<int32_t> rank) {
+    StateDb::MetricQuery q;
+    q.run_id = "r-0000000000000001";
+    q.name = name;
+    q.rank = rank;
+    q.limit = 100;
+    return (*db)->QueryMetrics(q);
+  };
+  auto loss = query("loss", std::nullopt);
   ASSERT_TRUE(loss.ok());
-  ASSERT_EQ(loss->size(), 1u);
-  EXPECT_EQ((*loss)[0].value(), 2.25);
-  EXPECT_EQ((*loss)[0].rank(), 1);
-  auto all = (*db)->QueryMetrics("r-0000000000000001", "", std::nullopt, 0, 0);
-  EXPECT_EQ(all->size(), 2u);
-  EXPECT_TRUE((*db)->QueryMetrics("r-0000000000000001", "", 0, 0, 0)->empty());
+  ASSERT_EQ(loss->records.size(), 1u);
+  EXPECT_EQ(loss->records[0].value(), 2.25);
+  EXPECT_EQ(loss->records[0].rank(), 1);
+  EXPECT_FALSE(loss->more);
+  EXPECT_EQ(query("", std::nullopt)->records.size(), 2u);
+  EXPECT_TRUE(query("", 0)->records.empty());
+}
+
+// Many batches of two ranks, steps 0..n-1, each batch covering 10 steps of one rank.
+void FillHistory(StateDb& db, const std::string& run, int steps) {
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int first = 0; first < steps; first += 10) {
+      std::vector<v1::MetricPoint> points(10);
+      std::vector<const v1::MetricPoint*> ptrs;
+      for (int i = 0; i < 10; ++i) {
+        points[i].set_step(first + i);
+        (*points[i].mutable_values())["loss"] = 100.0 - first - i;
+        (*points[i].mutable_values())["lr"] = 0.001;
+        ptrs.push_back(&points[i]);
+      }
+      ASSERT_TRUE(db.AppendMetrics(run, rank, ptrs).ok());
+    }
+  }
+}
+
+TEST(StateDb, MetricPagesFollowEachOtherInStepRankNameOrderWithNothingLostOrRepeated) {
+  testing::TempDir tmp;
+  auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
+  ASSERT_TRUE(db.ok());
+  ASSERT_NO_FATAL_FAILURE(FillHistory(**db, "r-1", 50));
+  StateDb::MetricQuery q;
+  q.run_id = "r-1";
+  q.limit = 7;
+  std::vector<std::tuple<int64_t, int32_t, std::string>> seen;
+  for (int page = 0; page < 100; ++page) {
+    auto got = (*db)->QueryMetrics(q);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (const auto& r : got->records) seen.emplace_back(r.step(), r.rank(), r.name());
+    if (!got->more) break;
+    v1::MetricCursor after;
+    after.set_step(got->records.back().step());
+    after.set_rank(got->records.back().rank());
+    after.set_name(got->records.back().name());
+    q.after = after;
+  }
+  ASSERT_EQ(seen.size(), 50u * 2 * 2);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(seen.front(), std::make_tuple(int64_t{0}, 0, std::string("loss")));
+  EXPECT_EQ(seen.back(), std::make_tuple(int64_t{49}, 1, std::string("lr")));
+}
+
+TEST(StateDb, ASmallLimitReadsOnlyTheBatchesItNeeds) {
+  // A long history: 2 ranks × 2,000 batches.
+  testing::TempDir tmp;
+  auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
+  ASSERT_TRUE(db.ok());
+  ASSERT_NO_FATAL_FAILURE(FillHistory(**db, "r-1", 20'000));
+  v1::MetricPoint resent;
+  resent.set_step(0);
+  (*resent.mutable_values())["loss"] = -1;  // re-logged later: the newest value wins
+  ASSERT_TRUE((*db)->AppendMetrics("r-1", 0, {&resent}).ok());
+  StateDb::MetricQuery q;
+  q.run_id = "r-1";
+  q.name = "loss";
+  q.limit = 1;
+  auto first = (*db)->QueryMetrics(q);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->records.size(), 1u);
+  EXPECT_EQ(first->records[0].step(), 0);
+  EXPECT_EQ(first->records[0].value(), -1);
+  EXPECT_TRUE(first->more);
+  // Rank 0's and rank 1's first batches, the re-logged one, and the one that ends the read.
+  EXPECT_LE(first->batches_read, 4);
+  q.from_step = 19'999;
+  q.rank = 1;
+  auto last = (*db)->QueryMetrics(q);
+  ASSERT_EQ(last->records.size(), 1u);
+  EXPECT_EQ(last->records[0].value(), 100.0 - 19'999);
+  EXPECT_FALSE(last->more);
 }
 
 }  // namespace

@@ -139,9 +139,9 @@ std::vector<v1::MetricRecord> CoordinatorProcess::Metrics(const std::string& run
   req.set_run_id(run_id);
   req.set_name(metric);
   if (rank) req.set_rank(*rank);
-  auto r = Call(*admin, &v1::MetricsService::Stub::QueryMetrics, admin->metrics(), req, absl::Seconds(30));
+  auto r = QueryAllMetrics(*admin, req, absl::Seconds(30));
   if (!r.ok()) throw std::runtime_error(r.status().ToString());
-  return std::vector<v1::MetricRecord>(r->records().begin(), r->records().end());
+  return *r;
 }
 
 std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index) {

@@ -220,20 +220,20 @@ int Metrics(Global& g, const std::string& run_id, const std::string& key, std::o
   req.set_run_id(run_id);
   req.set_name(key);
   if (rank) req.set_rank(*rank);
-  auto m = Call(*g.client, &v1::MetricsService::Stub::QueryMetrics, g.client->metrics(), req, absl::Seconds(60));
-  if (!m.ok()) return Fail(g, m.status(), absl::StrCat("metrics of ", run_id));
+  absl::StatusOr<std::vector<v1::MetricRecord>> records = QueryAllMetrics(*g.client, req, absl::Seconds(60));
+  if (!records.ok()) return Fail(g, records.status(), absl::StrCat("metrics of ", run_id));
   if (g.output == "json") {
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& rec : m->records()) all.push_back(MetricJson(rec));
+    for (const auto& rec : *records) all.push_back(MetricJson(rec));
     PrintJson(all);
   } else if (g.output == "csv") {
     std::cout << "step,rank,name,value,time\n";
-    for (const auto& rec : m->records()) {
+    for (const auto& rec : *records) {
       std::cout << absl::StrFormat("%d,%d,%s,%.17g,%.6f\n", rec.step(), rec.rank(), rec.name(), rec.value(), rec.time());
     }
   } else {
     std::vector<std::vector<std::string>> rows;
-    for (const auto& rec : m->records()) {
+    for (const auto& rec : *records) {
       rows.push_back({absl::StrCat(rec.step()), absl::StrCat(rec.rank()), rec.name(), absl::StrFormat("%.6g", rec.value())});
     }
     std::cout << Table({"STEP", "RANK", "NAME", "VALUE"}, rows);
