@@ -189,7 +189,7 @@ absl::Status Agent::AbortCheckpoint(const std::string& round_id, const std::stri
 }
 
 absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type,
-                                const std::string& stack, int64_t step) {
+                                const std::string& stack, int64_t step, bool fatal) {
   v1::ReportErrorRequest request;
   request.set_run_id(options_.run_id);
   request.set_generation(generation());
@@ -202,6 +202,7 @@ absl::Status Agent::ReportError(const std::string& message, const std::string& e
   request.set_exception_type(exception_type);
   request.set_stack(stack);
   request.set_step(step);
+  request.set_fatal(fatal);
   return RetryUnavailable(absl::Now() + absl::Seconds(10), [&](absl::Duration left) {
            return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
                        request, left);

@@ -66,8 +66,9 @@ class Agent {
   absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id,
                                                       const v1::Manifest* manifest);
   absl::Status AbortCheckpoint(const std::string& round_id, const std::string& reason);
+  // `fatal`: restarting cannot help (full disk, bad configuration); the run fails now.
   absl::Status ReportError(const std::string& message, const std::string& exception_type,
-                           const std::string& stack, int64_t step);
+                           const std::string& stack, int64_t step, bool fatal = false);
   // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
   // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
   absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);

@@ -318,6 +318,11 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   *r.mutable_reason() = failure;
   if (cancelled) {
     SetState(run, v1::CANCELLED, deferred);
+  } else if (failure.fatal()) {
+    DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of "
+                 << r.spec().max_restarts() << " restarts spent): rank " << failure.rank()
+                 << " reported that restarting cannot help";
+    SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of "

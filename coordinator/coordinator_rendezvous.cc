@@ -354,6 +354,7 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
   failure.set_message(Truncate(request.message()));
   failure.set_exception_type(Truncate(request.exception_type()));
   failure.set_stack(Truncate(request.stack()));
+  failure.set_fatal(request.fatal());
   absl::StatusOr<int> rank = ReportedRank(*run, request);
   if (!rank.ok()) return rank.status();
   if (*rank >= 0) {

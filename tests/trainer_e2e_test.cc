@@ -4,7 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cmath>
 #include <filesystem>
@@ -12,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/crypto.h"
 #include "common/fs.h"
 #include "tests/test_util.h"
 
@@ -277,6 +285,64 @@ TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {
   EXPECT_EQ(s.reason().rank(), 0);
   EXPECT_NE(s.reason().message().find("was stopped by SIGTERM"), std::string::npos) << s.reason().message();
   EXPECT_EQ(s.ranks(0).state(), v1::RankStatus::FAILED);
+}
+
+// A checkpoint file system that fills up mid-run: the round aborts cleanly (no SIGABRT from
+// torch's writer), the run fails at once with its restarts unspent, the failure names the full
+// disk and the file, and `latest` still names a complete checkpoint that verifies.
+TEST_F(TrainerE2ETest, AFullDiskStopsTheRunWithTheCauseNamedAndLatestIntact) {
+  std::string small = tmp_.Sub("small-fs");
+  if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=64m,mode=0755") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root with CAP_SYS_ADMIN";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{small};
+  auto run = coord_.Submit(testing::MakeSpec("full", small, 1, 2, /*max_restarts=*/2));
+  auto procs = Start(run, 2, {"--max-steps", "100000", "--ckpt-freq", "2", "--batch-size", "2", "--eval-split", "0"});
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(run.run_id()).latest_checkpoint_step() >= 2; },
+                               absl::Minutes(2)))
+      << testing::Slurp(Log(run, 0));
+  // Fill the file system, leaving 64 KiB: the next checkpoint cannot fit.
+  struct statvfs fs;
+  ASSERT_EQ(::statvfs(small.c_str(), &fs), 0);
+  int64_t free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  int ballast = ::open((small + "/ballast").c_str(), O_WRONLY | O_CREAT, 0600);
+  ASSERT_GE(ballast, 0);
+  ASSERT_EQ(::posix_fallocate(ballast, 0, free_bytes - (64 << 10)), 0);
+  ::close(ballast);
+
+  for (size_t i = 0; i < procs.size(); ++i) {
+    int status = procs[i]->Wait(absl::Minutes(2));
+    ASSERT_NE(status, -1) << testing::Slurp(Log(run, i));
+    EXPECT_TRUE(WIFEXITED(status)) << "rank " << i << " died by signal " << WTERMSIG(status) << "\n"
+                                   << testing::Slurp(Log(run, i));
+  }
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(run.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
+  v1::Run s = coord_.GetRun(run.run_id());
+  EXPECT_EQ(s.restarts(), 0);  // two were allowed; a restart would meet the same full disk
+  EXPECT_TRUE(s.reason().fatal());
+  EXPECT_EQ(s.reason().rank(), 0);
+  EXPECT_EQ(s.reason().exception_type(), "StorageFullError");
+  EXPECT_NE(s.reason().message().find("no space left on device writing " + small + "/full/checkpoints/step-"),
+            std::string::npos)
+      << s.reason().message();
+  // `latest` names a complete checkpoint whose files match its manifest.
+  std::string ckpts = small + "/full/checkpoints";
+  std::string latest = std::filesystem::read_symlink(ckpts + "/latest").string();
+  EXPECT_EQ(latest, absl::StrCat("step-", s.latest_checkpoint_step()));
+  nlohmann::json manifest = nlohmann::json::parse(testing::Slurp(ckpts + "/" + latest + "/manifest.json"), nullptr, false);
+  ASSERT_TRUE(manifest.contains("files")) << manifest;
+  ASSERT_EQ(manifest["files"].size(), 4u);
+  for (const auto& f : manifest["files"]) {
+    auto digest = Sha256File(ckpts + "/" + latest + "/" + f["name"].get<std::string>());
+    ASSERT_TRUE(digest.ok()) << digest.status();
+    EXPECT_EQ(*digest, f["sha256"].get<std::string>()) << f;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(ckpts)) {
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
+  }
 }
 
 }  // namespace

@@ -21,42 +21,74 @@
 namespace dt {
 namespace {
 
-// Writes `data` to dir/name, hashing as it goes, fsyncs, and describes it for the manifest.
-absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name,
-                                             const std::string& data) {
-  std::string path = JoinPath(dir, name);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
-  Sha256 hash;
-  constexpr size_t kChunk = 8 << 20;
-  for (size_t done = 0; done < data.size();) {
-    size_t n = std::min(kChunk, data.size() - done);
-    hash.Update(data.data() + done, n);
-    size_t written = 0;
-    while (written < n) {
-      ssize_t w = ::write(fd, data.data() + done + written, n - written);
+// A checkpoint file written through one descriptor, hashed as it is written (no second pass).
+// It never fails a write towards its caller — torch's archive writer throws from a destructor
+// when a write comes up short, which ends the process (SIGABRT) — but keeps the first error,
+// which Finish() returns: "no space left on device" with the path, RESOURCE_EXHAUSTED.
+class HashingFileWriter {
+ public:
+  explicit HashingFileWriter(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) error_ = ErrnoStatus("create", path_, errno);
+  }
+  ~HashingFileWriter() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HashingFileWriter(const HashingFileWriter&) = delete;
+  HashingFileWriter& operator=(const HashingFileWriter&) = delete;
+
+  size_t Write(const void* data, size_t n) {
+    if (!error_.ok()) return n;
+    const char* p = static_cast<const char*>(data);
+    hash_.Update(p, n);
+    for (size_t written = 0; written < n;) {
+      ssize_t w = ::write(fd_, p + written, n - written);
       if (w < 0) {
         if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        return err == ENOSPC ? absl::ResourceExhaustedError(absl::StrCat("disk full writing ", path))
-                             : absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+        Fail(errno);
+        return n;
       }
       written += static_cast<size_t>(w);
     }
-    done += n;
+    bytes_ += static_cast<int64_t>(n);
+    return n;
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("cannot fsync ", path, ": ", std::strerror(err)));
+
+  // fsyncs and describes the file for the manifest, or returns the first error.
+  absl::StatusOr<v1::ManifestFile> Finish(const std::string& name) {
+    if (error_.ok() && ::fsync(fd_) != 0) Fail(errno);
+    if (!error_.ok()) return error_;
+    v1::ManifestFile f;
+    f.set_name(name);
+    f.set_size(bytes_);
+    f.set_sha256(hash_.HexDigest());
+    return f;
   }
-  ::close(fd);
-  v1::ManifestFile f;
-  f.set_name(name);
-  f.set_size(static_cast<int64_t>(data.size()));
-  f.set_sha256(hash.HexDigest());
-  return f;
+
+ private:
+  void Fail(int err) {
+    if (err == ENOSPC || err == EDQUOT) {
+      error_ = absl::ResourceExhaustedError(absl::StrCat(
+          "no space left on device writing ", path_, " (", bytes_,
+          " bytes written): free space there, or keep fewer checkpoints (--keep-checkpoints)"));
+    } else {
+      error_ = ErrnoStatus("write", path_, err);
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  absl::Status error_;
+  Sha256 hash_;
+  int64_t bytes_ = 0;
+};
+
+// Writes `data` to dir/name, hashing as it goes, fsyncs, and describes it for the manifest.
+absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name,
+                                             const std::string& data) {
+  HashingFileWriter writer(JoinPath(dir, name));
+  writer.Write(data.data(), data.size());
+  return writer.Finish(name);
 }
 
 std::string ArchiveBytes(torch::serialize::OutputArchive& archive) {
@@ -75,30 +107,22 @@ std::string DescribeConfig(const Gpt2Config& c) {
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model,
                                              torch::optim::Optimizer& optimizer,
                                              const TrainState& state) {
-  // The large files are serialised straight to disk (no in-memory copy), model and optimizer on
-  // two threads; each is then hashed from the page cache and fsynced.
+  // The large files are serialised straight to disk (no in-memory copy) and hashed on the way,
+  // model and optimizer on two threads.
   auto save_archive = [&](const std::string& name, const std::function<void(torch::serialize::OutputArchive&)>& fill)
       -> absl::StatusOr<v1::ManifestFile> {
     std::string path = JoinPath(dir, name);
+    HashingFileWriter writer(path);
     try {
       torch::serialize::OutputArchive a;
       fill(a);
-      a.save_to(path);
+      a.save_to([&writer](const void* data, size_t n) { return writer.Write(data, n); });
     } catch (const std::exception& e) {
+      absl::StatusOr<v1::ManifestFile> first = writer.Finish(name);  // a write error explains it better
+      if (!first.ok()) return first.status();
       return absl::InternalError(absl::StrCat("cannot write ", path, ": ", e.what()));
     }
-    // Hash from the page cache before the fsync: the kernel writes the dirty pages back while
-    // this thread hashes, so the hash costs no time of its own.
-    absl::StatusOr<std::string> digest = Sha256File(path);
-    if (!digest.ok()) return digest.status();
-    if (absl::Status s = FsyncFile(path); !s.ok()) return s;
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return absl::InternalError(absl::StrCat("cannot stat ", path));
-    v1::ManifestFile f;
-    f.set_name(name);
-    f.set_size(static_cast<int64_t>(st.st_size));
-    f.set_sha256(*digest);
-    return f;
+    return writer.Finish(name);
   };
   absl::StatusOr<v1::ManifestFile> model_file = absl::UnknownError("not written");
   std::thread model_writer([&] { model_file = save_archive("model.pt", [&](auto& a) { model->save(a); }); });

@@ -52,8 +52,16 @@ class CollectiveError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Configuration problems found after registration: reported, exit code 2.
+// Configuration problems found after registration: reported as fatal (a restart would meet
+// them again), exit code 2.
 class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The checkpoint file system is full: reported as fatal, so the run stops instead of spending
+// its restarts on the same full disk. `latest` still names the last complete checkpoint.
+class StorageFullError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -286,6 +294,10 @@ struct Trainer {
         if (!manifest.ok()) {
           (void)agent.AbortCheckpoint(round->round_id(), manifest.status().ToString());
           DT_LOG(Error) << "checkpoint at step " << step << " not written: " << manifest.status();
+          if (absl::IsResourceExhausted(manifest.status())) {
+            throw StorageFullError(absl::StrCat("checkpoint at step ", step, " not written: ",
+                                                manifest.status().message()));
+          }
           return;
         }
         done = agent.CommitCheckpoint(round->round_id(), &*manifest);
@@ -505,6 +517,7 @@ int RunTrainer(const TrainerConfig& cfg) {
   Trainer trainer{cfg, agent, reporter, step};
   std::string message, type;
   bool collective = false;
+  bool fatal = false;
   int code = kExitFailed;
   try {
     return trainer.Run();
@@ -516,6 +529,11 @@ int RunTrainer(const TrainerConfig& cfg) {
     message = e.what();
     type = "ConfigError";
     code = kExitUsage;
+    fatal = true;
+  } catch (const StorageFullError& e) {
+    message = e.what();
+    type = "StorageFullError";
+    fatal = true;
   } catch (const c10::Error& e) {
     message = e.what_without_backtrace();
     type = "c10::Error";
@@ -536,7 +554,7 @@ int RunTrainer(const TrainerConfig& cfg) {
     absl::SleepFor(window);
   }
   DT_LOG(Error) << type << ": " << message;
-  absl::Status reported = agent.ReportError(message, type, "", step.load());
+  absl::Status reported = agent.ReportError(message, type, "", step.load(), fatal);
   if (!reported.ok()) DT_LOG(Warning) << "could not report the error: " << reported;
   agent.StopHeartbeats();
   return code;
