@@ -24,6 +24,8 @@ namespace dt {
 namespace {
 
 constexpr char kRunJsonFile[] = "run.json";
+// Runs' file work proceeds in parallel up to this; one run's work is always in order.
+constexpr int kFileWorkThreads = 4;
 constexpr size_t kMaxRunJsonBytes = 4 << 20;
 
 }  // namespace
@@ -75,7 +77,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       store_budget_(options_.store_bytes_total),
       clock_(clock),
       timers_(timers),
-      db_(db) {}
+      db_(db),
+      file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)) {}
 
 Coordinator::~Coordinator() {
   {
@@ -83,9 +86,7 @@ Coordinator::~Coordinator() {
     shutting_down_ = true;
     if (health_timer_ != 0) timers_->Cancel(health_timer_);
   }
-  absl::MutexLock lock(&publishing_mu_);
-  publishing_mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &publishing_));
+  file_work_->Drain();
 }
 
 void Coordinator::AddObserver(RunObserver* observer) {
@@ -387,7 +388,7 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& r
   return &g;
 }
 
-void Coordinator::WriteRunJson(const RunEntry& run) const {
+void Coordinator::WriteRunJson(const RunEntry& run, bool wait) const {
   const v1::Run& r = run.stored.run;
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
@@ -411,10 +412,18 @@ void Coordinator::WriteRunJson(const RunEntry& run) const {
     }
   }
   doc["ranks"] = hosts;
-  absl::StatusOr<DirFd> exp = OpenExperimentDir(r.exp_dir(), r.exp_dir_identity());
-  absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, doc.dump(2) + "\n") : exp.status();
-  if (!written.ok()) {
-    DT_LOG(Warning) << "run " << r.run_id() << ": cannot write " << kRunJsonFile << ": " << written.message();
+  auto write = [run_id = r.run_id(), exp_dir = r.exp_dir(), identity = r.exp_dir_identity(),
+                text = doc.dump(2) + "\n"] {
+    absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
+    absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, text) : exp.status();
+    if (!written.ok()) {
+      DT_LOG(Warning) << "run " << run_id << ": cannot write " << kRunJsonFile << ": " << written.message();
+    }
+  };
+  if (wait) {
+    write();
+  } else {
+    file_work_->Post(r.run_id(), std::move(write));
   }
 }
 
@@ -563,7 +572,7 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   run->stored.resume_from = dir->resume;
   NewGeneration(*run, 0);
   Persist(*run);
-  WriteRunJson(*run);
+  WriteRunJson(*run, /*wait=*/true);
   runs_.emplace(run_id, run);
   token_to_run_.emplace(run->stored.token_sha256, run_id);
   IndexExperimentDir(r);
@@ -824,8 +833,7 @@ void Coordinator::Shutdown() {
     run->watchers.clear();
   }
   // A checkpoint being verified finishes (and notifies observers) before the caller tears them down.
-  absl::MutexLock lock(&publishing_mu_);
-  publishing_mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &publishing_));
+  file_work_->Drain();
 }
 
 }  // namespace dt

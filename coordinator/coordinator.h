@@ -26,6 +26,7 @@
 #include "coordinator/barrier_table.h"
 #include "coordinator/clock.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/file_work.h"
 #include "coordinator/health_tracker.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/observers.h"
@@ -178,7 +179,9 @@ class Coordinator {
   v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // Writes <exp_dir>/run.json: now (`wait`, for SubmitRun, whose caller expects it) or posted to
+  // the file-work queue.
+  void WriteRunJson(const RunEntry& run, bool wait) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Rendezvous helpers.
   void CompleteRendezvous(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
@@ -219,8 +222,9 @@ class Coordinator {
   void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                      absl::StatusOr<v1::CheckpointInfo> result);
   void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
-  // Keeps the newest keep_checkpoints committed checkpoints; deletes the others.
-  void ApplyRetentionLocked(RunEntry& run, const DirFd& checkpoints) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Forgets all but the newest keep_checkpoints committed checkpoints and returns the steps
+  // whose directories stay (the caller removes the others, outside the lock).
+  std::vector<int64_t> RetireCheckpoints(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
@@ -251,9 +255,9 @@ class Coordinator {
   // Observers are a leaf lock: notified under run locks.
   mutable absl::Mutex observers_mu_;
   std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
-  // Checkpoint verification runs on its own threads, off the RPC threads; the destructor waits.
-  absl::Mutex publishing_mu_;
-  int publishing_ ABSL_GUARDED_BY(publishing_mu_) = 0;
+  // File-system work (checkpoint verification and publication, removals, run.json), off the run
+  // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted work while everything it uses still exists.
+  std::unique_ptr<FileWorkQueue> file_work_;
 };
 
 }  // namespace dt

@@ -2,7 +2,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/crypto.h"
@@ -109,9 +108,9 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
   absl::MutexLock lock(&run->mu);
   Generation& g = *run->gen;
   if (g.number != generation || !g.stopped.ok()) {
-    reply->Complete(g.number != generation
-                        ? absl::AbortedError(absl::StrCat("generation ", generation, " has ended"))
-                        : g.stopped);
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, g.number != generation ? absl::AbortedError(absl::StrCat("generation ", generation, " has ended"))
+                                      : g.stopped);
     return;
   }
   if (!g.round || g.round->sequence != sequence) {
@@ -156,11 +155,11 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
   }
   CheckpointRound& round = *g.round;
   if (round.state == CheckpointRound::State::kAborted) {
-    reply->Complete(round.outcome);
+    deferred.Complete<v1::BeginCheckpointResponse>(reply, round.outcome);
     return;
   }
-  reply->Complete(RoundReply(round.id, round.writer, round.partial_dir, round.final_dir,
-                             policy_.checkpoint_lease_ms()));
+  deferred.Complete<v1::BeginCheckpointResponse>(
+      reply, RoundReply(round.id, round.writer, round.partial_dir, round.final_dir, policy_.checkpoint_lease_ms()));
 }
 
 void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
@@ -177,50 +176,49 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
   std::shared_ptr<CheckpointRound> round = g.round;
   if (request.generation() != g.number || !round || round->id != request.round_id()) {
     absl::Status live = LiveGeneration(*run, request.generation(), request.rank()).status();
-    reply->Complete(!live.ok() ? live
-                               : absl::InvalidArgumentError(absl::StrCat(
-                                     "unknown checkpoint round ", request.round_id(),
-                                     " (the coordinator may have restarted, which voids open rounds)")));
+    deferred.Complete<v1::CommitCheckpointResponse>(
+        reply, !live.ok() ? live
+                          : absl::InvalidArgumentError(absl::StrCat(
+                                "unknown checkpoint round ", request.round_id(),
+                                " (the coordinator may have restarted, which voids open rounds)")));
     return;
   }
   int world = static_cast<int>(g.ranks.size());
   if (request.rank() < 0 || request.rank() >= world) {
-    reply->Complete(absl::InvalidArgumentError(
-        absl::StrCat("rank ", request.rank(), " is outside 0..", world - 1)));
+    deferred.Complete<v1::CommitCheckpointResponse>(
+        reply, absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside 0..", world - 1)));
     return;
   }
   switch (round->state) {
     case CheckpointRound::State::kCommitted: {
       v1::CommitCheckpointResponse out;
       *out.mutable_checkpoint() = round->info;
-      reply->Complete(out);
+      deferred.Complete<v1::CommitCheckpointResponse>(reply, out);
       return;
     }
     case CheckpointRound::State::kAborted:
-      reply->Complete(round->outcome);
+      deferred.Complete<v1::CommitCheckpointResponse>(reply, round->outcome);
       return;
     default:
       break;
   }
   bool is_writer = request.rank() == round->writer;
   if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
-    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
-        "rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round->writer)));
+    deferred.Complete<v1::CommitCheckpointResponse>(
+        reply, absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
+                                                        " sent a manifest but the writer of this round is rank ",
+                                                        round->writer)));
     return;
   }
   if (is_writer && round->state == CheckpointRound::State::kOpen) {
     if (absl::Status s = ValidateManifest(request.manifest()); !s.ok()) {
-      reply->Complete(s);
+      deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
       return;
     }
     round->state = CheckpointRound::State::kVerifying;
     if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
-    {
-      absl::MutexLock publishing(&publishing_mu_);
-      ++publishing_;
-    }
     v1::Manifest manifest = request.manifest();
-    std::thread([this, run, round, manifest] {
+    file_work_->Post(run->stored.run.run_id(), [this, run, round, manifest] {
       absl::Time start = absl::Now();
       absl::StatusOr<v1::CheckpointInfo> result =
           VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest);
@@ -230,9 +228,7 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
                      << absl::FormatDuration(absl::Now() - start) << ")";
       }
       FinishPublish(run, round, std::move(result));
-      absl::MutexLock publishing(&publishing_mu_);
-      --publishing_;
-    }).detach();
+    });
   }
   auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
   if (!inserted) {
@@ -244,50 +240,60 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
 
 void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                                 absl::StatusOr<v1::CheckpointInfo> result) {
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
-  if (!result.ok()) {
-    AbortRound(*run, *round, result.status(), deferred);
-    return;
-  }
-  v1::CheckpointInfo info = *result;
-  info.set_generation(round->generation);
-  info.set_writer_rank(round->writer);
-  round->info = info;
-  round->state = CheckpointRound::State::kCommitted;
-  const std::string& run_id = run->stored.run.run_id();
-  auto& list = run->checkpoints;
-  list.erase(std::remove_if(list.begin(), list.end(),
-                            [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
-             list.end());
-  list.push_back(info);
-  if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
-    DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
-  }
-  run->stored.run.set_latest_checkpoint_step(info.step());
-  ApplyRetentionLocked(*run, *round->checkpoints);
+  Deferred deferred;  // runs last, after the retention pass and the replies
+  std::vector<int64_t> keep;
+  std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
   v1::CommitCheckpointResponse out;
-  *out.mutable_checkpoint() = info;
-  for (auto& [rank, reply] : round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(out));
-  round->waiting.clear();
-  if (stats_ != nullptr) {
-    CoordinatorStats* stats = stats_;
-    absl::Duration took = clock_->Now() - round->opened;
-    int64_t bytes = info.bytes();
-    deferred.Add([stats, took, bytes] { stats->ObserveCheckpointRound(true, took, bytes); });
-  }
-  // Progress is not a hang: a long checkpoint must not trip the watchdog.
-  if (run->gen && run->gen->number == round->generation && run->gen->health) {
-    Generation& g = *run->gen;
-    for (const auto& rs : g.ranks) {
-      if (!g.health->finished(rs.rank())) g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), clock_->Now());
+  {
+    absl::MutexLock lock(&run->mu);
+    if (!result.ok()) {
+      AbortRound(*run, *round, result.status(), deferred);
+      return;
     }
+    v1::CheckpointInfo info = *result;
+    info.set_generation(round->generation);
+    info.set_writer_rank(round->writer);
+    round->info = info;
+    round->state = CheckpointRound::State::kCommitted;
+    const std::string& run_id = run->stored.run.run_id();
+    auto& list = run->checkpoints;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
+               list.end());
+    list.push_back(info);
+    if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
+      DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
+    }
+    run->stored.run.set_latest_checkpoint_step(info.step());
+    keep = RetireCheckpoints(*run);
+    *out.mutable_checkpoint() = info;
+    for (auto& [rank, reply] : round->waiting) replies.push_back(reply);
+    round->waiting.clear();
+    if (stats_ != nullptr) {
+      CoordinatorStats* stats = stats_;
+      absl::Duration took = clock_->Now() - round->opened;
+      int64_t bytes = info.bytes();
+      deferred.Add([stats, took, bytes] { stats->ObserveCheckpointRound(true, took, bytes); });
+    }
+    // Progress is not a hang: a long checkpoint must not trip the watchdog.
+    if (run->gen && run->gen->number == round->generation && run->gen->health) {
+      Generation& g = *run->gen;
+      for (const auto& rs : g.ranks) {
+        if (!g.health->finished(rs.rank())) g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), clock_->Now());
+      }
+    }
+    Persist(*run);
+    Notify(*run, deferred);
   }
-  Persist(*run);
-  Notify(*run, deferred);
+  // This runs on the run's file-work sequence: no other file work of the run runs meanwhile.
+  // The ranks hear of the commit once retention is done, as they always have.
+  if (absl::Status s = ApplyRetention(*round->checkpoints, keep); !s.ok()) {
+    DT_LOG(Warning) << "retention in " << round->checkpoints->path() << ": " << s.message();
+  }
+  for (auto& reply : replies) reply->Complete(out);
 }
 
-void Coordinator::ApplyRetentionLocked(RunEntry& run, const DirFd& checkpoints) {
+std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run) {
   auto keep_count = static_cast<size_t>(std::max(1, run.stored.run.spec().keep_checkpoints()));
   auto& list = run.checkpoints;
   while (list.size() > keep_count) {
@@ -300,9 +306,7 @@ void Coordinator::ApplyRetentionLocked(RunEntry& run, const DirFd& checkpoints) 
   for (const auto& c : list) keep.push_back(c.step());
   // A checkpoint this run resumed from stays while fewer than K newer ones exist.
   if (run.stored.resume_from && list.size() < keep_count) keep.push_back(run.stored.resume_from->step());
-  if (absl::Status s = ApplyRetention(checkpoints, keep); !s.ok()) {
-    DT_LOG(Warning) << "retention in " << checkpoints.path() << ": " << s.message();
-  }
+  return keep;
 }
 
 void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
@@ -318,15 +322,20 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
                       : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step,
                                                         " aborted: ", cause.message()));
   if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
-  if (round.checkpoints) {
-    if (absl::Status s = round.checkpoints->RemoveTree(round.partial_name); !s.ok()) DT_LOG(Error) << s.message();
-  }
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
-  for (auto& [rank, reply] : round.waiting) {
-    deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(round.outcome));
-  }
+  std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
+  for (auto& [rank, reply] : round.waiting) replies.push_back(reply);
   round.waiting.clear();
+  // Off this lock (and off the timer thread, for a lapsed lease): the partial directory goes
+  // first, then the ranks hear of the abort, so a rank told "aborted" finds nothing left behind.
+  file_work_->Post(run.stored.run.run_id(),
+                   [dir = round.checkpoints, name = round.partial_name, replies, outcome = round.outcome] {
+                     if (dir) {
+                       if (absl::Status s = dir->RemoveTree(name); !s.ok()) DT_LOG(Error) << s.message();
+                     }
+                     for (const auto& reply : replies) reply->Complete(outcome);
+                   });
   if (stats_ != nullptr) {
     CoordinatorStats* stats = stats_;
     absl::Duration took = clock_->Now() - round.opened;

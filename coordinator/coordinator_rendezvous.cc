@@ -78,19 +78,21 @@ void Coordinator::Register(const v1::RegisterRequest& request,
     reply->Complete(found.status());
     return;
   }
+  bool shutting_down;
   {
     absl::MutexLock lock(&registry_mu_);
-    if (shutting_down_) {
-      reply->Complete(absl::UnavailableError("the coordinator is shutting down; register with its replacement"));
-      return;
-    }
+    shutting_down = shutting_down_;
+  }
+  if (shutting_down) {
+    reply->Complete(absl::UnavailableError("the coordinator is shutting down; register with its replacement"));
+    return;
   }
   RunPtr run = *found;
   Deferred deferred;
   absl::MutexLock lock(&run->mu);
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) {
-    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+    deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
         "run ", r.run_id(), " has ended ", StateName(r.state()),
         r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
         "; submit a new run to train again")));
@@ -102,7 +104,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   if ((view.world_size() != 0 && view.world_size() != world) ||
       (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
       (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
-    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+    deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
         "the trainer on ", request.host(), " expects world size ", view.world_size(), " (",
         view.nodes(), " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(),
         " has world size ", world, " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
@@ -120,7 +122,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
       for (const auto& rs : g.ranks) {
         if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
       }
-      reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+      deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
           "node ", Quote(request.node()), " slot ", request.local_slot(), " is not part of generation ",
           g.number, " of run ", r.run_id(), ", whose ranks are on nodes ", absl::StrJoin(nodes, ", "))));
       return;
@@ -132,7 +134,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
       a.local_world_size = static_cast<int>(std::count_if(g.ranks.begin(), g.ranks.end(),
           [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
       a.nodes = g.ranks.empty() ? 0 : g.ranks.back().node_rank() + 1;
-      reply->Complete(MakeRegisterResponse(*run, Seat{reg, a}));
+      deferred.Complete<v1::RegisterResponse>(reply, MakeRegisterResponse(*run, Seat{reg, a}));
       return;
     }
     // The same slot from a new process: the old one restarted, so its generation is over.
@@ -146,7 +148,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
                                      " registered for its slot, replacing pid ", seat->pid()));
     FailGeneration(*run, failure, deferred);
     if (IsTerminal(r.state())) {
-      reply->Complete(absl::FailedPreconditionError(absl::StrCat(
+      deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
           "run ", r.run_id(), " has ended ", StateName(r.state()), ": ", DescribeFailure(r.reason()))));
       return;
     }
@@ -163,16 +165,20 @@ void Coordinator::Register(const v1::RegisterRequest& request,
       reply->Complete(seat.status());
       return;
     }
-    absl::MutexLock lock(&run->mu);
-    // The seats go out after the lock was released: the generation may have failed meanwhile.
-    if (run->gen->number != number || IsTerminal(run->stored.run.state())) {
-      reply->Complete(LiveGeneration(*run, number, seat->assignment.rank).status());
-      return;
+    absl::StatusOr<v1::RegisterResponse> out;
+    {
+      absl::MutexLock lock(&run->mu);
+      // The seats go out after the lock was released: the generation may have failed meanwhile.
+      if (run->gen->number != number || IsTerminal(run->stored.run.state())) {
+        out = LiveGeneration(*run, number, seat->assignment.rank).status();
+      } else {
+        out = MakeRegisterResponse(*run, *seat);
+      }
     }
-    reply->Complete(MakeRegisterResponse(*run, *seat));
+    reply->Complete(std::move(out));
   });
   if (absl::Status s = g.rendezvous.Join(registrant, seat_reply, deferred); !s.ok()) {
-    reply->Complete(s);
+    deferred.Complete<v1::RegisterResponse>(reply, s);
     return;
   }
   if (g.rendezvous_timer == 0) {
@@ -221,7 +227,7 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
                << " node(s) (" << absl::StrJoin(hosts, ", ") << ")"
                << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
   PersistRanks(run);
-  WriteRunJson(run);
+  WriteRunJson(run, /*wait=*/false);
   SetState(run, v1::RUNNING, deferred);
 }
 

@@ -7,6 +7,7 @@
 #include "common/fs.h"
 #include "common/limits.h"
 #include "coordinator/services.h"
+#include "coordinator/unparsable_request.h"
 
 namespace dt {
 
@@ -52,6 +53,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   for (auto& service : server->services_) builder.RegisterService(service.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || port == 0) {

@@ -410,6 +410,35 @@ TEST_F(IntegrationTest, MetricsAreStoredAndQueryable) {
   EXPECT_NE(st.error_message().find("rank 5"), std::string::npos);
 }
 
+// A request gRPC cannot parse gets INVALID_ARGUMENT naming the method, not UNIMPLEMENTED.
+TEST_F(IntegrationTest, ARequestThatCannotBeParsedIsInvalidArgumentNotUnimplemented) {
+  auto run = Submit("unparsable", 1, 1);
+  grpc::GenericStub stub(admin_->channel());
+  auto call = [&](const std::string& method, const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    auto ctx = admin_->Context(absl::Seconds(5));
+    absl::Notification done;
+    grpc::Status status;
+    stub.UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  // GetRunRequest.run_id (field 1) holding the bytes ff fe: not UTF-8.
+  grpc::Status bad = call("/dt.v1.RunService/GetRun", std::string("\x0a\x02\xff\xfe", 4));
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad.error_message();
+  EXPECT_NE(bad.error_message().find("/dt.v1.RunService/GetRun: the request could not be parsed"), std::string::npos)
+      << bad.error_message();
+  // The same call well-formed still works, and an unknown method is still UNIMPLEMENTED.
+  v1::GetRunRequest good;
+  good.set_run_id(run.run_id());
+  EXPECT_TRUE(call("/dt.v1.RunService/GetRun", good.SerializeAsString()).ok());
+  EXPECT_EQ(call("/dt.v1.RunService/NoSuchMethod", "").error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
 TEST_F(IntegrationTest, HealthAndReflectionAnswerWithoutAToken) {
   auto channel = grpc::CreateChannel(coord_.address(), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);

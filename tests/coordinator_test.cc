@@ -194,7 +194,10 @@ TEST_F(CoordinatorTest, RendezvousWaitsForEveryRankThenAssignsNodeContiguousRank
   auto status = coord_->GetRun(run);
   ASSERT_EQ(status->ranks_size(), 4);
   EXPECT_EQ(status->ranks(2).node(), "n2");
-  EXPECT_NE(testing::Slurp(status->exp_dir() + "/run.json").find("host-n2"), std::string::npos);
+  // run.json is rewritten off the run's lock, on the file-work queue.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] { return testing::Slurp(status->exp_dir() + "/run.json").find("host-n2") != std::string::npos; },
+      absl::Seconds(10)));
 }
 
 TEST_F(CoordinatorTest, WorldViewMismatchIsRefusedInsteadOfFormingASmallerWorld) {
@@ -760,7 +763,7 @@ TEST_F(CheckpointRoundTest, LapsedLeaseAbortsTheRoundAndRemovesThePartialDirecto
     Beat(run_, ranks_[1], 9);
     if (c1.arrived()) break;
   }
-  ASSERT_TRUE(c1.arrived());
+  ASSERT_TRUE(c1.WaitFor());  // the abort is delivered once the partial directory is gone
   EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c1.value.status().message().find("lease"), std::string::npos) << c1.value.status();
   EXPECT_FALSE(fs::exists(round.partial_dir()));
@@ -777,7 +780,7 @@ TEST_F(CheckpointRoundTest, WriterDeathMidRoundLeavesLatestAndNoPartial) {
     Advance(absl::Seconds(2));
     Beat(run_, ranks_[1], 19);  // only the non-writer is alive
   }
-  ASSERT_TRUE(c1.arrived());
+  ASSERT_TRUE(c1.WaitFor());
   EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c1.value.status().message().find("rank 0"), std::string::npos) << c1.value.status();
   EXPECT_EQ(Latest(), "step-10");
