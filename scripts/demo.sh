@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The main job, start to finish on one machine: install what dt needs, build it, start the
 # coordinator (state in a temporary directory), submit a 2-rank local training run of a small
-# GPT-2 on the shared Alpaca data, watch it until it succeeds, then show its status, checkpoints,
-# the Prometheus endpoint and a few metric lines.
+# GPT-2 on the Alpaca sample shipped in data/, watch it until it succeeds, then show its status,
+# checkpoints, the Prometheus endpoint and a few metric lines.
 #
 #   scripts/demo.sh            DT_DEMO_DIR=/some/dir to keep the run's files there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-data="$root/../shared/data"
-[[ -f "$data/alpaca_5000.json" ]] || { echo "demo: $data/alpaca_5000.json is missing" >&2; exit 1; }
+data="$root/data"   # ships with dt: the GPT-2 tokenizer files and an Alpaca sample
+[[ -f "$data/alpaca_sample.json" ]] || { echo "demo: $data/alpaca_sample.json is missing" >&2; exit 1; }
 
 scripts/build.sh --target dtcoord --target dtctl --target dttrainer
 bin="$root/build/bin"
@@ -30,7 +30,7 @@ echo "== dtcoord serving on $DT_COORDINATOR (log: $work/dtcoord.log)"
 
 run=$("$bin/dtctl" submit --name gpt2-alpaca-demo --save-dir "$work/runs" --nproc-per-node 2 --max-restarts 1 -- \
   --model gpt2 --config-overrides n_embd=128,n_layer=4,n_head=4,n_positions=128 \
-  --dataset "$data/alpaca_5000.json" --tokenizer-dir "$data/gpt2" \
+  --dataset "$data/alpaca_sample.json" \
   --seq-len 128 --batch-size 4 --max-steps 120 --lr 1e-3 --warmup-steps 10 \
   --eval-freq 40 --eval-batches 2 --ckpt-freq 40 --log-freq 10)
 echo "== submitted $run; watching it"

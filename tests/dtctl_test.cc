@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -274,6 +275,26 @@ TEST_F(DtctlTest, WithoutARestartBudgetTheRunFailsWithTheRootCause) {
   EXPECT_NE(s["reason"]["message"].get<std::string>().find("signal 9"), std::string::npos) << s["reason"];
   CommandResult human = Dtctl({"status", run});
   EXPECT_NE(human.output.find("reason     rank 0"), std::string::npos) << human.output;
+}
+
+// A fresh clone: the README's quick start names only the project's own data/ and no
+// --tokenizer-dir; dtctl names the shipped GPT-2 files for the trainers, which train with them.
+TEST_F(DtctlTest, WithoutATokenizerDirTheGpt2FilesShippedInDataAreUsed) {
+  std::string shipped = JoinPath(DT_SOURCE_DIR, "data");
+  std::string run = Submit("shipped-data", 1, 0,
+                           {"--", "--dataset", JoinPath(shipped, "alpaca_sample.json"), "--model", "tiny",
+                            "--seq-len", "64", "--batch-size", "2", "--max-steps", "2", "--log-freq", "1",
+                            "--eval-split", "0"});
+  ASSERT_FALSE(run.empty());
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  std::vector<std::string> args = s["trainer_args"].get<std::vector<std::string>>();
+  auto flag = std::find(args.begin(), args.end(), "--tokenizer-dir");
+  ASSERT_NE(flag, args.end()) << s["trainer_args"];
+  ASSERT_NE(flag + 1, args.end());
+  EXPECT_EQ(std::filesystem::canonical(*(flag + 1)), std::filesystem::canonical(JoinPath(shipped, "gpt2")));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
+#include "common/data_dir.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/stop_signals.h"
@@ -155,7 +156,13 @@ int main(int argc, char** argv) {
 
   auto* data = "Data";
   app.add_option("--dataset", c.dataset, "Alpaca .json/.jsonl, .jsonl with \"text\", or .txt")->group(data);
-  app.add_option("--tokenizer-dir", c.tokenizer_dir, "encoder.json + vocab.bpe (or vocab.json + merges.txt)")->group(data);
+  const std::string default_tokenizer = dt::FindDefaultTokenizerDir().value_or("");
+  c.tokenizer_dir = default_tokenizer;
+  app.add_option("--tokenizer-dir", c.tokenizer_dir,
+                 "encoder.json + vocab.bpe (or vocab.json + merges.txt); default: the GPT-2 files shipped "
+                 "in dt's data/ (installed or in the source tree)")
+      ->group(data)
+      ->capture_default_str();
   app.add_option("--data-cache-dir", c.data_cache_dir,
                  "where tokenized datasets are cached (default: .dt-cache beside the experiment directory, "
                  "shared by experiments)")
@@ -189,11 +196,12 @@ int main(int argc, char** argv) {
 
   std::string tok_dir, tok_file, tok_text, ids_text, diff_a, diff_b;
   CLI::App* tokenize = app.add_subcommand("tokenize", "print the GPT-2 token ids of a text or file as JSON");
-  tokenize->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->required();
+  tok_dir = default_tokenizer;
+  tokenize->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
   tokenize->add_option("--file", tok_file, "file to tokenize");
   tokenize->add_option("text", tok_text, "text to tokenize");
   CLI::App* decode = app.add_subcommand("decode", "print the text of a JSON array of token ids");
-  decode->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->required();
+  decode->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
   decode->add_option("ids", ids_text, "e.g. [15496, 995]")->required();
   CLI::App* diff = app.add_subcommand("ckpt-diff", "largest absolute parameter difference of two checkpoints");
   diff->add_option("a", diff_a, "checkpoint directory")->required();
@@ -205,6 +213,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   dt::WatchStopSignals();  // with no handler installed a stop signal ends the process as usual
+  const char* no_tokenizer =
+      "--tokenizer-dir is required: no GPT-2 tokenizer files were found in dt's data/ folder (looked beside "
+      "this binary and in its source tree); pass the directory holding encoder.json and vocab.bpe";
+  if ((tokenize->parsed() || decode->parsed()) && tok_dir.empty()) {
+    std::cerr << "dttrainer: " << no_tokenizer << "\n";
+    return 2;
+  }
   if (tokenize->parsed()) return Tokenize(tok_dir, tok_file, tok_text);
   if (decode->parsed()) return Decode(tok_dir, ids_text);
   if (diff->parsed()) return CheckpointDiff(diff_a, diff_b);
@@ -224,7 +239,7 @@ int main(int argc, char** argv) {
     return usage("no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to create or join one");
   }
   if (c.dataset.empty()) return usage("--dataset is required");
-  if (c.tokenizer_dir.empty()) return usage("--tokenizer-dir is required");
+  if (c.tokenizer_dir.empty()) return usage(no_tokenizer);
   if (c.max_steps <= 0 && c.num_epochs <= 0) return usage("give --max-steps or --num-epochs");
   if (c.batch_size <= 0 || c.seq_len <= 1 || c.grad_accum <= 0) {
     return usage("--batch-size and --grad-accum must be positive and --seq-len at least 2");

@@ -64,6 +64,7 @@ nlohmann::json FailureJson(const v1::Failure& f) {
           {"message", f.message()},
           {"exception_type", f.exception_type()},
           {"stopped_ranks", std::vector<int>(f.stopped_ranks().begin(), f.stopped_ranks().end())},
+          {"fatal", f.fatal()},
           {"time", Iso8601(f.time())}};
 }
 
@@ -109,6 +110,7 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"ended_at", ended.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended)},
           {"scheduler", v1::Scheduler_Name(r.spec().scheduler())},
           {"scheduler_job_id", r.scheduler_job_id()},
+          {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
           {"ranks", ranks},
           {"failures", failures}};
 }

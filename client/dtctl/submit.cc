@@ -13,6 +13,7 @@
 #include "client/agent.h"
 #include "client/dtctl/local_launcher.h"
 #include "client/dtctl/slurm.h"
+#include "common/data_dir.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/names.h"
@@ -97,6 +98,14 @@ void AbsolutizeTrainerPaths(SubmitOptions* o) {
     }
   }
   o->trainer = o->trainer.find('/') == std::string::npos ? o->trainer : AbsolutePath(o->trainer);
+  // Without --tokenizer-dir the trainers use the GPT-2 files shipped in dt's data/: name that
+  // directory explicitly, so the pre-flight checks it and every node reads the same one.
+  if (!TrainerFlag(args, "--tokenizer-dir")) {
+    if (std::optional<std::string> shipped = FindDefaultTokenizerDir()) {
+      args.push_back("--tokenizer-dir");
+      args.push_back(*shipped);
+    }
+  }
 }
 
 absl::Status Preflight(const SubmitOptions& o) {
@@ -128,7 +137,11 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::FailedPreconditionError(absl::StrCat("dataset ", *dataset, " does not exist or is not a file"));
   }
   std::optional<std::string> tokenizer = TrainerFlag(o.trainer_args, "--tokenizer-dir");
-  if (!tokenizer) return absl::InvalidArgumentError("the trainer arguments need --tokenizer-dir DIR (after --)");
+  if (!tokenizer) {
+    return absl::InvalidArgumentError(
+        "the trainer arguments need --tokenizer-dir DIR (after --): no GPT-2 tokenizer files were found in "
+        "dt's data/ folder beside dtctl or in its source tree");
+  }
   bool gpt2_files = ::access(JoinPath(*tokenizer, "encoder.json").c_str(), R_OK) == 0 &&
                     ::access(JoinPath(*tokenizer, "vocab.bpe").c_str(), R_OK) == 0;
   bool hf_files = ::access(JoinPath(*tokenizer, "vocab.json").c_str(), R_OK) == 0 &&

@@ -38,7 +38,8 @@ struct SubmitOptions {
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 
-// Makes --dataset and --tokenizer-dir among the trainer arguments, and the trainer path, absolute.
+// Makes --dataset and --tokenizer-dir among the trainer arguments, and the trainer path, absolute;
+// adds --tokenizer-dir naming the GPT-2 files shipped in dt's data/ when none is given.
 void AbsolutizeTrainerPaths(SubmitOptions* options);
 
 // Each problem is FAILED_PRECONDITION / INVALID_ARGUMENT with what to do about it.

@@ -1,0 +1,19 @@
+// Where the data that ships with dt (data/: the GPT-2 tokenizer files, a small corpus) lives:
+// installed under <prefix>/share/dt/data beside the binaries, or in the source tree of a build.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dt {
+
+// The places looked at, in order: <dir of this executable>/../share/dt/data (installed),
+// <dir of this executable>/../../data (build/bin of a source tree), and the source tree this
+// binary was built from.
+std::vector<std::string> DataDirCandidates();
+
+// The first candidate's gpt2/ holding encoder.json and vocab.bpe, if any.
+std::optional<std::string> FindDefaultTokenizerDir();
+
+}  // namespace dt
