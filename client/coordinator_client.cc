@@ -16,17 +16,21 @@ absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const ch
     const char* env = std::getenv(env_var);
     if (env != nullptr && *env != '\0') return std::string(absl::StripAsciiWhitespace(env));
   }
+  std::string file_problem;
   if (!file.empty()) {
     absl::StatusOr<std::string> text = ReadFile(file);
     if (text.ok()) {
       std::string token(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
       if (!token.empty()) return token;
+      file_problem = absl::StrCat("token file ", file, " is empty (its first line should hold the token)");
+    } else {
+      file_problem = std::string(text.status().message());
     }
   }
   return absl::NotFoundError(absl::StrCat(
-      "no coordinator token: set ", env_var ? env_var : "the token variable",
-      file.empty() ? "" : absl::StrCat(", or make ", file, " readable"),
-      " (dtcoord writes its admin token to <state-dir>/admin.token)"));
+      "no coordinator token: ", file_problem.empty() ? "" : absl::StrCat(file_problem, "; "),
+      env_var ? absl::StrCat("set ", env_var, " or ") : "",
+      "give a file holding the token (dtcoord writes its admin token to <state-dir>/admin.token)"));
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(

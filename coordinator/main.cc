@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/cli_checks.h"
 #include "common/duration.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -82,19 +83,19 @@ int main(int argc, char** argv) {
   app.add_option("--store-bytes-per-run", options.store_bytes_per_run,
                  "most bytes (keys plus values) one run may keep in its store, e.g. 256MiB")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber)
+      ->check(dt::AtLeast(1))
       ->capture_default_str();
   app.add_option("--store-bytes-total", options.store_bytes_total,
                  "most bytes every run's store may keep together, e.g. 2GiB")
       ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber)
+      ->check(dt::AtLeast(1))
       ->capture_default_str();
   app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
   app.add_option("--tls-key", server_options.tls_key, "PEM private key");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0; a usage error 2
   }
 
   options.version = dt::kVersion;

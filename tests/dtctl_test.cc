@@ -83,6 +83,15 @@ TEST_F(DtctlTest, UsageErrorsExitTwo) {
   r = Dtctl({"submit", "--name", "bad/name", "--save-dir", save_dir_, "--", "--dataset", "x"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/'"), std::string::npos) << r.output;
+  // Numeric flags say the allowed value in words, not the validator's range to 1.8e308.
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--nproc-per-node", "0"}, {"--nodes", "-1"}, {"--max-restarts", "-2"}}) {
+    r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, flag, value, "--", "--dataset", "x"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    std::string want = absl::StrCat(flag, ": must be ≥ ", flag == "--max-restarts" ? "0" : "1", ", got ", value);
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("179769"), std::string::npos) << r.output;
+  }
 }
 
 TEST_F(DtctlTest, UnreachableCoordinatorExitsThree) {
@@ -102,6 +111,10 @@ TEST_F(DtctlTest, TokensAreFoundOrTheErrorSaysWhere) {
   std::string file = JoinPath(tmp_.path(), "token");
   ASSERT_TRUE(WriteFileAtomic(file, coord_.admin_token() + "\n", 0600).ok());
   EXPECT_EQ(Dtctl({"--token-file", file, "list"}, {{"DT_TOKEN", ""}}).exit_code, 0);
+  // A readable but empty token file is named as such.
+  CommandResult empty = Dtctl({"--token-file", "/dev/null", "list"}, {{"DT_TOKEN", ""}});
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_NE(empty.output.find("token file /dev/null is empty"), std::string::npos) << empty.output;
 }
 
 TEST_F(DtctlTest, UnknownRunsFailWithTheReason) {

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0; a usage error 2
   }
   dt::WatchStopSignals();  // with no handler installed a stop signal ends the process as usual
   const char* no_tokenizer =

@@ -22,6 +22,7 @@
 #include "client/dtctl/srun_report.h"
 #include "client/dtctl/submit.h"
 #include "client/dtctl/watch.h"
+#include "common/cli_checks.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/subprocess.h"
@@ -354,16 +355,16 @@ int main(int argc, char** argv) {
   CLI::App* submit = app.add_subcommand("submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS");
   submit->add_option("--name", so.name, "experiment name (the directory under --save-dir)");
   submit->add_option("--save-dir", so.save_dir, "where experiment directories go");
-  submit->add_option("--nodes", so.nodes, "nodes")->check(CLI::PositiveNumber);
-  submit->add_option("--nproc-per-node", so.nproc_per_node, "trainers per node (one per GPU)")->check(CLI::PositiveNumber);
+  submit->add_option("--nodes", so.nodes, "nodes")->check(dt::AtLeast(1));
+  submit->add_option("--nproc-per-node", so.nproc_per_node, "trainers per node (one per GPU)")->check(dt::AtLeast(1));
   submit->add_option("--scheduler", so.scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
   submit->add_option("--log-strategy", so.log_strategy, "W&B: main, node or all")->check(CLI::IsMember({"main", "node", "all"}));
   submit->add_option("--wandb-project", so.wandb_project, "W&B project (the coordinator holds the API key)");
   submit->add_option("--wandb-entity", so.wandb_entity, "W&B entity");
   submit->add_option("--wandb-mode", so.wandb_mode, "online, offline or disabled")->check(CLI::IsMember({"online", "offline", "disabled"}));
-  submit->add_option("--max-restarts", so.max_restarts, "restarts of the whole group the run may use")->check(CLI::NonNegativeNumber);
-  submit->add_option("--keep-checkpoints", so.keep_checkpoints, "committed checkpoints to keep")->check(CLI::PositiveNumber);
-  submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(CLI::NonNegativeNumber);
+  submit->add_option("--max-restarts", so.max_restarts, "restarts of the whole group the run may use")->check(dt::AtLeast(0));
+  submit->add_option("--keep-checkpoints", so.keep_checkpoints, "committed checkpoints to keep")->check(dt::AtLeast(1));
+  submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::AtLeast(0));
   submit->add_option("--omp-threads", so.omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
   submit->add_option("--sbatch-arg", so.sbatch_args, "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
       ->expected(1)
