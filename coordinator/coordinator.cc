@@ -30,10 +30,6 @@ constexpr size_t kMaxRunJsonBytes = 4 << 20;
 
 }  // namespace
 
-bool IsTerminal(v1::RunState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 std::string StateName(v1::RunState state) { return v1::RunState_Name(state); }
 
 google::protobuf::Timestamp ToProtoTime(absl::Time t) {
@@ -46,28 +42,6 @@ google::protobuf::Timestamp ToProtoTime(absl::Time t) {
 
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
   return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-std::string DescribeFailure(const v1::Failure& f) {
-  std::string who;
-  if (f.rank() >= 0) {
-    who = absl::StrCat("rank ", f.rank());
-    if (!f.node().empty() || !f.host().empty()) {
-      absl::StrAppend(&who, " (node ", f.node().empty() ? "?" : f.node(), ", host ",
-                      f.host().empty() ? "?" : f.host(), ")");
-    }
-    absl::StrAppend(&who, " ");
-  }
-  switch (f.kind()) {
-    case v1::Failure::REPORTED_ERROR:
-      return absl::StrCat(who, "failed at step ", f.step(), ": ",
-                          f.exception_type().empty() ? "" : absl::StrCat(f.exception_type(), ": "),
-                          f.message());
-    case v1::Failure::PROCESS_EXITED:
-      return absl::StrCat(who, "exited: ", f.message());
-    default:
-      return absl::StrCat(who, f.message());
-  }
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers,
@@ -147,7 +121,7 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
   RunEntry* entry = &run;
   // Barrier timeouts arrive on the timer thread: the hook finds the run and takes its lock first.
   gen->barriers = std::make_unique<BarrierTable>(
-      scope, spec.nodes() * spec.procs_per_node(), clock_, timers_,
+      scope, WorldSize(spec), clock_, timers_,
       [this, entry](int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeRank(*entry, rank); },
       [this, run_id, number](absl::Time when, const std::string& name, uint64_t sequence) {
         return timers_->Schedule(when, [this, run_id, number, name, sequence] {
@@ -379,7 +353,7 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& r
         "generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
   }
   if (!g.stopped.ok()) return g.stopped;
-  int world = r.spec().nodes() * r.spec().procs_per_node();
+  int world = WorldSize(r.spec());
   bool tool = use == RankUse::kToolAllowed && rank == -1;
   if (!tool && (rank < 0 || rank >= world)) {
     return absl::InvalidArgumentError(
@@ -397,7 +371,7 @@ void Coordinator::WriteRunJson(const RunEntry& run, bool wait) const {
   nlohmann::json doc;
   doc["run_id"] = r.run_id();
   doc["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
-  doc["world_size"] = r.spec().nodes() * r.spec().procs_per_node();
+  doc["world_size"] = WorldSize(r.spec());
   doc["generation"] = r.generation();
   doc["restarts"] = r.restarts();
   doc["created_at"] = absl::FormatTime(absl::RFC3339_sec, FromProtoTime(r.created_at()), absl::UTCTimeZone());
@@ -561,7 +535,7 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   r.set_run_id(run_id);
   *r.mutable_spec() = spec;
   r.set_state(v1::PENDING);
-  r.set_world_size(spec.nodes() * spec.procs_per_node());
+  r.set_world_size(WorldSize(spec));
   r.set_exp_dir(dir->path);
   *r.mutable_exp_dir_identity() = dir->identity;
   r.set_latest_checkpoint_step(dir->resume ? dir->resume->step() : -1);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/run_state.h"
 #include "coordinator/coordinator.h"
 
 namespace dt {
@@ -69,11 +70,8 @@ struct Coordinator::RunEntry {
   std::shared_ptr<const v1::Run> observed;
 };
 
-bool IsTerminal(v1::RunState state);
 std::string StateName(v1::RunState state);
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
-// "rank 3 (node n2, host h2) reported RuntimeError: …" — a failure in one line.
-std::string DescribeFailure(const v1::Failure& failure);
 
 }  // namespace dt

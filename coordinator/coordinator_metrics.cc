@@ -34,7 +34,7 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
   {
     absl::MutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
-    int world = r.spec().nodes() * r.spec().procs_per_node();
+    int world = WorldSize(r.spec());
     if (batch.rank() < 0 || batch.rank() >= world) {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", batch.rank(), " is outside 0..", world - 1, " of run ", r.run_id()));

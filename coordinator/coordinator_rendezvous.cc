@@ -41,7 +41,7 @@ v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, cons
   v1::RegisterResponse out;
   out.set_run_id(r.run_id());
   out.set_rank(seat.assignment.rank);
-  out.set_world_size(r.spec().nodes() * r.spec().procs_per_node());
+  out.set_world_size(WorldSize(r.spec()));
   out.set_local_rank(seat.assignment.local_rank);
   out.set_local_world_size(seat.assignment.local_world_size);
   out.set_node_rank(seat.assignment.node_rank);
@@ -100,7 +100,7 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   }
   const v1::RunSpec& spec = r.spec();
   const v1::WorldView& view = request.expected();
-  int world = spec.nodes() * spec.procs_per_node();
+  int world = WorldSize(spec);
   if ((view.world_size() != 0 && view.world_size() != world) ||
       (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
       (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
@@ -345,7 +345,7 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
     return absl::FailedPreconditionError(absl::StrCat("generation ", request.generation(),
                                                       " of run ", r.run_id(), " does not exist"));
   }
-  int world = r.spec().nodes() * r.spec().procs_per_node();
+  int world = WorldSize(r.spec());
   if (request.rank() >= world || (by_task && request.scheduler_task() >= world)) {
     return absl::InvalidArgumentError(absl::StrCat(by_task ? "scheduler task " : "rank ",
                                                    by_task ? request.scheduler_task() : request.rank(),

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/run_state.h"
 #include "common/log.h"
 
 namespace dt {
@@ -31,7 +32,6 @@ const Histogram::BucketBoundaries& CheckpointBuckets() {
   return b;
 }
 
-bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 }  // namespace
 
@@ -211,7 +211,7 @@ void PrometheusExporter::OnRunChanged(const v1::Run& run) {
   RunSeries& series = runs_[run.run_id()];
   if (run.revision() < series.revision) return;  // overtaken by a newer change
   series.revision = run.revision();
-  if (Terminal(run.state())) {
+  if (IsTerminal(run.state())) {
     auto it = runs_.find(run.run_id());
     if (it == runs_.end()) return;
     if (it->second.ended == absl::InfiniteFuture()) it->second.ended = absl::Now();

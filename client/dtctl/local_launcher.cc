@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
+#include "common/run_state.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/subprocess.h"
@@ -18,7 +19,6 @@
 namespace dt::ctl {
 namespace {
 
-bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 struct Child {
   int node = 0;
@@ -133,7 +133,7 @@ int RunLocalLauncher(const LocalLaunch& l) {
         }
       }
     }
-    if (Terminal(run.state())) {
+    if (IsTerminal(run.state())) {
       StopAll(children, absl::Seconds(10));
       DT_LOG(Info) << "run " << l.run_id << " ended " << v1::RunState_Name(run.state()) << "; launcher exits";
       return run.state() == v1::SUCCEEDED ? 0 : 1;

@@ -22,6 +22,7 @@
 #include "client/dtctl/srun_report.h"
 #include "client/dtctl/submit.h"
 #include "client/dtctl/watch.h"
+#include "common/run_state.h"
 #include "common/cli_checks.h"
 #include "common/fs.h"
 #include "common/host.h"
@@ -45,7 +46,6 @@ struct Global {
   std::shared_ptr<CoordinatorClient> client;
 };
 
-bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 int Fail(const Global& g, const absl::Status& s, const std::string& what) {
   // A coordinator's message may quote what a run sent (a failure's text): never raw to a terminal.
@@ -155,7 +155,7 @@ int Status(Global& g, const std::string& run_id) {
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
   if (job) std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
   if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
-    std::cout << "reason     " << DescribeFailure(r->reason()) << "\n";
+    std::cout << "reason     " << FailureLine(r->reason()) << "\n";
   }
   if (r->ranks_size() > 0) {
     std::vector<std::vector<std::string>> rows;
@@ -203,7 +203,7 @@ int Logs(Global& g, const std::string& run_id, std::optional<int> rank, bool fol
     std::cout.flush();
     if (!follow) break;
     auto now = GetRun(g, run_id);
-    if (now.ok() && Terminal(now->state())) {
+    if (now.ok() && IsTerminal(now->state())) {
       follow = false;  // one more pass for the last lines
       continue;
     }
@@ -279,7 +279,7 @@ int Cancel(Global& g, const std::string& run_id) {
   }
   if (g.output == "json") {
     PrintJson({{"run_id", run_id}, {"state", StateName(r->state())}, {"was", StateName(before->state())}});
-  } else if (Terminal(before->state())) {
+  } else if (IsTerminal(before->state())) {
     std::cout << run_id << " had already ended " << StateName(before->state()) << "\n";
   } else {
     std::cout << run_id << " " << StateName(r->state()) << "\n";
@@ -294,7 +294,7 @@ int AwaitRestart(Global& g, const std::string& run_id) {
   while (absl::Now() < deadline) {
     auto r = GetRun(g, run_id);
     if (r.ok()) {
-      if (Terminal(r->state())) return kFailed;
+      if (IsTerminal(r->state())) return kFailed;
       if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING) {
         std::cout << r->generation() << "\n";
         return kOk;

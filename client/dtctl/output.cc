@@ -1,5 +1,6 @@
 #include "client/dtctl/output.h"
 
+#include "common/run_state.h"
 #include "common/utf8.h"
 
 #include <algorithm>
@@ -46,12 +47,9 @@ std::string HumanBytes(int64_t bytes) {
   return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
-std::string DescribeFailure(const v1::Failure& f) {
-  if (f.kind() == v1::Failure::KIND_UNSPECIFIED && f.message().empty()) return "";
-  std::string who = f.rank() >= 0 ? absl::StrCat("rank ", f.rank(), " (", f.host().empty() ? "?" : f.host(), ") ") : "";
-  std::string type = f.exception_type().empty() ? "" : absl::StrCat(f.exception_type(), ": ");
+std::string FailureLine(const v1::Failure& f) {
   // The message and type come from the run's processes: escaped, they cannot drive the terminal.
-  return PrintableForTerminal(absl::StrCat(who, v1::Failure::Kind_Name(f.kind()), ": ", type, f.message()));
+  return PrintableForTerminal(DescribeFailure(f));
 }
 
 nlohmann::json FailureJson(const v1::Failure& f) {

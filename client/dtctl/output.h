@@ -28,6 +28,6 @@ std::string Iso8601(const google::protobuf::Timestamp& t);  // "" when unset
 std::string Ago(const google::protobuf::Timestamp& t);      // "3m ago"
 std::string HumanBytes(int64_t bytes);                      // "1.5 GiB"
 std::string HumanSeconds(double seconds);                   // "1h02m", "45s"
-std::string DescribeFailure(const v1::Failure& f);          // one line
+std::string FailureLine(const v1::Failure& f);  // DescribeFailure, escaped for a terminal
 
 }  // namespace dt::ctl

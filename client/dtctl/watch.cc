@@ -1,3 +1,4 @@
+#include "common/run_state.h"
 #include "client/dtctl/watch.h"
 
 #include <cmath>
@@ -14,7 +15,6 @@
 namespace dt::ctl {
 namespace {
 
-bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 std::string Compact(double v) {
   if (v >= 1e6) return absl::StrFormat("%.1fM", v / 1e6);
@@ -35,7 +35,7 @@ class View {
       out_ << Stamp() << r.run_id() << " " << r.spec().experiment_name() << " " << StateName(r.state())
            << " generation " << r.generation() << " restarts " << r.restarts() << "/" << r.spec().max_restarts();
       if ((r.state() == v1::FAILED || r.state() == v1::RESTARTING || r.state() == v1::CANCELLED) && r.has_reason()) {
-        out_ << ": " << DescribeFailure(r.reason());
+        out_ << ": " << FailureLine(r.reason());
       }
       out_ << std::endl;
     }
@@ -75,7 +75,7 @@ class View {
   void Finish() {
     if (tty_ && drawn_) out_ << std::endl;
     out_ << run_.run_id() << " " << StateName(run_.state());
-    if (run_.state() != v1::SUCCEEDED && run_.has_reason()) out_ << ": " << DescribeFailure(run_.reason());
+    if (run_.state() != v1::SUCCEEDED && run_.has_reason()) out_ << ": " << FailureLine(run_.reason());
     out_ << std::endl;
   }
 
@@ -165,7 +165,7 @@ int Watch(const std::shared_ptr<CoordinatorClient>& client, const std::string& r
       if (event.has_metric()) view.Metric(event.metric());
     }
     grpc::Status status = reader->Finish();
-    if (status.ok() && Terminal(view.run().state())) {
+    if (status.ok() && IsTerminal(view.run().state())) {
       view.Finish();
       return view.run().state() == v1::SUCCEEDED ? 0 : 1;
     }

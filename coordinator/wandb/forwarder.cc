@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/run_state.h"
 #include "common/host.h"
 #include "common/crypto.h"
 #include "common/fs.h"
@@ -23,7 +24,6 @@
 namespace dt::wandb {
 namespace {
 
-bool Terminal(v1::RunState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
 
 double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
@@ -89,7 +89,7 @@ std::string ConfigJson(const v1::Run& run, std::vector<std::string>* tags) {
       if (::stat(value.c_str(), &st) == 0) config["dataset_bytes"] = {{"value", static_cast<int64_t>(st.st_size)}};
     }
   }
-  config["world_size"] = {{"value", run.spec().nodes() * run.spec().procs_per_node()}};
+  config["world_size"] = {{"value", WorldSize(run.spec())}};
   config["nodes"] = {{"value", run.spec().nodes()}};
   config["procs_per_node"] = {{"value", run.spec().procs_per_node()}};
   config["experiment"] = {{"value", run.spec().experiment_name()}};
@@ -201,7 +201,7 @@ absl::Status Forwarder::Load() {
   // A run that ended while the coordinator was down still gets its final post.
   for (auto& [t, dt_run] : loaded) {
     absl::StatusOr<v1::Run> r = coordinator_->GetRun(dt_run);
-    if (r.ok() && Terminal(r->state())) {
+    if (r.ok() && IsTerminal(r->state())) {
       absl::MutexLock tl(&t->mu);
       t->spool->state().exitcode = r->state() == v1::SUCCEEDED ? 0 : 1;
       t->ended = true;
@@ -365,7 +365,7 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
 }
 
 void Forwarder::OnRunChanged(const v1::Run& run) {
-  if (!Terminal(run.state())) {
+  if (!IsTerminal(run.state())) {
     absl::MutexLock lock(&mu_);
     auto it = routes_.find(run.run_id());
     // A new generation may place ranks on other nodes: recompute node routes.
