@@ -84,14 +84,24 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                                     : absl::Milliseconds(policy_.barrier_timeout_ms());
   int64_t generation = g.number;
   int64_t step = request.step();
+  // Weak: the pending lives in the run's own barrier table, and a strong reference would keep
+  // the run (and the table) alive in a cycle.
+  std::weak_ptr<RunEntry> weak_run = run;
   auto arrived = MakePending<BarrierRelease>(
-      [this, run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
+      [this, weak_run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
+        RunPtr run = weak_run.lock();
+        if (!run) {
+          reply->Complete(absl::UnavailableError("the coordinator is shutting down"));
+          return;
+        }
         if (!r.ok()) {
-          absl::MutexLock lock(&run->mu);
-          // A retry replacing this arrival (CANCELLED) leaves the instance open for `step`.
-          if (r.status().code() != absl::StatusCode::kCancelled && run->gen->number == generation &&
-              run->gen->arriving_step == step) {
-            run->gen->arriving_step = 0;
+          {
+            absl::MutexLock lock(&run->mu);
+            // A retry replacing this arrival (CANCELLED) leaves the instance open for `step`.
+            if (r.status().code() != absl::StatusCode::kCancelled && run->gen->number == generation &&
+                run->gen->arriving_step == step) {
+              run->gen->arriving_step = 0;
+            }
           }
           reply->Complete(r.status());
           return;

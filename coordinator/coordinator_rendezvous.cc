@@ -160,9 +160,12 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   if (request.has_scheduler_task()) registrant.scheduler_task = request.scheduler_task();
   // The seat's reply builds the RegisterResponse once rendezvous completes.
   int64_t number = g.number;
-  PendingPtr<Seat> seat_reply = MakePending<Seat>([this, run, reply, number](absl::StatusOr<Seat> seat) {
-    if (!seat.ok()) {
-      reply->Complete(seat.status());
+  // Weak: the pending lives in the run's own rendezvous; a strong reference would be a cycle.
+  std::weak_ptr<RunEntry> weak_run = run;
+  PendingPtr<Seat> seat_reply = MakePending<Seat>([this, weak_run, reply, number](absl::StatusOr<Seat> seat) {
+    RunPtr run = weak_run.lock();
+    if (!seat.ok() || !run) {
+      reply->Complete(!seat.ok() ? seat.status() : absl::UnavailableError("the coordinator is shutting down"));
       return;
     }
     absl::StatusOr<v1::RegisterResponse> out;
