@@ -184,6 +184,18 @@ class Coordinator {
   void WriteRunJson(const RunEntry& run, bool wait) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Rendezvous helpers.
+  // FAILED_PRECONDITION when the run has ended or the trainer expects another world shape.
+  absl::Status CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const
+      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // A registration while the ranks are assigned: the answer for a retry (the same seat) or an
+  // unknown slot; for a new incarnation of a seated slot, the generation fails (REPLACED) and
+  // nothing is returned, so the caller joins the next generation's rendezvous.
+  std::optional<absl::StatusOr<v1::RegisterResponse>> RegisterWithAssignedGeneration(
+      RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Seats the registrant in the current generation's rendezvous; completes it when it is full.
+  void JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
+                      const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void CompleteRendezvous(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void OnRendezvousTimeout(const std::string& run_id, int64_t generation);
   v1::RegisterResponse MakeRegisterResponse(const RunEntry& run, const Seat& seat) const

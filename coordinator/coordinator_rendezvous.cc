@@ -55,22 +55,95 @@ v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, cons
   return out;
 }
 
-void Coordinator::Register(const v1::RegisterRequest& request,
-                           PendingPtr<v1::RegisterResponse> reply) {
-  if (absl::Status s = ValidateIdentity(request.node(), request.incarnation(), request.host(),
-                                        request.pid());
+namespace {
+
+// The request's own fields, before any run is looked at.
+absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
+  if (absl::Status s = ValidateIdentity(request.node(), request.incarnation(), request.host(), request.pid());
       !s.ok()) {
-    reply->Complete(s);
-    return;
+    return s;
   }
   if (request.local_slot() < 0) {
-    reply->Complete(absl::InvalidArgumentError(
-        absl::StrCat("local slot must not be negative, not ", request.local_slot())));
-    return;
+    return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
   }
   if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
-    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
-        "scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task())));
+    return absl::InvalidArgumentError(absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1,
+                                                   ", not ", request.scheduler_task()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const {
+  const v1::Run& r = run.stored.run;
+  if (IsTerminal(r.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", r.run_id(), " has ended ", StateName(r.state()),
+        r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
+        "; submit a new run to train again"));
+  }
+  const v1::RunSpec& spec = r.spec();
+  const v1::WorldView& view = request.expected();
+  int world = WorldSize(spec);
+  if ((view.world_size() != 0 && view.world_size() != world) ||
+      (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
+      (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the trainer on ", request.host(), " expects world size ", view.world_size(), " (",
+        view.nodes(), " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(),
+        " has world size ", world, " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
+        " per node); start the trainers with the run's shape instead of forming a smaller world"));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAssignedGeneration(
+    RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
+  Generation& g = *run.gen;
+  const v1::Run& r = run.stored.run;
+  auto seat = std::find_if(g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) {
+    return rs.node() == request.node() && rs.local_rank() == request.local_slot();
+  });
+  if (seat == g.ranks.end()) {
+    std::vector<std::string> nodes;
+    for (const auto& rs : g.ranks) {
+      if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", Quote(request.node()), " slot ", request.local_slot(), " is not part of generation ", g.number,
+        " of run ", r.run_id(), ", whose ranks are on nodes ", absl::StrJoin(nodes, ", ")));
+  }
+  if (seat->incarnation() == request.incarnation()) {
+    // A retry whose first reply was lost: same answer.
+    Registrant reg{seat->node(), seat->local_rank(), seat->incarnation(), seat->host(), seat->pid()};
+    Assignment a{seat->rank(), seat->local_rank(), 0, seat->node_rank(), 0};
+    a.local_world_size = static_cast<int>(std::count_if(
+        g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
+    a.nodes = g.ranks.empty() ? 0 : g.ranks.back().node_rank() + 1;
+    return MakeRegisterResponse(run, Seat{reg, a});
+  }
+  // The same slot from a new process: the old one restarted, so its generation is over.
+  v1::Failure failure;
+  failure.set_kind(v1::Failure::REPLACED);
+  failure.set_rank(seat->rank());
+  failure.set_node(seat->node());
+  failure.set_host(seat->host());
+  failure.set_step(g.health ? g.health->step(seat->rank()) : 0);
+  failure.set_message(absl::StrCat("was restarted: pid ", request.pid(), " on ", request.host(),
+                                   " registered for its slot, replacing pid ", seat->pid()));
+  FailGeneration(run, failure, deferred);  // replaces run.gen (or ends the run)
+  if (IsTerminal(r.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()),
+                                                      ": ", DescribeFailure(r.reason())));
+  }
+  return std::nullopt;  // register with the new generation
+}
+
+void Coordinator::Register(const v1::RegisterRequest& request,
+                           PendingPtr<v1::RegisterResponse> reply) {
+  if (absl::Status s = ValidateRegisterRequest(request); !s.ok()) {
+    reply->Complete(s);
     return;
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
@@ -90,70 +163,22 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   RunPtr run = *found;
   Deferred deferred;
   absl::MutexLock lock(&run->mu);
-  v1::Run& r = run->stored.run;
-  if (IsTerminal(r.state())) {
-    deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
-        "run ", r.run_id(), " has ended ", StateName(r.state()),
-        r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
-        "; submit a new run to train again")));
+  if (absl::Status s = CheckRunAcceptsRegistration(*run, request); !s.ok()) {
+    deferred.Complete<v1::RegisterResponse>(reply, s);
     return;
   }
-  const v1::RunSpec& spec = r.spec();
-  const v1::WorldView& view = request.expected();
-  int world = WorldSize(spec);
-  if ((view.world_size() != 0 && view.world_size() != world) ||
-      (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
-      (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
-    deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
-        "the trainer on ", request.host(), " expects world size ", view.world_size(), " (",
-        view.nodes(), " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(),
-        " has world size ", world, " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
-        " per node); start the trainers with the run's shape instead of forming a smaller world")));
-    return;
-  }
-
   if (run->gen->assigned) {
-    Generation& g = *run->gen;
-    auto seat = std::find_if(g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) {
-      return rs.node() == request.node() && rs.local_rank() == request.local_slot();
-    });
-    if (seat == g.ranks.end()) {
-      std::vector<std::string> nodes;
-      for (const auto& rs : g.ranks) {
-        if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
-      }
-      deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
-          "node ", Quote(request.node()), " slot ", request.local_slot(), " is not part of generation ",
-          g.number, " of run ", r.run_id(), ", whose ranks are on nodes ", absl::StrJoin(nodes, ", "))));
-      return;
-    }
-    if (seat->incarnation() == request.incarnation()) {
-      // A retry whose first reply was lost: same answer.
-      Registrant reg{seat->node(), seat->local_rank(), seat->incarnation(), seat->host(), seat->pid()};
-      Assignment a{seat->rank(), seat->local_rank(), 0, seat->node_rank(), 0};
-      a.local_world_size = static_cast<int>(std::count_if(g.ranks.begin(), g.ranks.end(),
-          [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
-      a.nodes = g.ranks.empty() ? 0 : g.ranks.back().node_rank() + 1;
-      deferred.Complete<v1::RegisterResponse>(reply, MakeRegisterResponse(*run, Seat{reg, a}));
-      return;
-    }
-    // The same slot from a new process: the old one restarted, so its generation is over.
-    v1::Failure failure;
-    failure.set_kind(v1::Failure::REPLACED);
-    failure.set_rank(seat->rank());
-    failure.set_node(seat->node());
-    failure.set_host(seat->host());
-    failure.set_step(g.health ? g.health->step(seat->rank()) : 0);
-    failure.set_message(absl::StrCat("was restarted: pid ", request.pid(), " on ", request.host(),
-                                     " registered for its slot, replacing pid ", seat->pid()));
-    FailGeneration(*run, failure, deferred);
-    if (IsTerminal(r.state())) {
-      deferred.Complete<v1::RegisterResponse>(reply, absl::FailedPreconditionError(absl::StrCat(
-          "run ", r.run_id(), " has ended ", StateName(r.state()), ": ", DescribeFailure(r.reason()))));
+    if (auto answered = RegisterWithAssignedGeneration(*run, request, deferred)) {
+      deferred.Complete<v1::RegisterResponse>(reply, std::move(*answered));
       return;
     }
   }
+  JoinRendezvous(run, request, reply, deferred);
+}
 
+void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
+                                 const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred) {
+  v1::Run& r = run->stored.run;
   Generation& g = *run->gen;
   Registrant registrant{request.node(), request.local_slot(), request.incarnation(), request.host(),
                         request.pid(),  request.version(),    clock_->Now(),         reply.get()};
@@ -186,10 +211,8 @@ void Coordinator::Register(const v1::RegisterRequest& request,
   }
   if (g.rendezvous_timer == 0) {
     std::string run_id = r.run_id();
-    int64_t number = g.number;
-    g.rendezvous_timer = timers_->Schedule(
-        clock_->Now() + options_.timeouts.rendezvous_timeout,
-        [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
+    g.rendezvous_timer = timers_->Schedule(clock_->Now() + options_.timeouts.rendezvous_timeout,
+                                           [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
   }
   if (r.state() == v1::PENDING || r.state() == v1::RESTARTING) SetState(*run, v1::RENDEZVOUS, deferred);
   if (g.rendezvous.complete()) CompleteRendezvous(*run, deferred);
