@@ -247,7 +247,16 @@ absl::Status DirFd::Rename(absl::string_view from, absl::string_view to) const {
   return absl::OkStatus();
 }
 
-absl::Status DirFd::RemoveTree(absl::string_view name) const {
+absl::Status DirFd::RemoveTree(absl::string_view name) const { return RemoveTreeAt(name, 0); }
+
+absl::Status DirFd::RemoveTreeAt(absl::string_view name, int depth) const {
+  // Whoever can write in a run's tree can nest directories without end: bounded, so neither the
+  // stack nor the descriptors run out.
+  constexpr int kMaxDepth = 64;
+  if (depth > kMaxDepth) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        PathOf(name), " is nested more than ", kMaxDepth, " directories deep; not removed"));
+  }
   absl::StatusOr<struct stat> st = Lstat(name);
   if (!st.ok()) return absl::IsNotFound(st.status()) ? absl::OkStatus() : st.status();
   std::string n = NameString(name);
@@ -257,7 +266,7 @@ absl::Status DirFd::RemoveTree(absl::string_view name) const {
     absl::StatusOr<std::vector<Entry>> entries = sub->List();
     if (!entries.ok()) return entries.status();
     for (const Entry& e : *entries) {
-      if (absl::Status s = sub->RemoveTree(e.name); !s.ok()) return s;
+      if (absl::Status s = sub->RemoveTreeAt(e.name, depth + 1); !s.ok()) return s;
     }
     if (::unlinkat(fd_.get(), n.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
       return ErrnoStatus("remove", PathOf(name), errno);

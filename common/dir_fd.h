@@ -77,7 +77,8 @@ class DirFd {
   // renameat within this directory.
   absl::Status Rename(absl::string_view from, absl::string_view to) const;
   // rm -rf of an entry without following any link below it (a link is removed, not its
-  // target). OK when the entry does not exist.
+  // target). OK when the entry does not exist; FAILED_PRECONDITION for a tree nested more than
+  // 64 directories deep (checkpoints are flat; nothing legitimate is that deep).
   absl::Status RemoveTree(absl::string_view name) const;
   absl::Status Fsync() const;
 
@@ -88,6 +89,7 @@ class DirFd {
 
  private:
   DirFd(UniqueFd fd, std::string path, const struct stat& st);
+  absl::Status RemoveTreeAt(absl::string_view name, int depth) const;
   std::string PathOf(absl::string_view name) const;
 
   UniqueFd fd_;

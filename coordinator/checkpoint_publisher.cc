@@ -216,11 +216,16 @@ absl::StatusOr<int> RemovePartials(const DirFd& checkpoints) {
   absl::StatusOr<std::vector<DirFd::Entry>> entries = checkpoints.List();
   if (!entries.ok()) return entries.status();
   int removed = 0;
+  absl::Status first_error;
   for (const DirFd::Entry& e : *entries) {
     if (!absl::StrContains(e.name, ".partial-")) continue;
-    if (absl::Status s = checkpoints.RemoveTree(e.name); !s.ok()) return s;
+    if (absl::Status s = checkpoints.RemoveTree(e.name); !s.ok()) {
+      first_error.Update(s);
+      continue;
+    }
     ++removed;
   }
+  if (!first_error.ok()) return first_error;
   return removed;
 }
 

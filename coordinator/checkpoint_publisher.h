@@ -41,7 +41,7 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints,
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep);
 
 // Removes every *.partial-* entry (nothing reads them; a dead writer leaves them behind).
-// Returns how many were removed.
+// Returns how many were removed, or the first error (after trying every entry).
 absl::StatusOr<int> RemovePartials(const DirFd& checkpoints);
 
 // The checkpoint `latest` names, if it exists and its manifest's sizes match the files (the

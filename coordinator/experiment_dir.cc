@@ -89,8 +89,11 @@ absl::Status PrepareExperimentDir(ExperimentDir& d) {
   absl::StatusOr<DirFd> checkpoints = exp->MakeSub(kCheckpointsDir);
   if (!checkpoints.ok()) return absl::FailedPreconditionError(checkpoints.status().message());
   absl::StatusOr<int> removed = RemovePartials(*checkpoints);
-  if (!removed.ok()) return removed.status();
-  if (*removed > 0) {
+  if (!removed.ok()) {
+    // Leftovers are never read: a run may start beside one that cannot be removed.
+    DT_LOG(Warning) << "partial checkpoint directories in " << d.checkpoints_dir
+                    << " not all removed: " << removed.status().message();
+  } else if (*removed > 0) {
     DT_LOG(Info) << "removed " << *removed << " partial checkpoint director"
                  << (*removed == 1 ? "y" : "ies") << " in " << d.checkpoints_dir;
   }

@@ -210,5 +210,20 @@ TEST_F(PlantedLinkTest, AFifoAsACheckpointFileIsRefusedWithoutBlocking) {
   EXPECT_NE(r.status().message().find("FIFO"), std::string::npos) << r.status();
 }
 
+TEST_F(PlantedLinkTest, AnEndlesslyNestedPartialDirectoryIsRefusedNotRecursedInto) {
+  std::string p = JoinPath(ckpt_, PartialDirName(8, "iiii"));
+  std::string deep = p;
+  for (int i = 0; i < 100; ++i) deep = JoinPath(deep, "d");
+  fs::create_directories(deep);
+  auto removed = RemovePartials(Dir());
+  EXPECT_EQ(removed.status().code(), absl::StatusCode::kFailedPrecondition) << removed.status();
+  EXPECT_NE(removed.status().message().find("nested more than 64"), std::string::npos) << removed.status();
+  // A checkpoint-shaped tree (a few levels) still goes.
+  fs::remove_all(p);
+  fs::create_directories(JoinPath(p, "a/b/c"));
+  EXPECT_EQ(*RemovePartials(Dir()), 1);
+  EXPECT_FALSE(fs::exists(p));
+}
+
 }  // namespace
 }  // namespace dt
