@@ -1,13 +1,17 @@
 #include "common/data_dir.h"
 
-#include <stdlib.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "common/fs.h"
 #include "common/subprocess.h"
 
 namespace dt {
+namespace {
 
+// <dir of this executable>/../share/dt/data (installed), <dir of this executable>/../../data
+// (build/bin of a source tree), and the source tree this binary was built from.
 std::vector<std::string> DataDirCandidates() {
   std::string exe = ExecutableDir();
   std::vector<std::string> out = {JoinPath(exe, "../share/dt/data"), JoinPath(exe, "../../data")};
@@ -17,13 +21,14 @@ std::vector<std::string> DataDirCandidates() {
   return out;
 }
 
+}  // namespace
+
 std::optional<std::string> FindDefaultTokenizerDir() {
   for (const std::string& dir : DataDirCandidates()) {
     std::string gpt2 = JoinPath(dir, "gpt2");
     if (::access(JoinPath(gpt2, "encoder.json").c_str(), R_OK) == 0 &&
         ::access(JoinPath(gpt2, "vocab.bpe").c_str(), R_OK) == 0) {
-      char resolved[4096];
-      return ::realpath(gpt2.c_str(), resolved) != nullptr ? std::string(resolved) : gpt2;
+      return RealPath(gpt2).value_or(gpt2);
     }
   }
   return std::nullopt;

@@ -4,16 +4,12 @@
 
 #include <optional>
 #include <string>
-#include <vector>
 
 namespace dt {
 
-// The places looked at, in order: <dir of this executable>/../share/dt/data (installed),
-// <dir of this executable>/../../data (build/bin of a source tree), and the source tree this
-// binary was built from.
-std::vector<std::string> DataDirCandidates();
-
-// The first candidate's gpt2/ holding encoder.json and vocab.bpe, if any.
+// gpt2/ holding encoder.json and vocab.bpe in the first of: <dir of this executable>/../share/dt/data
+// (installed), <dir of this executable>/../../data (build/bin of a source tree), and the source
+// tree this binary was built from. Resolved to a real path.
 std::optional<std::string> FindDefaultTokenizerDir();
 
 }  // namespace dt

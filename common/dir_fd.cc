@@ -193,15 +193,7 @@ absl::Status DirFd::WriteFileAtomic(absl::string_view name, absl::string_view co
     ::unlinkat(fd_.get(), tmp.c_str(), 0);
     return ErrnoStatus(what, PathOf(name), err);
   };
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
+  if (int err = WriteFully(fd.get(), contents.data(), contents.size()); err != 0) return fail("write", err);
   if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) return fail("fsync", errno);
   if (::renameat(fd_.get(), tmp.c_str(), fd_.get(), NameString(name).c_str()) != 0) {
     return fail("rename into", errno);

@@ -1,6 +1,8 @@
 #include "common/fs.h"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +14,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "common/crypto.h"
+#include "common/dir_fd.h"
 
 namespace dt {
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err) {
@@ -60,50 +62,31 @@ std::string JoinPath(absl::string_view a, absl::string_view b) {
   return absl::StrCat(a, "/", b);
 }
 
-absl::Status FsyncFile(const std::string& path) { return FsyncFd(path, O_RDONLY); }
-
 absl::Status FsyncDir(const std::string& dir) { return FsyncFd(dir, O_RDONLY | O_DIRECTORY); }
 
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents, mode_t mode) {
-  std::string tmp = absl::StrCat(path, ".tmp-", RandomHex(4));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoStatus("create", tmp, errno);
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+  absl::StatusOr<DirFd> dir = DirFd::Open(Dirname(path));
+  if (!dir.ok()) return dir.status();
+  return dir->WriteFileAtomic(path.substr(path.find_last_of('/') + 1), contents, mode);
+}
+
+int WriteFully(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < size;) {
+    ssize_t n = ::write(fd, p + done, size - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("write", tmp, err);
+      return errno;
     }
     done += static_cast<size_t>(n);
   }
-  if (::fchmod(fd, mode) != 0 || ::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("fsync", tmp, err);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename into", path, err);
-  }
-  return FsyncDir(Dirname(path));
+  return 0;
 }
 
-absl::Status ReplaceSymlink(const std::string& target, const std::string& link) {
-  std::string tmp = absl::StrCat(link, ".tmp-", RandomHex(4));
-  if (::symlink(target.c_str(), tmp.c_str()) != 0) return ErrnoStatus("symlink", tmp, errno);
-  if (::rename(tmp.c_str(), link.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("rename into", link, err);
-  }
-  return FsyncDir(Dirname(link));
+absl::StatusOr<std::string> RealPath(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return ErrnoStatus("resolve", path, errno);
+  return std::string(resolved);
 }
 
 absl::Status MakeDirs(const std::string& path) {

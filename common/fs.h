@@ -23,11 +23,13 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents,
                              mode_t mode = 0644);
 
-// Points the symbolic link `link` at `target` atomically (a temporary link renamed over it).
-absl::Status ReplaceSymlink(const std::string& target, const std::string& link);
-
-absl::Status FsyncFile(const std::string& path);
 absl::Status FsyncDir(const std::string& dir);
+
+// write() until all of `data` is written (EINTR retried); 0, or the errno that stopped it.
+int WriteFully(int fd, const void* data, size_t size);
+
+// The path with every link, "." and ".." resolved (realpath); NOT_FOUND and the like naming it.
+absl::StatusOr<std::string> RealPath(const std::string& path);
 
 // mkdir -p; FAILED_PRECONDITION naming the path and errno text when it cannot.
 absl::Status MakeDirs(const std::string& path);

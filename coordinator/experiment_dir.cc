@@ -1,8 +1,6 @@
 #include "coordinator/experiment_dir.h"
 
 #include <fcntl.h>
-#include <limits.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,12 +30,6 @@ absl::Status RefuseDotComponents(const std::string& save_dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Canonical(const std::string& path) {
-  char resolved[PATH_MAX];
-  if (::realpath(path.c_str(), resolved) == nullptr) return ErrnoStatus("resolve", path, errno);
-  return std::string(resolved);
-}
-
 }  // namespace
 
 ExperimentDir ExperimentPaths(const std::string& exp_dir) {
@@ -54,7 +46,7 @@ absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir,
   if (absl::Status s = ValidateAbsolutePath("save dir", save_dir); !s.ok()) return s;
   if (absl::Status s = RefuseDotComponents(save_dir); !s.ok()) return s;
   if (absl::Status s = MakeDirs(save_dir); !s.ok()) return s;
-  absl::StatusOr<std::string> canonical = Canonical(save_dir);
+  absl::StatusOr<std::string> canonical = RealPath(save_dir);
   if (!canonical.ok()) return absl::FailedPreconditionError(canonical.status().message());
   if (!IsWritableDir(*canonical)) {
     return absl::FailedPreconditionError(absl::StrCat(

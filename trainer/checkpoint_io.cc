@@ -39,16 +39,10 @@ class HashingFileWriter {
 
   size_t Write(const void* data, size_t n) {
     if (!error_.ok()) return n;
-    const char* p = static_cast<const char*>(data);
-    hash_.Update(p, n);
-    for (size_t written = 0; written < n;) {
-      ssize_t w = ::write(fd_, p + written, n - written);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        Fail(errno);
-        return n;
-      }
-      written += static_cast<size_t>(w);
+    hash_.Update(data, n);
+    if (int err = WriteFully(fd_, data, n); err != 0) {
+      Fail(err);
+      return n;
     }
     bytes_ += static_cast<int64_t>(n);
     return n;
