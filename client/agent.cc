@@ -94,6 +94,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
   while (true) {
     request.set_step(step_.load());
     request.set_total_steps(total_steps_.load());
+    request.set_worker_pid(worker_pid_.load());
     // While the coordinator is away, give each attempt time to connect and handshake with a
     // coordinator that is just starting on a busy machine (a heartbeat interval can be 200 ms).
     absl::Duration deadline = reconnecting ? std::max(interval, absl::Seconds(2)) : interval;
@@ -188,8 +189,8 @@ absl::Status Agent::AbortCheckpoint(const std::string& round_id, const std::stri
       .status();
 }
 
-absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type,
-                                const std::string& stack, int64_t step, bool fatal) {
+v1::ReportErrorRequest Agent::ErrorRequest(const std::string& message, const std::string& exception_type,
+                                           const std::string& stack, int64_t step) const {
   v1::ReportErrorRequest request;
   request.set_run_id(options_.run_id);
   request.set_generation(generation());
@@ -202,7 +203,24 @@ absl::Status Agent::ReportError(const std::string& message, const std::string& e
   request.set_exception_type(exception_type);
   request.set_stack(stack);
   request.set_step(step);
+  return request;
+}
+
+absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type,
+                                const std::string& stack, int64_t step, bool fatal) {
+  v1::ReportErrorRequest request = ErrorRequest(message, exception_type, stack, step);
   request.set_fatal(fatal);
+  return SendError(request);
+}
+
+absl::Status Agent::ReportWorkerExit(const std::string& message, const std::string& exception_type,
+                                     const std::string& stack, int64_t step) {
+  v1::ReportErrorRequest request = ErrorRequest(message, exception_type, stack, step);
+  request.set_process_exited(exception_type.empty());
+  return SendError(request);
+}
+
+absl::Status Agent::SendError(const v1::ReportErrorRequest& request) {
   return RetryUnavailable(absl::Now() + absl::Seconds(10), [&](absl::Duration left) {
            return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
                        request, left);

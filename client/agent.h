@@ -57,6 +57,9 @@ class Agent {
   void StopHeartbeats();
   // The last finished step (and the total, when known), sent with the next heartbeat.
   void ReportProgress(int64_t step, int64_t total_steps);
+  // The process doing this rank's work, when it is not this one (dtrun's child); sent with each
+  // heartbeat so `dtctl status` shows the pid to look at.
+  void SetWorkerPid(int pid) { worker_pid_ = pid; }
 
   // Zero timeouts mean the run's policy.
   absl::Status Barrier(const std::string& name, absl::Duration timeout = absl::ZeroDuration());
@@ -69,6 +72,10 @@ class Agent {
   // `fatal`: restarting cannot help (full disk, bad configuration); the run fails now.
   absl::Status ReportError(const std::string& message, const std::string& exception_type,
                            const std::string& stack, int64_t step, bool fatal = false);
+  // The process doing this rank's work exited (dtrun's child): `message` says how; an exception
+  // type, when the child left one, makes it a reported error rather than a bare exit.
+  absl::Status ReportWorkerExit(const std::string& message, const std::string& exception_type,
+                                const std::string& stack, int64_t step);
   // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
   // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
   absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);
@@ -76,6 +83,9 @@ class Agent {
   absl::StatusOr<std::unique_ptr<StoreSession>> OpenStore();
 
  private:
+  v1::ReportErrorRequest ErrorRequest(const std::string& message, const std::string& exception_type,
+                                      const std::string& stack, int64_t step) const;
+  absl::Status SendError(const v1::ReportErrorRequest& request);
   void HeartbeatLoop(std::function<void(const std::string&)> on_stop);
   // Repeats `call` while it returns UNAVAILABLE, until `deadline`.
   template <typename F>
@@ -88,6 +98,7 @@ class Agent {
   std::atomic<bool> registered_{false};  // assignment_ is set (read by the signal watcher)
   std::atomic<int64_t> step_{0};
   std::atomic<int64_t> total_steps_{0};
+  std::atomic<int> worker_pid_{0};
   absl::Mutex barrier_mu_;
   std::map<std::string, uint64_t> barrier_sequences_ ABSL_GUARDED_BY(barrier_mu_);
   absl::Notification stop_heartbeats_;

@@ -440,6 +440,19 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
           absl::StrCat("trainer argument ", Quote(arg), " is longer than ", kMaxPathBytes, " bytes"));
     }
   }
+  if (static_cast<size_t>(spec.exec_command_size()) > kMaxTrainerArgs) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.exec_command_size(), " words in the --exec command exceed the limit of ",
+                                                   kMaxTrainerArgs));
+  }
+  if (spec.exec_command_size() > 0 && spec.exec_command(0).empty()) {
+    return absl::InvalidArgumentError("the --exec command's program is empty");
+  }
+  for (const auto& arg : spec.exec_command()) {
+    if (arg.size() > kMaxPathBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--exec command word ", Quote(arg), " is longer than ", kMaxPathBytes, " bytes"));
+    }
+  }
   for (const auto& arg : spec.sbatch_args()) {
     if (arg.size() > kMaxPathBytes) {
       return absl::InvalidArgumentError(absl::StrCat("sbatch argument ", Quote(arg), " is too long"));
@@ -728,7 +741,8 @@ absl::Status Coordinator::Load() {
         g.assigned = true;
         g.ranks = l.ranks;
         int64_t start = run->checkpoints.empty() ? r.resumed_from_step() : run->checkpoints.back().step();
-        g.health = std::make_unique<HealthTracker>(r.world_size(), start, now);
+        g.health = std::make_unique<HealthTracker>(r.world_size(), start, now,
+                                                   /*steps_expected=*/r.spec().exec_command().empty());
         for (const auto& rank : g.ranks) {
           g.health->Heartbeat(rank.rank(), rank.step(), now);
           if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank());

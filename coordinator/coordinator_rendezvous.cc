@@ -245,7 +245,8 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
     *rs.mutable_last_heartbeat() = ToProtoTime(now);
     if (hosts.empty() || hosts.back() != seat.registrant.host) hosts.push_back(seat.registrant.host);
   }
-  g.health = std::make_unique<HealthTracker>(static_cast<int>(seats.size()), start_step, now);
+  g.health = std::make_unique<HealthTracker>(static_cast<int>(seats.size()), start_step, now,
+                                             /*steps_expected=*/r.spec().exec_command().empty());
   r.set_world_size(static_cast<int>(seats.size()));
   r.set_step(start_step);
   DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": all " << seats.size()
@@ -296,6 +297,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   if (request.step() < 0 || request.total_steps() < 0) {
     return absl::InvalidArgumentError("step and total steps must not be negative");
   }
+  if (request.worker_pid() < 0) return absl::InvalidArgumentError("worker pid must not be negative");
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -326,6 +328,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   }
   g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
   if (request.total_steps() > 0) r.set_total_steps(request.total_steps());
+  if (request.worker_pid() > 0) rank.set_pid(request.worker_pid());
   g.ranks_dirty = true;
   out.set_directive(v1::HeartbeatResponse::CONTINUE);
   return out;

@@ -5,8 +5,12 @@
 
 namespace dt {
 
-HealthTracker::HealthTracker(int world_size, int64_t start_step, absl::Time now)
-    : ranks_(world_size), start_step_(start_step), group_step_(start_step), last_progress_(now) {
+HealthTracker::HealthTracker(int world_size, int64_t start_step, absl::Time now, bool steps_expected)
+    : ranks_(world_size),
+      start_step_(start_step),
+      group_step_(start_step),
+      last_progress_(now),
+      steps_expected_(steps_expected) {
   for (auto& r : ranks_) {
     r.last_heartbeat = now;
     r.step = start_step;
@@ -18,6 +22,7 @@ void HealthTracker::Heartbeat(int rank, int64_t step, absl::Time now) {
   r.last_heartbeat = now;
   if (step > r.step) {
     r.step = step;
+    step_reported_ = true;
     RecomputeGroupStep(now);
   }
 }
@@ -97,6 +102,7 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
     return v;
   }
   if (watched == 0) return std::nullopt;
+  if (!steps_expected_ && !step_reported_) return std::nullopt;
   absl::Duration limit = group_step_ > start_step_ ? t.hang_timeout : t.init_timeout;
   if (now - last_progress_ <= limit) return std::nullopt;
   HealthVerdict v{HealthVerdict::Kind::kHang, -1, group_step_, {}, last_progress_, limit};

@@ -50,7 +50,9 @@ struct HealthVerdict {
 
 class HealthTracker {
  public:
-  HealthTracker(int world_size, int64_t start_step, absl::Time now);
+  // `steps_expected`: the program reports its steps (dttrainer does). A user's program under
+  // dtrun may never report one; its group is then watched for a hang only once a rank has.
+  HealthTracker(int world_size, int64_t start_step, absl::Time now, bool steps_expected = true);
 
   void Heartbeat(int rank, int64_t step, absl::Time now);
   // A rank that left with success is no longer watched.
@@ -90,6 +92,8 @@ class HealthTracker {
   int64_t start_step_;
   int64_t group_step_;
   absl::Time last_progress_;
+  bool steps_expected_;
+  bool step_reported_ = false;  // some rank reported a step past start_step_
   int finished_ = 0;
 };
 

@@ -3,7 +3,7 @@
 # already installed are skipped, and apt-get update runs at most once per call.
 #
 #   scripts/setup.sh            build + test dependencies
-#   scripts/setup.sh --bench    also the Python anchors for bench/ (python3-torch)
+#   scripts/setup.sh --bench    also what bench/ needs beside the tests (hyperfine)
 set -euo pipefail
 
 packages=(
@@ -19,11 +19,13 @@ packages=(
   openssl
   # tests
   libgtest-dev libgmock-dev googletest libbenchmark-dev python3 curl
+  # users' own programs under dtrun: PyTorch (Gloo) scripts, and the dt Python module's gRPC
+  python3-torch python3-grpcio python3-protobuf
   # real servers the integration tests run
   slurmctld slurmd slurm-client munge prometheus
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch hyperfine)
+  packages+=(hyperfine)
 fi
 
 missing=()

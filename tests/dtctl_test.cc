@@ -30,20 +30,12 @@ class DtctlTest : public ::testing::Test {
                                           "--rendezvous-timeout", "1m"}};
 
   CommandResult Dtctl(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv = {testing::BinaryPath("dtctl")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    env.try_emplace("DT_COORDINATOR", coord_.address());
-    env.try_emplace("DT_TOKEN", coord_.admin_token());
     env.try_emplace("HOME", tmp_.path());
-    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Minutes(4), env);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : CommandResult{};
+    return testing::RunDtctl(coord_, args, env);
   }
 
   nlohmann::json Json(const CommandResult& r) {
-    // dtctl prints JSON on stdout; the combined output may hold stderr notes first.
-    size_t start = r.output.find_first_of("[{");
-    nlohmann::json j = nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
+    nlohmann::json j = testing::DtctlJson(r);
     EXPECT_FALSE(j.is_discarded()) << r.output;
     return j;
   }

@@ -93,6 +93,37 @@ TEST(HealthTracker, InitWindowAppliesUntilTheFirstStep) {
   EXPECT_EQ(v->timeout, absl::Minutes(20));
 }
 
+// A user's program under dtrun that never reports a step is alive, not hung; once it reports
+// one (the dt module's dt.log), it is watched like dttrainer.
+TEST(HealthTracker, AProgramThatReportsNoStepsIsWatchedForAHangOnlyOnceItReportsOne) {
+  absl::Time t0 = absl::FromUnixSeconds(0);
+  HealthTracker h(2, 0, t0, /*steps_expected=*/false);
+  absl::Time t = t0;
+  while (t < t0 + absl::Hours(1)) {
+    t += absl::Seconds(5);
+    h.Heartbeat(0, 0, t);
+    h.Heartbeat(1, 0, t);
+  }
+  EXPECT_FALSE(h.Check(t, kLimits).has_value());
+  h.Heartbeat(0, 1, t);
+  h.Heartbeat(1, 1, t);
+  absl::Time stalled_at = t;
+  while (t < stalled_at + absl::Minutes(10) + absl::Seconds(5)) {
+    t += absl::Seconds(5);
+    h.Heartbeat(0, 1, t);
+    h.Heartbeat(1, 1, t);
+  }
+  auto v = h.Check(t, kLimits);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HealthVerdict::Kind::kHang);
+  EXPECT_EQ(v->step, 1);
+  // Silence is still death for such a program.
+  HealthTracker quiet(1, 0, t0, /*steps_expected=*/false);
+  auto dead = quiet.Check(t0 + absl::Seconds(31), kLimits);
+  ASSERT_TRUE(dead.has_value());
+  EXPECT_EQ(dead->kind, HealthVerdict::Kind::kHeartbeatTimeout);
+}
+
 TEST(HealthTracker, FinishedRanksAreNotWatched) {
   absl::Time t0 = absl::FromUnixSeconds(0);
   HealthTracker h(2, 0, t0);

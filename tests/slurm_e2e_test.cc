@@ -47,18 +47,8 @@ class SlurmTest : public ::testing::Test {
         tmp_.path(), std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s"});
   }
 
-  CommandResult Dtctl(std::vector<std::string> args) {
-    std::vector<std::string> argv = {testing::BinaryPath("dtctl")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunCommand(argv, absl::Minutes(4),
-                        {{"DT_COORDINATOR", coord_->address()}, {"DT_TOKEN", coord_->admin_token()}});
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : CommandResult{};
-  }
-  nlohmann::json Json(const CommandResult& r) {
-    size_t start = r.output.find_first_of("[{");
-    return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
-  }
+  CommandResult Dtctl(std::vector<std::string> args) { return testing::RunDtctl(*coord_, args); }
+  nlohmann::json Json(const CommandResult& r) { return testing::DtctlJson(r); }
   std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir",
                                      save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts",

@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -182,6 +184,22 @@ v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int n
   spec.set_procs_per_node(procs_per_node);
   spec.set_max_restarts(max_restarts);
   return spec;
+}
+
+CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::string>& args,
+                       std::map<std::string, std::string> env) {
+  std::vector<std::string> argv = {BinaryPath("dtctl")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  env.try_emplace("DT_COORDINATOR", coord.address());
+  env.try_emplace("DT_TOKEN", coord.admin_token());
+  absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Minutes(4), env);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : CommandResult{};
+}
+
+nlohmann::json DtctlJson(const CommandResult& r) {
+  size_t start = r.output.find_first_of("[{");
+  return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
 }
 
 }  // namespace dt::testing

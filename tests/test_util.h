@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/subprocess.h"
@@ -46,6 +48,16 @@ std::string Slurp(const std::string& path);
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
+class CoordinatorProcess;
+
+// Runs dtctl (of this build) against `coord` with its admin token; `env` adds or overrides
+// variables (HOME, another token). Fails the test when dtctl cannot be run at all.
+CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::string>& args,
+                       std::map<std::string, std::string> env = {});
+// The JSON dtctl printed on stdout (the combined output may hold stderr notes first); a
+// discarded value when there is none.
+nlohmann::json DtctlJson(const CommandResult& result);
+
 class CoordinatorProcess {
  public:
   CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args = {},

@@ -14,6 +14,7 @@
 #include "client/agent.h"
 #include "client/coordinator_client.h"
 #include "common/data_dir.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/stop_signals.h"
@@ -24,15 +25,8 @@
 
 namespace {
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
-
-int EnvInt(const char* name, int fallback) {
-  int v = 0;
-  return absl::SimpleAtoi(Env(name), &v) ? v : fallback;
-}
+using dt::Env;
+using dt::EnvInt;
 
 int Tokenize(const std::string& dir, const std::string& file, const std::string& text) {
   auto tok = dt::Gpt2Tokenizer::Load(dir);

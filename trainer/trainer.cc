@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/agent.h"
+#include "client/join_run.h"
 #include "client/metrics_reporter.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -441,25 +442,15 @@ int RunTrainer(const TrainerConfig& cfg) {
   std::string run_id = cfg.run_id;
   if (run_id.empty()) {
     // Bring your own sbatch: trainers of one job create or join the same run.
-    const char* job = std::getenv("SLURM_JOB_ID");
-    v1::SubmitRunRequest req;
-    v1::RunSpec* spec = req.mutable_spec();
-    spec->set_experiment_name(cfg.experiment_name);
-    spec->set_save_dir(cfg.save_dir);
-    spec->set_nodes(cfg.expect_nodes);
-    spec->set_procs_per_node(cfg.expect_procs_per_node);
-    spec->set_scheduler(v1::EXTERNAL);
-    spec->set_max_restarts(cfg.max_restarts);
-    spec->set_join_key(absl::StrCat(cfg.experiment_name, "@slurm-", job != nullptr ? job : "none"));
-    for (const auto& arg : cfg.argv) spec->add_trainer_args(arg);
-    absl::StatusOr<v1::SubmitRunResponse> run =
-        Call(**client, &v1::RunService::Stub::SubmitRun, (*client)->runs(), req, absl::Seconds(30));
+    JoinRunSpec join{cfg.experiment_name, cfg.save_dir, cfg.expect_nodes, cfg.expect_procs_per_node,
+                     cfg.max_restarts, cfg.argv, {}};
+    absl::StatusOr<std::string> run = CreateOrJoinRun(**client, join);
     if (!run.ok()) {
       std::cerr << "dttrainer: cannot create or join the run for experiment " << cfg.experiment_name
                 << ": " << run.status() << "\n";
       return run.status().code() == absl::StatusCode::kUnavailable ? kExitFailed : kExitUsage;
     }
-    run_id = run->run_id();
+    run_id = *run;
   }
 
   AgentOptions id;

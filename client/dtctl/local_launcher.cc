@@ -21,15 +21,31 @@ namespace {
 
 
 struct Child {
-  int node = 0;
-  int slot = 0;
-  int rank = 0;
+  LaunchUnit unit;
   std::unique_ptr<Subprocess> process;
   bool done = false;
   int status = 0;
 };
 
 std::string NodeNameFor(const LocalLaunch& l, int node) { return LocalNodeName(l.nodes, node); }
+
+// Tells the coordinator that a process of the current generation died or could not start
+// (rank -1 with node and slot: the coordinator maps the slot to its rank; slot -1: a node agent).
+void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_t generation, const LaunchUnit& u,
+                         const std::string& message, bool exited) {
+  v1::ReportErrorRequest err;
+  err.set_run_id(l.run_id);
+  err.set_generation(generation);
+  err.set_rank(-1);
+  err.set_node(NodeNameFor(l, u.node));
+  err.set_local_slot(u.slot);
+  err.set_host(HostName());
+  err.set_process_exited(exited);
+  err.set_message(message);
+  absl::StatusOr<v1::ReportErrorResponse> r =
+      Call(client, &v1::RendezvousService::Stub::ReportError, client.rendezvous(), err, absl::Seconds(10));
+  if (!r.ok()) DT_LOG(Warning) << "could not report the failure: " << r.status();
+}
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   for (auto& c : children) {
@@ -62,12 +78,54 @@ int LocalThreads(int requested, int trainers) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, trainers));
 }
 
+std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
+  std::vector<LaunchUnit> units;
+  std::string logs = JoinPath(l.exp_dir, "logs");
+  std::map<std::string, std::string> env = {
+      {"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token}};
+  if (!l.tls_ca.empty()) env["DT_TLS_CA"] = l.tls_ca;
+  if (!l.exec_command.empty()) {
+    // torchrun's rule for threads (1 per process when a node runs several) unless the user chose.
+    if (l.omp_threads > 0) env["OMP_NUM_THREADS"] = absl::StrCat(l.omp_threads);
+    for (int node = 0; node < l.nodes; ++node) {
+      LaunchUnit& u = units.emplace_back();
+      u.node = node;
+      u.argv = {JoinPath(ExecutableDir(), "dtrun"), "--node", NodeNameFor(l, node), "--nnodes", absl::StrCat(l.nodes),
+                "--nproc-per-node", absl::StrCat(l.procs_per_node), "--"};
+      u.argv.insert(u.argv.end(), l.exec_command.begin(), l.exec_command.end());
+      u.env = env;
+      u.log_file = JoinPath(logs, absl::StrCat("dtrun-", NodeNameFor(l, node), ".log"));
+    }
+    return units;
+  }
+  env["OMP_NUM_THREADS"] = absl::StrCat(LocalThreads(l.omp_threads, l.nodes * l.procs_per_node));
+  for (int node = 0; node < l.nodes; ++node) {
+    for (int slot = 0; slot < l.procs_per_node; ++slot) {
+      LaunchUnit& u = units.emplace_back();
+      u.node = node;
+      u.slot = slot;
+      u.rank = node * l.procs_per_node + slot;
+      // The launcher's identity flags come last: dttrainer keeps a flag's last occurrence.
+      u.argv = {l.trainer};
+      u.argv.insert(u.argv.end(), l.trainer_args.begin(), l.trainer_args.end());
+      u.argv.insert(u.argv.end(), {"--node", NodeNameFor(l, node), "--local-rank", absl::StrCat(slot), "--nnodes",
+                                   absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node)});
+      u.env = env;
+      u.env["LOCAL_RANK"] = absl::StrCat(slot);
+      u.log_file = JoinPath(logs, absl::StrCat("rank-", u.rank, ".log"));
+    }
+  }
+  return units;
+}
+
 absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& l) {
   std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtctl"), "--coordinator", l.coordinator};
   if (!l.tls_ca.empty()) argv.insert(argv.end(), {"--tls-ca", l.tls_ca});
   argv.insert(argv.end(), {"__launch-local", "--run", l.run_id, "--trainer", l.trainer, "--exp-dir", l.exp_dir,
                            "--nodes", absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node),
-                           "--omp-threads", absl::StrCat(l.omp_threads), "--"});
+                           "--omp-threads", absl::StrCat(l.omp_threads)});
+  for (const std::string& word : l.exec_command) argv.insert(argv.end(), {"--exec-word", word});
+  argv.push_back("--");
   argv.insert(argv.end(), l.trainer_args.begin(), l.trainer_args.end());
   SpawnOptions o;
   o.env["DT_RUN_TOKEN"] = l.run_token;
@@ -91,11 +149,12 @@ int RunLocalLauncher(const LocalLaunch& l) {
     return 1;
   }
   int world = l.nodes * l.procs_per_node;
-  int threads = LocalThreads(l.omp_threads, world);
   std::string logs = JoinPath(l.exp_dir, "logs");
   (void)MakeDirs(logs);
   DT_LOG(Info) << "launcher for run " << l.run_id << " (pid " << ::getpid() << "): " << l.nodes << " node(s) x "
-               << l.procs_per_node << ", OMP_NUM_THREADS=" << threads;
+               << l.procs_per_node
+               << (l.exec_command.empty() ? absl::StrCat(", OMP_NUM_THREADS=", LocalThreads(l.omp_threads, world))
+                                          : absl::StrCat(", one dtrun per node running ", l.exec_command.front()));
 
   std::vector<Child> children;
   int64_t launched_generation = -1;
@@ -149,24 +208,17 @@ int RunLocalLauncher(const LocalLaunch& l) {
           c.done = true;
           c.status = status;
           bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-          DT_LOG(Info) << "rank " << c.rank << " (pid " << c.process->pid() << ") " << DescribeWaitStatus(status);
-          // Exit code 3: stopped by the coordinator, which knows why.
+          std::string who = c.unit.rank >= 0 ? absl::StrCat("rank ", c.unit.rank)
+                                             : absl::StrCat("dtrun of node ", NodeNameFor(l, c.unit.node));
+          DT_LOG(Info) << who << " (pid " << c.process->pid() << ") " << DescribeWaitStatus(status);
+          // Exit code 3: stopped by the coordinator, which knows why (or dtrun reported its child).
           bool told_to_stop = WIFEXITED(status) && WEXITSTATUS(status) == 3;
           if (!clean && !told_to_stop && !reported && run.generation() == launched_generation) {
             reported = true;
-            v1::ReportErrorRequest err;
-            err.set_run_id(l.run_id);
-            err.set_generation(launched_generation);
-            err.set_rank(-1);
-            err.set_node(NodeNameFor(l, c.node));
-            err.set_local_slot(c.slot);
-            err.set_host(HostName());
-            err.set_process_exited(true);
-            err.set_message(absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status),
-                                         " (see ", JoinPath(logs, absl::StrCat("rank-", c.rank, ".log")), ")"));
-            absl::StatusOr<v1::ReportErrorResponse> r = Call(
-                **client, &v1::RendezvousService::Stub::ReportError, (*client)->rendezvous(), err, absl::Seconds(10));
-            if (!r.ok()) DT_LOG(Warning) << "could not report the exit: " << r.status();
+            ReportLaunchFailure(**client, l, launched_generation, c.unit,
+                                absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status), " (see ",
+                                             c.unit.log_file, ")"),
+                                /*exited=*/true);
             last_query = absl::Time();  // look at the run again now
           }
         }
@@ -198,43 +250,24 @@ int RunLocalLauncher(const LocalLaunch& l) {
         launched_generation = run.generation();
         reported = false;
         children.clear();
-        DT_LOG(Info) << "starting generation " << launched_generation << " (" << world << " trainers, restart "
+        DT_LOG(Info) << "starting generation " << launched_generation << " (" << world << " ranks, restart "
                      << run.restarts() << " of " << run.spec().max_restarts() << ")";
-        for (int node = 0; node < l.nodes; ++node) {
-          for (int slot = 0; slot < l.procs_per_node; ++slot) {
-            Child c;
-            c.node = node;
-            c.slot = slot;
-            c.rank = node * l.procs_per_node + slot;
-            // The launcher's identity flags come last: dttrainer keeps a flag's last occurrence.
-            std::vector<std::string> argv = {l.trainer};
-            argv.insert(argv.end(), l.trainer_args.begin(), l.trainer_args.end());
-            argv.insert(argv.end(), {"--node", NodeNameFor(l, node), "--local-rank", absl::StrCat(slot), "--nnodes",
-                                     absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node)});
-            SpawnOptions o;
-            o.env = {{"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token},
-                     {"LOCAL_RANK", absl::StrCat(slot)}, {"OMP_NUM_THREADS", absl::StrCat(threads)}};
-            if (!l.tls_ca.empty()) o.env["DT_TLS_CA"] = l.tls_ca;
-            o.output_file = JoinPath(logs, absl::StrCat("rank-", c.rank, ".log"));
-            absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
-            if (!p.ok()) {
-              DT_LOG(Error) << p.status();
-              v1::ReportErrorRequest err;
-              err.set_run_id(l.run_id);
-              err.set_generation(launched_generation);
-              err.set_rank(-1);
-              err.set_node(NodeNameFor(l, node));
-              err.set_local_slot(slot);
-              err.set_host(HostName());
-              err.set_message(std::string(p.status().message()));
-              (void)Call(**client, &v1::RendezvousService::Stub::ReportError, (*client)->rendezvous(), err,
-                         absl::Seconds(10));
-              StopAll(children, absl::Seconds(5));
-              return 1;
-            }
-            c.process = std::move(*p);
-            children.push_back(std::move(c));
+        for (LaunchUnit& unit : LaunchUnits(l)) {
+          SpawnOptions o;
+          o.env = unit.env;
+          o.output_file = unit.log_file;
+          absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(unit.argv, o);
+          if (!p.ok()) {
+            DT_LOG(Error) << p.status();
+            ReportLaunchFailure(**client, l, launched_generation, unit, std::string(p.status().message()),
+                                /*exited=*/false);
+            StopAll(children, absl::Seconds(5));
+            return 1;
           }
+          Child c;
+          c.unit = std::move(unit);
+          c.process = std::move(*p);
+          children.push_back(std::move(c));
         }
       }
     }

@@ -4,6 +4,7 @@
 // whole group whenever the coordinator starts a new generation (its restart budget decides).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,22 @@ struct LocalLaunch {
   int procs_per_node = 1;
   int omp_threads = 0;  // 0: cores / (nodes × procs), at least 1 (unless OMP_NUM_THREADS is set)
   std::vector<std::string> trainer_args;
+  // The user's program: one `dtrun` per node starts it once per slot, instead of dttrainers.
+  std::vector<std::string> exec_command;
 };
+
+// One process the launcher starts for a generation: a dttrainer per rank, or a dtrun per node.
+struct LaunchUnit {
+  int node = 0;
+  int slot = -1;  // -1: a node agent (dtrun) for all of the node's slots
+  int rank = -1;  // the trainer's rank (ranks are contiguous per node); -1 for dtrun
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // added to the launcher's; holds the run token
+  std::string log_file;
+};
+
+// What a generation of `launch` starts (also what `dtctl submit --dry-run` prints).
+std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& launch);
 
 // The node name of simulated node `node` of a local run: the real node name for one node; for
 // several on one machine, "<host>-node<k>" (natural name order = node order).

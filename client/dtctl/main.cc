@@ -352,7 +352,8 @@ int main(int argc, char** argv) {
   SubmitOptions so;
   std::string run_file;
   bool follow = false;
-  CLI::App* submit = app.add_subcommand("submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS");
+  CLI::App* submit = app.add_subcommand(
+      "submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS, or [...] --exec -- CMD ARGS");
   submit->add_option("--name", so.name, "experiment name (the directory under --save-dir)");
   submit->add_option("--save-dir", so.save_dir, "where experiment directories go");
   submit->add_option("--nodes", so.nodes, "nodes")->check(dt::AtLeast(1));
@@ -375,7 +376,11 @@ int main(int argc, char** argv) {
   submit->add_flag("--follow", follow, "watch the run until it ends (exit code as watch)");
   bool dry_run = false;
   submit->add_flag("--dry-run", dry_run, "check and print what would be launched (sbatch script or trainer commands); submit nothing");
-  submit->add_option("trainer_args", so.trainer_args, "arguments for dttrainer, after --")
+  bool exec = false;
+  submit->add_flag("--exec", exec,
+                   "run your own program instead of dttrainer: the words after -- are the command, started once per "
+                   "rank by dtrun with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...), in this directory");
+  submit->add_option("trainer_args", so.trainer_args, "arguments for dttrainer (or, with --exec, the command), after --")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   CLI::App* list = app.add_subcommand("list", "list runs, newest first");
@@ -421,6 +426,7 @@ int main(int argc, char** argv) {
   launcher->add_option("--nodes", launch.nodes);
   launcher->add_option("--nproc-per-node", launch.procs_per_node);
   launcher->add_option("--omp-threads", launch.omp_threads);
+  launcher->add_option("--exec-word", launch.exec_command)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   launcher->add_option("trainer_args", launch.trainer_args)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   try {
@@ -463,7 +469,16 @@ int main(int argc, char** argv) {
     if (given("--omp-threads")) merged.omp_threads = so.omp_threads;
     if (given("--sbatch-arg")) merged.sbatch_args = so.sbatch_args;
     if (given("--trainer")) merged.trainer = so.trainer;
-    if (!so.trainer_args.empty()) merged.trainer_args = so.trainer_args;
+    if (exec) {
+      if (so.trainer_args.empty()) {
+        std::cerr << "dtctl submit: --exec needs the command after --, e.g. --exec -- python3 train.py --lr 3e-4\n";
+        return kUsage;
+      }
+      merged.exec_command = so.trainer_args;
+      merged.trainer_args.clear();
+    } else if (!so.trainer_args.empty()) {
+      merged.trainer_args = so.trainer_args;
+    }
     if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
     AbsolutizeTrainerPaths(&merged);
     if (merged.name.empty() || merged.save_dir.empty()) {

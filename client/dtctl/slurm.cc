@@ -75,6 +75,8 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"JOB_NAME", ShellQuote(p.job_name)},
       {"NODES", absl::StrCat(p.nodes)},
       {"TASKS_PER_NODE", absl::StrCat(p.tasks_per_node)},
+      {"CPUS_PER_TASK", p.cpus_per_task > 0 ? absl::StrCat("#SBATCH --cpus-per-task=", p.cpus_per_task)
+                                            : "# (Slurm's default CPUs per task)"},
       {"GRES", p.gpus_per_node > 0 ? absl::StrCat("#SBATCH --gres=gpu:", p.gpus_per_node) : "# (no GPUs requested)"},
       {"LOGS_DIR", p.logs_dir},
       {"EXP_DIR", ShellQuote(p.exp_dir)},
@@ -83,7 +85,8 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"RUN_ID", p.run_id},
       {"RUN_TOKEN", ShellQuote(p.run_token)},
       {"TLS_CA", ShellQuote(p.tls_ca)},
-      {"OMP_THREADS", absl::StrCat(p.omp_threads)},
+      {"OMP_THREADS", p.omp_threads > 0 ? absl::StrCat("export OMP_NUM_THREADS=", p.omp_threads)
+                                        : "# OMP_NUM_THREADS: dtrun's default (1 per process when a node runs several)"},
       {"TRAINER", ShellQuote(p.trainer)},
       {"TRAINER_ARGS", absl::StrJoin(args, " ")},
       {"DTCTL", ShellQuote(p.dtctl)},

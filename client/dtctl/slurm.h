@@ -14,6 +14,7 @@ struct SbatchParams {
   std::string job_name;
   int nodes = 1;
   int tasks_per_node = 1;
+  int cpus_per_task = 0;  // 0: Slurm's default
   int gpus_per_node = 0;
   std::string logs_dir;
   std::string exp_dir;
@@ -22,7 +23,7 @@ struct SbatchParams {
   std::string run_id;
   std::string run_token;
   std::string tls_ca;
-  int omp_threads = 1;
+  int omp_threads = 1;  // 0: not exported (dtrun applies torchrun's rule)
   std::string trainer;
   std::vector<std::string> trainer_args;
   std::string dtctl;

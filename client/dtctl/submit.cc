@@ -38,6 +38,33 @@ std::string AbsolutePath(const std::string& p) {
   return JoinPath(cwd, p);
 }
 
+// The --exec program runs, and so does the dtrun that starts it (beside dtctl).
+absl::Status PreflightExec(const std::vector<std::string>& command) {
+  const std::string& program = command.front();
+  if (program.find('/') == std::string::npos) {
+    if (FindOnPath(program).empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--exec: ", program, " is not on PATH; give its path, e.g. --exec -- /usr/bin/python3 train.py"));
+    }
+  } else {
+    struct stat st;
+    if (::stat(program.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("--exec: ", program, " does not exist"));
+    }
+    if (!S_ISREG(st.st_mode) || ::access(program.c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--exec: ", program, " is not an executable file (chmod +x it, or run it through its interpreter: "
+          "--exec -- python3 ", program, ")"));
+    }
+  }
+  std::string dtrun = JoinPath(ExecutableDir(), "dtrun");
+  if (::access(dtrun.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--exec needs dtrun beside dtctl, and ", dtrun, " is missing: reinstall dt"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
@@ -50,7 +77,7 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
   if (!doc.IsMap()) return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping"));
   static const std::vector<std::string> known = {
       "name", "save_dir", "nodes", "nproc_per_node", "scheduler", "log_strategy", "wandb", "max_restarts",
-      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args"};
+      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args", "exec"};
   try {
     for (const auto& kv : doc) {
       std::string key = kv.first.as<std::string>();
@@ -72,6 +99,7 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
     if (doc["trainer"]) o->trainer = doc["trainer"].as<std::string>();
     if (doc["sbatch_args"]) o->sbatch_args = doc["sbatch_args"].as<std::vector<std::string>>();
     if (doc["trainer_args"]) o->trainer_args = doc["trainer_args"].as<std::vector<std::string>>();
+    if (doc["exec"]) o->exec_command = doc["exec"].as<std::vector<std::string>>();
     if (const YAML::Node w = doc["wandb"]) {
       if (w["project"]) o->wandb_project = w["project"].as<std::string>();
       if (w["entity"]) o->wandb_entity = w["entity"].as<std::string>();
@@ -85,6 +113,11 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
 }
 
 void AbsolutizeTrainerPaths(SubmitOptions* o) {
+  if (!o->exec_command.empty()) {
+    std::string& program = o->exec_command.front();
+    if (program.find('/') != std::string::npos) program = AbsolutePath(program);
+    return;
+  }
   // Trainers start elsewhere (a Slurm node, the launcher's directory): make data paths absolute.
   auto& args = o->trainer_args;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -122,6 +155,15 @@ absl::Status Preflight(const SubmitOptions& o) {
   if (o.log_strategy != "main" && o.log_strategy != "node" && o.log_strategy != "all") {
     return absl::InvalidArgumentError(absl::StrCat("--log-strategy \"", o.log_strategy, "\" is not main, node or all"));
   }
+  if (!o.exec_command.empty() && !o.trainer_args.empty()) {
+    return absl::InvalidArgumentError("a run file's trainer_args and exec cannot both be given (exec runs your own program)");
+  }
+  if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
+    return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
+  }
+  if (!o.exec_command.empty()) {
+    if (absl::Status s = PreflightExec(o.exec_command); !s.ok()) return s;
+  }
   // The save dir: creatable and writable from here (a shared file system is assumed).
   if (absl::Status s = MakeDirs(o.save_dir); !s.ok()) {
     return absl::FailedPreconditionError(absl::StrCat("save dir: ", s.message(), "; choose a writable --save-dir"));
@@ -129,6 +171,7 @@ absl::Status Preflight(const SubmitOptions& o) {
   if (!IsWritableDir(o.save_dir)) {
     return absl::FailedPreconditionError(absl::StrCat("save dir ", o.save_dir, " is not writable; choose another --save-dir"));
   }
+  if (!o.exec_command.empty()) return absl::OkStatus();
   // The data the trainers will read.
   std::optional<std::string> dataset = TrainerFlag(o.trainer_args, "--dataset");
   if (!dataset) return absl::InvalidArgumentError("the trainer arguments need --dataset PATH (after --)");
@@ -172,45 +215,81 @@ absl::Status Preflight(const SubmitOptions& o) {
     }
     if (!cache.empty() && MakeDirs(Dirname(cache)).ok()) (void)WriteFileAtomic(cache, fingerprint);
   }
-  if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
-    return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
-  }
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a launch needs beside the options; for a dry run, placeholders.
+struct LaunchIdentity {
+  std::string coordinator;
+  std::string tls_ca;
+  std::string run_id;
+  std::string run_token;
+  std::string exp_dir;
+};
+
+// One builder each for the local launcher and the sbatch script: a dry run describes exactly what
+// a real launch starts.
+LocalLaunch LocalLaunchFor(const SubmitOptions& o, const LaunchIdentity& id) {
+  LocalLaunch l;
+  l.coordinator = id.coordinator;
+  l.tls_ca = id.tls_ca;
+  l.run_id = id.run_id;
+  l.run_token = id.run_token;
+  l.trainer = o.trainer;
+  l.exp_dir = id.exp_dir;
+  l.nodes = o.nodes;
+  l.procs_per_node = o.nproc_per_node;
+  l.omp_threads = o.omp_threads;
+  l.trainer_args = o.trainer_args;
+  l.exec_command = o.exec_command;
+  return l;
+}
+
+SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
+  SbatchParams p;
+  p.job_name = absl::StrCat("dt-", o.name);
+  p.nodes = o.nodes;
+  p.tasks_per_node = o.nproc_per_node;
+  p.gpus_per_node = o.gpus_per_node;
+  p.logs_dir = JoinPath(id.exp_dir, "logs");
+  p.exp_dir = id.exp_dir;
+  p.sbatch_args = o.sbatch_args;
+  p.coordinator = id.coordinator;
+  p.run_id = id.run_id;
+  p.run_token = id.run_token;
+  p.tls_ca = id.tls_ca;
+  p.omp_threads = o.omp_threads > 0 ? o.omp_threads : 1;
+  p.trainer = o.trainer;
+  p.trainer_args = o.trainer_args;
+  p.dtctl = JoinPath(ExecutableDir(), "dtctl");
+  if (!o.exec_command.empty()) {
+    // One dtrun per node starts the node's ranks.
+    p.tasks_per_node = 1;
+    p.cpus_per_task = o.nproc_per_node;
+    p.omp_threads = o.omp_threads;
+    p.trainer = JoinPath(ExecutableDir(), "dtrun");
+    p.trainer_args = {"--nnodes", absl::StrCat(o.nodes), "--nproc-per-node", absl::StrCat(o.nproc_per_node), "--"};
+    p.trainer_args.insert(p.trainer_args.end(), o.exec_command.begin(), o.exec_command.end());
+  }
+  return p;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& o, const std::string& coordinator) {
-  std::string exp_dir = JoinPath(AbsolutePath(o.save_dir), o.name);
+  LaunchIdentity id{coordinator, "", "<run id>", "<run token>", JoinPath(AbsolutePath(o.save_dir), o.name)};
   if (o.scheduler == "slurm") {
     absl::StatusOr<std::string> tmpl = FindSbatchTemplate();
     if (!tmpl.ok()) return tmpl.status();
-    SbatchParams p;
-    p.job_name = absl::StrCat("dt-", o.name);
-    p.nodes = o.nodes;
-    p.tasks_per_node = o.nproc_per_node;
-    p.gpus_per_node = o.gpus_per_node;
-    p.logs_dir = JoinPath(exp_dir, "logs");
-    p.exp_dir = exp_dir;
-    p.sbatch_args = o.sbatch_args;
-    p.coordinator = coordinator;
-    p.run_id = "<run id>";
-    p.run_token = "<run token>";
-    p.omp_threads = o.omp_threads > 0 ? o.omp_threads : 1;
-    p.trainer = o.trainer;
-    p.trainer_args = o.trainer_args;
-    p.dtctl = JoinPath(ExecutableDir(), "dtctl");
-    return RenderSbatch(*tmpl, p);
+    return RenderSbatch(*tmpl, SbatchParamsFor(o, id));
   }
   std::string out;
-  for (int node = 0; node < o.nodes; ++node) {
-    for (int slot = 0; slot < o.nproc_per_node; ++slot) {
-      absl::StrAppend(&out, "DT_COORDINATOR=", coordinator, " DT_RUN_ID='<run id>' DT_RUN_TOKEN='<run token>' ",
-                      "LOCAL_RANK=", slot, " OMP_NUM_THREADS=", LocalThreads(o.omp_threads, o.nodes * o.nproc_per_node),
-                      " ", o.trainer);
-      for (const auto& a : o.trainer_args) absl::StrAppend(&out, " ", ShellQuote(a));
-      absl::StrAppend(&out, " --node ", ShellQuote(LocalNodeName(o.nodes, node)), " --local-rank ", slot, " --nnodes ",
-                      o.nodes, " --nproc-per-node ", o.nproc_per_node, " >> ", JoinPath(exp_dir, "logs"), "/rank-",
-                      node * o.nproc_per_node + slot, ".log 2>&1\n");
-    }
+  for (const LaunchUnit& u : LaunchUnits(LocalLaunchFor(o, id))) {
+    for (const auto& [k, v] : u.env) absl::StrAppend(&out, k, "=", ShellQuote(v), " ");
+    for (const auto& a : u.argv) absl::StrAppend(&out, ShellQuote(a), " ");
+    absl::StrAppend(&out, ">> ", ShellQuote(u.log_file), " 2>&1\n");
   }
   return out;
 }
@@ -227,8 +306,9 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->set_log_strategy(o.log_strategy == "all" ? v1::ALL : o.log_strategy == "node" ? v1::NODE : v1::MAIN);
   spec->set_max_restarts(o.max_restarts);
   spec->set_keep_checkpoints(o.keep_checkpoints);
-  spec->set_trainer_path(o.trainer);
+  if (o.exec_command.empty()) spec->set_trainer_path(o.trainer);
   for (const auto& a : o.trainer_args) spec->add_trainer_args(a);
+  for (const auto& a : o.exec_command) spec->add_exec_command(a);
   for (const auto& a : o.sbatch_args) spec->add_sbatch_args(a);
   spec->mutable_wandb()->set_project(o.wandb_project);
   spec->mutable_wandb()->set_entity(o.wandb_entity);
@@ -250,41 +330,15 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
     (void)Call(*client, &v1::RunService::Stub::CancelRun, client->runs(), cancel, absl::Seconds(10));
     return why;
   };
+  LaunchIdentity id{client->address(), tls_ca, out.run_id, run->run_token(), run->exp_dir()};
   if (o.scheduler == "local") {
-    LocalLaunch l;
-    l.coordinator = client->address();
-    l.tls_ca = tls_ca;
-    l.run_id = out.run_id;
-    l.run_token = run->run_token();
-    l.trainer = o.trainer;
-    l.exp_dir = run->exp_dir();
-    l.nodes = o.nodes;
-    l.procs_per_node = o.nproc_per_node;
-    l.omp_threads = o.omp_threads;
-    l.trainer_args = o.trainer_args;
-    absl::StatusOr<int> pid = StartLocalLauncher(l);
+    absl::StatusOr<int> pid = StartLocalLauncher(LocalLaunchFor(o, id));
     if (!pid.ok()) return fail_run(pid.status());
     out.job_id = absl::StrCat("local:", *pid);
   } else {
     absl::StatusOr<std::string> tmpl = FindSbatchTemplate();
     if (!tmpl.ok()) return fail_run(tmpl.status());
-    SbatchParams p;
-    p.job_name = absl::StrCat("dt-", o.name);
-    p.nodes = o.nodes;
-    p.tasks_per_node = o.nproc_per_node;
-    p.gpus_per_node = o.gpus_per_node;
-    p.logs_dir = logs;
-    p.exp_dir = run->exp_dir();
-    p.sbatch_args = o.sbatch_args;
-    p.coordinator = client->address();
-    p.run_id = out.run_id;
-    p.run_token = run->run_token();
-    p.tls_ca = tls_ca;
-    p.omp_threads = o.omp_threads > 0 ? o.omp_threads : 1;
-    p.trainer = o.trainer;
-    p.trainer_args = o.trainer_args;
-    p.dtctl = JoinPath(ExecutableDir(), "dtctl");
-    absl::StatusOr<std::string> script = RenderSbatch(*tmpl, p);
+    absl::StatusOr<std::string> script = RenderSbatch(*tmpl, SbatchParamsFor(o, id));
     if (!script.ok()) return fail_run(script.status());
     std::string path = JoinPath(logs, absl::StrCat(out.run_id, ".sbatch"));
     if (absl::Status s = WriteFileAtomic(path, *script, 0600); !s.ok()) return fail_run(s);

@@ -30,16 +30,19 @@ struct SubmitOptions {
   std::vector<std::string> sbatch_args;
   std::string trainer;  // default: dttrainer beside dtctl
   std::vector<std::string> trainer_args;
+  // `--exec -- CMD ARGS...`: the user's program, started once per rank by dtrun (no dttrainer).
+  std::vector<std::string> exec_command;
 };
 
 // Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
 // log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
-// gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...].
+// gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...].
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 
 // Makes --dataset and --tokenizer-dir among the trainer arguments, and the trainer path, absolute;
-// adds --tokenizer-dir naming the GPT-2 files shipped in dt's data/ when none is given.
+// adds --tokenizer-dir naming the GPT-2 files shipped in dt's data/ when none is given. An --exec
+// program given by a relative path ("./train.sh") is made absolute; its arguments are its own.
 void AbsolutizeTrainerPaths(SubmitOptions* options);
 
 // Each problem is FAILED_PRECONDITION / INVALID_ARGUMENT with what to do about it.

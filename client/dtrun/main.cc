@@ -1,0 +1,118 @@
+// dtrun: the per-node agent that runs a user's own program under dt. See `dtrun --help`.
+#include <unistd.h>
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/coordinator_client.h"
+#include "client/dtrun/node_agent.h"
+#include "client/join_run.h"
+#include "common/cli_checks.h"
+#include "common/env.h"
+#include "common/host.h"
+#include "common/log.h"
+#include "common/stop_signals.h"
+#include "common/subprocess.h"
+#include "common/version.h"
+
+namespace {
+
+int Usage(const std::string& message) {
+  std::cerr << "dtrun: " << message << " (see dtrun --help)\n";
+  return dt::run::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dt::BlockStopSignals();  // before any thread: SIGTERM/SIGINT go to the watcher (forwarded to the children)
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  dt::SetLogProgram("dtrun");
+  CLI::App app{
+      "dtrun: runs your own training program under dt, one process per slot of this node, with the\n"
+      "environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...),\n"
+      "so a torchrun-style script runs unchanged. Started by `dtctl submit --exec -- CMD ARGS...` (local or\n"
+      "Slurm), or in your own sbatch script as\n"
+      "  srun --ntasks-per-node=1 dtrun --coordinator H:P --experiment-name NAME --save-dir DIR \\\n"
+      "      --nnodes $SLURM_NNODES --nproc-per-node 4 -- python3 train.py --lr 3e-4\n"
+      "with DT_TOKEN set. Output goes to <experiment dir>/logs/rank-<R>.log."};
+  app.set_version_flag("--version", std::string(dt::kVersion));
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  dt::run::NodeAgentConfig c;
+  c.coordinator = dt::Env("DT_COORDINATOR");
+  c.run_id = dt::Env("DT_RUN_ID");
+  c.tls_ca = dt::Env("DT_TLS_CA");
+  c.node = dt::NodeName();
+  std::string token_file;
+  dt::JoinRunSpec join;
+  double rendezvous_timeout_s = 600, stop_grace_s = 10;
+  app.add_option("--coordinator", c.coordinator, "dtcoord address HOST:PORT (default: $DT_COORDINATOR)");
+  app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)");
+  app.add_option("--token-file", token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)");
+  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator (default: $DT_TLS_CA)");
+  app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)");
+  app.add_option("--nnodes", c.nodes, "nodes of the run; refused if the run disagrees (default: the run's)")
+      ->check(dt::AtLeast(1));
+  app.add_option("--nproc-per-node", c.procs_per_node, "processes to start on this node")
+      ->check(dt::AtLeast(1))
+      ->capture_default_str();
+  app.add_option("--master-addr", c.master_addr,
+                 "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
+                 "that reaches the coordinator)");
+  app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "seconds to wait for every rank to register")
+      ->capture_default_str();
+  app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL when the children are stopped")
+      ->capture_default_str();
+  app.add_option("--experiment-name", join.experiment_name,
+                 "without --run: create or join the run of this experiment and Slurm job");
+  app.add_option("--save-dir", join.save_dir, "without --run: where the experiment directory goes");
+  app.add_option("--max-restarts", join.max_restarts, "without --run: restarts the created run allows");
+  app.add_option("command", c.command, "the program and its arguments, after --")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : dt::run::kExitUsage;
+  }
+  dt::WatchStopSignals();
+  if (c.coordinator.empty()) return Usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
+  if (rendezvous_timeout_s <= 0 || stop_grace_s < 0) {
+    return Usage("--rendezvous-timeout must be positive and --stop-grace not negative");
+  }
+  c.rendezvous_timeout = absl::Seconds(rendezvous_timeout_s);
+  c.stop_grace = absl::Seconds(stop_grace_s);
+  const std::string& program = c.command.front();
+  if (program.find('/') == std::string::npos ? dt::FindOnPath(program).empty() : ::access(program.c_str(), X_OK) != 0) {
+    return Usage(absl::StrCat("cannot run ", program, ": not found or not executable"));
+  }
+  absl::StatusOr<std::string> token =
+      token_file.empty() ? dt::ResolveToken("", "DT_RUN_TOKEN", "") : dt::ResolveToken("", nullptr, token_file);
+  if (!token.ok() && token_file.empty()) token = dt::ResolveToken("", "DT_TOKEN", "");
+  if (!token.ok()) return Usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
+  c.run_token = *token;
+
+  dt::ClientOptions options;
+  options.address = c.coordinator;
+  options.token = c.run_token;
+  options.tls_ca_file = c.tls_ca;
+  absl::StatusOr<std::shared_ptr<dt::CoordinatorClient>> client = dt::CoordinatorClient::Connect(options);
+  if (!client.ok()) return Usage(std::string(client.status().message()));
+  if (c.run_id.empty()) {
+    if (join.experiment_name.empty() || join.save_dir.empty() || c.nodes <= 0) {
+      return Usage("no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
+    }
+    join.nodes = c.nodes;
+    join.procs_per_node = c.procs_per_node;
+    join.exec_command = c.command;
+    absl::StatusOr<std::string> run = dt::CreateOrJoinRun(**client, join);
+    if (!run.ok()) {
+      std::cerr << "dtrun: cannot create or join the run for experiment " << join.experiment_name << ": "
+                << run.status() << "\n";
+      return run.status().code() == absl::StatusCode::kUnavailable ? dt::run::kExitFailed : dt::run::kExitUsage;
+    }
+    c.run_id = *run;
+  }
+  return dt::run::RunNodeAgent(*client, c);
+}

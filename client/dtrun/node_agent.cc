@@ -1,0 +1,309 @@
+#include "client/dtrun/node_agent.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/agent.h"
+#include "client/dtrun/child_failure.h"
+#include "client/dtrun/worker_env.h"
+#include "common/fs.h"
+#include "common/host.h"
+#include "common/log.h"
+#include "common/stop_signals.h"
+#include "common/subprocess.h"
+#include "common/version.h"
+
+namespace dt::run {
+namespace {
+
+// Where group rank 0's node publishes MASTER_ADDR:MASTER_PORT in the generation's store.
+constexpr char kMasterKey[] = "dtrun/master_endpoint";
+constexpr size_t kLogTailBytes = 64 * 1024;
+
+struct Worker {
+  std::unique_ptr<Agent> agent;
+  std::unique_ptr<Subprocess> process;
+  std::string log_file;
+  std::string error_file;
+  bool done = false;
+  int status = 0;
+};
+
+struct Endpoint {
+  std::string addr;
+  int port = 0;
+};
+
+std::string Tail(const std::string& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  std::streamoff size = in.tellg();
+  std::streamoff from = size > static_cast<std::streamoff>(bytes) ? size - static_cast<std::streamoff>(bytes) : 0;
+  in.seekg(from);
+  std::string out(static_cast<size_t>(size - from), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+class NodeAgent {
+ public:
+  NodeAgent(std::shared_ptr<CoordinatorClient> client, const NodeAgentConfig& config)
+      : client_(std::move(client)), config_(config) {
+    // Built before the signal handler exists: the vector never changes afterwards.
+    for (int slot = 0; slot < config_.procs_per_node; ++slot) {
+      AgentOptions o;
+      o.run_id = config_.run_id;
+      o.node = config_.node;
+      o.local_slot = slot;
+      o.host = HostName();
+      o.pid = ::getpid();
+      o.version = kVersion;
+      if (config_.nodes > 0) {
+        o.expected.set_nodes(config_.nodes);
+        o.expected.set_procs_per_node(config_.procs_per_node);
+        o.expected.set_world_size(config_.nodes * config_.procs_per_node);
+      }
+      workers_.emplace_back().agent = std::make_unique<Agent>(client_, o);
+    }
+  }
+
+  int Run() {
+    ScopedStopHandler on_signal([this](int signal) { OnStopSignal(signal); });
+    if (absl::Status s = Register(); !s.ok()) {
+      DT_LOG(Error) << "node " << config_.node << ": registration with run " << config_.run_id << " at "
+                    << config_.coordinator << " failed: " << s;
+      return s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kFailedPrecondition
+                 ? kExitUsage
+                 : kExitFailed;
+    }
+    for (Worker& w : workers_) {
+      w.agent->StartHeartbeats([this](const std::string& reason) { OnToldToStop(reason); });
+    }
+    absl::StatusOr<Endpoint> master = AgreeOnMaster();
+    if (!master.ok()) return ReportSetupFailure(absl::StrCat("MASTER_ADDR/MASTER_PORT: ", master.status().message()));
+    if (absl::Status s = StartWorkers(*master); !s.ok()) return ReportSetupFailure(std::string(s.message()));
+    return Supervise();
+  }
+
+ private:
+  // One agent per local slot, registered side by side: the rendezvous answers when every slot of
+  // every node has registered.
+  absl::Status Register() {
+    std::vector<absl::Status> results(workers_.size());
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < workers_.size(); ++k) {
+      threads.emplace_back([&, k] { results[k] = workers_[k].agent->Register(config_.rendezvous_timeout).status(); });
+    }
+    for (auto& t : threads) t.join();
+    for (const absl::Status& s : results) {
+      if (!s.ok()) return s;
+    }
+    registered_ = true;
+    const v1::RegisterResponse& a = workers_.front().agent->assignment();
+    SetLogProgram(absl::StrCat("dtrun ", config_.node));
+    DT_LOG(Info) << "node " << config_.node << " is group rank " << a.node_rank() << " of " << a.nodes()
+                 << ": ranks " << workers_.front().agent->rank() << ".." << workers_.back().agent->rank() << " of "
+                 << a.world_size() << ", generation " << a.generation() << " (restart " << a.restarts() << " of "
+                 << a.spec().max_restarts() << ")";
+    return absl::OkStatus();
+  }
+
+  // Group rank 0's node picks its address and a free port and publishes them; the others read them.
+  absl::StatusOr<Endpoint> AgreeOnMaster() {
+    Agent& agent = *workers_.front().agent;
+    absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
+    if (!store.ok()) return store.status();
+    if (agent.assignment().node_rank() == 0) {
+      Endpoint e;
+      if (!config_.master_addr.empty()) {
+        e.addr = config_.master_addr;
+      } else {
+        absl::StatusOr<std::string> addr = LocalAddressTowards(config_.coordinator);
+        if (!addr.ok()) return addr.status();
+        e.addr = *addr;
+      }
+      absl::StatusOr<int> port = FindFreePort();
+      if (!port.ok()) return port.status();
+      e.port = *port;
+      if (absl::Status s = (*store)->Set(kMasterKey, absl::StrCat(e.port, " ", e.addr)); !s.ok()) return s;
+      return e;
+    }
+    absl::StatusOr<std::string> value = (*store)->Get(kMasterKey, config_.rendezvous_timeout);
+    if (!value.ok()) return value.status();
+    Endpoint e;
+    size_t space = value->find(' ');
+    if (space == std::string::npos || !absl::SimpleAtoi(value->substr(0, space), &e.port)) {
+      return absl::DataLossError(absl::StrCat("the store's ", kMasterKey, " holds \"", *value, "\""));
+    }
+    e.addr = value->substr(space + 1);
+    return e;
+  }
+
+  absl::Status StartWorkers(const Endpoint& master) {
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::AbortedError("stopped before the workers started");
+    for (Worker& w : workers_) {
+      const v1::RegisterResponse& a = w.agent->assignment();
+      std::string logs = JoinPath(a.exp_dir(), "logs");
+      (void)MakeDirs(logs);
+      w.log_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".log"));
+      w.error_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".error.json"));
+      ::unlink(w.error_file.c_str());  // a previous generation's
+      WorkerContext c{a, w.agent->incarnation(), master.addr, master.port, config_.coordinator, config_.tls_ca,
+                      config_.run_token, w.error_file, omp != nullptr ? omp : ""};
+      SpawnOptions o;
+      o.env = WorkerEnvironment(c);
+      o.output_file = w.log_file;
+      std::ofstream(w.log_file, std::ios::app)
+          << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation()
+          << " (restart " << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master.port
+          << ": " << absl::StrJoin(config_.command, " ") << "\n";
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(config_.command, o);
+      if (!p.ok()) return p.status();
+      w.process = std::move(*p);
+      w.agent->SetWorkerPid(static_cast<int>(w.process->pid()));
+      DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits for the children: every one exits 0 → each rank leaves and dtrun exits 0; one fails →
+  // it is reported and the others stopped; the coordinator says stop → the children are stopped.
+  int Supervise() {
+    while (true) {
+      std::vector<Worker*> succeeded;
+      Worker* failed = nullptr;
+      bool all_done = true;
+      bool all_clean = true;
+      {
+        absl::MutexLock lock(&mu_);
+        for (Worker& w : workers_) {
+          if (!w.done) {
+            int status = w.process->Wait(absl::ZeroDuration());
+            if (status != -1) {
+              w.done = true;
+              w.status = status;
+              bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+              DT_LOG(Info) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") "
+                           << DescribeWaitStatus(status);
+              if (clean) succeeded.push_back(&w);
+              if (!clean && failed == nullptr && !stopping_) failed = &w;
+            }
+          }
+          all_done = all_done && w.done;
+          all_clean = all_clean && w.done && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
+        }
+        if (failed != nullptr) stopping_ = true;
+      }
+      for (Worker* w : succeeded) {
+        w->agent->StopHeartbeats();
+        if (absl::Status s = w->agent->Leave(0); !s.ok()) {
+          DT_LOG(Warning) << "rank " << w->agent->rank() << " finished but could not tell the coordinator: " << s;
+        }
+      }
+      if (failed != nullptr) {
+        ReportFailure(*failed);
+        StopWorkers();
+        return kExitStopped;
+      }
+      if (std::optional<std::string> reason = StopReason()) {
+        DT_LOG(Warning) << "stopping the workers: " << *reason;
+        StopWorkers();
+        return kExitStopped;
+      }
+      if (all_done) return all_clean ? kExitOk : kExitStopped;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+  void ReportFailure(const Worker& w) {
+    std::string exit = absl::StrCat("pid ", w.process->pid(), " ", DescribeWaitStatus(w.status), "; output in ",
+                                    w.log_file);
+    ChildFailure f = DescribeChildFailure(ReadFile(w.error_file).value_or(""), Tail(w.log_file, kLogTailBytes), exit);
+    DT_LOG(Error) << "rank " << w.agent->rank() << " failed: "
+                  << (f.exception_type.empty() ? "" : absl::StrCat(f.exception_type, ": ")) << f.message;
+    if (absl::Status s = w.agent->ReportWorkerExit(f.message, f.exception_type, f.stack, 0); !s.ok()) {
+      DT_LOG(Warning) << "could not report the failure of rank " << w.agent->rank() << ": " << s;
+    }
+  }
+
+  // SIGTERM to every child still running, SIGKILL after the grace.
+  void StopWorkers() {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (Worker& w : workers_) {
+      if (w.process && !w.done) w.process->Signal(SIGTERM);
+    }
+    absl::Time deadline = absl::Now() + config_.stop_grace;
+    for (Worker& w : workers_) {
+      if (!w.process || w.done) continue;
+      int status = w.process->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      if (status == -1) {
+        DT_LOG(Warning) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") ignored SIGTERM for "
+                        << absl::FormatDuration(config_.stop_grace) << "; killing it";
+        w.process->Signal(SIGKILL);
+        status = w.process->Wait(absl::Seconds(5));
+      }
+      w.done = true;
+      w.status = status;
+    }
+  }
+
+  // A child that could not start, or no master endpoint: the node's ranks cannot run.
+  int ReportSetupFailure(const std::string& message) {
+    DT_LOG(Error) << message;
+    (void)workers_.front().agent->ReportError(message, "", "", 0, /*fatal=*/false);
+    StopWorkers();
+    return kExitStopped;
+  }
+
+  // From a heartbeat thread: the coordinator says stop (a peer failed, a restart, a cancel).
+  void OnToldToStop(const std::string& reason) {
+    absl::MutexLock lock(&stop_mu_);
+    if (!stop_reason_) stop_reason_ = reason;
+  }
+  std::optional<std::string> StopReason() {
+    absl::MutexLock lock(&stop_mu_);
+    return stop_reason_;
+  }
+
+  // From the signal watcher: this node was stopped from outside (srun ending the step after
+  // another node failed, scancel, a time limit). Its ranks are victims: say so, forward the
+  // signal, and let the watcher end dtrun by the same signal.
+  void OnStopSignal(int signal) {
+    DT_LOG(Warning) << "stopped by " << SignalName(signal) << " from outside; stopping the workers";
+    if (registered_) {
+      for (Worker& w : workers_) (void)w.agent->ReportStopped(signal, 0, absl::Seconds(2));
+    }
+    StopWorkers();
+  }
+
+  std::shared_ptr<CoordinatorClient> client_;
+  NodeAgentConfig config_;
+  std::vector<Worker> workers_;  // one per local slot, fixed at construction
+  std::atomic<bool> registered_{false};
+  absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex stop_mu_;
+  std::optional<std::string> stop_reason_ ABSL_GUARDED_BY(stop_mu_);
+};
+
+}  // namespace
+
+int RunNodeAgent(std::shared_ptr<CoordinatorClient> client, const NodeAgentConfig& config) {
+  return NodeAgent(std::move(client), config).Run();
+}
+
+}  // namespace dt::run

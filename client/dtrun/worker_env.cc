@@ -1,0 +1,49 @@
+#include "client/dtrun/worker_env.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace dt::run {
+
+std::string LatestCheckpointDir(const v1::RegisterResponse& a) {
+  return a.has_resume() ? a.resume().path() : "";
+}
+
+std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
+  const v1::RegisterResponse& a = c.assignment;
+  std::map<std::string, std::string> env = {
+      // torchrun's (torch.distributed.elastic) worker environment.
+      {"RANK", absl::StrCat(a.rank())},
+      {"LOCAL_RANK", absl::StrCat(a.local_rank())},
+      {"WORLD_SIZE", absl::StrCat(a.world_size())},
+      {"LOCAL_WORLD_SIZE", absl::StrCat(a.local_world_size())},
+      {"GROUP_RANK", absl::StrCat(a.node_rank())},
+      {"GROUP_WORLD_SIZE", absl::StrCat(a.nodes())},
+      {"ROLE_RANK", absl::StrCat(a.rank())},
+      {"ROLE_WORLD_SIZE", absl::StrCat(a.world_size())},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", c.master_addr},
+      {"MASTER_PORT", absl::StrCat(c.master_port)},
+      {"TORCHELASTIC_RESTART_COUNT", absl::StrCat(a.restarts())},
+      {"TORCHELASTIC_MAX_RESTARTS", absl::StrCat(a.spec().max_restarts())},
+      {"TORCHELASTIC_RUN_ID", a.run_id()},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", c.error_file},
+      // NCCL collectives fail instead of hanging when a peer dies (both spellings: torch < 2.2).
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+      {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+      // The dt module.
+      {"DT_COORDINATOR", c.coordinator},
+      {"DT_RUN_ID", a.run_id()},
+      {"DT_RUN_TOKEN", c.run_token},
+      {"DT_GENERATION", absl::StrCat(a.generation())},
+      {"DT_INCARNATION", c.incarnation},
+      {"DT_EXPERIMENT_DIR", a.exp_dir()},
+      {"DT_LATEST_CHECKPOINT", LatestCheckpointDir(a)},
+  };
+  if (!c.tls_ca.empty()) env["DT_TLS_CA"] = c.tls_ca;
+  // torchrun's default: one thread per process when a node runs several, unless the user chose.
+  if (c.inherited_omp_threads.empty() && a.local_world_size() > 1) env["OMP_NUM_THREADS"] = "1";
+  return env;
+}
+
+}  // namespace dt::run

@@ -1,0 +1,31 @@
+// The environment dtrun gives each child: what torchrun gives its workers (so a script written for
+// torchrun runs unchanged, `init_process_group("env://")` included) plus what the dt module reads.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "dt/v1/rendezvous.pb.h"
+
+namespace dt::run {
+
+struct WorkerContext {
+  v1::RegisterResponse assignment;  // this slot's rank, the world, the generation, the spec
+  std::string incarnation;          // the registration the child acts for (dt module)
+  std::string master_addr;          // group rank 0's node, as the other nodes reach it
+  int master_port = 0;
+  std::string coordinator;
+  std::string tls_ca;
+  std::string run_token;            // in the environment only, never printed
+  std::string error_file;           // TORCHELASTIC_ERROR_FILE
+  // The value of OMP_NUM_THREADS in dtrun's own environment; empty when unset.
+  std::string inherited_omp_threads;
+};
+
+// Variables added to (or overriding) the child's inherited environment.
+std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& context);
+
+// The latest committed checkpoint's directory (empty when there is none).
+std::string LatestCheckpointDir(const v1::RegisterResponse& assignment);
+
+}  // namespace dt::run

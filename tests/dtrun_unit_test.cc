@@ -1,0 +1,95 @@
+// dtrun's pure parts: the environment a child gets (torchrun's variables from the coordinator's
+// assignment) and what a failed child's error file or output says.
+#include <gtest/gtest.h>
+
+#include "client/dtrun/child_failure.h"
+#include "client/dtrun/worker_env.h"
+
+namespace dt::run {
+namespace {
+
+v1::RegisterResponse Assignment() {
+  v1::RegisterResponse a;
+  a.set_rank(5);
+  a.set_world_size(8);
+  a.set_local_rank(1);
+  a.set_local_world_size(4);
+  a.set_node_rank(1);
+  a.set_nodes(2);
+  a.set_generation(3);
+  a.set_restarts(2);
+  a.set_run_id("r-0123456789abcdef");
+  a.set_exp_dir("/runs/clm");
+  a.mutable_spec()->set_max_restarts(3);
+  return a;
+}
+
+TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
+  WorkerContext c{Assignment(), "inc-1", "10.0.0.7", 29500, "coord:50051", "", "dt_run_secret",
+                  "/runs/clm/logs/rank-5.error.json", ""};
+  std::map<std::string, std::string> env = WorkerEnvironment(c);
+  std::map<std::string, std::string> want = {
+      {"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
+      {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "5"}, {"ROLE_WORLD_SIZE", "8"}, {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
+      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "r-0123456789abcdef"},
+      {"TORCHELASTIC_ERROR_FILE", "/runs/clm/logs/rank-5.error.json"}, {"OMP_NUM_THREADS", "1"},
+      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"DT_COORDINATOR", "coord:50051"},
+      {"DT_RUN_ID", "r-0123456789abcdef"}, {"DT_RUN_TOKEN", "dt_run_secret"}, {"DT_GENERATION", "3"},
+      {"DT_INCARNATION", "inc-1"}, {"DT_EXPERIMENT_DIR", "/runs/clm"}, {"DT_LATEST_CHECKPOINT", ""}};
+  for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
+  EXPECT_EQ(env.count("DT_TLS_CA"), 0u);
+}
+
+TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume) {
+  v1::RegisterResponse a = Assignment();
+  a.mutable_resume()->set_path("/runs/clm/checkpoints/step-200");
+  WorkerContext c{a, "inc", "h", 1, "c:1", "/ca.pem", "t", "/e", "8"};
+  std::map<std::string, std::string> env = WorkerEnvironment(c);
+  EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited as the user set it
+  EXPECT_EQ(env["DT_LATEST_CHECKPOINT"], "/runs/clm/checkpoints/step-200");
+  EXPECT_EQ(env["DT_TLS_CA"], "/ca.pem");
+  a.set_local_world_size(1);
+  WorkerContext one{a, "inc", "h", 1, "c:1", "", "t", "/e", ""};
+  EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
+}
+
+TEST(ChildFailure, TorchRecordErrorFileGivesTypeMessageAndTraceback) {
+  std::string file = R"({"message": {"message": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+      "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9, in main\n    step()\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "timestamp": "1700000000"}}})";
+  ChildFailure f = DescribeChildFailure(file, "unrelated output\n", "pid 7 exited with code 1");
+  EXPECT_EQ(f.exception_type, "RuntimeError");
+  EXPECT_EQ(f.message, "CUDA out of memory. Tried to allocate 2.00 GiB (pid 7 exited with code 1)");
+  EXPECT_NE(f.stack.find("File \"train.py\", line 9"), std::string::npos) << f.stack;
+}
+
+TEST(ChildFailure, WithoutAnErrorFileTheTracebacksLastLineNamesTheException) {
+  std::string output =
+      "step 1 loss 4.1\nTraceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+      "    main()\ntorch.distributed.DistBackendError: [1] is setting up NCCL communicator\n";
+  ChildFailure f = DescribeChildFailure("", output, "pid 9 exited with code 1");
+  EXPECT_EQ(f.exception_type, "torch.distributed.DistBackendError");
+  EXPECT_EQ(f.message, "[1] is setting up NCCL communicator (pid 9 exited with code 1)");
+  EXPECT_NE(f.stack.find("Traceback"), std::string::npos);
+}
+
+TEST(ChildFailure, ACrashWithoutATracebackIsTheExitWithTheLastLines) {
+  ChildFailure f = DescribeChildFailure("not json", "loading\nSegmentation fault\n", "pid 3 killed by signal 11 (SIGSEGV)");
+  EXPECT_EQ(f.exception_type, "");
+  EXPECT_EQ(f.message, "pid 3 killed by signal 11 (SIGSEGV)");
+  EXPECT_EQ(f.stack, "loading\nSegmentation fault");
+  // A line that only looks like an exception, outside a traceback, is not one.
+  f = DescribeChildFailure("", "ValueError: printed by the program\n", "pid 3 exited with code 2");
+  EXPECT_EQ(f.exception_type, "");
+}
+
+TEST(ChildFailure, LastLinesKeepsWholeLinesWithinTheBudget) {
+  EXPECT_EQ(LastLines("a\nb\nc\nd\n", 2, 100), "c\nd");
+  EXPECT_EQ(LastLines("aaaa\nbbbb\ncccc", 10, 9), "bbbb\ncccc");
+  std::string one_long_line(100, 'x');
+  EXPECT_EQ(LastLines(one_long_line, 3, 10).size(), 10u);
+  EXPECT_EQ(LastLines("", 3, 10), "");
+}
+
+}  // namespace
+}  // namespace dt::run
