@@ -23,6 +23,17 @@ std::vector<std::string> DataDirCandidates() {
 
 }  // namespace
 
+std::optional<std::string> FindDtPythonDir() {
+  std::string exe = ExecutableDir();
+  for (const std::string& dir : {JoinPath(exe, "../share/dt/python"), JoinPath(exe, "../python")}) {
+    if (::access(JoinPath(dir, "dt/__init__.py").c_str(), R_OK) == 0 &&
+        ::access(JoinPath(dir, "dt/v1/checkpoint_pb2.py").c_str(), R_OK) == 0) {
+      return RealPath(dir).value_or(dir);
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> FindDefaultTokenizerDir() {
   for (const std::string& dir : DataDirCandidates()) {
     std::string gpt2 = JoinPath(dir, "gpt2");

@@ -12,4 +12,9 @@ namespace dt {
 // tree this binary was built from. Resolved to a real path.
 std::optional<std::string> FindDefaultTokenizerDir();
 
+// The directory holding the `dt` Python package (dt/__init__.py and its generated dt/v1 stubs):
+// <dir of this executable>/../share/dt/python (installed) or <dir of this executable>/../python
+// (a build tree's bin/). dtrun puts it on its children's PYTHONPATH.
+std::optional<std::string> FindDtPythonDir();
+
 }  // namespace dt

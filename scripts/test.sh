@@ -10,7 +10,8 @@
 #       test (halt_on_error). ThreadSanitizer is not offered (Debian's Abseil is not built with it).
 #
 # Labels: unit (no network), integration (gRPC on loopback), e2e (real trainer processes, Gloo,
-# W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root).
+# W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root), slurm-soak (the
+# Slurm root-cause test 20 times in a row; only with -L slurm-soak).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,4 +30,7 @@ fi
 
 scripts/build.sh
 cd build
-ctest --output-on-failure --no-tests=error -j "$(nproc)" "$@"
+# The soak label runs only when asked for (scripts/test.sh -L slurm-soak).
+label_args=(-LE slurm-soak)
+for a in "$@"; do [[ "$a" == -L || "$a" == -L* || "$a" == --label-regex* ]] && label_args=(); done
+ctest --output-on-failure --no-tests=error -j "$(nproc)" "${label_args[@]}" "$@"

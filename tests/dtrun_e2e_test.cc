@@ -22,6 +22,7 @@ using testing::CoordinatorProcess;
 const char* kPython = "/usr/bin/python3";
 
 std::string Script() { return JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"); }
+std::string DtScript() { return JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"); }
 
 class DtrunTest : public ::testing::Test {
  protected:
@@ -35,11 +36,12 @@ class DtrunTest : public ::testing::Test {
   }
   nlohmann::json Status(const std::string& run) { return testing::DtctlJson(Dtctl({"status", run, "-o", "json"})); }
 
-  // `dtctl submit --exec -- python3 train_ddp.py ARGS` with 2 local ranks → run id.
-  std::string SubmitScript(const std::string& name, int max_restarts, const std::vector<std::string>& script_args) {
+  // `dtctl submit --exec -- python3 SCRIPT ARGS` with 2 local ranks → run id.
+  std::string SubmitScript(const std::string& name, int max_restarts, const std::vector<std::string>& script_args,
+                           const std::string& script = Script()) {
     std::vector<std::string> args = {"submit", "-o", "json", "--name", name, "--save-dir", save_dir_,
                                      "--nproc-per-node", "2", "--max-restarts", absl::StrCat(max_restarts),
-                                     "--exec", "--", kPython, Script()};
+                                     "--exec", "--", kPython, script};
     args.insert(args.end(), script_args.begin(), script_args.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -180,6 +182,106 @@ TEST_F(DtrunTest, SubmitRefusesAProgramThatCannotRunAndCreatesNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--exec needs the command after --"), std::string::npos) << r.output;
   EXPECT_TRUE(testing::DtctlJson(Dtctl({"list", "-o", "json"})).empty());
+}
+
+// A script that uses the dt module: its dt.log points reach the coordinator once each (and feed
+// the run's step), its dt.checkpoint rounds are committed by the coordinator and listed, and after
+// a kill -9 the group resumes from the latest round.
+TEST_F(DtrunTest, TheDtModuleLogsMetricsAndCheckpointsAndResumesFromItsRounds) {
+  std::string run = SubmitScript("module", 1, {"--steps", "30", "--ckpt-every", "5", "--step-sleep", "0.1"},
+                                 DtScript());
+  std::string exp_dir = JoinPath(save_dir_, "module");
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); }, absl::Minutes(2)))
+      << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  nlohmann::json s = Status(run);
+  ASSERT_EQ(::kill(s["ranks"][0]["pid"].get<int>(), SIGKILL), 0);
+  CommandResult watch = Dtctl({"watch", run});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  s = Status(run);
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["step"], 30) << s;  // dt.log's steps are the run's progress
+  EXPECT_EQ(s["latest_checkpoint_step"], 30) << s;
+  std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  EXPECT_NE(log.find("under dt: True"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 1: resumed from step"), std::string::npos) << log;
+  EXPECT_NE(log.find(JoinPath(exp_dir, "checkpoints/step-")), std::string::npos) << log;
+
+  // The kept rounds (3 by default), each with the writer's file verified by the coordinator.
+  nlohmann::json cks = testing::DtctlJson(Dtctl({"checkpoints", run, "-o", "json"}));
+  ASSERT_EQ(cks.size(), 3u) << cks;
+  EXPECT_EQ(cks[2]["step"], 30) << cks;
+  EXPECT_GT(cks[2]["size"].get<int64_t>(), 1000) << cks;
+  std::string manifest = testing::Slurp(JoinPath(exp_dir, "checkpoints/step-30/manifest.json"));
+  EXPECT_NE(manifest.find("state.pt"), std::string::npos) << manifest;
+
+  // Each step's loss, once per rank: the steps a restart repeated replaced, not doubled.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<v1::MetricRecord> loss = coord_.Metrics(run, "loss", rank);
+    ASSERT_EQ(loss.size(), 30u) << "rank " << rank;
+    for (int k = 0; k < 30; ++k) EXPECT_EQ(loss[k].step(), k + 1);
+  }
+}
+
+// The module's errors are Python exceptions that say what is wrong: a run token used for another
+// run, an unreachable coordinator, bad arguments; and outside dt it does nothing.
+TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
+  v1::SubmitRunResponse mine = coord_.Submit(testing::MakeSpec("mine", save_dir_, 1, 1));
+  v1::SubmitRunResponse other = coord_.Submit(testing::MakeSpec("other", save_dir_, 1, 1));
+  auto python = [&](const std::string& code, std::map<std::string, std::string> env) {
+    env["PYTHONPATH"] = JoinPath(DT_BINARY_DIR, "../python");
+    absl::StatusOr<CommandResult> r = RunCommand({kPython, "-c", code}, absl::Minutes(1), env);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->output : "";
+  };
+  std::map<std::string, std::string> env = {
+      {"DT_RUN_ID", other.run_id()}, {"DT_RUN_TOKEN", mine.run_token()}, {"DT_COORDINATOR", coord_.address()},
+      {"DT_GENERATION", "0"}, {"DT_INCARNATION", "x"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}};
+  std::string out = python(
+      "import dt\n"
+      "dt.init()\n"
+      "try:\n"
+      "    dt.latest_checkpoint()\n"
+      "except dt.DtError as e:\n"
+      "    print('refused:', e.code, e)\n",
+      env);
+  EXPECT_NE(out.find("refused: StatusCode.PERMISSION_DENIED"), std::string::npos) << out;
+  env["DT_RUN_ID"] = mine.run_id();
+  env["DT_COORDINATOR"] = "127.0.0.1:1";
+  out = python(
+      "import dt\n"
+      "dt.init()\n"
+      "try:\n"
+      "    dt.log({'loss': 1.0}, 1)\n"
+      "except dt.CoordinatorUnavailable as e:\n"
+      "    print('unavailable:', e)\n"
+      "for bad in [lambda: dt.log({'a b': 1}, 1), lambda: dt.log({'loss': 'x'}, 1), lambda: dt.log({'loss': 1}, -1),\n"
+      "            lambda: dt.barrier('')]:\n"
+      "    try:\n"
+      "        bad()\n"
+      "    except ValueError as e:\n"
+      "        print('ValueError:', e)\n",
+      env);
+  EXPECT_NE(out.find("unavailable: the coordinator at 127.0.0.1:1 is unreachable"), std::string::npos) << out;
+  EXPECT_NE(out.find("ValueError: metric name 'a b' must be"), std::string::npos) << out;
+  EXPECT_NE(out.find("ValueError: metric 'loss' must be a number, got 'x'"), std::string::npos) << out;
+  EXPECT_NE(out.find("ValueError: step must be a non-negative int, got -1"), std::string::npos) << out;
+  EXPECT_NE(out.find("ValueError: barrier name '' must be"), std::string::npos) << out;
+  out = python(
+      "import dt\n"
+      "try:\n"
+      "    dt.log({'loss': 1.0}, 1)\n"
+      "except dt.NotInitialized as e:\n"
+      "    print('not initialized:', e)\n"
+      "print('under dt:', dt.init(), dt.experiment_dir(), dt.latest_checkpoint())\n"
+      "dt.log({'loss': 1.0}, 1)\n"
+      "dt.barrier('b')\n"
+      "with dt.checkpoint(4) as ck:\n"
+      "    print('writer:', ck.is_writer, ck.dir)\n",
+      {{"HOME", tmp_.path()}});
+  EXPECT_NE(out.find("not initialized: call dt.init() first"), std::string::npos) << out;
+  EXPECT_NE(out.find("under dt: False None None"), std::string::npos) << out;
+  EXPECT_NE(out.find("writer: True"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ v1::RegisterResponse Assignment() {
 
 TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
   WorkerContext c{Assignment(), "inc-1", "10.0.0.7", 29500, "coord:50051", "", "dt_run_secret",
-                  "/runs/clm/logs/rank-5.error.json", ""};
+                  "/runs/clm/logs/rank-5.error.json", "", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   std::map<std::string, std::string> want = {
       {"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
@@ -39,18 +39,23 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
       {"DT_INCARNATION", "inc-1"}, {"DT_EXPERIMENT_DIR", "/runs/clm"}, {"DT_LATEST_CHECKPOINT", ""}};
   for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
   EXPECT_EQ(env.count("DT_TLS_CA"), 0u);
+  EXPECT_EQ(env.count("PYTHONPATH"), 0u);
+  c.dt_python_dir = "/opt/dt/share/dt/python";
+  EXPECT_EQ(WorkerEnvironment(c)["PYTHONPATH"], "/opt/dt/share/dt/python");
+  c.inherited_python_path = "/home/me/lib";
+  EXPECT_EQ(WorkerEnvironment(c)["PYTHONPATH"], "/opt/dt/share/dt/python:/home/me/lib");
 }
 
 TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume) {
   v1::RegisterResponse a = Assignment();
   a.mutable_resume()->set_path("/runs/clm/checkpoints/step-200");
-  WorkerContext c{a, "inc", "h", 1, "c:1", "/ca.pem", "t", "/e", "8"};
+  WorkerContext c{a, "inc", "h", 1, "c:1", "/ca.pem", "t", "/e", "8", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited as the user set it
   EXPECT_EQ(env["DT_LATEST_CHECKPOINT"], "/runs/clm/checkpoints/step-200");
   EXPECT_EQ(env["DT_TLS_CA"], "/ca.pem");
   a.set_local_world_size(1);
-  WorkerContext one{a, "inc", "h", 1, "c:1", "", "t", "/e", ""};
+  WorkerContext one{a, "inc", "h", 1, "c:1", "", "t", "/e", "", "", ""};
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
 }
 

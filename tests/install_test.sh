@@ -7,13 +7,14 @@ source_dir="$2"
 prefix=$(mktemp -d /tmp/dt-install-XXXXXX)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build_dir" --prefix "$prefix" > /dev/null
-for f in bin/dtcoord bin/dtctl bin/dttrainer share/dt/dt.sbatch.tmpl share/dt/slurm/local-cluster.sh \
+for f in bin/dtcoord bin/dtctl bin/dttrainer bin/dtrun share/dt/python/dt/__init__.py \
+         share/dt/python/dt/v1/checkpoint_pb2_grpc.py share/dt/dt.sbatch.tmpl share/dt/slurm/local-cluster.sh \
          share/dt/prometheus/prometheus.yml share/dt/prometheus/alerts.yml share/dt/grafana/dt-dashboard.json \
          share/dt/systemd/dtcoord.service share/dt/data/gpt2/encoder.json share/dt/data/gpt2/vocab.bpe \
          share/dt/data/gpt2/LICENSE share/dt/data/alpaca_sample.json share/dt/data/README.md; do
   [[ -e "$prefix/$f" ]] || { echo "not installed: $f"; exit 1; }
 done
-for b in dtcoord dtctl dttrainer; do "$prefix/bin/$b" --version > /dev/null; done
+for b in dtcoord dtctl dttrainer dtrun; do "$prefix/bin/$b" --version > /dev/null; done
 # The installed dtctl renders the installed template (no source tree fallback needed) and names
 # the installed tokenizer files when the trainer arguments give none.
 env -u DT_SBATCH_TEMPLATE "$prefix/bin/dtctl" --coordinator 10.0.0.1:50051 submit --dry-run --scheduler slurm \
@@ -25,5 +26,17 @@ grep -q '^#SBATCH --partition=gpu$' "$prefix/script"
 grep -q "srun --kill-on-bad-exit=1 $prefix/bin/dttrainer" "$prefix/script"
 grep -q "DT_RUN_TOKEN='<run token>'" "$prefix/script"
 grep -q -- "--tokenizer-dir $prefix/share/dt/data/gpt2" "$prefix/script"
+# --exec runs: one dtrun task per node, with the node's CPUs, the command after --.
+env -u DT_SBATCH_TEMPLATE "$prefix/bin/dtctl" --coordinator 10.0.0.1:50051 submit --dry-run --scheduler slurm \
+  --name install-exec --save-dir "$prefix/runs" --nodes 2 --nproc-per-node 4 --exec -- /usr/bin/python3 train.py --lr 3e-4 \
+  > "$prefix/exec-script"
+grep -q '^#SBATCH --ntasks-per-node=1$' "$prefix/exec-script"
+grep -q '^#SBATCH --cpus-per-task=4$' "$prefix/exec-script"
+grep -q -- "srun --kill-on-bad-exit=1 $prefix/bin/dtrun \"\${ca_args\[@\]}\" --nnodes 2 --nproc-per-node 4 -- /usr/bin/python3 train.py --lr 3e-4" "$prefix/exec-script"
+# The installed dt Python module imports with its stubs, and so does one pip builds from python/.
+(cd /tmp && PYTHONPATH="$prefix/share/dt/python" /usr/bin/python3 -c 'import dt, dt.v1.checkpoint_pb2_grpc; assert dt.init() is False')
+/usr/bin/python3 -m pip install -q --no-build-isolation --no-deps --target "$prefix/pip" "$source_dir/python" 2> "$prefix/pip.err" \
+  || { cat "$prefix/pip.err"; exit 1; }
+(cd /tmp && PYTHONPATH="$prefix/pip" /usr/bin/python3 -c 'import dt, dt.v1.checkpoint_pb2_grpc; assert dt.init() is False')
 "$source_dir/scripts/setup-cuda.sh" "$prefix/libtorch" --check > /dev/null
 echo "install OK: $prefix"

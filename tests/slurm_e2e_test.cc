@@ -135,6 +135,52 @@ TEST_F(SlurmTest, AKilledTrainerRestartsTheGroupInsideTheAllocation) {
             std::string::npos);
 }
 
+// A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
+// starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
+// (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.
+TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAllocation) {
+  std::string env_dir = tmp_.Sub("env");
+  std::string exp_dir = JoinPath(save_dir_, "slurm-exec");
+  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-exec", "--save-dir",
+                           save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts", "1", "--exec", "--",
+                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
+                           "40", "--ckpt-every", "5", "--step-sleep", "0.1", "--env-out", env_dir});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = Json(r).value("run_id", "");
+  std::string checkpoint = JoinPath(exp_dir, "train_ddp.pt");
+  ASSERT_TRUE(testing::WaitFor([&] { return ::access(checkpoint.c_str(), F_OK) == 0; }, absl::Minutes(2)))
+      << testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  auto env_of = [&](int rank) {
+    return nlohmann::json::parse(testing::Slurp(JoinPath(env_dir, absl::StrCat("env-rank-", rank, ".json"))), nullptr,
+                                 false);
+  };
+  nlohmann::json e1 = env_of(1);
+  EXPECT_EQ(e1["GROUP_RANK"], "1") << e1;
+  EXPECT_EQ(e1["GROUP_WORLD_SIZE"], "2") << e1;
+  EXPECT_EQ(e1["LOCAL_RANK"], "0") << e1;
+  EXPECT_EQ(e1["WORLD_SIZE"], "2") << e1;
+  EXPECT_EQ(e1["MASTER_PORT"], env_of(0)["MASTER_PORT"]);
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  ASSERT_EQ(s["ranks"][1]["node"], "n2") << s;
+  int victim = s["ranks"][1]["pid"];
+  ASSERT_EQ(victim, e1["pid"]);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+
+  CommandResult watch = Dtctl({"watch", run});
+  std::string job = s["scheduler_job_id"];
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/slurm-" + job + ".out"));
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["restarts"], 1);
+  nlohmann::json failure = s["failures"][0];
+  EXPECT_EQ(failure["rank"], 1) << failure;
+  EXPECT_EQ(failure["node"], "n2") << failure;
+  EXPECT_NE(std::string(failure["message"]).find("killed by signal 9 (SIGKILL)"), std::string::npos) << failure;
+  EXPECT_EQ(env_of(1)["TORCHELASTIC_RESTART_COUNT"], "1");
+  std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  EXPECT_NE(log.find("rank 1: resumed from step"), std::string::npos) << log;
+}
+
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
   std::string run = Submit("slurm-cancel", 100000);
   ASSERT_TRUE(testing::WaitFor(

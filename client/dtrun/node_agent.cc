@@ -17,6 +17,7 @@
 #include "client/agent.h"
 #include "client/dtrun/child_failure.h"
 #include "client/dtrun/worker_env.h"
+#include "common/data_dir.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/log.h"
@@ -152,6 +153,8 @@ class NodeAgent {
 
   absl::Status StartWorkers(const Endpoint& master) {
     const char* omp = std::getenv("OMP_NUM_THREADS");
+    const char* python_path = std::getenv("PYTHONPATH");
+    std::string dt_python = FindDtPythonDir().value_or("");
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::AbortedError("stopped before the workers started");
     for (Worker& w : workers_) {
@@ -162,7 +165,8 @@ class NodeAgent {
       w.error_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".error.json"));
       ::unlink(w.error_file.c_str());  // a previous generation's
       WorkerContext c{a, w.agent->incarnation(), master.addr, master.port, config_.coordinator, config_.tls_ca,
-                      config_.run_token, w.error_file, omp != nullptr ? omp : ""};
+                      config_.run_token, w.error_file, omp != nullptr ? omp : "", dt_python,
+                      python_path != nullptr ? python_path : ""};
       SpawnOptions o;
       o.env = WorkerEnvironment(c);
       o.output_file = w.log_file;

@@ -41,6 +41,10 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
       {"DT_LATEST_CHECKPOINT", LatestCheckpointDir(a)},
   };
   if (!c.tls_ca.empty()) env["DT_TLS_CA"] = c.tls_ca;
+  if (!c.dt_python_dir.empty()) {
+    env["PYTHONPATH"] = c.inherited_python_path.empty() ? c.dt_python_dir
+                                                        : absl::StrCat(c.dt_python_dir, ":", c.inherited_python_path);
+  }
   // torchrun's default: one thread per process when a node runs several, unless the user chose.
   if (c.inherited_omp_threads.empty() && a.local_world_size() > 1) env["OMP_NUM_THREADS"] = "1";
   return env;

@@ -20,6 +20,10 @@ struct WorkerContext {
   std::string error_file;           // TORCHELASTIC_ERROR_FILE
   // The value of OMP_NUM_THREADS in dtrun's own environment; empty when unset.
   std::string inherited_omp_threads;
+  // The dt Python package's directory (empty: none found) and dtrun's own PYTHONPATH: the
+  // package goes first, so `import dt` works without installing it.
+  std::string dt_python_dir;
+  std::string inherited_python_path;
 };
 
 // Variables added to (or overriding) the child's inherited environment.

@@ -62,12 +62,33 @@ class CharModel(nn.Module):
         return self.mlp(self.embed(x).flatten(1))
 
 
+def load_text(path):
+    """The characters of `path` as a tensor of indices, and the vocabulary size."""
+    text = open(path, encoding="utf-8").read()
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    return torch.tensor([index[c] for c in text], dtype=torch.long), len(chars)
+
+
 def batch(data, args, step, rank):
+    """The same batch for the same (seed, step, rank), whatever ran before: exact resume."""
     g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + rank)
     starts = torch.randint(0, len(data) - args.context - 1, (args.batch_size,), generator=g)
     x = torch.stack([data[s:s + args.context] for s in starts])
     y = torch.stack([data[s + args.context] for s in starts])
     return x, y
+
+
+def train_step(model, opt, data, args, step, rank, world):
+    """One DDP step; returns the loss averaged over the ranks."""
+    x, y = batch(data, args, step, rank)
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+    return mean.item() / world
 
 
 def checkpoint_path(args):
@@ -89,13 +110,9 @@ def main():
             json.dump(seen, f)
     dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
 
-    text = open(args.data, encoding="utf-8").read()
-    chars = sorted(set(text))
-    index = {c: i for i, c in enumerate(chars)}
-    data = torch.tensor([index[c] for c in text], dtype=torch.long)
-
+    data, vocab = load_text(args.data)
     torch.manual_seed(args.seed)
-    model = DistributedDataParallel(CharModel(len(chars), args.context))
+    model = DistributedDataParallel(CharModel(vocab, args.context))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     start = 0
     path = checkpoint_path(args)
@@ -110,14 +127,7 @@ def main():
     for step in range(start + 1, args.steps + 1):
         if rank == args.fail_rank and step == args.fail_at_step:
             raise ValueError(f"injected failure at step {step}")
-        x, y = batch(data, args, step, rank)
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        mean = mean.item() / world
+        mean = train_step(model, opt, data, args, step, rank, world)
         if rank == 0:
             print(f"step {step} loss {mean:.6f}", flush=True)
             if losses:

@@ -1,0 +1,297 @@
+"""dt for Python programs run by dtrun (`dtctl submit --exec -- python3 train.py`).
+
+    import dt
+    dt.init()                                   # from the environment dtrun sets; False outside dt
+    start = dt.latest_checkpoint()              # a committed checkpoint directory, or None
+    for step in range(first, steps + 1):
+        ...
+        dt.log({"loss": loss, "lr": lr}, step)  # to Prometheus and W&B; also feeds the hang watchdog
+        if step % 100 == 0:
+            with dt.checkpoint(step) as ck:     # every rank enters; one is the writer
+                if ck.is_writer:
+                    torch.save(state, os.path.join(ck.dir, "state.pt"))
+    dt.barrier("done")
+
+Outside dt (no DT_RUN_ID in the environment) the same script runs bare: `init()` returns False,
+`log()` and `barrier()` do nothing, `experiment_dir()` and `latest_checkpoint()` are None, and a
+checkpoint round gives rank 0 a local directory (`./checkpoints/step-<S>`).
+
+Errors are Python exceptions: `ValueError` for bad arguments, `dt.NotInitialized` before `init()`,
+`dt.CoordinatorUnavailable` when the coordinator cannot be reached, `dt.BarrierTimeout` for a
+barrier whose ranks did not all arrive (the message names the missing ones), and `dt.DtError`
+(their base) for every other refusal, with the coordinator's message.
+"""
+import contextlib
+import hashlib
+import os
+import re
+import threading
+import time
+
+__all__ = [
+    "DtError", "NotInitialized", "CoordinatorUnavailable", "BarrierTimeout", "Checkpoint",
+    "init", "active", "rank", "world_size", "experiment_dir", "latest_checkpoint", "log", "barrier",
+    "checkpoint",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9_./-]{1,128}$")
+
+
+class DtError(RuntimeError):
+    """The coordinator refused a call; the message says why."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+class NotInitialized(DtError):
+    """A dt call before dt.init()."""
+
+
+class CoordinatorUnavailable(DtError):
+    """The coordinator could not be reached."""
+
+
+class BarrierTimeout(DtError):
+    """Not every rank arrived at a barrier in time; the message names the missing ranks."""
+
+
+class _Session:
+    """What dtrun told this process: the run, the rank and its registration, and a channel."""
+
+    def __init__(self, env):
+        import grpc  # only under dt: a bare script needs no gRPC
+        from dt.v1 import barrier_pb2, barrier_pb2_grpc, checkpoint_pb2, checkpoint_pb2_grpc
+        from dt.v1 import metrics_pb2, metrics_pb2_grpc, rendezvous_pb2, rendezvous_pb2_grpc
+
+        self.grpc = grpc
+        self.pb = {"barrier": barrier_pb2, "checkpoint": checkpoint_pb2, "metrics": metrics_pb2,
+                   "rendezvous": rendezvous_pb2}
+        try:
+            self.run_id = env["DT_RUN_ID"]
+            self.address = env["DT_COORDINATOR"]
+            self.token = env["DT_RUN_TOKEN"]
+            self.generation = int(env["DT_GENERATION"])
+            self.incarnation = env["DT_INCARNATION"]
+            self.rank = int(env["RANK"])
+            self.world_size = int(env["WORLD_SIZE"])
+        except (KeyError, ValueError) as e:
+            raise DtError(f"DT_RUN_ID is set but the environment dtrun gives is incomplete ({e}); "
+                          "start the program with dtrun or dtctl submit --exec") from None
+        self.experiment_dir = env.get("DT_EXPERIMENT_DIR") or None
+        ca = env.get("DT_TLS_CA")
+        if ca:
+            with open(ca, "rb") as f:
+                channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(f.read()))
+        else:
+            channel = grpc.insecure_channel(self.address)
+        self.channel = channel
+        self.metadata = (("authorization", f"Bearer {self.token}"),)
+        self.barriers = barrier_pb2_grpc.BarrierServiceStub(channel)
+        self.checkpoints = checkpoint_pb2_grpc.CheckpointServiceStub(channel)
+        self.metrics = metrics_pb2_grpc.MetricsServiceStub(channel)
+        self.rendezvous = rendezvous_pb2_grpc.RendezvousServiceStub(channel)
+        self.lock = threading.Lock()
+        self.barrier_sequences = {}
+
+    def call(self, method, request, timeout=30.0):
+        try:
+            return method(request, metadata=self.metadata, timeout=timeout)
+        except self.grpc.RpcError as e:
+            code = e.code()
+            detail = e.details() or str(code)
+            if code == self.grpc.StatusCode.UNAVAILABLE:
+                raise CoordinatorUnavailable(f"the coordinator at {self.address} is unreachable: {detail}",
+                                             code) from None
+            raise DtError(detail, code) from None
+
+
+_session = None
+_initialized = False
+
+
+def init():
+    """Reads the environment dtrun sets. Returns True under dt, False when the script runs bare."""
+    global _session, _initialized
+    if _initialized:
+        return _session is not None
+    if os.environ.get("DT_RUN_ID"):
+        _session = _Session(os.environ)
+    _initialized = True
+    return _session is not None
+
+
+def _require():
+    if not _initialized:
+        raise NotInitialized("call dt.init() first")
+    return _session
+
+
+def active():
+    """True when this process runs under dt (after init())."""
+    return _require() is not None
+
+
+def rank():
+    s = _require()
+    return s.rank if s else int(os.environ.get("RANK", "0"))
+
+
+def world_size():
+    s = _require()
+    return s.world_size if s else int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def experiment_dir():
+    """The run's experiment directory (<save dir>/<name>), or None outside dt."""
+    s = _require()
+    return s.experiment_dir if s else None
+
+
+def latest_checkpoint():
+    """The directory of the run's latest committed checkpoint, or None when there is none."""
+    s = _require()
+    if s is None:
+        return None
+    pb = s.pb["checkpoint"]
+    try:
+        info = s.call(s.checkpoints.LatestCheckpoint, pb.LatestCheckpointRequest(run_id=s.run_id))
+    except DtError as e:
+        if e.code == s.grpc.StatusCode.NOT_FOUND and "no committed checkpoint" in str(e):
+            return None
+        raise
+    return info.path or None
+
+
+def _check_step(step):
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"step must be a non-negative int, got {step!r}")
+
+
+def log(metrics, step):
+    """Sends {name: number} for `step` to the coordinator (Prometheus, W&B with the run's log
+    strategy, `dtctl metrics`) and reports `step` as this rank's progress to the hang watchdog."""
+    s = _require()
+    _check_step(step)
+    if not isinstance(metrics, dict) or not metrics:
+        raise ValueError("metrics must be a non-empty dict of name → number")
+    values = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"metric name {name!r} must be 1-128 characters of A-Z a-z 0-9 _ . / -")
+        try:
+            values[name] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"metric {name!r} must be a number, got {value!r}") from None
+    if s is None:
+        return
+    pb = s.pb["metrics"]
+    point = pb.MetricPoint(step=step, time=time.time(), values=values)
+    batch = pb.MetricBatch(run_id=s.run_id, generation=s.generation, rank=s.rank, points=[point])
+    s.call(s.metrics.ReportMetrics, iter([batch]))
+    rz = s.pb["rendezvous"]
+    reply = s.call(s.rendezvous.Heartbeat, rz.HeartbeatRequest(
+        run_id=s.run_id, rank=s.rank, generation=s.generation, incarnation=s.incarnation, step=step))
+    if reply.directive == rz.HeartbeatResponse.STOP:
+        raise DtError(f"the coordinator stopped this rank: {reply.reason}")
+
+
+def barrier(name, timeout=None):
+    """Waits until every rank reached the barrier `name` (seconds `timeout`; None: the run's
+    barrier timeout). Raises BarrierTimeout naming the ranks that did not arrive."""
+    s = _require()
+    if not isinstance(name, str) or not name or len(name) > 128 or any(ord(c) < 32 for c in name):
+        raise ValueError(f"barrier name {name!r} must be 1-128 characters without control characters")
+    if name.startswith("dt."):
+        raise ValueError(f"barrier names starting with 'dt.' are dt's own: {name!r}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if s is None:
+        return
+    with s.lock:
+        sequence = s.barrier_sequences.get(name, 0) + 1
+        s.barrier_sequences[name] = sequence
+    pb = s.pb["barrier"]
+    request = pb.BarrierRequest(run_id=s.run_id, generation=s.generation, rank=s.rank, name=name,
+                                timeout_ms=int(timeout * 1000) if timeout else 0, sequence=sequence)
+    try:
+        # The server ends the wait with the barrier's own timeout; the RPC deadline stays open.
+        s.call(s.barriers.Barrier, request, timeout=None)
+    except DtError as e:
+        if e.code == s.grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise BarrierTimeout(str(e), e.code) from None
+        raise
+
+
+class Checkpoint:
+    """One checkpoint round, as `with dt.checkpoint(step) as ck` yields it. The writer (`is_writer`)
+    saves its files into `dir` (plain files, no subdirectories); when the block ends the coordinator
+    verifies their sizes and SHA-256 and publishes them as `path`. Every rank's block ends once the
+    round is committed; an exception in any rank's block aborts the round (`latest` is unchanged)."""
+
+    def __init__(self, step, is_writer, directory, path):
+        self.step = step
+        self.is_writer = is_writer
+        self.dir = directory
+        self.path = path
+        self.committed = False
+        self.bytes = 0
+
+
+def _manifest(pb, directory):
+    files = []
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.is_symlink() or not entry.is_file():
+            raise DtError(f"checkpoint directory {directory} may hold only plain files; {entry.name} is not one")
+        digest = hashlib.sha256()
+        size = 0
+        with open(entry.path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+                size += len(chunk)
+        files.append(pb.ManifestFile(name=entry.name, size=size, sha256=digest.hexdigest()))
+    if not files:
+        raise DtError(f"the checkpoint writer saved nothing into {directory}")
+    return pb.Manifest(files=files)
+
+
+@contextlib.contextmanager
+def checkpoint(step, timeout=None):
+    """A checkpoint round at `step`; see Checkpoint."""
+    s = _require()
+    _check_step(step)
+    if s is None:
+        r = rank()
+        directory = os.path.join(os.getcwd(), "checkpoints", f"step-{step}")
+        if r == 0:
+            os.makedirs(directory, exist_ok=True)
+        ck = Checkpoint(step, r == 0, directory if r == 0 else None, directory)
+        yield ck
+        ck.committed = True
+        return
+    pb = s.pb["checkpoint"]
+    begun = s.call(s.checkpoints.BeginCheckpoint, pb.BeginCheckpointRequest(
+        run_id=s.run_id, generation=s.generation, rank=s.rank, step=step,
+        timeout_ms=int(timeout * 1000) if timeout else 0), timeout=None)
+    writer = begun.writer_rank == s.rank
+    ck = Checkpoint(step, writer, begun.partial_dir if writer else None, begun.final_dir)
+    try:
+        yield ck
+    except BaseException as e:
+        if writer:
+            try:
+                s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
+                    run_id=s.run_id, generation=s.generation, rank=s.rank, round_id=begun.round_id,
+                    reason=f"{type(e).__name__}: {e}"[:1000]))
+            except DtError:
+                pass  # the round's lease ends it anyway; the user's exception is the one to see
+        raise
+    request = pb.CommitCheckpointRequest(run_id=s.run_id, generation=s.generation, rank=s.rank,
+                                         round_id=begun.round_id)
+    if writer:
+        request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
+    reply = s.call(s.checkpoints.CommitCheckpoint, request, timeout=None)
+    ck.committed = True
+    ck.path = reply.checkpoint.path or ck.path
+    ck.bytes = reply.checkpoint.bytes
