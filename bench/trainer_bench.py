@@ -8,6 +8,9 @@
      threads, Gloo) at 1 and 2 ranks; C++/Python ratio (goal >= 1) and 2-rank scaling efficiency
      (goal >= 80% of linear).
   3. The cost of metric reporting on step time (reporting on vs off). Goal < 1%.
+  4. Launch to first step of a user's Python script (examples/python/train_ddp.py, 2 local ranks)
+     under `dtctl submit --exec` vs `torchrun --standalone`, side by side. Goal: dt <= 0.5x
+     torchrun; dt's own overhead over starting the script bare (1 process) reported beside it.
 
 Results go to $DT_BENCH_OUT as JSON lines (see bench/bench_util.h); DT_BENCH_QUICK=1 shortens.
 """
@@ -26,6 +29,7 @@ BIN = os.path.join(ROOT, "build", "bin")
 DATA = os.path.abspath(os.path.join(ROOT, "..", "shared", "data"))
 PY = "/usr/bin/python3"
 ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
+EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
 QUICK = os.environ.get("DT_BENCH_QUICK") == "1"
 WORK = tempfile.mkdtemp(prefix="dt-bench-trainer-")
 
@@ -140,6 +144,64 @@ def launch_to_first_step():
            "torchrun --standalone", statistics.median(py_times), "<= 0.5x", 0.5)
 
 
+def time_to_line(cmd, env, needle, timeout=120):
+    """Seconds from starting `cmd` until a line of its output contains `needle`; then waits for it."""
+    start = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    seen = None
+    for line in p.stdout:
+        if seen is None and needle in line:
+            seen = time.perf_counter() - start
+    p.wait()
+    if seen is None or p.returncode != 0:
+        raise RuntimeError("%s: exit %s before %r" % (" ".join(cmd), p.returncode, needle))
+    return seen
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def exec_launch():
+    coord = Coordinator()
+    repeats = 2 if QUICK else 4
+    script = [EXAMPLE, "--steps", "1", "--ckpt-every", "0"]
+    dt_times, torchrun_times, bare_times = [], [], []
+    for i in range(-1, repeats):  # one unmeasured round first: libraries in the page cache
+        start = time.perf_counter()
+        r = coord.dtctl("submit", "-o", "json", "--name", "exec-%d" % i, "--save-dir", os.path.join(WORK, "runs"),
+                        "--nproc-per-node", "2", "--exec", "--", PY, *script)
+        run = json.loads(r.stdout)
+        log = os.path.join(run["exp_dir"], "logs", "rank-0.log")
+        while not (os.path.exists(log) and "step 1 loss" in open(log, errors="replace").read()):
+            if time.perf_counter() - start > 120:
+                raise RuntimeError("the --exec run did not reach step 1:\n" + open(log).read())
+            time.sleep(0.005)
+        dt_times.append(time.perf_counter() - start)
+        dt_wait(coord, run["run_id"])
+        torchrun_times.append(time_to_line(
+            [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1", "--tee",
+             "1", *script], dict(os.environ), "step 1 loss"))
+        bare_env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(free_port()))
+        bare_times.append(time_to_line([PY, *script], bare_env, "step 1 loss"))
+        if i < 0:
+            dt_times.pop()
+            torchrun_times.pop()
+            bare_times.pop()
+    coord.stop()
+    print("--exec launch to first step: dt %s, torchrun %s, bare %s" % (
+        ["%.2f" % t for t in dt_times], ["%.2f" % t for t in torchrun_times], ["%.2f" % t for t in bare_times]))
+    dt_median, bare_median = statistics.median(dt_times), statistics.median(bare_times)
+    report("--exec launch to first step, Python script, 2 local ranks (median)", dt_median, "s",
+           "torchrun --standalone", statistics.median(torchrun_times), "<= 0.5x", 0.5)
+    report("--exec: dt's time over the script started bare (1 process)", dt_median - bare_median, "s",
+           "bare script to step 1", bare_median, "")
+
+
 def throughput():
     n_embd, n_layer, n_head, seq, batch = (128, 4, 4, 128, 4)
     steps = 12 if QUICK else 30
@@ -190,11 +252,13 @@ def metrics_cost():
 
 
 def main():
-    which = sys.argv[1:] or ["launch", "throughput", "metrics-cost"]
+    which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost"]
     print("== trainer benchmarks (%s)" % ", ".join(which))
     try:
         if "launch" in which:
             launch_to_first_step()
+        if "exec-launch" in which:
+            exec_launch()
         if "throughput" in which:
             throughput()
         if "metrics-cost" in which:
