@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <google/protobuf/text_format.h>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/crypto.h"
+#include "common/env.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 
@@ -17,6 +22,57 @@ Agent::Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options)
     : client_(std::move(client)), options_(std::move(options)), incarnation_(RandomHex(8)) {}
 
 Agent::~Agent() { StopHeartbeats(); }
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::AttachToDtrun() {
+  std::vector<std::string> missing;
+  auto need = [&missing](const char* name) {
+    std::string v = Env(name);
+    if (v.empty()) missing.push_back(name);
+    return v;
+  };
+  auto need_int = [&](const char* name) {
+    int64_t v = 0;
+    std::string text = need(name);
+    if (!text.empty() && !absl::SimpleAtoi(text, &v)) missing.push_back(absl::StrCat(name, " (not a number)"));
+    return v;
+  };
+  ClientOptions client;
+  client.address = need("DT_COORDINATOR");
+  client.token = need("DT_RUN_TOKEN");
+  client.tls_ca_file = Env("DT_TLS_CA");
+  AgentOptions options;
+  options.run_id = need("DT_RUN_ID");
+  options.host = HostName();
+  options.pid = ::getpid();
+  v1::RegisterResponse a;
+  a.set_run_id(options.run_id);
+  a.set_generation(need_int("DT_GENERATION"));
+  a.set_rank(static_cast<int>(need_int("RANK")));
+  a.set_world_size(static_cast<int>(need_int("WORLD_SIZE")));
+  a.set_local_rank(static_cast<int>(need_int("LOCAL_RANK")));
+  a.set_local_world_size(static_cast<int>(need_int("LOCAL_WORLD_SIZE")));
+  a.set_node_rank(static_cast<int>(need_int("GROUP_RANK")));
+  a.set_nodes(static_cast<int>(need_int("GROUP_WORLD_SIZE")));
+  a.set_exp_dir(need("DT_EXPERIMENT_DIR"));
+  if (std::string latest = Env("DT_LATEST_CHECKPOINT"); !latest.empty()) a.mutable_resume()->set_path(latest);
+  std::string incarnation = need("DT_INCARNATION");
+  if (!google::protobuf::TextFormat::ParseFromString(need("DT_TIMEOUTS"), a.mutable_timeouts())) {
+    missing.push_back("DT_TIMEOUTS (unreadable)");
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not started by dtrun: ", absl::StrJoin(missing, ", "),
+        " missing from the environment (run the program with dtctl submit --exec or dtrun)"));
+  }
+  options.local_slot = a.local_rank();
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> connected = CoordinatorClient::Connect(client);
+  if (!connected.ok()) return connected.status();
+  std::unique_ptr<Agent> agent(new Agent(*connected, options));
+  agent->incarnation_ = incarnation;
+  agent->assignment_ = a;
+  agent->registered_ = true;
+  return agent;
+}
 
 template <typename F>
 auto Agent::RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl::Duration())) {

@@ -39,6 +39,13 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
+  // For a program started by dtrun (`dtctl submit --exec`): acts for the rank dtrun registered,
+  // from the environment dtrun set (DT_COORDINATOR, DT_RUN_TOKEN, DT_RUN_ID, DT_GENERATION,
+  // DT_INCARNATION, DT_TIMEOUTS, DT_EXPERIMENT_DIR, DT_LATEST_CHECKPOINT, RANK, WORLD_SIZE,
+  // LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE). No Register call: assignment()
+  // is filled from those. FAILED_PRECONDITION naming what is missing when not started by dtrun.
+  static absl::StatusOr<std::unique_ptr<Agent>> AttachToDtrun();
+
   // Registers with a fresh incarnation and waits for every rank (up to `timeout`).
   absl::StatusOr<v1::RegisterResponse> Register(absl::Duration timeout);
   const v1::RegisterResponse& assignment() const { return assignment_; }

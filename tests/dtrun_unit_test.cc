@@ -2,8 +2,18 @@
 // assignment) and what a failed child's error file or output says.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "client/agent.h"
+#include "client/checkpoint_manifest.h"
 #include "client/dtrun/child_failure.h"
 #include "client/dtrun/worker_env.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+#include "tests/test_util.h"
 
 namespace dt::run {
 namespace {
@@ -94,6 +104,45 @@ TEST(ChildFailure, LastLinesKeepsWholeLinesWithinTheBudget) {
   std::string one_long_line(100, 'x');
   EXPECT_EQ(LastLines(one_long_line, 3, 10).size(), 10u);
   EXPECT_EQ(LastLines("", 3, 10), "");
+}
+
+// A LibTorch program's checkpoint writer commits what it saved: plain files with size and SHA-256.
+TEST(ManifestOfDirectory, ListsPlainFilesWithSizesAndDigestsAndRefusesAnythingElse) {
+  testing::TempDir tmp;
+  std::string dir = tmp.Sub("round");
+  std::ofstream(JoinPath(dir, "model.pt")) << "weights";
+  std::ofstream(JoinPath(dir, "step.txt")) << "10\n";
+  absl::StatusOr<v1::Manifest> m = ManifestOfDirectory(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->files_size(), 2);
+  EXPECT_EQ(m->files(0).name(), "model.pt");
+  EXPECT_EQ(m->files(0).size(), 7);
+  EXPECT_EQ(m->files(0).sha256(), Sha256Hex("weights"));
+  EXPECT_EQ(m->files(1).name(), "step.txt");
+  ASSERT_EQ(::mkdir(JoinPath(dir, "optimizer").c_str(), 0755), 0);
+  m = ManifestOfDirectory(dir);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("optimizer is not a plain file"), std::string::npos) << m.status();
+  m = ManifestOfDirectory(tmp.Sub("empty"));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("saved nothing"), std::string::npos) << m.status();
+}
+
+// A program started outside dtrun is told what is missing and how to start it.
+TEST(AttachToDtrun, OutsideDtrunNamesWhatIsMissing) {
+  for (const char* name : {"DT_RUN_ID", "DT_COORDINATOR", "DT_RUN_TOKEN", "DT_GENERATION", "DT_INCARNATION",
+                           "DT_TIMEOUTS", "DT_EXPERIMENT_DIR", "RANK", "WORLD_SIZE"}) {
+    ::unsetenv(name);
+  }
+  ::setenv("RANK", "one", 1);
+  absl::StatusOr<std::unique_ptr<Agent>> agent = Agent::AttachToDtrun();
+  ::unsetenv("RANK");
+  ASSERT_EQ(agent.status().code(), absl::StatusCode::kFailedPrecondition) << agent.status();
+  std::string message(agent.status().message());
+  for (const char* name : {"DT_COORDINATOR", "DT_RUN_ID", "DT_INCARNATION", "WORLD_SIZE", "RANK (not a number)"}) {
+    EXPECT_NE(message.find(name), std::string::npos) << name << " in " << message;
+  }
+  EXPECT_NE(message.find("dtctl submit --exec"), std::string::npos) << message;
 }
 
 }  // namespace

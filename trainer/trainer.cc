@@ -29,7 +29,7 @@
 #include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
-#include "trainer/coordinator_store.h"
+#include "client/coordinator_store.h"
 #include "trainer/ddp.h"
 #include "trainer/gpt2_model.h"
 #include "trainer/gpt2_tokenizer.h"

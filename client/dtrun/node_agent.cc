@@ -2,6 +2,8 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+
+#include <cerrno>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,6 +33,7 @@ namespace {
 // Where group rank 0's node publishes MASTER_ADDR:MASTER_PORT in the generation's store.
 constexpr char kMasterKey[] = "dtrun/master_endpoint";
 constexpr size_t kLogTailBytes = 64 * 1024;
+constexpr absl::Duration kSecondaryFailureSettle = absl::Milliseconds(500);
 
 struct Worker {
   std::unique_ptr<Agent> agent;
@@ -39,6 +42,11 @@ struct Worker {
   std::string error_file;
   bool done = false;
   int status = 0;
+  // When the child ended, as its watcher thread saw it the moment it did: when a peer dies, the
+  // survivors' collectives fail within milliseconds, so several children end between two sweeps
+  // of the supervisor, and only these times say which went first. Guarded by NodeAgent::mu_.
+  absl::Time exited_at = absl::InfiniteFuture();
+  std::thread watcher;
 };
 
 struct Endpoint {
@@ -59,6 +67,13 @@ std::string Tail(const std::string& path, size_t bytes) {
 
 class NodeAgent {
  public:
+  ~NodeAgent() {
+    // Each watcher ends with its child, and every path out of Run() leaves no child running.
+    for (Worker& w : workers_) {
+      if (w.watcher.joinable()) w.watcher.join();
+    }
+  }
+
   NodeAgent(std::shared_ptr<CoordinatorClient> client, const NodeAgentConfig& config)
       : client_(std::move(client)), config_(config) {
     // Built before the signal handler exists: the vector never changes afterwards.
@@ -178,6 +193,15 @@ class NodeAgent {
       if (!p.ok()) return p.status();
       w.process = std::move(*p);
       w.agent->SetWorkerPid(static_cast<int>(w.process->pid()));
+      w.watcher = std::thread([this, &w, pid = w.process->pid()] {
+        siginfo_t info;
+        // WNOWAIT: the supervisor reaps; this only notes the moment.
+        while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+        }
+        absl::Time now = absl::Now();
+        absl::MutexLock lock(&mu_);
+        w.exited_at = std::min(w.exited_at, now);
+      });
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
     }
     return absl::OkStatus();
@@ -186,9 +210,9 @@ class NodeAgent {
   // Waits for the children: every one exits 0 → each rank leaves and dtrun exits 0; one fails →
   // it is reported and the others stopped; the coordinator says stop → the children are stopped.
   int Supervise() {
+    Worker* failed = nullptr;  // the first child that failed, reported once its settle time passed
     while (true) {
       std::vector<Worker*> succeeded;
-      Worker* failed = nullptr;
       bool all_done = true;
       bool all_clean = true;
       {
@@ -199,11 +223,13 @@ class NodeAgent {
             if (status != -1) {
               w.done = true;
               w.status = status;
+              w.exited_at = std::min(w.exited_at, absl::Now());
               bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
               DT_LOG(Info) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") "
                            << DescribeWaitStatus(status);
               if (clean) succeeded.push_back(&w);
-              if (!clean && failed == nullptr && !stopping_) failed = &w;
+              // The first to end is the cause; the others most likely failed because it did.
+              if (!clean && !stopping_ && (failed == nullptr || w.exited_at < failed->exited_at)) failed = &w;
             }
           }
           all_done = all_done && w.done;
@@ -217,8 +243,9 @@ class NodeAgent {
           DT_LOG(Warning) << "rank " << w->agent->rank() << " finished but could not tell the coordinator: " << s;
         }
       }
-      if (failed != nullptr) {
-        ReportFailure(*failed);
+      if (failed != nullptr && absl::Now() >= ReportTime(*failed)) {
+        // Told to stop meanwhile: another node's report failed the generation first.
+        if (!StopReason()) ReportFailure(*failed);
         StopWorkers();
         return kExitStopped;
       }
@@ -227,9 +254,19 @@ class NodeAgent {
         StopWorkers();
         return kExitStopped;
       }
-      if (all_done) return all_clean ? kExitOk : kExitStopped;
+      if (all_done && failed == nullptr) return all_clean ? kExitOk : kExitStopped;
       absl::SleepFor(absl::Milliseconds(50));
     }
+  }
+
+  // A child killed by a signal (SIGKILL, SIGSEGV, the OOM killer) is reported at once. One that
+  // exited with an error code or aborted waits out a settle time first: when a peer dies, the
+  // survivors' collectives fail within milliseconds and they exit with errors of their own, and
+  // the peer's node must get its report in first — the first report is the run's root cause.
+  absl::Time ReportTime(const Worker& w) {
+    absl::MutexLock lock(&mu_);
+    bool primary = WIFSIGNALED(w.status) && WTERMSIG(w.status) != SIGABRT;
+    return primary ? w.exited_at : w.exited_at + kSecondaryFailureSettle;
   }
 
   void ReportFailure(const Worker& w) {

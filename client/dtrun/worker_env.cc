@@ -37,6 +37,7 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
       {"DT_RUN_TOKEN", c.run_token},
       {"DT_GENERATION", absl::StrCat(a.generation())},
       {"DT_INCARNATION", c.incarnation},
+      {"DT_TIMEOUTS", a.timeouts().ShortDebugString()},
       {"DT_EXPERIMENT_DIR", a.exp_dir()},
       {"DT_LATEST_CHECKPOINT", LatestCheckpointDir(a)},
   };

@@ -1,4 +1,4 @@
-#include "trainer/coordinator_store.h"
+#include "client/coordinator_store.h"
 
 #include <c10/util/Exception.h>
 

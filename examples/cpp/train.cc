@@ -1,0 +1,91 @@
+// A LibTorch program with its own model (a linear fit of y = 3x - 2), run under dt by
+// `dtctl submit --exec -- train_cpp STEPS`: it acts for the rank dtrun registered, builds its Gloo
+// process group on the coordinator's store (no MASTER_ADDR/MASTER_PORT), averages gradients with
+// allreduce, reports its loss and progress, and checkpoints in rounds the coordinator commits.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "client/agent.h"
+#include "client/checkpoint_manifest.h"
+#include "client/coordinator_store.h"
+#include "client/metrics_reporter.h"
+
+namespace {
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::cerr << "train_cpp: " << what << ": " << status << std::endl;
+  return 1;
+}
+
+// One round: every rank arrives; the writer saves into the round's directory and commits its
+// manifest; the others wait for the commit.
+absl::Status Checkpoint(dt::Agent& agent, torch::nn::Linear& model, int64_t step) {
+  absl::StatusOr<dt::v1::BeginCheckpointResponse> round = agent.BeginCheckpoint(step);
+  if (!round.ok()) return round.status();
+  if (round->writer_rank() != agent.rank()) return agent.CommitCheckpoint(round->round_id(), nullptr).status();
+  torch::save(model, round->partial_dir() + "/model.pt");
+  std::ofstream(round->partial_dir() + "/step.txt") << step << "\n";
+  absl::StatusOr<dt::v1::Manifest> manifest = dt::ManifestOfDirectory(round->partial_dir());
+  if (!manifest.ok()) return manifest.status();
+  return agent.CommitCheckpoint(round->round_id(), &*manifest).status();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 100;
+  const int64_t checkpoint_every = 10;
+  absl::StatusOr<std::unique_ptr<dt::Agent>> attached = dt::Agent::AttachToDtrun();
+  if (!attached.ok()) return Fail("attach", attached.status());
+  dt::Agent& agent = **attached;
+  agent.StartHeartbeats([](const std::string& reason) {
+    std::cerr << "train_cpp: stopping: " << reason << std::endl;
+    std::_Exit(3);
+  });
+  absl::StatusOr<std::unique_ptr<dt::StoreSession>> session = agent.OpenStore();
+  if (!session.ok()) return Fail("store", session.status());
+  auto store = c10::make_intrusive<c10d::PrefixStore>(
+      "example", c10::make_intrusive<dt::CoordinatorStore>(std::move(*session), std::chrono::minutes(5)));
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  c10d::ProcessGroupGloo group(store, agent.rank(), agent.world_size(), options);
+
+  torch::manual_seed(0);
+  torch::nn::Linear model(1, 1);
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  int64_t start = 0;
+  if (const std::string& latest = agent.assignment().resume().path(); !latest.empty()) {
+    torch::load(model, latest + "/model.pt");
+    std::ifstream(latest + "/step.txt") >> start;
+    std::cout << "rank " << agent.rank() << ": resumed from step " << start << std::endl;
+  }
+  dt::MetricsReporter metrics(agent.client(), agent.run_id(), agent.generation(), agent.rank());
+  for (int64_t step = start + 1; step <= steps; ++step) {
+    torch::manual_seed(step * 1000 + agent.rank());  // each rank its own data, the same on a rerun
+    torch::Tensor x = torch::rand({32, 1});
+    torch::Tensor loss = torch::mse_loss(model(x), 3 * x - 2);
+    optimizer.zero_grad();
+    loss.backward();
+    for (auto& p : model->parameters()) {
+      std::vector<at::Tensor> grad{p.grad()};
+      group.allreduce(grad)->wait();
+      p.grad().div_(agent.world_size());
+    }
+    optimizer.step();
+    agent.ReportProgress(step, steps);
+    metrics.Add(step, {{"loss", loss.item<double>()}});
+    if (step % checkpoint_every == 0) {
+      if (absl::Status s = Checkpoint(agent, model, step); !s.ok()) return Fail("checkpoint", s);
+    }
+  }
+  (void)metrics.Flush(absl::Seconds(10));
+  agent.StopHeartbeats();
+  std::cout << "done: " << steps << " steps, weight " << model->weight.item<double>() << ", bias "
+            << model->bias.item<double>() << std::endl;
+  return 0;
+}
