@@ -31,7 +31,7 @@
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
-#include "trainer/coordinator_store.h"
+#include "client/coordinator_store.h"
 
 namespace dt::bench {
 namespace {
