@@ -162,6 +162,30 @@ TEST_F(MetricsE2ETest, EachLogStrategyCreatesItsRunsWithEveryStepOnce) {
   }
 }
 
+// A user's Python script under dtctl --exec: its dt.log points reach W&B (one run, every step
+// once, no protocol deviation) and Prometheus like dttrainer's.
+TEST_F(MetricsE2ETest, ThePythonDtModulesPointsReachW_BAndPrometheusOnce) {
+  CommandResult r = testing::RunDtctl(
+      *coord_, {"submit", "-o", "json", "--name", "py-dt", "--save-dir", save_dir_, "--nproc-per-node", "2",
+                "--wandb-project", "dt-tests", "--exec", "--", "/usr/bin/python3",
+                JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps", "8", "--ckpt-every", "4"},
+      {{"HOME", tmp_.path()}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = testing::DtctlJson(r).value("run_id", "");
+  CommandResult watch = testing::RunDtctl(*coord_, {"watch", run}, {{"HOME", tmp_.path()}});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(save_dir_, "py-dt/logs/rank-0.log"));
+  std::string scrape = Scrape();
+  EXPECT_NE(scrape.find(absl::StrCat("dt_train_loss{experiment=\"py-dt\",node=")), std::string::npos) << scrape;
+  EXPECT_NE(scrape.find(absl::StrCat("run=\"", run, "\"")), std::string::npos);
+  nlohmann::json state = AwaitFinished(1);
+  ExpectNoDeviations(state);
+  nlohmann::json m = state["runs"]["dt-test-entity/dt-tests/" + Sha1Hex(JoinPath(save_dir_, "py-dt"))];
+  ASSERT_TRUE(m.is_object()) << state["runs"].dump(1).substr(0, 3000);
+  EXPECT_EQ(Steps(m), Range(1, 8));
+  EXPECT_TRUE(nlohmann::json::parse(m["history"][0].get<std::string>()).contains("loss")) << m["history"][0];
+  EXPECT_EQ(m["exitcode"], 0);
+}
+
 TEST_F(MetricsE2ETest, RateLimitsErrorsAndDroppedConnectionsStillDeliverEveryStepOnce) {
   wandb_.Inject({"429", "503", "drop", "drop-after", "500", "429"});
   auto run = Submit("wb-faults", 1, 2, v1::MAIN);
