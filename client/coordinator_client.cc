@@ -33,6 +33,12 @@ absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const ch
       "give a file holding the token (dtcoord writes its admin token to <state-dir>/admin.token)"));
 }
 
+absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file) {
+  if (!token_file.empty()) return ResolveToken("", nullptr, token_file);
+  absl::StatusOr<std::string> token = ResolveToken("", "DT_RUN_TOKEN", "");
+  return token.ok() ? token : ResolveToken("", "DT_TOKEN", "");
+}
+
 absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const ClientOptions& options) {
   if (options.address.empty() || options.address.find(':') == std::string::npos) {

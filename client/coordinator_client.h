@@ -33,6 +33,10 @@ struct ClientOptions {
 absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var,
                                          const std::string& file);
 
+// A rank's token (dttrainer, dtrun): the file `token_file` when given, else $DT_RUN_TOKEN (what
+// dtctl submit's launchers set), else $DT_TOKEN (a user's own sbatch script).
+absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file);
+
 class CoordinatorClient {
  public:
   static absl::StatusOr<std::shared_ptr<CoordinatorClient>> Connect(const ClientOptions& options);

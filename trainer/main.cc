@@ -223,9 +223,7 @@ int main(int argc, char** argv) {
     return 2;
   };
   if (c.coordinator.empty()) return usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
-  absl::StatusOr<std::string> token =
-      token_file.empty() ? dt::ResolveToken("", "DT_RUN_TOKEN", "") : dt::ResolveToken("", nullptr, token_file);
-  if (!token.ok() && token_file.empty()) token = dt::ResolveToken("", "DT_TOKEN", "");
+  absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
   if (!token.ok()) return usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
   c.token = *token;
   if (c.run_id.empty() && (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 ||

@@ -87,9 +87,7 @@ int main(int argc, char** argv) {
   if (program.find('/') == std::string::npos ? dt::FindOnPath(program).empty() : ::access(program.c_str(), X_OK) != 0) {
     return Usage(absl::StrCat("cannot run ", program, ": not found or not executable"));
   }
-  absl::StatusOr<std::string> token =
-      token_file.empty() ? dt::ResolveToken("", "DT_RUN_TOKEN", "") : dt::ResolveToken("", nullptr, token_file);
-  if (!token.ok() && token_file.empty()) token = dt::ResolveToken("", "DT_TOKEN", "");
+  absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
   if (!token.ok()) return Usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
   c.run_token = *token;
 
