@@ -297,8 +297,10 @@ absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeo
       .status();
 }
 
-absl::Status Agent::Leave(int64_t final_step) {
+absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
   v1::LeaveRequest request;
+  request.set_preempted(preempted_by != 0);
+  request.set_signal(preempted_by);
   request.set_run_id(options_.run_id);
   request.set_rank(rank());
   request.set_generation(generation());

@@ -86,7 +86,9 @@ class Agent {
   // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
   // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
   absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);
-  absl::Status Leave(int64_t final_step);
+  // `preempted_by`: the signal with which the scheduler asked the job to stop (SIGUSR2), after
+  // the checkpoint at `final_step` every rank agreed on; 0 for a run that is done.
+  absl::Status Leave(int64_t final_step, int preempted_by = 0);
   absl::StatusOr<std::unique_ptr<StoreSession>> OpenStore();
 
  private:

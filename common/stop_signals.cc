@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
@@ -33,7 +34,22 @@ StopHandler& Handler() {
   return *handler;
 }
 
+std::atomic<bool> preemption_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+void OnPreemptionSignal(int) { preemption_requested.store(true, std::memory_order_relaxed); }
+
 }  // namespace
+
+void WatchPreemptionSignal() {
+  struct sigaction action {};
+  action.sa_handler = OnPreemptionSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGUSR2, &action, nullptr);
+}
+
+bool PreemptionRequested() { return preemption_requested.load(std::memory_order_relaxed); }
 
 std::string SignalName(int signal) {
   const char* name = sigabbrev_np(signal);

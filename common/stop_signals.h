@@ -37,6 +37,12 @@ class ScopedStopHandler {
   ScopedStopHandler& operator=(const ScopedStopHandler&) = delete;
 };
 
+// SIGUSR2 from the scheduler (`#SBATCH --signal=USR2@grace`: a preemption or the time limit is
+// near) asks for "checkpoint and stop", not death: WatchPreemptionSignal() installs a handler that
+// only sets a flag, which PreemptionRequested() reads (the training loop, once per step).
+void WatchPreemptionSignal();
+bool PreemptionRequested();
+
 // Ends the process by `signal` with its default action (for paths that must not wait).
 [[noreturn]] void DieBySignal(int signal);
 

@@ -14,6 +14,7 @@
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/limits.h"
+#include "common/stop_signals.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "coordinator/checkpoint_publisher.h"
@@ -156,7 +157,7 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
   std::string detail;
   if (state == v1::RUNNING) {
     detail = absl::StrCat(" (generation ", r.generation(), ", ", r.world_size(), " ranks)");
-  } else if (state == v1::RESTARTING || state == v1::FAILED || state == v1::CANCELLED) {
+  } else if (state == v1::RESTARTING || state == v1::REQUEUED || state == v1::FAILED || state == v1::CANCELLED) {
     detail = absl::StrCat(": ", DescribeFailure(r.reason()));
   }
   DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") "
@@ -315,6 +316,40 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   }
 }
 
+void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) {
+  Generation& g = *run.gen;
+  v1::Run& r = run.stored.run;
+  int64_t step = r.step();
+  v1::Failure f;
+  f.set_kind(v1::Failure::PREEMPTED);
+  f.set_rank(-1);
+  f.set_generation(g.number);
+  f.set_step(step);
+  *f.mutable_time() = ToProtoTime(clock_->Now());
+  bool spent = r.preemptions() >= r.spec().max_requeues();
+  f.set_message(absl::StrCat(
+      "the scheduler asked the job to stop (", SignalName(signal), ": a preemption or the time limit); ",
+      step > 0 ? absl::StrCat("every rank checkpointed at step ", step) : "every rank stopped", spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(),
+                                                          " requeue(s) are spent (--max-requeues)")
+                                           : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1,
+                                                          " of ", r.spec().max_requeues(), ")")));
+  StopGeneration(run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
+  PersistRanks(run);
+  run.failures.push_back(f);
+  if (absl::Status s = db_->AddFailure(r.run_id(), f); !s.ok()) {
+    DT_LOG(Error) << "cannot persist the preemption of run " << r.run_id() << ": " << s.message();
+  }
+  run.ended_generations[g.number] = f.message();
+  *r.mutable_reason() = f;
+  if (spent) {
+    SetState(run, v1::FAILED, deferred);
+    return;
+  }
+  r.set_preemptions(r.preemptions() + 1);
+  NewGeneration(run, g.number + 1);  // destroys `g`
+  SetState(run, v1::REQUEUED, deferred);
+}
+
 void Coordinator::AddStoppedRanks(const RunEntry& run, v1::Failure& failure) const {
   const Generation& g = *run.gen;
   if (!g.health) return;
@@ -420,6 +455,10 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
     return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ",
                                                      spec.procs_per_node(), " = ", world,
                                                      " exceeds the limit of ", kMaxWorldSize));
+  }
+  if (spec.max_requeues() < 0 || spec.max_requeues() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max requeues must be within 0..1000, not ", spec.max_requeues()));
   }
   if (spec.max_restarts() < 0 || spec.max_restarts() > 1000) {
     return absl::InvalidArgumentError(

@@ -166,6 +166,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
+  // Every rank left after the preemption checkpoint: the next generation waits for the requeued
+  // job (REQUEUED), or the run fails once --max-requeues is spent.
+  void RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
                       std::optional<absl::Status> waiter_status = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);

@@ -49,6 +49,7 @@ struct Coordinator::Generation {
   TimerQueue::Id rendezvous_timer = 0;
   bool ranks_dirty = false;
   absl::Time last_flush;
+  int preempted_by = 0;  // the signal with which a rank left after the preemption checkpoint
 };
 
 struct Coordinator::RunEntry {

@@ -10,6 +10,8 @@
 #include "common/stop_signals.h"
 #include "common/utf8.h"
 #include "coordinator/coordinator.h"
+
+#include <signal.h>
 #include "coordinator/coordinator_internal.h"
 
 namespace dt {
@@ -214,7 +216,9 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
     g.rendezvous_timer = timers_->Schedule(clock_->Now() + options_.timeouts.rendezvous_timeout,
                                            [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
   }
-  if (r.state() == v1::PENDING || r.state() == v1::RESTARTING) SetState(*run, v1::RENDEZVOUS, deferred);
+  if (r.state() == v1::PENDING || r.state() == v1::RESTARTING || r.state() == v1::REQUEUED) {
+    SetState(*run, v1::RENDEZVOUS, deferred);
+  }
   if (g.rendezvous.complete()) CompleteRendezvous(*run, deferred);
 }
 
@@ -486,6 +490,9 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
 
 absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& request) {
   if (request.final_step() < 0) return absl::InvalidArgumentError("final step must not be negative");
+  if (request.signal() < 0 || request.signal() > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("signal must be within 0..64, not ", request.signal()));
+  }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -506,14 +513,19 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     g.health->Finish(request.rank());
     rank.set_state(v1::RankStatus::FINISHED);
     g.ranks_dirty = true;
+    if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
   }
   if (g.health->all_finished()) {
     int64_t final_step = 0;
     for (const auto& rs : g.ranks) final_step = std::max(final_step, g.health->step(rs.rank()));
     r.set_step(final_step);
-    PersistRanks(*run);
-    StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")), deferred);
-    SetState(*run, v1::SUCCEEDED, deferred);
+    if (g.preempted_by != 0) {
+      RequeueGeneration(*run, g.preempted_by, deferred);
+    } else {
+      PersistRanks(*run);
+      StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")), deferred);
+      SetState(*run, v1::SUCCEEDED, deferred);
+    }
   }
   out.set_run_state(r.state());
   return out;

@@ -43,7 +43,7 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
     Coordinator::Census census = coordinator_->TakeCensus();
     prometheus::MetricFamily runs{"dt_coordinator_runs", "Runs the coordinator knows, by state",
                                   prometheus::MetricType::Gauge, {}};
-    for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+    for (int s = v1::PENDING; s <= v1::REQUEUED; ++s) {
       prometheus::ClientMetric m;
       m.label.push_back({"state", v1::RunState_Name(static_cast<v1::RunState>(s))});
       auto it = census.runs_by_state.find(static_cast<v1::RunState>(s));

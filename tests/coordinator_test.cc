@@ -617,6 +617,60 @@ TEST_F(CoordinatorTest, EveryRankLeavingMeansSuccess) {
   EXPECT_EQ(coord_->GetRun(run)->step(), 100);
 }
 
+// Every rank leaving after the preemption checkpoint requeues the run: a new generation waits for
+// the requeued job without spending a restart; once --max-requeues is spent the run fails.
+TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesAreSpent) {
+  v1::RunSpec spec = testing::MakeSpec("preempt", save_dir_, 1, 2);
+  spec.set_max_requeues(1);
+  auto submitted = coord_->SubmitRun(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::string run = submitted->run_id();
+  auto leave_all = [&](int64_t generation, const std::string& incarnation_prefix, int64_t step) {
+    for (int r = 0; r < 2; ++r) {
+      v1::LeaveRequest leave;
+      leave.set_run_id(run);
+      leave.set_rank(r);
+      leave.set_generation(generation);
+      leave.set_incarnation(incarnation_prefix + std::to_string(r));
+      leave.set_final_step(step);
+      leave.set_preempted(true);
+      leave.set_signal(SIGUSR2);
+      auto out = coord_->Leave(leave);
+      ASSERT_TRUE(out.ok()) << out.status();
+    }
+  };
+  RegisterAll(run, 1, 2);
+  leave_all(0, "n1-", 40);
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::REQUEUED);
+  EXPECT_EQ(r->preemptions(), 1);
+  EXPECT_EQ(r->restarts(), 0);
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->reason().kind(), v1::Failure::PREEMPTED);
+  EXPECT_NE(r->reason().message().find("SIGUSR2"), std::string::npos) << r->reason().message();
+  EXPECT_NE(r->reason().message().find("checkpointed at step 40"), std::string::npos) << r->reason().message();
+  // The requeued job's trainers (new processes) form generation 1.
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
+  for (int s = 0; s < 2; ++s) {
+    replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+    coord_->Register(RegisterRequest(run, "n1", s, "again-" + std::to_string(s)), replies.back()->pending());
+  }
+  for (auto& reply : replies) ASSERT_TRUE(reply->arrived() && reply->value.ok());
+  EXPECT_EQ(State(run), v1::RUNNING);
+  // A second preemption with the one requeue spent: FAILED, naming the flag.
+  leave_all(1, "again-", 60);
+  r = coord_->GetRun(run);
+  EXPECT_EQ(r->state(), v1::FAILED);
+  EXPECT_EQ(r->preemptions(), 1);
+  EXPECT_NE(r->reason().message().find("--max-requeues"), std::string::npos) << r->reason().message();
+  // A bad signal is refused.
+  v1::LeaveRequest bad;
+  bad.set_run_id(run);
+  bad.set_signal(99);
+  EXPECT_EQ(coord_->Leave(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CoordinatorTest, CancelStopsEverythingAndIsHarmlessTwice) {
   std::string run = Submit(1, 2);
   auto ranks = RegisterAll(run, 1, 2);

@@ -135,6 +135,97 @@ TEST_F(SlurmTest, AKilledTrainerRestartsTheGroupInsideTheAllocation) {
             std::string::npos);
 }
 
+// A preemption (or the time limit): Slurm's SIGUSR2 reaches the trainers; they agree on a step,
+// checkpoint it and leave; the batch script requeues the job; the requeued job's trainers rejoin
+// the same run, resume there and finish — without spending a restart, and with the parameters an
+// uninterrupted run of the same seed ends with.
+TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
+  std::string run = Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"});
+  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3; },
+                               absl::Minutes(2)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  std::string job = s["scheduler_job_id"];
+  auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
+  ASSERT_TRUE(signal.ok() && signal->exit_code == 0) << (signal.ok() ? signal->output : signal.status().ToString());
+  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
+                               absl::Minutes(1)))
+      << Dtctl({"status", run}).output << testing::Slurp(save_dir_ + "/slurm-preempt/logs/rank-0.log");
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  int64_t stopped_at = s["step"];
+  EXPECT_EQ(s["latest_checkpoint_step"], stopped_at) << s;
+  EXPECT_EQ(s["preemptions"], 1) << s;
+  EXPECT_EQ(s["reason"]["kind"], "PREEMPTED") << s;
+  // Slurm holds a requeued job for about two minutes (BeginTime) before it schedules it again;
+  // start it now.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"squeue", "-h", "-j", job, "-o", "%T"}, absl::Seconds(10));
+        return q.ok() && q->output.find("PENDING") != std::string::npos;
+      },
+      absl::Minutes(1)));
+  auto start = RunCommand({"scontrol", "update", "JobId=" + job, "StartTime=now"}, absl::Seconds(30));
+  ASSERT_TRUE(start.ok() && start->exit_code == 0) << (start.ok() ? start->output : start.status().ToString());
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(save_dir_ + "/slurm-preempt/logs/rank-0.log");
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_EQ(s["preemptions"], 1);
+  EXPECT_EQ(s["step"], 24);
+  std::string log = testing::Slurp(save_dir_ + "/slurm-preempt/logs/rank-0.log");
+  EXPECT_NE(log.find(absl::StrCat("stopped at step ", stopped_at, " for the scheduler")), std::string::npos) << log;
+  EXPECT_NE(log.find(absl::StrCat("resumed from")), std::string::npos) << log;
+  EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-preempt/logs/slurm-" + job + ".out").find("requeueing job " + job),
+            std::string::npos);
+
+  // The same seed without the interruption ends with the same parameters.
+  std::string plain = Submit("slurm-plain", 24);
+  ASSERT_EQ(Dtctl({"watch", plain}).exit_code, 0);
+  auto diff = RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", save_dir_ + "/slurm-preempt/checkpoints/step-24",
+                          save_dir_ + "/slurm-plain/checkpoints/step-24"},
+                         absl::Minutes(1));
+  ASSERT_TRUE(diff.ok() && diff->exit_code == 0) << (diff.ok() ? diff->output : diff.status().ToString());
+  nlohmann::json d = nlohmann::json::parse(diff->output.substr(diff->output.find('{')), nullptr, false);
+  EXPECT_EQ(d.value("max_abs_diff", 1.0), 0.0) << diff->output;
+}
+
+// The same for a program that knows nothing of dt or SIGUSR2: Slurm's signal ends it, dtrun
+// leaves its ranks as preempted, the job is requeued, and the script resumes from what it saved.
+TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromItsOwnCheckpoint) {
+  std::string exp_dir = JoinPath(save_dir_, "slurm-exec-preempt");
+  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-exec-preempt",
+                           "--save-dir", save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--exec", "--",
+                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
+                           "60", "--ckpt-every", "5", "--step-sleep", "0.05"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = Json(r).value("run_id", "");
+  ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
+                               absl::Minutes(2)));
+  std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
+  auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
+  ASSERT_TRUE(signal.ok() && signal->exit_code == 0);
+  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
+                               absl::Minutes(1)))
+      << Dtctl({"status", run}).output << testing::Slurp(JoinPath(exp_dir, "logs/slurm-" + job + ".out"));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"squeue", "-h", "-j", job, "-o", "%T"}, absl::Seconds(10));
+        return q.ok() && q->output.find("PENDING") != std::string::npos;
+      },
+      absl::Minutes(1)));
+  auto start = RunCommand({"scontrol", "update", "JobId=" + job, "StartTime=now"}, absl::Seconds(30));
+  ASSERT_TRUE(start.ok() && start->exit_code == 0);
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["restarts"], 0) << s;
+  EXPECT_EQ(s["preemptions"], 1) << s;
+  std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
+  EXPECT_NE(log.find("done: 60 steps"), std::string::npos) << log;
+}
+
 // A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
 // starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
 // (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.

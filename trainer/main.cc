@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0; a usage error 2
   }
   dt::WatchStopSignals();  // with no handler installed a stop signal ends the process as usual
+  dt::WatchPreemptionSignal();  // SIGUSR2: checkpoint at a step every rank agrees on, then stop
   const char* no_tokenizer =
       "--tokenizer-dir is required: no GPT-2 tokenizer files were found in dt's data/ folder (looked beside "
       "this binary and in its source tree); pass the directory holding encoder.json and vocab.bpe";

@@ -1,6 +1,7 @@
 #include "trainer/trainer.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -148,6 +149,18 @@ struct Trainer {
       std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device)};
       group->allreduce(t)->wait();
       return t[0].item<double>() / world;
+    });
+  }
+
+  // Whether any rank was asked to stop by the scheduler (SIGUSR2 reaches the ranks moments apart,
+  // or only some of them): one tiny all-reduce per step makes every rank stop after the same step.
+  bool PreemptionAgreed() {
+    return Collective("preemption check", [&] {
+      std::vector<torch::Tensor> t = {torch::tensor({PreemptionRequested() ? 1.0f : 0.0f}).to(device)};
+      c10d::AllreduceOptions max;
+      max.reduceOp = c10d::ReduceOp::MAX;
+      group->allreduce(t, max)->wait();
+      return t[0].item<float>() > 0;
     });
   }
 
@@ -404,6 +417,18 @@ struct Trainer {
       if (state.step == total_steps && last_checkpoint != state.step) checkpoint(state.step);
       if (reporter && !step_metrics.empty()) reporter->Add(step, step_metrics);
       step_metrics.clear();
+      if (state.step < total_steps && PreemptionAgreed()) {
+        // A preemption or the time limit: checkpoint this step and leave; the run is requeued
+        // and the next job resumes here.
+        if (last_checkpoint != state.step) checkpoint(state.step);
+        if (reporter) (void)reporter->Flush(absl::Seconds(10));
+        agent.StopHeartbeats();
+        Check(agent.Leave(state.step, SIGUSR2));
+        Log(absl::StrCat("stopped at step ", state.step, " for the scheduler (SIGUSR2: preemption or time limit); ",
+                         last_checkpoint == state.step ? "checkpointed there" : "its checkpoint failed",
+                         ", the job is requeued"));
+        return kExitOk;
+      }
       if (cfg.exit_after_step > 0 && step == cfg.exit_after_step) {
         DT_LOG(Warning) << "--exit-after-step " << step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);

@@ -143,7 +143,11 @@ int Status(Global& g, const std::string& run_id) {
   }
   std::cout << "run        " << r->run_id() << " (" << r->spec().experiment_name() << ")\n"
             << "state      " << StateName(r->state()) << "  generation " << r->generation() << "  restarts "
-            << r->restarts() << "/" << r->spec().max_restarts() << "\n"
+            << r->restarts() << "/" << r->spec().max_restarts()
+            << (r->preemptions() > 0 || r->spec().max_requeues() > 0
+                    ? absl::StrCat("  requeues ", r->preemptions(), "/", r->spec().max_requeues())
+                    : "")
+            << "\n"
             << "world      " << r->world_size() << " = " << r->spec().nodes() << " node(s) x "
             << r->spec().procs_per_node() << "  (" << v1::Scheduler_Name(r->spec().scheduler())
             << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id()))) << ")\n"
@@ -295,7 +299,8 @@ int AwaitRestart(Global& g, const std::string& run_id) {
     auto r = GetRun(g, run_id);
     if (r.ok()) {
       if (IsTerminal(r->state())) return kFailed;
-      if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING) {
+      if (r->state() == v1::RESTARTING || r->state() == v1::RENDEZVOUS || r->state() == v1::PENDING ||
+          r->state() == v1::REQUEUED) {
         std::cout << r->generation() << "\n";
         return kOk;
       }
@@ -303,6 +308,14 @@ int AwaitRestart(Global& g, const std::string& run_id) {
     absl::SleepFor(absl::Milliseconds(500));
   }
   return kFailed;
+}
+
+// Used by the sbatch script after each srun step: 0 when every rank checkpointed and left because
+// the scheduler asked the job to stop (the run is REQUEUED: the script requeues the job), else 1.
+int RequeueWanted(Global& g, const std::string& run_id) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), "requeue-wanted");
+  return r->state() == v1::REQUEUED ? kOk : kFailed;
 }
 
 // Used by the sbatch script after an srun step ended badly: sends srun's account of the first task
@@ -365,6 +378,15 @@ int main(int argc, char** argv) {
   submit->add_option("--wandb-mode", so.wandb_mode, "online, offline or disabled")->check(CLI::IsMember({"online", "offline", "disabled"}));
   submit->add_option("--max-restarts", so.max_restarts, "restarts of the whole group the run may use")->check(dt::AtLeast(0));
   submit->add_option("--keep-checkpoints", so.keep_checkpoints, "committed checkpoints to keep")->check(dt::AtLeast(1));
+  submit->add_option("--max-requeues", so.max_requeues,
+                     "Slurm: requeues after a preemption or the time limit the run may use (apart from --max-restarts)")
+      ->check(dt::AtLeast(0));
+  submit->add_option("--preempt-grace", so.preempt_grace_s,
+                     "Slurm: seconds before a preemption or the time limit at which Slurm sends SIGUSR2 "
+                     "(#SBATCH --signal=USR2@N): the trainers checkpoint at a step they agree on and the job is "
+                     "requeued. Must cover a checkpoint round of your model (default 120 s: GPT-2 124M with AdamW "
+                     "is ~1.5 GB; raise it for larger models or slow file systems)")
+      ->check(dt::AtLeast(10));
   submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::AtLeast(0));
   submit->add_option("--omp-threads", so.omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
   submit->add_option("--sbatch-arg", so.sbatch_args, "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
@@ -407,6 +429,9 @@ int main(int argc, char** argv) {
   CLI::App* await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation (used by the sbatch script)");
   await_restart->add_option("run", run_id, "run id")->required();
   await_restart->group("");
+  CLI::App* requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued (used by the sbatch script)");
+  requeue_wanted->add_option("run", run_id, "run id")->required();
+  requeue_wanted->group("");
   int64_t step_generation = 0;
   int step_exit_code = 0;
   std::string srun_log;
@@ -465,6 +490,8 @@ int main(int argc, char** argv) {
     if (given("--wandb-mode")) merged.wandb_mode = so.wandb_mode;
     if (given("--max-restarts")) merged.max_restarts = so.max_restarts;
     if (given("--keep-checkpoints")) merged.keep_checkpoints = so.keep_checkpoints;
+    if (given("--max-requeues")) merged.max_requeues = so.max_requeues;
+    if (given("--preempt-grace")) merged.preempt_grace_s = so.preempt_grace_s;
     if (given("--gpus-per-node")) merged.gpus_per_node = so.gpus_per_node;
     if (given("--omp-threads")) merged.omp_threads = so.omp_threads;
     if (given("--sbatch-arg")) merged.sbatch_args = so.sbatch_args;
@@ -527,6 +554,7 @@ int main(int argc, char** argv) {
   if (checkpoints->parsed()) return Checkpoints(g, run_id);
   if (cancel->parsed()) return Cancel(g, run_id);
   if (await_restart->parsed()) return AwaitRestart(g, run_id);
+  if (requeue_wanted->parsed()) return RequeueWanted(g, run_id);
   if (report_step->parsed()) return ReportStep(g, run_id, step_generation, step_exit_code, srun_log);
   return kUsage;
 }

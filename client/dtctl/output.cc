@@ -97,6 +97,8 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"generation", r.generation()},
           {"restarts", r.restarts()},
           {"max_restarts", r.spec().max_restarts()},
+          {"preemptions", r.preemptions()},
+          {"max_requeues", r.spec().max_requeues()},
           {"step", r.step()},
           {"total_steps", r.total_steps()},
           {"exp_dir", r.exp_dir()},

@@ -75,6 +75,7 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"JOB_NAME", ShellQuote(p.job_name)},
       {"NODES", absl::StrCat(p.nodes)},
       {"TASKS_PER_NODE", absl::StrCat(p.tasks_per_node)},
+      {"PREEMPT_GRACE", absl::StrCat(p.preempt_grace_s)},
       {"CPUS_PER_TASK", p.cpus_per_task > 0 ? absl::StrCat("#SBATCH --cpus-per-task=", p.cpus_per_task)
                                             : "# (Slurm's default CPUs per task)"},
       {"GRES", p.gpus_per_node > 0 ? absl::StrCat("#SBATCH --gres=gpu:", p.gpus_per_node) : "# (no GPUs requested)"},

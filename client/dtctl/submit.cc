@@ -77,7 +77,8 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
   if (!doc.IsMap()) return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping"));
   static const std::vector<std::string> known = {
       "name", "save_dir", "nodes", "nproc_per_node", "scheduler", "log_strategy", "wandb", "max_restarts",
-      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args", "exec"};
+      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args", "exec",
+      "max_requeues", "preempt_grace"};
   try {
     for (const auto& kv : doc) {
       std::string key = kv.first.as<std::string>();
@@ -94,6 +95,8 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
     if (doc["log_strategy"]) o->log_strategy = doc["log_strategy"].as<std::string>();
     if (doc["max_restarts"]) o->max_restarts = doc["max_restarts"].as<int>();
     if (doc["keep_checkpoints"]) o->keep_checkpoints = doc["keep_checkpoints"].as<int>();
+    if (doc["max_requeues"]) o->max_requeues = doc["max_requeues"].as<int>();
+    if (doc["preempt_grace"]) o->preempt_grace_s = doc["preempt_grace"].as<int>();
     if (doc["gpus_per_node"]) o->gpus_per_node = doc["gpus_per_node"].as<int>();
     if (doc["omp_threads"]) o->omp_threads = doc["omp_threads"].as<int>();
     if (doc["trainer"]) o->trainer = doc["trainer"].as<std::string>();
@@ -264,6 +267,7 @@ SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
   p.trainer = o.trainer;
   p.trainer_args = o.trainer_args;
   p.dtctl = JoinPath(ExecutableDir(), "dtctl");
+  p.preempt_grace_s = o.preempt_grace_s;
   if (!o.exec_command.empty()) {
     // One dtrun per node starts the node's ranks.
     p.tasks_per_node = 1;
@@ -306,6 +310,7 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->set_log_strategy(o.log_strategy == "all" ? v1::ALL : o.log_strategy == "node" ? v1::NODE : v1::MAIN);
   spec->set_max_restarts(o.max_restarts);
   spec->set_keep_checkpoints(o.keep_checkpoints);
+  spec->set_max_requeues(o.scheduler == "slurm" ? o.max_requeues : 0);
   if (o.exec_command.empty()) spec->set_trainer_path(o.trainer);
   for (const auto& a : o.trainer_args) spec->add_trainer_args(a);
   for (const auto& a : o.exec_command) spec->add_exec_command(a);

@@ -25,6 +25,8 @@ struct SubmitOptions {
   std::vector<std::string> wandb_tags;
   int max_restarts = 0;
   int keep_checkpoints = 3;
+  int max_requeues = 3;      // Slurm: requeues after a preemption or the time limit
+  int preempt_grace_s = 120; // Slurm: #SBATCH --signal=USR2@<this>
   int gpus_per_node = 0;
   int omp_threads = 0;
   std::vector<std::string> sbatch_args;
@@ -36,7 +38,8 @@ struct SubmitOptions {
 
 // Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
 // log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
-// gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...].
+// gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...],
+// max_requeues, preempt_grace (seconds).
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 

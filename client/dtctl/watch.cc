@@ -34,7 +34,9 @@ class View {
     if (changed && !tty_) {
       out_ << Stamp() << r.run_id() << " " << r.spec().experiment_name() << " " << StateName(r.state())
            << " generation " << r.generation() << " restarts " << r.restarts() << "/" << r.spec().max_restarts();
-      if ((r.state() == v1::FAILED || r.state() == v1::RESTARTING || r.state() == v1::CANCELLED) && r.has_reason()) {
+      if ((r.state() == v1::FAILED || r.state() == v1::RESTARTING || r.state() == v1::REQUEUED ||
+           r.state() == v1::CANCELLED) &&
+          r.has_reason()) {
         out_ << ": " << FailureLine(r.reason());
       }
       out_ << std::endl;

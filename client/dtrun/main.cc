@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : dt::run::kExitUsage;
   }
   dt::WatchStopSignals();
+  dt::WatchPreemptionSignal();  // SIGUSR2 reaches the children from Slurm itself; dtrun notes it
   if (c.coordinator.empty()) return Usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
   if (rendezvous_timeout_s <= 0 || stop_grace_s < 0) {
     return Usage("--rendezvous-timeout must be positive and --stop-grace not negative");

@@ -213,6 +213,7 @@ class NodeAgent {
     Worker* failed = nullptr;  // the first child that failed, reported once its settle time passed
     while (true) {
       std::vector<Worker*> succeeded;
+      std::vector<Worker*> preempted_exits;
       bool all_done = true;
       bool all_clean = true;
       {
@@ -225,11 +226,17 @@ class NodeAgent {
               w.status = status;
               w.exited_at = std::min(w.exited_at, absl::Now());
               bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+              // Slurm's SIGUSR2 (preemption, time limit) ended a program that does not handle it:
+              // the rank leaves as preempted, so the run is requeued rather than failed.
+              bool preempted = PreemptionRequested() && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2;
               DT_LOG(Info) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") "
                            << DescribeWaitStatus(status);
+              if (preempted) preempted_exits.push_back(&w);
               if (clean) succeeded.push_back(&w);
               // The first to end is the cause; the others most likely failed because it did.
-              if (!clean && !stopping_ && (failed == nullptr || w.exited_at < failed->exited_at)) failed = &w;
+              if (!clean && !preempted && !stopping_ && (failed == nullptr || w.exited_at < failed->exited_at)) {
+                failed = &w;
+              }
             }
           }
           all_done = all_done && w.done;
@@ -239,8 +246,14 @@ class NodeAgent {
       }
       for (Worker* w : succeeded) {
         w->agent->StopHeartbeats();
-        if (absl::Status s = w->agent->Leave(0); !s.ok()) {
+        if (absl::Status s = w->agent->Leave(0, PreemptionRequested() ? SIGUSR2 : 0); !s.ok()) {
           DT_LOG(Warning) << "rank " << w->agent->rank() << " finished but could not tell the coordinator: " << s;
+        }
+      }
+      for (Worker* w : preempted_exits) {
+        w->agent->StopHeartbeats();
+        if (absl::Status s = w->agent->Leave(0, SIGUSR2); !s.ok()) {
+          DT_LOG(Warning) << "rank " << w->agent->rank() << " was preempted but could not tell the coordinator: " << s;
         }
       }
       if (failed != nullptr && absl::Now() >= ReportTime(*failed)) {
@@ -254,7 +267,7 @@ class NodeAgent {
         StopWorkers();
         return kExitStopped;
       }
-      if (all_done && failed == nullptr) return all_clean ? kExitOk : kExitStopped;
+      if (all_done && failed == nullptr) return all_clean || PreemptionRequested() ? kExitOk : kExitStopped;
       absl::SleepFor(absl::Milliseconds(50));
     }
   }
