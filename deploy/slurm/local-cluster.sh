@@ -71,6 +71,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# A requeued job waits out its old step credentials (cred_expire + 1 s) before it starts again:
+# 10 s instead of the default 120 on this one machine, so a preempted run resumes promptly.
+AuthInfo=cred_expire=10
 MpiDefault=none
 MailProg=/bin/true
 ProctrackType=proctrack/linuxproc

@@ -79,6 +79,13 @@ def batch(data, args, step, rank):
     return x, y
 
 
+# The last all-reduced loss, kept referenced until the next step replaces it. torch 1.13: when
+# Python drops a tensor that Gloo's worker thread still holds, that thread frees it later and needs
+# the GIL to do so; if DDP's process group is being destroyed at that moment by a thread holding the
+# GIL (the end of the script), the destructor's join and the worker wait on each other forever.
+_last_reduced = [None]
+
+
 def train_step(model, opt, data, args, step, rank, world):
     """One DDP step; returns the loss averaged over the ranks."""
     x, y = batch(data, args, step, rank)
@@ -86,9 +93,10 @@ def train_step(model, opt, data, args, step, rank, world):
     opt.zero_grad()
     loss.backward()
     opt.step()
-    mean = loss.detach().clone()
-    dist.all_reduce(mean)
-    return mean.item() / world
+    reduced = loss.detach().clone()
+    dist.all_reduce(reduced)
+    _last_reduced[0] = reduced
+    return reduced.item() / world
 
 
 def checkpoint_path(args):
