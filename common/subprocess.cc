@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/log.h"
 #include "common/stop_signals.h"
 
 extern char** environ;
@@ -175,6 +177,40 @@ std::string FindOnPath(const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
+}
+
+std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace) {
+  for (Subprocess* p : processes) p->Signal(SIGTERM);
+  absl::Time deadline = absl::Now() + grace;
+  std::vector<int> statuses;
+  for (Subprocess* p : processes) {
+    int status = p->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (status == -1) {
+      DT_LOG(Warning) << "pid " << p->pid() << " ignored SIGTERM for " << absl::FormatDuration(grace)
+                      << "; killing it";
+      p->Signal(SIGKILL);
+      status = p->Wait(absl::Seconds(5));
+    }
+    statuses.push_back(status);
+  }
+  return statuses;
+}
+
+absl::Status CheckExecutable(const std::string& program) {
+  if (program.find('/') == std::string::npos) {
+    if (!FindOnPath(program).empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(program, " is not on PATH; give its path, e.g. /usr/bin/python3 train.py"));
+  }
+  struct stat st;
+  if (::stat(program.c_str(), &st) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(program, " does not exist"));
+  }
+  if (!S_ISREG(st.st_mode) || ::access(program.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        program, " is not an executable file (chmod +x it, or run it through its interpreter: python3 ", program, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dt

@@ -49,6 +49,10 @@ class Subprocess {
   int status_ = 0;
 };
 
+// SIGTERM to every process, then SIGKILL to each still running `grace` later (logged); returns
+// each one's wait status (-1 if it could not be reaped). For launchers stopping their children.
+std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace);
+
 // "exited with code 3", "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int status);
 
@@ -65,5 +69,9 @@ std::string ExecutableDir();
 
 // Finds `name` on PATH; empty when missing.
 std::string FindOnPath(const std::string& name);
+
+// Whether `program` can be started: a name without '/' must be on PATH; a path must be an
+// executable regular file. FAILED_PRECONDITION saying which and what to do.
+absl::Status CheckExecutable(const std::string& program);
 
 }  // namespace dt

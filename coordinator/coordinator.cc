@@ -284,14 +284,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     if (rank.state() != v1::RankStatus::ACTIVE && !(culprit && was_stopped)) continue;
     rank.set_state(culprit ? v1::RankStatus::FAILED : v1::RankStatus::STOPPED);
   }
-  StopGeneration(run, status, deferred);
-  PersistRanks(run);
-  run.failures.push_back(failure);
-  if (absl::Status s = db_->AddFailure(r.run_id(), failure); !s.ok()) {
-    DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
-  }
-  run.ended_generations[g.number] = cause;
-  *r.mutable_reason() = failure;
+  EndGeneration(run, failure, status, deferred);
   if (cancelled) {
     SetState(run, v1::CANCELLED, deferred);
   } else if (failure.fatal()) {
@@ -316,6 +309,19 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   }
 }
 
+void Coordinator::EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status,
+                                Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  StopGeneration(run, status, deferred);
+  PersistRanks(run);
+  run.failures.push_back(failure);
+  if (absl::Status s = db_->AddFailure(r.run_id(), failure); !s.ok()) {
+    DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
+  }
+  run.ended_generations[run.gen->number] = DescribeFailure(failure);
+  *r.mutable_reason() = failure;
+}
+
 void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) {
   Generation& g = *run.gen;
   v1::Run& r = run.stored.run;
@@ -333,14 +339,7 @@ void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferre
                                                           " requeue(s) are spent (--max-requeues)")
                                            : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1,
                                                           " of ", r.spec().max_requeues(), ")")));
-  StopGeneration(run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
-  PersistRanks(run);
-  run.failures.push_back(f);
-  if (absl::Status s = db_->AddFailure(r.run_id(), f); !s.ok()) {
-    DT_LOG(Error) << "cannot persist the preemption of run " << r.run_id() << ": " << s.message();
-  }
-  run.ended_generations[g.number] = f.message();
-  *r.mutable_reason() = f;
+  EndGeneration(run, f, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
   if (spent) {
     SetState(run, v1::FAILED, deferred);
     return;

@@ -166,6 +166,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
+  // Stops the current generation's calls with `status`, saves its ranks, and records `failure`
+  // (what ended it) as a run failure and the run's reason.
+  void EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Every rank left after the preemption checkpoint: the next generation waits for the requeued
   // job (REQUEUED), or the run fails once --max-requeues is spent.
   void RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);

@@ -48,19 +48,12 @@ void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_
 }
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
+  std::vector<Subprocess*> running;
   for (auto& c : children) {
-    if (!c.done) c.process->Signal(SIGTERM);
-  }
-  absl::Time deadline = absl::Now() + grace;
-  for (auto& c : children) {
-    if (c.done) continue;
-    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    if (c.process->Wait(left) == -1) {
-      c.process->Signal(SIGKILL);
-      c.process->Wait(absl::Seconds(5));
-    }
+    if (!c.done) running.push_back(c.process.get());
     c.done = true;
   }
+  StopProcesses(running, grace);
 }
 
 }  // namespace

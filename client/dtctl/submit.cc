@@ -40,22 +40,8 @@ std::string AbsolutePath(const std::string& p) {
 
 // The --exec program runs, and so does the dtrun that starts it (beside dtctl).
 absl::Status PreflightExec(const std::vector<std::string>& command) {
-  const std::string& program = command.front();
-  if (program.find('/') == std::string::npos) {
-    if (FindOnPath(program).empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--exec: ", program, " is not on PATH; give its path, e.g. --exec -- /usr/bin/python3 train.py"));
-    }
-  } else {
-    struct stat st;
-    if (::stat(program.c_str(), &st) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("--exec: ", program, " does not exist"));
-    }
-    if (!S_ISREG(st.st_mode) || ::access(program.c_str(), X_OK) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--exec: ", program, " is not an executable file (chmod +x it, or run it through its interpreter: "
-          "--exec -- python3 ", program, ")"));
-    }
+  if (absl::Status s = CheckExecutable(command.front()); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("--exec: ", s.message()));
   }
   std::string dtrun = JoinPath(ExecutableDir(), "dtrun");
   if (::access(dtrun.c_str(), X_OK) != 0) {

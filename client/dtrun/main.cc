@@ -1,5 +1,4 @@
 // dtrun: the per-node agent that runs a user's own program under dt. See `dtrun --help`.
-#include <unistd.h>
 
 #include <iostream>
 
@@ -84,9 +83,8 @@ int main(int argc, char** argv) {
   }
   c.rendezvous_timeout = absl::Seconds(rendezvous_timeout_s);
   c.stop_grace = absl::Seconds(stop_grace_s);
-  const std::string& program = c.command.front();
-  if (program.find('/') == std::string::npos ? dt::FindOnPath(program).empty() : ::access(program.c_str(), X_OK) != 0) {
-    return Usage(absl::StrCat("cannot run ", program, ": not found or not executable"));
+  if (absl::Status s = dt::CheckExecutable(c.command.front()); !s.ok()) {
+    return Usage(absl::StrCat("cannot run the command: ", s.message()));
   }
   absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
   if (!token.ok()) return Usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");

@@ -212,8 +212,7 @@ class NodeAgent {
   int Supervise() {
     Worker* failed = nullptr;  // the first child that failed, reported once its settle time passed
     while (true) {
-      std::vector<Worker*> succeeded;
-      std::vector<Worker*> preempted_exits;
+      std::vector<std::pair<Worker*, int>> leaving;  // a rank whose child ended well, and the preemption signal
       bool all_done = true;
       bool all_clean = true;
       {
@@ -231,8 +230,8 @@ class NodeAgent {
               bool preempted = PreemptionRequested() && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2;
               DT_LOG(Info) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") "
                            << DescribeWaitStatus(status);
-              if (preempted) preempted_exits.push_back(&w);
-              if (clean) succeeded.push_back(&w);
+              // A child that exits 0 after the signal checkpointed on its own: preempted as well.
+              if (clean || preempted) leaving.push_back({&w, PreemptionRequested() ? SIGUSR2 : 0});
               // The first to end is the cause; the others most likely failed because it did.
               if (!clean && !preempted && !stopping_ && (failed == nullptr || w.exited_at < failed->exited_at)) {
                 failed = &w;
@@ -244,16 +243,10 @@ class NodeAgent {
         }
         if (failed != nullptr) stopping_ = true;
       }
-      for (Worker* w : succeeded) {
+      for (auto [w, preempted_by] : leaving) {
         w->agent->StopHeartbeats();
-        if (absl::Status s = w->agent->Leave(0, PreemptionRequested() ? SIGUSR2 : 0); !s.ok()) {
-          DT_LOG(Warning) << "rank " << w->agent->rank() << " finished but could not tell the coordinator: " << s;
-        }
-      }
-      for (Worker* w : preempted_exits) {
-        w->agent->StopHeartbeats();
-        if (absl::Status s = w->agent->Leave(0, SIGUSR2); !s.ok()) {
-          DT_LOG(Warning) << "rank " << w->agent->rank() << " was preempted but could not tell the coordinator: " << s;
+        if (absl::Status s = w->agent->Leave(0, preempted_by); !s.ok()) {
+          DT_LOG(Warning) << "rank " << w->agent->rank() << " ended but could not tell the coordinator: " << s;
         }
       }
       if (failed != nullptr && absl::Now() >= ReportTime(*failed)) {
@@ -297,21 +290,17 @@ class NodeAgent {
   void StopWorkers() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    for (Worker& w : workers_) {
-      if (w.process && !w.done) w.process->Signal(SIGTERM);
-    }
-    absl::Time deadline = absl::Now() + config_.stop_grace;
+    std::vector<Worker*> running;
+    std::vector<Subprocess*> processes;
     for (Worker& w : workers_) {
       if (!w.process || w.done) continue;
-      int status = w.process->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
-      if (status == -1) {
-        DT_LOG(Warning) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") ignored SIGTERM for "
-                        << absl::FormatDuration(config_.stop_grace) << "; killing it";
-        w.process->Signal(SIGKILL);
-        status = w.process->Wait(absl::Seconds(5));
-      }
-      w.done = true;
-      w.status = status;
+      running.push_back(&w);
+      processes.push_back(w.process.get());
+    }
+    std::vector<int> statuses = StopProcesses(processes, config_.stop_grace);
+    for (size_t k = 0; k < running.size(); ++k) {
+      running[k]->done = true;
+      running[k]->status = statuses[k];
     }
   }
 
