@@ -49,6 +49,20 @@ absl::Status ValidateLabel(absl::string_view field, absl::string_view value) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateNodeName(absl::string_view node) {
+  constexpr absl::string_view kField = "node name";
+  if (absl::Status s = ValidateLabel(kField, node); !s.ok()) return s;
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(node.front()))) {
+    return Invalid(kField, node, "must start with a letter or digit");
+  }
+  for (char c : node) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return Invalid(kField, node, "may hold only letters, digits, '.', '_' and '-'");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateExperimentName(absl::string_view name) {
   constexpr absl::string_view kField = "experiment name";
   if (absl::Status s = ValidateLabel(kField, name); !s.ok()) return s;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/crypto.h"
@@ -17,6 +18,7 @@
 #include "common/stop_signals.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
@@ -327,18 +329,21 @@ void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferre
   v1::Run& r = run.stored.run;
   int64_t step = r.step();
   v1::Failure f;
-  f.set_kind(v1::Failure::PREEMPTED);
+  f.set_kind(g.time_limit ? v1::Failure::TIME_LIMIT : v1::Failure::PREEMPTED);
   f.set_rank(-1);
   f.set_generation(g.number);
   f.set_step(step);
   *f.mutable_time() = ToProtoTime(clock_->Now());
   bool spent = r.preemptions() >= r.spec().max_requeues();
-  f.set_message(absl::StrCat(
-      "the scheduler asked the job to stop (", SignalName(signal), ": a preemption or the time limit); ",
-      step > 0 ? absl::StrCat("every rank checkpointed at step ", step) : "every rank stopped", spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(),
-                                                          " requeue(s) are spent (--max-requeues)")
-                                           : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1,
-                                                          " of ", r.spec().max_requeues(), ")")));
+  std::string why = g.time_limit ? absl::StrCat("the job reached its time limit (", SignalName(signal), " ahead of it)")
+                                 : absl::StrCat("the scheduler asked the job to stop (", SignalName(signal),
+                                                ": a preemption)");
+  std::string saved = step > 0 ? absl::StrCat("every rank checkpointed at step ", step) : "every rank stopped";
+  std::string next = spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(),
+                                          " requeue(s) are spent (--max-requeues)")
+                           : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1, " of ",
+                                          r.spec().max_requeues(), ")");
+  f.set_message(absl::StrCat(why, "; ", saved, next));
   EndGeneration(run, f, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
   if (spent) {
     SetState(run, v1::FAILED, deferred);
@@ -685,6 +690,67 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   r.set_launcher_host(request.launcher_host());
   Persist(*run);
   Notify(*run, deferred);
+  return Snapshot(*run, /*with_ranks=*/true);
+}
+
+absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest& request) {
+  constexpr int kMaxNodesPerCall = 64;
+  constexpr int kMaxExcludedNodes = 1024;
+  constexpr size_t kMaxEvidenceBytes = 4096;
+  if (request.nodes().empty()) return absl::InvalidArgumentError("no nodes to exclude");
+  if (request.nodes_size() > kMaxNodesPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.nodes_size(), " nodes in one call; at most ", kMaxNodesPerCall));
+  }
+  for (const v1::FailedNode& n : request.nodes()) {
+    if (absl::Status s = ValidateNodeName(n.node()); !s.ok()) return s;
+    if (n.evidence().size() > kMaxEvidenceBytes || !IsValidUtf8(n.evidence())) {
+      return absl::InvalidArgumentError(absl::StrCat("the evidence for node ", n.node(), " is not UTF-8 of at most ",
+                                                      kMaxEvidenceBytes, " bytes"));
+    }
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  if (IsTerminal(r.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
+  }
+  std::vector<const v1::FailedNode*> added;
+  for (const v1::FailedNode& n : request.nodes()) {
+    bool known = absl::c_linear_search(r.excluded_nodes(), n.node()) ||
+                 absl::c_any_of(added, [&](const v1::FailedNode* a) { return a->node() == n.node(); });
+    if (!known) added.push_back(&n);
+  }
+  if (r.excluded_nodes_size() + static_cast<int>(added.size()) > kMaxExcludedNodes) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " would exclude more than ",
+                                                      kMaxExcludedNodes, " nodes"));
+  }
+  for (const v1::FailedNode* n : added) {
+    r.add_excluded_nodes(n->node());
+    v1::Failure f;
+    f.set_kind(v1::Failure::NODE_FAILED);
+    f.set_rank(-1);
+    f.set_node(n->node());
+    f.set_generation(run->gen ? run->gen->number : r.generation());
+    f.set_step(r.step());
+    *f.mutable_time() = ToProtoTime(clock_->Now());
+    f.set_message(absl::StrCat("node ", n->node(), " failed",
+                               n->evidence().empty() ? "" : absl::StrCat(" (", n->evidence(), ")"),
+                               "; it is excluded from the job, which runs again on other nodes"));
+    DT_LOG(Warning) << "run " << r.run_id() << ": " << f.message();
+    run->failures.push_back(f);
+    if (absl::Status s = db_->AddFailure(r.run_id(), f); !s.ok()) {
+      DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
+    }
+    *r.mutable_reason() = f;
+  }
+  if (!added.empty()) {
+    Persist(*run);
+    Notify(*run, deferred);
+  }
   return Snapshot(*run, /*with_ranks=*/true);
 }
 

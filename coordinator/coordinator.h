@@ -103,6 +103,8 @@ class Coordinator {
   absl::StatusOr<std::vector<v1::Run>> ListRuns(int limit, const std::vector<v1::RunState>& states);
   absl::StatusOr<v1::Run> CancelRun(const std::string& run_id, const std::string& reason);
   absl::StatusOr<v1::Run> AttachLaunch(const v1::AttachLaunchRequest& request);
+  // Adds failed nodes to the run's excluded nodes, each with a NODE_FAILED record.
+  absl::StatusOr<v1::Run> ExcludeNodes(const v1::ExcludeNodesRequest& request);
   absl::StatusOr<v1::Experiment> GetExperiment(const std::string& run_id);
 
   // Watchers get a snapshot at once, then every change. The last update has `done` set: after

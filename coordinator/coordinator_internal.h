@@ -50,6 +50,7 @@ struct Coordinator::Generation {
   bool ranks_dirty = false;
   absl::Time last_flush;
   int preempted_by = 0;  // the signal with which a rank left after the preemption checkpoint
+  bool time_limit = false;  // a rank said the signal came with the job's time limit near
 };
 
 struct Coordinator::RunEntry {

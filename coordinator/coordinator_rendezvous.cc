@@ -514,6 +514,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     rank.set_state(v1::RankStatus::FINISHED);
     g.ranks_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
+    g.time_limit = g.time_limit || (request.preempted() && request.time_limit());
   }
   if (g.health->all_finished()) {
     int64_t final_step = 0;

@@ -183,6 +183,15 @@ grpc::ServerUnaryReactor* RunServiceImpl::AttachLaunch(grpc::CallbackServerConte
   return Reply(ctx, timer, out, deps_.coordinator->AttachLaunch(*req));
 }
 
+grpc::ServerUnaryReactor* RunServiceImpl::ExcludeNodes(grpc::CallbackServerContext* ctx,
+                                                       const v1::ExcludeNodesRequest* req, v1::Run* out) {
+  RpcTimer timer(deps_, "ExcludeNodes");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::Run>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->ExcludeNodes(*req));
+}
+
 grpc::ServerWriteReactor<v1::RunEvent>* RunServiceImpl::WatchRun(grpc::CallbackServerContext* ctx,
                                                                  const v1::WatchRunRequest* req) {
   auto* reactor = new WatchReactor(deps_, req->run_id());

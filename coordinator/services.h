@@ -32,6 +32,8 @@ class RunServiceImpl final : public v1::RunService::CallbackService {
                                       v1::Run* out) override;
   grpc::ServerUnaryReactor* AttachLaunch(grpc::CallbackServerContext* ctx,
                                          const v1::AttachLaunchRequest* req, v1::Run* out) override;
+  grpc::ServerUnaryReactor* ExcludeNodes(grpc::CallbackServerContext* ctx,
+                                         const v1::ExcludeNodesRequest* req, v1::Run* out) override;
   grpc::ServerWriteReactor<v1::RunEvent>* WatchRun(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchRunRequest* req) override;
 

@@ -625,7 +625,8 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
   auto submitted = coord_->SubmitRun(spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   std::string run = submitted->run_id();
-  auto leave_all = [&](int64_t generation, const std::string& incarnation_prefix, int64_t step) {
+  auto leave_all = [&](int64_t generation, const std::string& incarnation_prefix, int64_t step,
+                       bool time_limit = false) {
     for (int r = 0; r < 2; ++r) {
       v1::LeaveRequest leave;
       leave.set_run_id(run);
@@ -635,6 +636,7 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
       leave.set_final_step(step);
       leave.set_preempted(true);
       leave.set_signal(SIGUSR2);
+      leave.set_time_limit(time_limit && r == 1);  // one rank that saw the job's end near is enough
       auto out = coord_->Leave(leave);
       ASSERT_TRUE(out.ok()) << out.status();
     }
@@ -658,17 +660,66 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
   }
   for (auto& reply : replies) ASSERT_TRUE(reply->arrived() && reply->value.ok());
   EXPECT_EQ(State(run), v1::RUNNING);
-  // A second preemption with the one requeue spent: FAILED, naming the flag.
-  leave_all(1, "again-", 60);
+  // A second stop, this time for the job's time limit, with the one requeue spent: FAILED,
+  // named TIME_LIMIT and naming the flag.
+  leave_all(1, "again-", 60, /*time_limit=*/true);
   r = coord_->GetRun(run);
   EXPECT_EQ(r->state(), v1::FAILED);
   EXPECT_EQ(r->preemptions(), 1);
+  EXPECT_EQ(r->reason().kind(), v1::Failure::TIME_LIMIT);
+  EXPECT_NE(r->reason().message().find("reached its time limit"), std::string::npos) << r->reason().message();
   EXPECT_NE(r->reason().message().find("--max-requeues"), std::string::npos) << r->reason().message();
   // A bad signal is refused.
   v1::LeaveRequest bad;
   bad.set_run_id(run);
   bad.set_signal(99);
   EXPECT_EQ(coord_->Leave(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A failed node is recorded once (NODE_FAILED with the evidence, the run's excluded nodes), bad
+// input is refused with the cause named, and an ended run takes no more.
+TEST_F(CoordinatorTest, ExcludedNodesAreRecordedOnceAndValidated) {
+  std::string run = Submit(2, 1);
+  RegisterAll(run, 2, 1);
+  auto exclude = [&](std::vector<std::pair<std::string, std::string>> nodes) {
+    v1::ExcludeNodesRequest request;
+    request.set_run_id(run);
+    for (auto& [node, evidence] : nodes) {
+      v1::FailedNode* n = request.add_nodes();
+      n->set_node(node);
+      n->set_evidence(evidence);
+    }
+    return coord_->ExcludeNodes(request);
+  };
+  absl::StatusOr<v1::Run> r = exclude({{"n2", "Slurm reports it DOWN+NOT_RESPONDING: Not responding"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->excluded_nodes(), ::testing::ElementsAre("n2"));
+  EXPECT_EQ(r->reason().kind(), v1::Failure::NODE_FAILED);
+  EXPECT_EQ(r->reason().node(), "n2");
+  EXPECT_NE(r->reason().message().find("DOWN+NOT_RESPONDING"), std::string::npos) << r->reason().message();
+  size_t failures = r->failures_size();
+  // Again (the batch script of a second requeue): nothing new is recorded.
+  r = exclude({{"n2", "again"}, {"n2", "twice in one call"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->excluded_nodes_size(), 1);
+  EXPECT_EQ(static_cast<size_t>(r->failures_size()), failures);
+  EXPECT_THAT(coord_->GetRun(run)->excluded_nodes(), ::testing::ElementsAre("n2"));
+
+  EXPECT_EQ(exclude({}).status().code(), absl::StatusCode::kInvalidArgument);
+  auto bad = exclude({{"--user=root", ""}});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("node"), std::string::npos) << bad.status();
+  EXPECT_EQ(exclude({{"n3", std::string(5000, 'x')}}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(exclude({{"n3", "\xff\xfe"}}).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int k = 0; k < 65; ++k) many.push_back({"x" + std::to_string(k), ""});
+  EXPECT_EQ(exclude(many).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ExcludeNodesRequest unknown;
+  unknown.set_run_id("r-00000000000000ff");
+  unknown.add_nodes()->set_node("n1");
+  EXPECT_EQ(coord_->ExcludeNodes(unknown).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
+  EXPECT_EQ(exclude({{"n3", ""}}).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, CancelStopsEverythingAndIsHarmlessTwice) {

@@ -82,6 +82,8 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
     EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "0") << e;
     EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], run) << e;
     EXPECT_EQ(e["TORCHELASTIC_ERROR_FILE"], JoinPath(exp_dir, absl::StrCat("logs/rank-", rank, ".error.json"))) << e;
+    // dtrun hosts the workers' TCPStore, as torchrun's agent does with a static rendezvous.
+    EXPECT_EQ(e["TORCHELASTIC_USE_AGENT_STORE"], "True") << e;
     EXPECT_EQ(e["OMP_NUM_THREADS"], "1") << e;  // torchrun's default with several processes per node
     EXPECT_EQ(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1") << e;
     EXPECT_EQ(e["DT_RUN_ID"], run) << e;

@@ -35,7 +35,7 @@ v1::RegisterResponse Assignment() {
 }
 
 TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
-  WorkerContext c{Assignment(), "inc-1", "10.0.0.7", 29500, "coord:50051", "", "dt_run_secret",
+  WorkerContext c{Assignment(), "inc-1", "10.0.0.7", 29500, /*agent_store=*/true, "coord:50051", "", "dt_run_secret",
                   "/runs/clm/logs/rank-5.error.json", "", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   std::map<std::string, std::string> want = {
@@ -43,6 +43,7 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
       {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "5"}, {"ROLE_WORLD_SIZE", "8"}, {"ROLE_NAME", "default"},
       {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
       {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "r-0123456789abcdef"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", "/runs/clm/logs/rank-5.error.json"}, {"OMP_NUM_THREADS", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"DT_COORDINATOR", "coord:50051"},
       {"DT_RUN_ID", "r-0123456789abcdef"}, {"DT_RUN_TOKEN", "dt_run_secret"}, {"DT_GENERATION", "3"},
@@ -59,13 +60,14 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
 TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume) {
   v1::RegisterResponse a = Assignment();
   a.mutable_resume()->set_path("/runs/clm/checkpoints/step-200");
-  WorkerContext c{a, "inc", "h", 1, "c:1", "/ca.pem", "t", "/e", "8", "", ""};
+  WorkerContext c{a, "inc", "h", 1, false, "c:1", "/ca.pem", "t", "/e", "8", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited as the user set it
   EXPECT_EQ(env["DT_LATEST_CHECKPOINT"], "/runs/clm/checkpoints/step-200");
   EXPECT_EQ(env["DT_TLS_CA"], "/ca.pem");
+  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");  // rank 0's process hosts the store
   a.set_local_world_size(1);
-  WorkerContext one{a, "inc", "h", 1, "c:1", "", "t", "/e", "", "", ""};
+  WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", ""};
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
 }
 

@@ -67,6 +67,15 @@ TEST(MetricName, Rules) {
   EXPECT_FALSE(ValidateMetricName("lo ss").ok());
 }
 
+TEST(NodeName, TakesHostNamesAndRefusesWhatScontrolWouldReadAsAnOption) {
+  for (const char* ok : {"n1", "gpu-node-017", "c12.cluster.example", "a_b"}) EXPECT_TRUE(ValidateNodeName(ok).ok()) << ok;
+  for (const char* bad : {"", "--user=root", "-n1", "n1,n2", "n[1-3]", "n 1", "n1\n"}) {
+    absl::Status s = ValidateNodeName(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("node name"), std::string::npos) << s;
+  }
+}
+
 TEST(Duration, ParsesUnitsAndRefusesBareNumbers) {
   EXPECT_EQ(*ParsePositiveDuration("--x", "500ms"), absl::Milliseconds(500));
   EXPECT_EQ(*ParsePositiveDuration("--x", "30s"), absl::Seconds(30));

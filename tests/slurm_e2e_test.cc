@@ -5,9 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
@@ -254,6 +259,83 @@ TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAl
   EXPECT_EQ(env_of(1)["TORCHELASTIC_RESTART_COUNT"], "1");
   std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
   EXPECT_NE(log.find("rank 1: resumed from step"), std::string::npos) << log;
+}
+
+// The pid of a process's parent (0 when it is gone).
+int ParentOf(int pid) {
+  std::string stat = testing::Slurp(absl::StrCat("/proc/", pid, "/stat"));
+  size_t close = stat.rfind(')');
+  int ppid = 0;
+  if (close != std::string::npos) std::sscanf(stat.c_str() + close + 1, " %*c %d", &ppid);
+  return ppid;
+}
+
+std::string SlurmDir() {
+  const char* dir = std::getenv("DT_SLURM_DIR");
+  return dir != nullptr ? dir : "/tmp/dt-slurm";
+}
+
+// A node dies as on a power loss: its slurmd, its job step and its trainer killed at once. Slurm
+// marks it DOWN and, the job being --requeue, ends it NODE_FAIL and puts it back in the queue. The
+// node comes back while the job waits; the requeued job's batch script finds it failed under the
+// run (its slurmd started again after the run last heard from it), records it, and keeps the job
+// off it; the run resumes from its latest checkpoint on the two other nodes and succeeds.
+TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0) << (started.ok() ? started->output : started.status().ToString());
+  std::string run = Submit("slurm-node-fail", 16, /*max_restarts=*/1, {"--ckpt-freq", "4"});
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
+      absl::Minutes(2)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  std::string job = s["scheduler_job_id"];
+  std::string dead = s["ranks"][1]["node"];
+  std::string survivor = s["ranks"][0]["node"];
+  ASSERT_NE(dead, survivor);
+  int trainer = s["ranks"][1]["pid"];
+  int stepd = ParentOf(trainer);
+  int slurmd = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-" + dead + ".pid"))), &slurmd));
+  ASSERT_GT(stepd, 1);
+  ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
+  for (int pid : {slurmd, stepd, trainer}) ASSERT_EQ(::kill(pid, SIGKILL), 0) << pid;
+
+  // Slurm marks the node DOWN (SlurmdTimeout: 10 s on deploy/slurm/local-cluster.sh); the node's
+  // slurmd is then started again, and the node is back in service before the requeued job starts.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"sinfo", "-h", "-n", dead, "-o", "%T"}, absl::Seconds(10));
+        return q.ok() && q->output.find("down") != std::string::npos;
+      },
+      absl::Minutes(2)));
+  auto restarted = RunCommand({"bash", "-c", absl::StrCat("setsid /usr/sbin/slurmd -D -N ", dead, " -f /etc/slurm/slurm.conf >>",
+                                                         JoinPath(SlurmDir(), "log/slurmd-" + dead + ".out"), " 2>&1 </dev/null &")},
+                              absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok() && restarted->exit_code == 0);
+
+  CommandResult watch = Dtctl({"watch", run});
+  std::string out_file = save_dir_ + "/slurm-node-fail/logs/slurm-" + job + ".out";
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(out_file);
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["step"], 16);
+  EXPECT_EQ(s["restarts"], 1) << s;  // the silent node's generation; nothing else spent one
+  EXPECT_EQ(s["excluded_nodes"], nlohmann::json::array({dead})) << s;
+  ASSERT_EQ(s["ranks"].size(), 2u);
+  for (const auto& rank : s["ranks"]) EXPECT_NE(rank["node"], dead) << s;
+  // The silent rank is the generation's cause; the node's failure is recorded with Slurm's evidence.
+  bool silent_named = false, node_recorded = false;
+  for (const auto& f : s["failures"]) {
+    silent_named = silent_named || (f["kind"] == "HEARTBEAT_TIMEOUT" && f["rank"] == 1 && f["node"] == dead);
+    node_recorded = node_recorded || (f["kind"] == "NODE_FAILED" && f["node"] == dead);
+  }
+  EXPECT_TRUE(silent_named) << s["failures"];
+  EXPECT_TRUE(node_recorded) << s["failures"];
+  std::string out = testing::Slurp(out_file);
+  EXPECT_NE(out.find("node " + dead + " failed"), std::string::npos) << out;
+  EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-node-fail/logs/rank-0.log").find("resumed from"), std::string::npos);
+  std::string table = Dtctl({"status", run}).output;
+  EXPECT_NE(table.find("excluded   " + dead), std::string::npos) << table;
 }
 
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {

@@ -10,13 +10,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/algorithm/container.h"
 #include "absl/synchronization/mutex.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "client/dtctl/local_launcher.h"
+#include "client/dtctl/node_failure.h"
 #include "client/dtctl/output.h"
 #include "client/dtctl/slurm.h"
 #include "client/dtctl/srun_report.h"
@@ -37,6 +41,7 @@ constexpr int kOk = 0;
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 constexpr int kUnreachable = 3;
+constexpr int kJobRequeued = 5;  // exclude-failed-nodes requeued the job: the batch script ends
 
 struct Global {
   std::string coordinator;
@@ -158,6 +163,9 @@ int Status(Global& g, const std::string& run_id) {
             << "created    " << Iso8601(r->created_at())
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
   if (job) std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
+  if (r->excluded_nodes_size() > 0) {
+    std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", ")) << " (failed under this run)\n";
+  }
   if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
     std::cout << "reason     " << FailureLine(r->reason()) << "\n";
   }
@@ -318,6 +326,98 @@ int RequeueWanted(Global& g, const std::string& run_id) {
   return r->state() == v1::REQUEUED ? kOk : kFailed;
 }
 
+// Used by the batch script of a job Slurm requeued (a node failure ends a --requeue job NODE_FAIL
+// and puts it back in the queue): the nodes the run's ranks last ran on that Slurm shows failed are
+// recorded with the coordinator (the run's excluded nodes, each with a NODE_FAILED record) and kept
+// off the job; when this allocation holds one — a failed node back in service — the job is
+// requeued without it and the script ends (exit 5).
+int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), "exclude-failed-nodes");
+  v1::ExcludeNodesRequest request;
+  request.set_run_id(run_id);
+  for (const auto& [node, last_heard] : SuspectNodes(*r)) {
+    absl::StatusOr<std::string> line = DescribeNode(node);
+    if (!line.ok()) {
+      std::cerr << "dtctl exclude-failed-nodes: cannot ask Slurm about node " << node << ": " << line.status().message() << "\n";
+      continue;
+    }
+    if (std::optional<std::string> evidence = NodeFailureEvidence(ParseSlurmNode(*line), last_heard)) {
+      v1::FailedNode* f = request.add_nodes();
+      f->set_node(node);
+      f->set_evidence(*evidence);
+    }
+  }
+  std::vector<std::string> excluded(r->excluded_nodes().begin(), r->excluded_nodes().end());
+  if (request.nodes_size() > 0) {
+    auto reply = Call(*g.client, &v1::RunService::Stub::ExcludeNodes, g.client->runs(), request, absl::Seconds(30));
+    if (!reply.ok()) return Fail(g, reply.status(), "exclude-failed-nodes");
+    excluded.assign(reply->excluded_nodes().begin(), reply->excluded_nodes().end());
+    for (const v1::FailedNode& n : request.nodes()) {
+      std::cout << "dt: node " << n.node() << " failed (" << n.evidence() << "): excluded from job " << job_id << "\n";
+    }
+  }
+  if (excluded.empty()) return kOk;
+  absl::StatusOr<std::vector<std::string>> nodes = ExpandHostlist(allocation);
+  if (!nodes.ok()) return Fail(g, nodes.status(), "exclude-failed-nodes");
+  bool holds_excluded = absl::c_any_of(*nodes, [&](const std::string& n) { return absl::c_linear_search(excluded, n); });
+  if (!holds_excluded) {
+    // Keep later requeues (a preemption) off them too; the job runs on as it is when Slurm refuses.
+    if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) {
+      std::cerr << "dtctl exclude-failed-nodes: " << s.message() << "\n";
+    }
+    return kOk;
+  }
+  // Requeued first: Slurm changes ExcNodeList only while the job is pending, and the requeued job
+  // waits for its old credentials to expire before it can start again.
+  if (absl::Status s = RequeueJob(job_id); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
+  if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
+  std::cout << "dt: job " << job_id << " was given excluded node(s) " << allocation
+            << "; requeued without " << absl::StrJoin(excluded, ",") << "\n";
+  return kJobRequeued;
+}
+
+// Used by the batch script before it launches the next generation. When the last one failed
+// because a rank on a node of this allocation went silent, the node may be dead: Slurm is given
+// its SlurmdTimeout to tell. A dead node is marked NOT_RESPONDING, then DOWN, and the job ends
+// NODE_FAIL — requeued, this script with it — so while Slurm shows it so, this waits; a node with
+// no mark by then is alive, and the step is launched again (launching onto a dead node would
+// spend the run's restarts on steps that cannot start).
+int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), "await-silent-node");
+  if (!r->has_reason() || r->reason().kind() != v1::Failure::HEARTBEAT_TIMEOUT) return kOk;
+  const std::string node = r->reason().node();
+  absl::StatusOr<std::vector<std::string>> nodes = ExpandHostlist(allocation);
+  if (!nodes.ok()) return Fail(g, nodes.status(), "await-silent-node");
+  if (!absl::c_linear_search(*nodes, node)) return kOk;
+  absl::Duration patience = SlurmdTimeout().value_or(absl::Minutes(5)) + absl::Seconds(30);
+  absl::Time start = absl::Now();
+  absl::Time deadline = start + patience;
+  std::cout << "dt: a rank on node " << node << " went silent; giving Slurm up to " << absl::FormatDuration(patience)
+            << " to say whether the node is dead" << std::endl;
+  bool reported = false;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::string> line = DescribeNode(node);
+    SlurmNode n = line.ok() ? ParseSlurmNode(*line) : SlurmNode{};
+    bool dead = absl::StrContains(n.state, "NOT_RESPONDING") || absl::StrContains(n.state, "DOWN") ||
+                absl::StrContains(n.state, "FAIL");
+    if (dead) {
+      if (!reported) {
+        std::cout << "dt: Slurm reports node " << node << " " << n.state
+                  << ": waiting for it to end the job (NODE_FAIL), which requeues it without the node" << std::endl;
+        reported = true;
+      }
+      // Slurm ends the job once it marks the node DOWN; bounded in case it never does.
+      deadline = std::max(deadline, std::min(absl::Now() + patience, start + 3 * patience));
+    }
+    absl::SleepFor(absl::Seconds(2));
+  }
+  std::cout << "dt: node " << node << (reported ? " is still allocated: " : " answers Slurm: ")
+            << "launching the next generation" << std::endl;
+  return kOk;
+}
+
 // Used by the sbatch script after an srun step ended badly: sends srun's account of the first task
 // that failed (or srun's own error) to the coordinator as the generation's root cause.
 int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exit_code, const std::string& srun_log) {
@@ -432,6 +532,18 @@ int main(int argc, char** argv) {
   CLI::App* requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued (used by the sbatch script)");
   requeue_wanted->add_option("run", run_id, "run id")->required();
   requeue_wanted->group("");
+  std::string job_id, allocation;
+  CLI::App* exclude_failed = app.add_subcommand(
+      "exclude-failed-nodes", "exclude the nodes Slurm shows failed from the run's job (used by the sbatch script)");
+  exclude_failed->add_option("run", run_id, "run id")->required();
+  exclude_failed->add_option("--job", job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
+  exclude_failed->add_option("--allocation", allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
+  exclude_failed->group("");
+  CLI::App* await_silent = app.add_subcommand(
+      "await-silent-node", "give Slurm time to tell whether a silent node is dead (used by the sbatch script)");
+  await_silent->add_option("run", run_id, "run id")->required();
+  await_silent->add_option("--allocation", allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
+  await_silent->group("");
   int64_t step_generation = 0;
   int step_exit_code = 0;
   std::string srun_log;
@@ -555,6 +667,8 @@ int main(int argc, char** argv) {
   if (cancel->parsed()) return Cancel(g, run_id);
   if (await_restart->parsed()) return AwaitRestart(g, run_id);
   if (requeue_wanted->parsed()) return RequeueWanted(g, run_id);
+  if (await_silent->parsed()) return AwaitSilentNode(g, run_id, allocation);
+  if (exclude_failed->parsed()) return ExcludeFailedNodes(g, run_id, job_id, allocation);
   if (report_step->parsed()) return ReportStep(g, run_id, step_generation, step_exit_code, srun_log);
   return kUsage;
 }

@@ -99,6 +99,7 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"max_restarts", r.spec().max_restarts()},
           {"preemptions", r.preemptions()},
           {"max_requeues", r.spec().max_requeues()},
+          {"excluded_nodes", std::vector<std::string>(r.excluded_nodes().begin(), r.excluded_nodes().end())},
           {"step", r.step()},
           {"total_steps", r.total_steps()},
           {"exp_dir", r.exp_dir()},

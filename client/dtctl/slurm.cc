@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -144,6 +145,64 @@ absl::Status CancelJob(const std::string& job_id) {
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) return absl::InternalError(absl::StrCat("scancel ", job_id, ": ", r->output));
   return absl::OkStatus();
+}
+
+namespace {
+absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"scontrol"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(30));
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(absl::StrJoin(argv, " "), ": ", absl::StripAsciiWhitespace(r->output)));
+  }
+  return r->output;
+}
+}  // namespace
+
+absl::StatusOr<std::string> DescribeNode(const std::string& node) {
+  if (absl::Status s = ValidateNodeName(node); !s.ok()) return s;
+  absl::StatusOr<std::string> out = Scontrol({"show", "node", "-o", node});
+  if (!out.ok()) return absl::NotFoundError(out.status().message());
+  return std::string(absl::StripAsciiWhitespace(*out));
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& hostlist) {
+  if (hostlist.empty() || hostlist.front() == '-') {
+    return absl::InvalidArgumentError(absl::StrCat("\"", hostlist, "\" is not a node list"));
+  }
+  absl::StatusOr<std::string> out = Scontrol({"show", "hostnames", hostlist});
+  if (!out.ok()) return out.status();
+  return std::vector<std::string>(absl::StrSplit(*out, '\n', absl::SkipWhitespace()));
+}
+
+absl::Status ExcludeNodesFromJob(const std::string& job_id, const std::vector<std::string>& nodes) {
+  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
+  for (const std::string& n : nodes) {
+    if (absl::Status s = ValidateNodeName(n); !s.ok()) return s;
+  }
+  return Scontrol({"update", absl::StrCat("JobId=", job_id), absl::StrCat("ExcNodeList=", absl::StrJoin(nodes, ","))})
+      .status();
+}
+
+absl::StatusOr<absl::Duration> SlurmdTimeout() {
+  absl::StatusOr<std::string> out = Scontrol({"show", "config"});
+  if (!out.ok()) return out.status();
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    if (!absl::ConsumePrefix(&line, "SlurmdTimeout")) continue;
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "=")) continue;
+    int seconds = 0;
+    std::vector<std::string> words = absl::StrSplit(absl::StripAsciiWhitespace(line), ' ');
+    if (!words.empty() && absl::SimpleAtoi(words[0], &seconds)) return absl::Seconds(seconds);
+  }
+  return absl::NotFoundError("scontrol show config names no SlurmdTimeout");
+}
+
+absl::Status RequeueJob(const std::string& job_id) {
+  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
+  return Scontrol({"requeue", job_id}).status();
 }
 
 }  // namespace dt::ctl

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace dt::ctl {
 
@@ -53,5 +54,17 @@ struct SlurmJob {
 // NOT_FOUND once Slurm forgot the job.
 absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id);
 absl::Status CancelJob(const std::string& job_id);
+
+// `scontrol show node -o NAME`, one line; NOT_FOUND when Slurm does not know the node.
+absl::StatusOr<std::string> DescribeNode(const std::string& node);
+// The node names a hostlist expression stands for (n[1-3] → n1 n2 n3), by `scontrol show hostnames`.
+absl::StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& hostlist);
+// Keeps the job off these nodes from now on (scontrol update ExcNodeList), requeues included.
+absl::Status ExcludeNodesFromJob(const std::string& job_id, const std::vector<std::string>& nodes);
+// SlurmdTimeout from `scontrol show config`: how long slurmctld waits for a silent node's slurmd
+// before it marks the node DOWN (and ends its jobs NODE_FAIL).
+absl::StatusOr<absl::Duration> SlurmdTimeout();
+// `scontrol requeue JOB`: the job goes back to the queue and its batch script starts again.
+absl::Status RequeueJob(const std::string& job_id);
 
 }  // namespace dt::ctl

@@ -14,9 +14,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/agent.h"
+#include "client/dtrun/agent_store.h"
 #include "client/dtrun/child_failure.h"
 #include "client/dtrun/worker_env.h"
 #include "common/data_dir.h"
@@ -52,6 +54,7 @@ struct Worker {
 struct Endpoint {
   std::string addr;
   int port = 0;
+  bool agent_store = false;  // group rank 0's dtrun hosts the workers' TCPStore on that port
 };
 
 std::string Tail(const std::string& path, size_t bytes) {
@@ -149,20 +152,34 @@ class NodeAgent {
         if (!addr.ok()) return addr.status();
         e.addr = *addr;
       }
-      absl::StatusOr<int> port = FindFreePort();
-      if (!port.ok()) return port.status();
-      e.port = *port;
-      if (absl::Status s = (*store)->Set(kMasterKey, absl::StrCat(e.port, " ", e.addr)); !s.ok()) return s;
+      absl::StatusOr<std::unique_ptr<AgentStore>> hosted = StartAgentStore();
+      if (hosted.ok()) {
+        agent_store_ = std::move(*hosted);
+        e.port = agent_store_->port();
+        e.agent_store = true;
+      } else {
+        if (hosted.status().code() != absl::StatusCode::kUnimplemented) {
+          DT_LOG(Warning) << hosted.status() << "; rank 0's process will host it";
+        }
+        absl::StatusOr<int> port = FindFreePort();
+        if (!port.ok()) return port.status();
+        e.port = *port;
+      }
+      std::string value = absl::StrCat(e.port, " ", e.agent_store ? 1 : 0, " ", e.addr);
+      if (absl::Status s = (*store)->Set(kMasterKey, value); !s.ok()) return s;
       return e;
     }
     absl::StatusOr<std::string> value = (*store)->Get(kMasterKey, config_.rendezvous_timeout);
     if (!value.ok()) return value.status();
+    // "PORT AGENT_STORE ADDR": the address goes last, whatever it holds.
     Endpoint e;
-    size_t space = value->find(' ');
-    if (space == std::string::npos || !absl::SimpleAtoi(value->substr(0, space), &e.port)) {
+    std::vector<std::string> parts = absl::StrSplit(*value, absl::MaxSplits(' ', 2));
+    int agent_store = 0;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &e.port) || !absl::SimpleAtoi(parts[1], &agent_store)) {
       return absl::DataLossError(absl::StrCat("the store's ", kMasterKey, " holds \"", *value, "\""));
     }
-    e.addr = value->substr(space + 1);
+    e.agent_store = agent_store != 0;
+    e.addr = parts[2];
     return e;
   }
 
@@ -179,7 +196,7 @@ class NodeAgent {
       w.log_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".log"));
       w.error_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".error.json"));
       ::unlink(w.error_file.c_str());  // a previous generation's
-      WorkerContext c{a, w.agent->incarnation(), master.addr, master.port, config_.coordinator, config_.tls_ca,
+      WorkerContext c{a, w.agent->incarnation(), master.addr, master.port, master.agent_store, config_.coordinator, config_.tls_ca,
                       config_.run_token, w.error_file, omp != nullptr ? omp : "", dt_python,
                       python_path != nullptr ? python_path : ""};
       SpawnOptions o;
@@ -337,6 +354,7 @@ class NodeAgent {
   NodeAgentConfig config_;
   std::vector<Worker> workers_;  // one per local slot, fixed at construction
   std::atomic<bool> registered_{false};
+  std::unique_ptr<AgentStore> agent_store_;  // on group rank 0's node, for the children's lifetime
   absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex stop_mu_;

@@ -26,7 +26,9 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
       {"TORCHELASTIC_RESTART_COUNT", absl::StrCat(a.restarts())},
       {"TORCHELASTIC_MAX_RESTARTS", absl::StrCat(a.spec().max_restarts())},
       {"TORCHELASTIC_RUN_ID", a.run_id()},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      // True: every child connects to the store group rank 0's dtrun hosts (torchrun's static
+      // rendezvous); False: rank 0's child hosts it (torchrun's c10d rendezvous).
+      {"TORCHELASTIC_USE_AGENT_STORE", c.agent_store ? "True" : "False"},
       {"TORCHELASTIC_ERROR_FILE", c.error_file},
       // NCCL collectives fail instead of hanging when a peer dies (both spellings: torch < 2.2).
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},

@@ -14,6 +14,7 @@ struct WorkerContext {
   std::string incarnation;          // the registration the child acts for (dt module)
   std::string master_addr;          // group rank 0's node, as the other nodes reach it
   int master_port = 0;
+  bool agent_store = false;         // dtrun hosts the TCPStore at MASTER_ADDR:MASTER_PORT
   std::string coordinator;
   std::string tls_ca;
   std::string run_token;            // in the environment only, never printed

@@ -87,6 +87,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 KillWait=5
+# A node whose slurmd stops answering is marked DOWN (its jobs end NODE_FAIL and --requeue jobs go
+# back to the queue) after this long: 300 s by default, 10 s on this one machine.
+SlurmdTimeout=10
 MinJobAge=300
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool-%n
