@@ -559,6 +559,7 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
   switch (verdict.kind) {
     case HealthVerdict::Kind::kHeartbeatTimeout: {
       failure.set_kind(v1::Failure::HEARTBEAT_TIMEOUT);
+      *failure.mutable_last_heard() = ToProtoTime(verdict.since);
       std::string others;
       for (size_t k = 0; k < verdict.also_silent.size() && k < 16; ++k) {
         auto [rank, last] = verdict.also_silent[k];

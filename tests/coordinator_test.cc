@@ -277,6 +277,9 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   EXPECT_EQ(status->generation(), 1);
   EXPECT_EQ(status->reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
   EXPECT_EQ(status->reason().rank(), 2);
+  // When the silent rank was last heard from: before the verdict, by at least the timeout.
+  ASSERT_TRUE(status->reason().has_last_heard());
+  EXPECT_LE(status->reason().last_heard().seconds() + 3, status->reason().time().seconds());
   // The survivors of generation 0 are told to stop, with the cause.
   auto hb = Beat(run, ranks[0], 0);
   ASSERT_TRUE(hb.ok());

@@ -2,6 +2,8 @@
 // 2 usage error, 3 the coordinator cannot be reached.
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -356,24 +358,22 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
     for (const v1::FailedNode& n : request.nodes()) {
       std::cout << "dt: node " << n.node() << " failed (" << n.evidence() << "): excluded from job " << job_id << "\n";
     }
+    std::cout.flush();
   }
   if (excluded.empty()) return kOk;
   absl::StatusOr<std::vector<std::string>> nodes = ExpandHostlist(allocation);
   if (!nodes.ok()) return Fail(g, nodes.status(), "exclude-failed-nodes");
   bool holds_excluded = absl::c_any_of(*nodes, [&](const std::string& n) { return absl::c_linear_search(excluded, n); });
-  if (!holds_excluded) {
-    // Keep later requeues (a preemption) off them too; the job runs on as it is when Slurm refuses.
-    if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) {
-      std::cerr << "dtctl exclude-failed-nodes: " << s.message() << "\n";
-    }
-    return kOk;
-  }
-  // Requeued first: Slurm changes ExcNodeList only while the job is pending, and the requeued job
-  // waits for its old credentials to expire before it can start again.
+  // Slurm changes ExcNodeList only while a job is pending: a later requeue of this job (a
+  // preemption) that lands on an excluded node comes back through here.
+  if (!holds_excluded) return kOk;
+  // Requeue, then exclude while the job waits for its old credentials to expire. The requeue
+  // sends this script SIGTERM (SIGKILL after KillWait): ignored until the exclusion is made.
+  std::signal(SIGTERM, SIG_IGN);
   if (absl::Status s = RequeueJob(job_id); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
   if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
-  std::cout << "dt: job " << job_id << " was given excluded node(s) " << allocation
-            << "; requeued without " << absl::StrJoin(excluded, ",") << "\n";
+  std::cout << "dt: job " << job_id << " was given excluded node(s) in " << allocation
+            << "; requeued without " << absl::StrJoin(excluded, ",") << std::endl;
   return kJobRequeued;
 }
 

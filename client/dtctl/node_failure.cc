@@ -50,7 +50,9 @@ std::map<std::string, absl::Time> SuspectNodes(const v1::Run& run) {
     note(rank.node(), rank.has_last_heartbeat() ? FromTimestamp(rank.last_heartbeat()) : absl::InfinitePast());
   }
   for (const v1::Failure& f : run.failures()) {
-    if (f.kind() == v1::Failure::HEARTBEAT_TIMEOUT) note(f.node(), absl::InfinitePast());
+    if (f.kind() == v1::Failure::HEARTBEAT_TIMEOUT) {
+      note(f.node(), f.has_last_heard() ? FromTimestamp(f.last_heard()) : absl::InfinitePast());
+    }
   }
   return suspects;
 }
