@@ -62,8 +62,9 @@ class Coordinator:
         self.env = dict(os.environ, DT_COORDINATOR=open(addr).read().strip(),
                         DT_TOKEN=open(os.path.join(self.state, "admin.token")).read().strip())
 
-    def dtctl(self, *args, check=True):
-        r = subprocess.run([os.path.join(BIN, "dtctl")] + list(args), env=self.env, capture_output=True, text=True)
+    def dtctl(self, *args, check=True, env=None):
+        r = subprocess.run([os.path.join(BIN, "dtctl")] + list(args), env=dict(self.env, **(env or {})),
+                           capture_output=True, text=True)
         if check and r.returncode != 0:
             raise RuntimeError("dtctl %s: %s %s" % (args[0], r.stdout, r.stderr))
         return r
@@ -169,19 +170,26 @@ def exec_launch():
     coord = Coordinator()
     repeats = 2 if QUICK else 4
     script = [EXAMPLE, "--steps", "1", "--ckpt-every", "0"]
-    dt_times, torchrun_times, bare_times = [], [], []
-    for i in range(-1, repeats):  # one unmeasured round first: libraries in the page cache
+    dt_times, agent_store_times, torchrun_times, bare_times = [], [], [], []
+
+    def dt_run(name, env=None):
         start = time.perf_counter()
-        r = coord.dtctl("submit", "-o", "json", "--name", "exec-%d" % i, "--save-dir", os.path.join(WORK, "runs"),
-                        "--nproc-per-node", "2", "--exec", "--", PY, *script)
+        r = coord.dtctl("submit", "-o", "json", "--name", name, "--save-dir", os.path.join(WORK, "runs"),
+                        "--nproc-per-node", "2", "--exec", "--", PY, *script, env=env)
         run = json.loads(r.stdout)
         log = os.path.join(run["exp_dir"], "logs", "rank-0.log")
         while not (os.path.exists(log) and "step 1 loss" in open(log, errors="replace").read()):
             if time.perf_counter() - start > 120:
                 raise RuntimeError("the --exec run did not reach step 1:\n" + open(log).read())
             time.sleep(0.005)
-        dt_times.append(time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
         dt_wait(coord, run["run_id"])
+        return elapsed
+
+    for i in range(-1, repeats):  # one unmeasured round first: libraries in the page cache
+        dt_times.append(dt_run("exec-%d" % i))
+        # dtrun --agent-store (DT_AGENT_STORE=1): the workers' TCPStore in dtrun-store, as torchrun's agent.
+        agent_store_times.append(dt_run("exec-agent-%d" % i, {"DT_AGENT_STORE": "1"}))
         torchrun_times.append(time_to_line(
             [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1", "--tee",
              "1", *script], dict(os.environ), "step 1 loss"))
@@ -189,15 +197,18 @@ def exec_launch():
                         MASTER_PORT=str(free_port()))
         bare_times.append(time_to_line([PY, *script], bare_env, "step 1 loss"))
         if i < 0:
-            dt_times.pop()
-            torchrun_times.pop()
-            bare_times.pop()
+            for times in (dt_times, agent_store_times, torchrun_times, bare_times):
+                times.pop()
     coord.stop()
-    print("--exec launch to first step: dt %s, torchrun %s, bare %s" % (
-        ["%.2f" % t for t in dt_times], ["%.2f" % t for t in torchrun_times], ["%.2f" % t for t in bare_times]))
+    print("--exec launch to first step: dt %s, dt --agent-store %s, torchrun %s, bare %s" % (
+        ["%.2f" % t for t in dt_times], ["%.2f" % t for t in agent_store_times],
+        ["%.2f" % t for t in torchrun_times], ["%.2f" % t for t in bare_times]))
     dt_median, bare_median = statistics.median(dt_times), statistics.median(bare_times)
+    torchrun_median = statistics.median(torchrun_times)
     report("--exec launch to first step, Python script, 2 local ranks (median)", dt_median, "s",
-           "torchrun --standalone", statistics.median(torchrun_times), "<= 0.5x", 0.5)
+           "torchrun --standalone", torchrun_median, "<= 0.5x", 0.5)
+    report("--exec launch to first step with dtrun --agent-store (median)", statistics.median(agent_store_times), "s",
+           "torchrun --standalone", torchrun_median, "")
     report("--exec: dt's time over the script started bare (1 process)", dt_median - bare_median, "s",
            "bare script to step 1", bare_median, "")
 

@@ -3,6 +3,7 @@
 // as under torchrun itself, restarts and resumes after a kill -9, and a Python exception is named
 // as the run's root cause with its rank, type and message. Real processes: dtcoord, the local
 // launcher, dtrun, Debian's python3-torch with Gloo.
+#include <map>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -31,19 +32,20 @@ class DtrunTest : public ::testing::Test {
   CoordinatorProcess coord_{tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s",
                                           "--rendezvous-timeout", "1m"}};
 
-  CommandResult Dtctl(const std::vector<std::string>& args) {
-    return testing::RunDtctl(coord_, args, {{"HOME", tmp_.path()}});
+  CommandResult Dtctl(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
+    env["HOME"] = tmp_.path();
+    return testing::RunDtctl(coord_, args, env);
   }
   nlohmann::json Status(const std::string& run) { return testing::DtctlJson(Dtctl({"status", run, "-o", "json"})); }
 
   // `dtctl submit --exec -- python3 SCRIPT ARGS` with 2 local ranks → run id.
   std::string SubmitScript(const std::string& name, int max_restarts, const std::vector<std::string>& script_args,
-                           const std::string& script = Script()) {
+                           const std::string& script = Script(), const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> args = {"submit", "-o", "json", "--name", name, "--save-dir", save_dir_,
                                      "--nproc-per-node", "2", "--max-restarts", absl::StrCat(max_restarts),
                                      "--exec", "--", kPython, script};
     args.insert(args.end(), script_args.begin(), script_args.end());
-    CommandResult r = Dtctl(args);
+    CommandResult r = Dtctl(args, env);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return testing::DtctlJson(r).value("run_id", "");
   }
@@ -82,8 +84,8 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
     EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "0") << e;
     EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], run) << e;
     EXPECT_EQ(e["TORCHELASTIC_ERROR_FILE"], JoinPath(exp_dir, absl::StrCat("logs/rank-", rank, ".error.json"))) << e;
-    // dtrun hosts the workers' TCPStore, as torchrun's agent does with a static rendezvous.
-    EXPECT_EQ(e["TORCHELASTIC_USE_AGENT_STORE"], "True") << e;
+    // Rank 0's process hosts the TCPStore (torchrun's c10d rendezvous): any torch version works.
+    EXPECT_EQ(e["TORCHELASTIC_USE_AGENT_STORE"], "False") << e;
     EXPECT_EQ(e["OMP_NUM_THREADS"], "1") << e;  // torchrun's default with several processes per node
     EXPECT_EQ(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1") << e;
     EXPECT_EQ(e["DT_RUN_ID"], run) << e;
@@ -118,10 +120,15 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   EXPECT_EQ(dt_text, testing::Slurp(torchrun_losses));
 }
 
+// With DT_AGENT_STORE=1 group rank 0's dtrun hosts the workers' TCPStore (dtrun-store): each
+// generation's dtrun starts its own, and the workers reach it through torch's per-attempt prefix.
 TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoint) {
   std::string env_dir = tmp_.Sub("env");
   std::string run = SubmitScript("killed", 1, {"--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1",
-                                               "--env-out", env_dir});
+                                               "--env-out", env_dir}, Script(), {{"DT_AGENT_STORE", "1"}});
+  EXPECT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(env_dir, "env-rank-1.json").c_str(), F_OK) == 0; },
+                               absl::Minutes(1)));
+  EXPECT_EQ(EnvOf(env_dir, 1)["TORCHELASTIC_USE_AGENT_STORE"], "True");
   std::string exp_dir = JoinPath(save_dir_, "killed");
   std::string checkpoint = JoinPath(exp_dir, "train_ddp.pt");
   ASSERT_TRUE(testing::WaitFor([&] { return ::access(checkpoint.c_str(), F_OK) == 0; }, absl::Minutes(2)));
@@ -143,6 +150,7 @@ TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoin
   // The next generation saw the restart count, and resumed from what the script saved.
   EXPECT_EQ(EnvOf(env_dir, 1)["TORCHELASTIC_RESTART_COUNT"], "1");
   EXPECT_EQ(EnvOf(env_dir, 0)["TORCHELASTIC_MAX_RESTARTS"], "1");
+  EXPECT_EQ(EnvOf(env_dir, 0)["TORCHELASTIC_USE_AGENT_STORE"], "True");
   std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
   EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
   EXPECT_NE(log.find("done: 40 steps"), std::string::npos) << log;

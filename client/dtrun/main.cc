@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", c.master_addr,
                  "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
                  "that reaches the coordinator)");
+  c.agent_store = dt::EnvInt("DT_AGENT_STORE", 0) == 1;
+  app.add_flag("--agent-store", c.agent_store,
+               "host the workers' c10d TCPStore in a helper, as torchrun's agent does "
+               "(TORCHELASTIC_USE_AGENT_STORE=True; also DT_AGENT_STORE=1): saves workers a one-second connect "
+               "retry, but only for workers that import the same torch version as the system LibTorch dt was built "
+               "with");
   app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "seconds to wait for every rank to register")
       ->capture_default_str();
   app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL when the children are stopped")

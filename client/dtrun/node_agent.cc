@@ -152,15 +152,14 @@ class NodeAgent {
         if (!addr.ok()) return addr.status();
         e.addr = *addr;
       }
-      absl::StatusOr<std::unique_ptr<AgentStore>> hosted = StartAgentStore();
+      absl::StatusOr<std::unique_ptr<AgentStore>> hosted =
+          config_.agent_store ? StartAgentStore() : absl::UnimplementedError("not asked for");
       if (hosted.ok()) {
         agent_store_ = std::move(*hosted);
         e.port = agent_store_->port();
         e.agent_store = true;
       } else {
-        if (hosted.status().code() != absl::StatusCode::kUnimplemented) {
-          DT_LOG(Warning) << hosted.status() << "; rank 0's process will host it";
-        }
+        if (config_.agent_store) DT_LOG(Warning) << hosted.status() << "; rank 0's process will host the store";
         absl::StatusOr<int> port = FindFreePort();
         if (!port.ok()) return port.status();
         e.port = *port;
@@ -264,6 +263,13 @@ class NodeAgent {
         w->agent->StopHeartbeats();
         if (absl::Status s = w->agent->Leave(0, preempted_by); !s.ok()) {
           DT_LOG(Warning) << "rank " << w->agent->rank() << " ended but could not tell the coordinator: " << s;
+        }
+      }
+      // The workers' store went away under them: they cannot finish forming their group.
+      if (agent_store_ && !all_done && failed == nullptr && !StopReason()) {
+        if (std::optional<int> ended = agent_store_->Ended()) {
+          return ReportSetupFailure(absl::StrCat("the workers' TCPStore (dtrun-store on port ", agent_store_->port(),
+                                                 ") ", DescribeWaitStatus(*ended)));
         }
       }
       if (failed != nullptr && absl::Now() >= ReportTime(*failed)) {

@@ -31,6 +31,10 @@ struct NodeAgentConfig {
   int nodes = 0;  // what this node expects (0: accept the run's shape)
   int procs_per_node = 1;
   std::string master_addr;  // empty: the address this node reaches the coordinator from
+  // Group rank 0's dtrun hosts the workers' TCPStore (dtrun-store; client/dtrun/agent_store.h).
+  // Off by default: dtrun-store is the system LibTorch's TCPStore, and a worker importing another
+  // torch (a venv's torch 2.x validates its server) may not speak to it.
+  bool agent_store = false;
   std::vector<std::string> command;
   absl::Duration rendezvous_timeout = absl::Minutes(10);
   absl::Duration stop_grace = absl::Seconds(10);  // SIGTERM → SIGKILL for the children

@@ -1,0 +1,36 @@
+// dtrun-store PORT: hosts a c10d TCPStore server on PORT (every interface) for the workers of
+// group rank 0's dtrun, until SIGTERM or its parent's death. See client/dtrun/agent_store.h.
+#include <signal.h>
+#include <sys/prctl.h>
+
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "torch/csrc/distributed/c10d/TCPStore.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: dtrun-store PORT (started by dtrun on group rank 0's node)\n");
+    return 2;
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives dtrun
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the server's threads exist: they inherit it
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(std::stoi(argv[1]));
+  o.isServer = true;
+  o.waitWorkers = false;  // the workers count themselves in; nothing here waits for them
+  try {
+    c10d::TCPStore store("127.0.0.1", o);
+    int signal = 0;
+    sigwait(&stop, &signal);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrun-store: cannot host the workers' TCPStore on port %s: %s\n", argv[1], e.what());
+    return 1;
+  }
+  return 0;
+}
