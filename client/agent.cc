@@ -297,22 +297,18 @@ absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeo
       .status();
 }
 
-// Whether the job's time limit, rather than a preemption, sent the stop signal. The batch script
-// exports the job's end (DT_JOB_END_TIME, seconds since the epoch; empty without a limit) and how
-// long before it Slurm signals (DT_PREEMPT_GRACE). Slurm sends the signal up to a minute early;
-// a preemption comes at any time, so one within the last grace + minute reads as the time limit.
-static bool NearTheJobsTimeLimit() {
+bool NearTheJobsTimeLimit(absl::Time now) {
   int64_t end = 0;
   if (!absl::SimpleAtoi(Env("DT_JOB_END_TIME"), &end) || end <= 0) return false;
   int grace = EnvInt("DT_PREEMPT_GRACE", 120);
-  return absl::ToUnixSeconds(absl::Now()) >= end - grace - 60;
+  return absl::ToUnixSeconds(now) >= end - grace - 60;
 }
 
 absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
   v1::LeaveRequest request;
   request.set_preempted(preempted_by != 0);
   request.set_signal(preempted_by);
-  request.set_time_limit(preempted_by != 0 && NearTheJobsTimeLimit());
+  request.set_time_limit(preempted_by != 0 && NearTheJobsTimeLimit(absl::Now()));
   request.set_run_id(options_.run_id);
   request.set_rank(rank());
   request.set_generation(generation());

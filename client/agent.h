@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/store_session.h"
 #include "common/host.h"
@@ -113,5 +114,12 @@ class Agent {
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_thread_;
 };
+
+// Whether the job's time limit, rather than a preemption, sent the stop signal at `now`. The
+// batch script exports the job's end (DT_JOB_END_TIME, seconds since the epoch; empty without a
+// limit) and how long before it Slurm signals (DT_PREEMPT_GRACE). Slurm sends the signal up to a
+// minute early; a preemption comes at any time, so one within the last grace + minute reads as
+// the time limit.
+bool NearTheJobsTimeLimit(absl::Time now);
 
 }  // namespace dt

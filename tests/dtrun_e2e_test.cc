@@ -287,8 +287,10 @@ TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
       "dt.log({'loss': 1.0}, 1)\n"
       "dt.barrier('b')\n"
       "with dt.checkpoint(4) as ck:\n"
-      "    print('writer:', ck.is_writer, ck.dir)\n",
+      "    print('writer:', ck.is_writer, ck.dir)\n"
+      "print('should stop bare:', dt.should_stop(5), dt.stop_requested())\n",
       {{"HOME", tmp_.path()}});
+  EXPECT_NE(out.find("should stop bare: False False"), std::string::npos) << out;
   EXPECT_NE(out.find("not initialized: call dt.init() first"), std::string::npos) << out;
   EXPECT_NE(out.find("under dt: False None None"), std::string::npos) << out;
   EXPECT_NE(out.find("writer: True"), std::string::npos) << out;

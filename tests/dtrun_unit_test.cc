@@ -147,5 +147,21 @@ TEST(AttachToDtrun, OutsideDtrunNamesWhatIsMissing) {
   EXPECT_NE(message.find("dtctl submit --exec"), std::string::npos) << message;
 }
 
+// The signal came with the time limit when the job's end (exported by the batch script) is
+// within the grace plus the minute Slurm may signal early; a preemption any time before that.
+TEST(TimeLimit, TheSignalWithinTheGraceOfTheJobsEndIsTheTimeLimit) {
+  absl::Time end = absl::FromUnixSeconds(1'800'000'000);
+  ::setenv("DT_JOB_END_TIME", "1800000000", 1);
+  ::setenv("DT_PREEMPT_GRACE", "120", 1);
+  EXPECT_TRUE(NearTheJobsTimeLimit(end - absl::Seconds(120)));
+  EXPECT_TRUE(NearTheJobsTimeLimit(end - absl::Seconds(179)));  // Slurm's early minute
+  EXPECT_FALSE(NearTheJobsTimeLimit(end - absl::Seconds(200)));  // a preemption
+  ::setenv("DT_JOB_END_TIME", "", 1);  // no time limit
+  EXPECT_FALSE(NearTheJobsTimeLimit(end));
+  ::unsetenv("DT_JOB_END_TIME");
+  ::unsetenv("DT_PREEMPT_GRACE");
+  EXPECT_FALSE(NearTheJobsTimeLimit(end));
+}
+
 }  // namespace
 }  // namespace dt::run

@@ -218,6 +218,44 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
 // A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
 // starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
 // (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.
+// A script that uses the dt module: dt.should_stop() has every rank stop after the same step once
+// Slurm's SIGUSR2 arrives, dt.checkpoint() saves it, the job is requeued and resumes from it.
+TEST_F(SlurmTest, ADtModuleScriptCheckpointsOnTheSignalAndResumesWhereItStopped) {
+  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-dt-preempt",
+                           "--save-dir", save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--exec", "--",
+                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps",
+                           "200", "--ckpt-every", "1000", "--step-sleep", "0.05"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = Json(r).value("run_id", "");
+  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3; },
+                               absl::Minutes(2)));
+  std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
+  auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
+  ASSERT_TRUE(signal.ok() && signal->exit_code == 0);
+  std::string exp_dir = save_dir_ + "/slurm-dt-preempt";
+  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
+                               absl::Minutes(1)))
+      << Dtctl({"status", run}).output << testing::Slurp(exp_dir + "/logs/rank-0.log");
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  int64_t stopped_at = s["latest_checkpoint_step"];  // the round dt.should_stop() led to
+  EXPECT_EQ(s["reason"]["kind"], "PREEMPTED") << s;
+  std::string log0 = testing::Slurp(exp_dir + "/logs/rank-0.log");
+  EXPECT_NE(log0.find(absl::StrCat("rank 0: stopped at step ", stopped_at, " for the scheduler")), std::string::npos)
+      << log0;
+  EXPECT_NE(testing::Slurp(exp_dir + "/logs/rank-1.log").find(absl::StrCat("rank 1: stopped at step ", stopped_at)),
+            std::string::npos);
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(exp_dir + "/logs/rank-0.log");
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_EQ(s["preemptions"], 1);
+  log0 = testing::Slurp(exp_dir + "/logs/rank-0.log");
+  EXPECT_NE(log0.find(absl::StrCat("rank 0: resumed from step ", stopped_at)), std::string::npos) << log0;
+  EXPECT_NE(log0.find("done: 200 steps"), std::string::npos) << log0;
+}
+
 TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAllocation) {
   std::string env_dir = tmp_.Sub("env");
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec");

@@ -55,18 +55,30 @@ def main():
         start = state["step"]
         print(f"rank {rank}: resumed from step {start} ({latest})", flush=True)
     print(f"rank {rank}: under dt: {under_dt}", flush=True)
+    def save(step):
+        with dt.checkpoint(step) as ck:
+            if ck.is_writer:
+                torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                           os.path.join(ck.dir, "state.pt"))
+        if rank == 0:
+            print(f"checkpoint at step {step}: {ck.path}", flush=True)
+
     for step in range(start + 1, args.steps + 1):
         loss = train_step(model, opt, data, args, step, rank, world)
         dt.log({"loss": loss, "lr": args.lr}, step)
         if rank == 0:
             print(f"step {step} loss {loss:.6f}", flush=True)
-        if args.ckpt_every and step % args.ckpt_every == 0:
-            with dt.checkpoint(step) as ck:
-                if ck.is_writer:
-                    torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step},
-                               os.path.join(ck.dir, "state.pt"))
-            if rank == 0:
-                print(f"checkpoint at step {step}: {ck.path}", flush=True)
+        saved = args.ckpt_every and step % args.ckpt_every == 0
+        if saved:
+            save(step)
+        # Slurm's SIGUSR2 (a preemption, the time limit): every rank stops after the same step,
+        # saved; exiting 0 then makes dtrun leave the ranks as preempted and the job is requeued.
+        if dt.should_stop(step):
+            if not saved:
+                save(step)
+            print(f"rank {rank}: stopped at step {step} for the scheduler", flush=True)
+            dist.destroy_process_group()
+            return 0
         if args.step_sleep:
             time.sleep(args.step_sleep)
     dt.barrier("training-done")

@@ -10,6 +10,10 @@
             with dt.checkpoint(step) as ck:     # every rank enters; one is the writer
                 if ck.is_writer:
                     torch.save(state, os.path.join(ck.dir, "state.pt"))
+        if dt.should_stop(step):                # Slurm's SIGUSR2: preemption or time limit
+            with dt.checkpoint(step) as ck:     # every rank agreed on this step
+                ...
+            sys.exit(0)                         # dtrun leaves the ranks as preempted: requeued
     dt.barrier("done")
 
 Outside dt (no DT_RUN_ID in the environment) the same script runs bare: `init()` returns False,
@@ -25,13 +29,14 @@ import contextlib
 import hashlib
 import os
 import re
+import signal
 import threading
 import time
 
 __all__ = [
     "DtError", "NotInitialized", "CoordinatorUnavailable", "BarrierTimeout", "Checkpoint",
     "init", "active", "rank", "world_size", "experiment_dir", "latest_checkpoint", "log", "barrier",
-    "checkpoint",
+    "checkpoint", "stop_requested", "should_stop",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9_./-]{1,128}$")
@@ -111,15 +116,66 @@ _session = None
 _initialized = False
 
 
+_stop_signal = None
+
+
+def _on_stop_signal(signum, frame):
+    global _stop_signal
+    _stop_signal = signum
+
+
 def init():
-    """Reads the environment dtrun sets. Returns True under dt, False when the script runs bare."""
+    """Reads the environment dtrun sets. Returns True under dt, False when the script runs bare.
+
+    From the main thread it also takes SIGUSR2 — what Slurm sends ahead of a preemption or the
+    time limit (`#SBATCH --signal=USR2@<grace>`) — as a request to checkpoint and stop: see
+    should_stop(). Without dt.init() the signal ends the process, and the job is requeued anyway.
+    """
     global _session, _initialized
     if _initialized:
         return _session is not None
     if os.environ.get("DT_RUN_ID"):
         _session = _Session(os.environ)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR2, _on_stop_signal)
     _initialized = True
     return _session is not None
+
+
+def stop_requested():
+    """True once this process received the scheduler's SIGUSR2 (after init())."""
+    _require()
+    return _stop_signal is not None
+
+
+def should_stop(step):
+    """Whether every rank stops after `step` for the scheduler: True on all ranks at the same step
+    once any of them received SIGUSR2. Call it once per step on every rank; with torch.distributed
+    initialised the ranks agree through a one-element MAX all-reduce (the signal reaches them at
+    slightly different moments), otherwise the local flag decides. Checkpoint at `step`, then
+    exit 0: dtrun leaves the ranks as preempted, the run is REQUEUED, and the requeued job resumes
+    from that checkpoint (dt.latest_checkpoint()). Always False outside dt.
+    """
+    _check_step(step)
+    if _require() is None:
+        return False
+    flag = 1 if _stop_signal is not None else 0
+    dist = _torch_distributed()
+    if dist is not None:
+        import torch
+        t = torch.tensor([flag], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        flag = int(t.item())
+    return flag != 0
+
+
+def _torch_distributed():
+    """torch.distributed when the program already imported it and initialised a group, else None."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
 
 
 def _require():
