@@ -313,14 +313,18 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
 
 void Coordinator::EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status,
                                 Deferred& deferred) {
-  v1::Run& r = run.stored.run;
   StopGeneration(run, status, deferred);
   PersistRanks(run);
+  RecordFailure(run, failure);
+  run.ended_generations[run.gen->number] = DescribeFailure(failure);
+}
+
+void Coordinator::RecordFailure(RunEntry& run, const v1::Failure& failure) {
+  v1::Run& r = run.stored.run;
   run.failures.push_back(failure);
   if (absl::Status s = db_->AddFailure(r.run_id(), failure); !s.ok()) {
     DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
   }
-  run.ended_generations[run.gen->number] = DescribeFailure(failure);
   *r.mutable_reason() = failure;
 }
 
@@ -741,11 +745,7 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
                                n->evidence().empty() ? "" : absl::StrCat(" (", n->evidence(), ")"),
                                "; it is excluded from the job, which runs again on other nodes"));
     DT_LOG(Warning) << "run " << r.run_id() << ": " << f.message();
-    run->failures.push_back(f);
-    if (absl::Status s = db_->AddFailure(r.run_id(), f); !s.ok()) {
-      DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
-    }
-    *r.mutable_reason() = f;
+    RecordFailure(*run, f);
   }
   if (!added.empty()) {
     Persist(*run);

@@ -168,6 +168,8 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
+  // Appends a failure to the run's record (memory and SQLite) and makes it the run's reason.
+  void RecordFailure(RunEntry& run, const v1::Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Stops the current generation's calls with `status`, saves its ranks, and records `failure`
   // (what ended it) as a run failure and the run's reason.
   void EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status, Deferred& deferred)
