@@ -17,43 +17,15 @@
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
+#include "tests/wandb_test_server.h"
 
 namespace dt {
 namespace {
 
 using testing::CoordinatorProcess;
 
-constexpr char kApiKey[] = "dt-test-key-0123456789abcdef0123456789abcdef";
-
-// The strict W&B server as a child process.
-class WandbServer {
- public:
-  explicit WandbServer(const std::string& dir) {
-    std::string port_file = JoinPath(dir, "wandb.port");
-    process_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "tests/wandb_server.py"),
-                                 "--port-file", port_file, "--api-key", kApiKey},
-        std::map<std::string, std::string>{}, JoinPath(dir, "wandb.log"));
-    if (!testing::WaitFor([&] { return !testing::Slurp(port_file).empty(); }, absl::Seconds(20))) {
-      throw std::runtime_error("the W&B test server did not start: " + testing::Slurp(JoinPath(dir, "wandb.log")));
-    }
-    url_ = absl::StrCat("http://127.0.0.1:", testing::Slurp(port_file));
-  }
-  const std::string& url() const { return url_; }
-  nlohmann::json State() const {
-    auto r = RunCommand({"curl", "-s", url_ + "/_control/state"}, absl::Seconds(10));
-    if (!r.ok()) return nlohmann::json();
-    return nlohmann::json::parse(r->output, nullptr, false);
-  }
-  void Inject(const std::vector<std::string>& faults) const {
-    nlohmann::json body = {{"faults", faults}};
-    (void)RunCommand({"curl", "-s", "-X", "POST", "-d", body.dump(), url_ + "/_control/faults"}, absl::Seconds(10));
-  }
-
- private:
-  std::unique_ptr<Subprocess> process_;
-  std::string url_;
-};
+constexpr const char* kApiKey = testing::kWandbApiKey;
+using testing::WandbServer;
 
 class MetricsE2ETest : public ::testing::Test {
  protected:
@@ -101,16 +73,8 @@ class MetricsE2ETest : public ::testing::Test {
     return state;
   }
 
-  static std::vector<int64_t> Steps(const nlohmann::json& run) {
-    std::vector<int64_t> steps;
-    for (const auto& line : run["history"]) steps.push_back(nlohmann::json::parse(line.get<std::string>())["_step"]);
-    return steps;
-  }
-  static std::vector<int64_t> Range(int64_t from, int64_t to) {
-    std::vector<int64_t> v;
-    for (int64_t s = from; s <= to; ++s) v.push_back(s);
-    return v;
-  }
+  static std::vector<int64_t> Steps(const nlohmann::json& run) { return testing::WandbSteps(run); }
+  static std::vector<int64_t> Range(int64_t from, int64_t to) { return testing::StepRange(from, to); }
   void ExpectNoDeviations(const nlohmann::json& state) {
     EXPECT_TRUE(state["errors"].empty()) << state["errors"].dump(1);
   }

@@ -16,6 +16,7 @@
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
+#include "tests/wandb_test_server.h"
 
 namespace dt {
 namespace {
@@ -54,14 +55,18 @@ class SlurmTest : public ::testing::Test {
 
   CommandResult Dtctl(std::vector<std::string> args) { return testing::RunDtctl(*coord_, args); }
   nlohmann::json Json(const CommandResult& r) { return testing::DtctlJson(r); }
-  std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {}) {
+  // `extra` goes to the trainers, `flags` to dtctl submit.
+  std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {},
+                     std::vector<std::string> flags = {}) {
     std::vector<std::string> args = {"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir",
                                      save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts",
-                                     std::to_string(max_restarts), "--", "--dataset",
+                                     std::to_string(max_restarts)};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "--dataset",
                                      JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
                                      JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64",
                                      "--batch-size", "2", "--max-steps", std::to_string(steps), "--log-freq", "1",
-                                     "--eval-split", "0"};
+                                     "--eval-split", "0"});
     args.insert(args.end(), extra.begin(), extra.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -145,7 +150,15 @@ TEST_F(SlurmTest, AKilledTrainerRestartsTheGroupInsideTheAllocation) {
 // the same run, resume there and finish — without spending a restart, and with the parameters an
 // uninterrupted run of the same seed ends with.
 TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
-  std::string run = Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"});
+  // With metrics to the strict W&B server: one W&B run across the requeue, every step once.
+  testing::WandbServer wandb(tmp_.Sub("wandb"));
+  coord_ = std::make_unique<testing::CoordinatorProcess>(
+      tmp_.Sub("coord-wandb"),
+      std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s", "--wandb-post-interval",
+                               "200ms", "--wandb-retry-base", "100ms"},
+      std::map<std::string, std::string>{{"WANDB_API_KEY", testing::kWandbApiKey}, {"WANDB_BASE_URL", wandb.url()}});
+  std::string run = Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"},
+                           {"--wandb-project", "dt-tests"});
   ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3; },
                                absl::Minutes(2)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
@@ -175,6 +188,20 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
   EXPECT_NE(log.find(absl::StrCat("resumed from")), std::string::npos) << log;
   EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-preempt/logs/slurm-" + job + ".out").find("requeueing job " + job),
             std::string::npos);
+
+  nlohmann::json state;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        state = wandb.State();
+        if (!state.contains("runs") || state["runs"].size() != 1) return false;
+        nlohmann::json m = state["runs"].begin().value();
+        return m["complete"].get<bool>() && m["history"].size() >= 24;
+      },
+      absl::Seconds(60)))
+      << state.dump(1).substr(0, 3000);
+  EXPECT_TRUE(state["errors"].empty()) << state["errors"].dump(1);
+  ASSERT_EQ(state["runs"].size(), 1u);  // the requeued job continued the same W&B run
+  EXPECT_EQ(testing::WandbSteps(state["runs"].begin().value()), testing::StepRange(1, 24));
 
   // The same seed without the interruption ends with the same parameters.
   std::string plain = Submit("slurm-plain", 24);
