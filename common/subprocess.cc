@@ -54,10 +54,11 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
+  // Handled signals are reset by exec anyway. A SIGTERM or SIGINT this process ignores on
+  // purpose stays ignored, as under nohup: dtctl rides out the stop of a Slurm requeue, and the
+  // scontrol it runs meanwhile must finish too.
   sigset_t defaults;
   sigemptyset(&defaults);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGINT);
   sigaddset(&defaults, SIGPIPE);
   sigaddset(&defaults, SIGCHLD);  // an inherited SIG_IGN would reap the child's own children
   posix_spawnattr_setsigdefault(&attr, &defaults);

@@ -82,7 +82,9 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+# A requeued job starts once its old credentials expire, not at the next periodic pass (60 s /
+# backfill 30 s by default).
+SchedulerParameters=batch_sched_delay=0,sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
