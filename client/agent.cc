@@ -297,6 +297,18 @@ absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeo
       .status();
 }
 
+absl::StatusOr<v1::ReportPreflightResponse> Agent::ReportPreflight(const v1::DevicePreflight& result) {
+  v1::ReportPreflightRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_incarnation(incarnation_);
+  *request.mutable_result() = result;
+  return RetryUnavailable(absl::Now() + absl::Seconds(30), [&](absl::Duration left) {
+    return Call(*client_, &v1::RendezvousService::Stub::ReportPreflight, client_->rendezvous(), request, left);
+  });
+}
+
 bool NearTheJobsTimeLimit(absl::Time now) {
   int64_t end = 0;
   if (!absl::SimpleAtoi(Env("DT_JOB_END_TIME"), &end) || end <= 0) return false;

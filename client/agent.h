@@ -87,6 +87,9 @@ class Agent {
   // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
   // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
   absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);
+  // This rank's device pre-flight; the reply's `unhealthy` is set when the generation failed
+  // because of a pre-flight (this rank's or another's).
+  absl::StatusOr<v1::ReportPreflightResponse> ReportPreflight(const v1::DevicePreflight& result);
   // `preempted_by`: the signal with which the scheduler asked the job to stop (SIGUSR2), after
   // the checkpoint at `final_step` every rank agreed on; 0 for a run that is done.
   absl::Status Leave(int64_t final_step, int preempted_by = 0);

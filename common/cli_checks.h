@@ -25,4 +25,18 @@ inline CLI::Validator AtLeast(int64_t min) {
       absl::StrCat("≥ ", min));
 }
 
+// A number (fractions allowed) ≥ `min`: "--preflight-slowdown: must be a number ≥ 1.5, got 1".
+inline CLI::Validator NumberAtLeast(double min) {
+  return CLI::Validator(
+      [min](std::string& input) -> std::string {
+        double value = 0;
+        if (!absl::SimpleAtod(input, &value) || !(value == value)) {
+          return absl::StrCat("must be a number, got \"", input, "\"");
+        }
+        if (value < min) return absl::StrCat("must be a number ≥ ", min, ", got ", input);
+        return "";
+      },
+      absl::StrCat("≥ ", min));
+}
+
 }  // namespace dt

@@ -30,6 +30,7 @@ constexpr char kRunJsonFile[] = "run.json";
 // Runs' file work proceeds in parallel up to this; one run's work is always in order.
 constexpr int kFileWorkThreads = 4;
 constexpr size_t kMaxRunJsonBytes = 4 << 20;
+constexpr int kMaxExcludedNodes = 1024;
 
 }  // namespace
 
@@ -697,9 +698,20 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   return Snapshot(*run, /*with_ranks=*/true);
 }
 
+std::vector<std::string> Coordinator::AddExcludedNodes(RunEntry& run, const std::vector<std::string>& nodes) {
+  v1::Run& r = run.stored.run;
+  std::vector<std::string> added;
+  for (const std::string& node : nodes) {
+    if (r.excluded_nodes_size() >= kMaxExcludedNodes) break;
+    if (absl::c_linear_search(r.excluded_nodes(), node)) continue;
+    r.add_excluded_nodes(node);
+    added.push_back(node);
+  }
+  return added;
+}
+
 absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest& request) {
   constexpr int kMaxNodesPerCall = 64;
-  constexpr int kMaxExcludedNodes = 1024;
   constexpr size_t kMaxEvidenceBytes = 4096;
   if (request.nodes().empty()) return absl::InvalidArgumentError("no nodes to exclude");
   if (request.nodes_size() > kMaxNodesPerCall) {
@@ -733,7 +745,7 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
                                                       kMaxExcludedNodes, " nodes"));
   }
   for (const v1::FailedNode* n : added) {
-    r.add_excluded_nodes(n->node());
+    AddExcludedNodes(*run, {n->node()});
     v1::Failure f;
     f.set_kind(v1::Failure::NODE_FAILED);
     f.set_rank(-1);

@@ -31,6 +31,7 @@
 #include "coordinator/kv_store.h"
 #include "coordinator/observers.h"
 #include "coordinator/pending.h"
+#include "coordinator/preflight_judge.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/state_db.h"
 #include "coordinator/timer_queue.h"
@@ -49,6 +50,7 @@ struct CoordinatorOptions {
   int64_t max_keys_per_run = kMaxKeysPerRun;
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
   int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
+  PreflightPolicy preflight;  // when a rank's device pre-flight makes it unhealthy
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
@@ -128,6 +130,10 @@ class Coordinator {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
   absl::StatusOr<v1::ReportStoppedResponse> ReportStopped(const v1::ReportStoppedRequest& request);
+  // Records a rank's device pre-flight; an unhealthy device (an error, or far slower than the
+  // group's median on runs whose nodes can be left out) fails the generation NODE_UNHEALTHY and,
+  // on Slurm, excludes the node.
+  absl::StatusOr<v1::ReportPreflightResponse> ReportPreflight(const v1::ReportPreflightRequest& request);
   absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
   // Runs the heartbeat and hang checks once (the timer does this every health_check_period).
   void CheckHealth();
@@ -179,6 +185,13 @@ class Coordinator {
   void RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
                       std::optional<absl::Status> waiter_status = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Fails the generation NODE_UNHEALTHY, naming the worst rank; on Slurm and external runs the
+  // nodes of `bad` join the run's excluded nodes.
+  void FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Adds the nodes not yet in the run's excluded nodes (up to the limit); returns those added.
+  std::vector<std::string> AddExcludedNodes(RunEntry& run, const std::vector<std::string>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Lists the ranks stopped by a signal before `failure` in it (victims, not causes).
   void AddStoppedRanks(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);

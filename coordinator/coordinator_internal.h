@@ -51,6 +51,7 @@ struct Coordinator::Generation {
   absl::Time last_flush;
   int preempted_by = 0;  // the signal with which a rank left after the preemption checkpoint
   bool time_limit = false;  // a rank said the signal came with the job's time limit near
+  int preflights_reported = 0;  // ranks whose RankStatus.preflight is set
 };
 
 struct Coordinator::RunEntry {

@@ -1,6 +1,8 @@
 // Rendezvous and health: registration, heartbeats, reported errors, leaving, the watchdog.
 #include <algorithm>
+#include <cmath>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -486,6 +488,88 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
     Notify(*run, deferred);
   }
   return out;
+}
+
+absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v1::ReportPreflightRequest& request) {
+  const v1::DevicePreflight& result = request.result();
+  for (auto [name, seconds] : {std::pair{"matmul_seconds", result.matmul_seconds()},
+                               std::pair{"allreduce_seconds", result.allreduce_seconds()}}) {
+    if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat("pre-flight ", name, " must be within 0..86400, not ", seconds));
+    }
+  }
+  if (result.matmul_size() < 0 || result.matmul_size() > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pre-flight matmul_size must be within 0..", 1 << 20, ", not ", result.matmul_size()));
+  }
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  Deferred deferred;
+  absl::MutexLock lock(&run->mu);
+  v1::Run& r = run->stored.run;
+  if (IsTerminal(r.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
+  }
+  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
+  if (!live.ok()) return live.status();
+  Generation& g = **live;
+  v1::RankStatus& rank = g.ranks[request.rank()];
+  if (!rank.has_preflight()) {  // the first report counts; a retry changes nothing
+    v1::DevicePreflight* kept = rank.mutable_preflight();
+    *kept = result;
+    kept->set_device(Truncate(result.device()));
+    kept->set_error(Truncate(result.error()));
+    ++g.preflights_reported;
+    g.ranks_dirty = true;
+    bool complete = g.preflights_reported == static_cast<int>(g.ranks.size());
+    if (complete || !kept->error().empty()) {
+      std::vector<std::optional<v1::DevicePreflight>> reports(g.ranks.size());
+      for (const v1::RankStatus& rs : g.ranks) {
+        if (rs.has_preflight()) reports[rs.rank()] = rs.preflight();
+      }
+      bool judge_speed = r.spec().scheduler() == v1::SLURM || r.spec().scheduler() == v1::EXTERNAL;
+      std::vector<UnhealthyRank> bad = JudgePreflights(reports, options_.preflight, judge_speed);
+      if (!bad.empty()) FailUnhealthy(*run, bad, deferred);
+    }
+  }
+  v1::ReportPreflightResponse out;
+  out.set_run_state(r.state());
+  out.set_current_generation(run->gen->number);
+  // (`g` may be gone: a failed generation is replaced by the next.)
+  if (r.has_reason() && r.reason().kind() == v1::Failure::NODE_UNHEALTHY &&
+      r.reason().generation() == request.generation()) {
+    out.set_unhealthy(DescribeFailure(r.reason()));
+  }
+  return out;
+}
+
+void Coordinator::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad, Deferred& deferred) {
+  const Generation& g = *run.gen;
+  const v1::Run& r = run.stored.run;
+  const v1::RankStatus& worst = g.ranks[bad.front().rank];
+  v1::Failure failure;
+  failure.set_kind(v1::Failure::NODE_UNHEALTHY);
+  failure.set_rank(worst.rank());
+  failure.set_node(worst.node());
+  failure.set_host(worst.host());
+  failure.set_step(g.health ? g.health->step(worst.rank()) : 0);
+  std::string message = absl::StrCat("failed the device pre-flight: ", bad.front().why);
+  std::vector<std::string> nodes;
+  for (size_t k = 0; k < bad.size(); ++k) {
+    const std::string& node = g.ranks[bad[k].rank].node();
+    if (!absl::c_linear_search(nodes, node)) nodes.push_back(node);
+    if (k > 0 && k <= 16) absl::StrAppend(&message, k == 1 ? "; also " : ", ", DescribeRank(run, bad[k].rank), ": ", bad[k].why);
+  }
+  if (r.spec().scheduler() == v1::SLURM || r.spec().scheduler() == v1::EXTERNAL) {
+    std::vector<std::string> added = AddExcludedNodes(run, nodes);
+    if (!added.empty()) {
+      absl::StrAppend(&message, "; node", added.size() > 1 ? "s " : " ", absl::StrJoin(added, ", "),
+                      " excluded from the job, which runs again without ", added.size() > 1 ? "them" : "it");
+    }
+  }
+  failure.set_message(message);
+  FailGeneration(run, failure, deferred);
 }
 
 absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& request) {

@@ -90,6 +90,11 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->check(dt::AtLeast(1))
       ->capture_default_str();
+  app.add_option("--preflight-slowdown", options.preflight.slowdown_limit,
+                 "a rank whose device pre-flight (a timed matrix multiply before its first step) takes more than "
+                 "this many times the median of the run's ranks is unhealthy: on Slurm its node is excluded")
+      ->check(dt::NumberAtLeast(1.5))
+      ->capture_default_str();
   app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
   app.add_option("--tls-key", server_options.tls_key, "PEM private key");
   try {

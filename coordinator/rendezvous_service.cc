@@ -52,6 +52,16 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportStopped(grpc::CallbackSer
   return Reply(ctx, timer, out, deps_.coordinator->ReportStopped(*req));
 }
 
+grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportPreflight(grpc::CallbackServerContext* ctx,
+                                                                 const v1::ReportPreflightRequest* req,
+                                                                 v1::ReportPreflightResponse* out) {
+  RpcTimer timer(deps_, "ReportPreflight");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::ReportPreflightResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->ReportPreflight(*req));
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx,
                                                        const v1::LeaveRequest* req,
                                                        v1::LeaveResponse* out) {

@@ -54,6 +54,9 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
   grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx,
                                           const v1::ReportStoppedRequest* req,
                                           v1::ReportStoppedResponse* out) override;
+  grpc::ServerUnaryReactor* ReportPreflight(grpc::CallbackServerContext* ctx,
+                                            const v1::ReportPreflightRequest* req,
+                                            v1::ReportPreflightResponse* out) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse* out) override;
 

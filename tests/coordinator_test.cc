@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -723,6 +724,120 @@ TEST_F(CoordinatorTest, ExcludedNodesAreRecordedOnceAndValidated) {
   EXPECT_EQ(coord_->ExcludeNodes(unknown).status().code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
   EXPECT_EQ(exclude({{"n3", ""}}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+v1::ReportPreflightRequest PreflightReport(const std::string& run, const v1::RegisterResponse& a, double ms,
+                                           const std::string& error = "") {
+  v1::ReportPreflightRequest req;
+  req.set_run_id(run);
+  req.set_rank(a.rank());
+  req.set_generation(a.generation());
+  req.set_incarnation("n" + std::to_string(a.node_rank() + 1) + "-" + std::to_string(a.local_rank()));
+  req.mutable_result()->set_device("cpu (1 thread(s))");
+  req.mutable_result()->set_matmul_size(512);
+  req.mutable_result()->set_matmul_seconds(ms / 1e3);
+  req.mutable_result()->set_allreduce_seconds(0.002);
+  req.mutable_result()->set_error(error);
+  return req;
+}
+
+// On Slurm a rank whose device is far slower than the others' fails the generation once every
+// rank reported: NODE_UNHEALTHY names it, its node joins the excluded nodes (the batch script
+// requeues the job without it), and the run restarts within its budget.
+TEST_F(CoordinatorTest, ASlowDeviceOnSlurmFailsTheGenerationAndExcludesItsNode) {
+  v1::RunSpec spec = testing::MakeSpec("slow", save_dir_, 3, 1, /*max_restarts=*/1);
+  spec.set_scheduler(v1::SLURM);
+  std::string run = coord_->SubmitRun(spec)->run_id();
+  auto ranks = RegisterAll(run, 3, 1);
+  auto first = coord_->ReportPreflight(PreflightReport(run, ranks[0], 9));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->unhealthy().empty());
+  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[2], 75)).ok());
+  EXPECT_EQ(State(run), v1::RUNNING);  // not judged before every rank reported
+  auto last = coord_->ReportPreflight(PreflightReport(run, ranks[1], 10));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_THAT(last->unhealthy(), ::testing::HasSubstr("rank 2"));
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::RESTARTING);
+  EXPECT_EQ(r.restarts(), 1);
+  EXPECT_EQ(r.reason().kind(), v1::Failure::NODE_UNHEALTHY);
+  EXPECT_EQ(r.reason().rank(), 2);
+  EXPECT_EQ(r.reason().node(), "n3");
+  EXPECT_THAT(r.reason().message(), ::testing::HasSubstr("took 75.0 ms, 7.5x the median"));
+  EXPECT_THAT(r.reason().message(), ::testing::HasSubstr("node n3 excluded from the job"));
+  EXPECT_THAT(r.excluded_nodes(), ::testing::ElementsAre("n3"));
+  // Every rank hears it with its next heartbeat.
+  auto beat = Beat(run, ranks[0], 0);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_EQ(beat->directive(), v1::HeartbeatResponse::STOP);
+  // A late report of the ended generation is refused naming why it ended.
+  auto late = coord_->ReportPreflight(PreflightReport(run, ranks[0], 9));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(late.status().message(), ::testing::HasSubstr("pre-flight"));
+  // The exclusion survives a coordinator restart.
+  Reopen();
+  EXPECT_THAT(coord_->GetRun(run)->excluded_nodes(), ::testing::ElementsAre("n3"));
+}
+
+// On one machine there is no node to leave out: the timings are shown, speed is not judged; a
+// device error still fails the generation at once, without waiting for the others.
+TEST_F(CoordinatorTest, ALocalRunShowsPreflightsAndFailsOnlyOnADeviceError) {
+  std::string run = Submit(1, 3, /*max_restarts=*/1);
+  auto ranks = RegisterAll(run, 1, 3);
+  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[0], 9)).ok());
+  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[1], 90)).ok());
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::RUNNING);
+  EXPECT_DOUBLE_EQ(r.ranks(1).preflight().matmul_seconds(), 0.09);
+  EXPECT_EQ(r.ranks(1).preflight().device(), "cpu (1 thread(s))");
+  EXPECT_FALSE(r.ranks(2).has_preflight());
+  auto failed = coord_->ReportPreflight(PreflightReport(run, ranks[2], 0, "CUDA error: uncorrectable ECC error encountered"));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  r = *coord_->GetRun(run);
+  EXPECT_EQ(r.reason().kind(), v1::Failure::NODE_UNHEALTHY);
+  EXPECT_EQ(r.reason().rank(), 2);
+  EXPECT_THAT(r.reason().message(), ::testing::HasSubstr("uncorrectable ECC error"));
+  EXPECT_EQ(r.excluded_nodes_size(), 0);
+  EXPECT_EQ(r.state(), v1::RESTARTING);
+}
+
+TEST_F(CoordinatorTest, ReportPreflightValidatesItsFields) {
+  std::string run = Submit(1, 2);
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> waiting;
+  waiting.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+  coord_->Register(RegisterRequest(run, "n1", 0), waiting.back()->pending());
+  v1::RegisterResponse fake;
+  fake.set_rank(0);
+  auto early = coord_->ReportPreflight(PreflightReport(run, fake, 9));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  waiting.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+  coord_->Register(RegisterRequest(run, "n1", 1), waiting.back()->pending());
+  ASSERT_TRUE(waiting[0]->arrived() && waiting[0]->value.ok());
+  v1::RegisterResponse a = *waiting[0]->value;
+  for (double bad : {-1.0, std::nan(""), 1e9}) {
+    v1::ReportPreflightRequest req = PreflightReport(run, a, 9);
+    req.mutable_result()->set_matmul_seconds(bad);
+    auto refused = coord_->ReportPreflight(req);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("matmul_seconds")) << refused.status();
+  }
+  v1::ReportPreflightRequest size = PreflightReport(run, a, 9);
+  size.mutable_result()->set_matmul_size(-4);
+  EXPECT_EQ(coord_->ReportPreflight(size).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReportPreflightRequest out_of_range = PreflightReport(run, a, 9);
+  out_of_range.set_rank(2);
+  EXPECT_EQ(coord_->ReportPreflight(out_of_range).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReportPreflightRequest replaced = PreflightReport(run, a, 9);
+  replaced.set_incarnation("someone-else");
+  EXPECT_EQ(coord_->ReportPreflight(replaced).status().code(), absl::StatusCode::kAborted);
+  v1::ReportPreflightRequest unknown = PreflightReport("r-00000000000000ff", a, 9);
+  EXPECT_EQ(coord_->ReportPreflight(unknown).status().code(), absl::StatusCode::kNotFound);
+  // The first report counts; a retry changes nothing.
+  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, a, 9)).ok());
+  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, a, 50)).ok());
+  EXPECT_DOUBLE_EQ(coord_->GetRun(run)->ranks(0).preflight().matmul_seconds(), 0.009);
+  ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
+  EXPECT_EQ(coord_->ReportPreflight(PreflightReport(run, a, 9)).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, CancelStopsEverythingAndIsHarmlessTwice) {

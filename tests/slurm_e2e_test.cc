@@ -3,10 +3,12 @@
 // the Slurm daemons cannot run here.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -401,6 +403,65 @@ TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
   EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-node-fail/logs/rank-0.log").find("resumed from"), std::string::npos);
   std::string table = Dtctl({"status", run}).output;
   EXPECT_NE(table.find("excluded   " + dead), std::string::npos) << table;
+}
+
+// A straggler: one node's device is far slower than the others' (here its trainer shares a CPU
+// with five busy processes, as on a node with a runaway job). The device pre-flight before the
+// first step names it (NODE_UNHEALTHY); the node is excluded, the job requeued without it, and
+// the run succeeds on the other two nodes.
+TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWithoutIt) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0) << (started.ok() ? started->output : started.status().ToString());
+  // The slow node is the one task 1 first lands on; its trainers run on CPU 1 beside the busy
+  // processes, every other trainer on CPU 0.
+  std::string slow_file = JoinPath(tmp_.path(), "slow-node");
+  std::string wrapper = JoinPath(tmp_.path(), "dttrainer-pinned");
+  {
+    std::ofstream w(wrapper);
+    w << "#!/bin/sh\n"
+      << "slow=$(cat '" << slow_file << "' 2>/dev/null)\n"
+      << "if [ -z \"$slow\" ] && [ \"${SLURM_PROCID:-}\" = 1 ]; then slow=$SLURMD_NODENAME; echo \"$slow\" > '"
+      << slow_file << "'; fi\n"
+      << "cpu=0; [ -n \"$slow\" ] && [ \"${SLURMD_NODENAME:-}\" = \"$slow\" ] && cpu=1\n"
+      << "exec taskset -c $cpu '" << testing::BinaryPath("dttrainer") << "' \"$@\"\n";
+  }
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  // Each in a session of its own: with the kernel's autogroup scheduling, processes of one
+  // session share one CPU slot between them.
+  std::vector<std::unique_ptr<Subprocess>> busy;
+  SpawnOptions own_session;
+  own_session.new_session = true;
+  for (int k = 0; k < 5; ++k) {
+    auto hog = Subprocess::Spawn({"taskset", "-c", "1", "sh", "-c", "while :; do :; done"}, own_session);
+    ASSERT_TRUE(hog.ok()) << hog.status();
+    busy.push_back(std::move(*hog));
+  }
+  std::string run = Submit("slurm-slow", 8, /*max_restarts=*/1, {}, {"--trainer", wrapper});
+  ASSERT_FALSE(run.empty());
+  CommandResult watch = Dtctl({"watch", run});
+  busy.clear();  // killed and reaped
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  std::string job = s["scheduler_job_id"];
+  std::string out = testing::Slurp(save_dir_ + "/slurm-slow/logs/slurm-" + job + ".out");
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << out;
+  std::string slow = std::string(absl::StripAsciiWhitespace(testing::Slurp(slow_file)));
+  ASSERT_FALSE(slow.empty());
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["restarts"], 1) << s;
+  EXPECT_EQ(s["excluded_nodes"], nlohmann::json::array({slow})) << s;
+  ASSERT_GE(s["failures"].size(), 1u);
+  nlohmann::json failure = s["failures"][0];
+  EXPECT_EQ(failure["kind"], "NODE_UNHEALTHY") << failure;
+  EXPECT_EQ(failure["node"], slow) << failure;
+  EXPECT_EQ(failure["rank"], 1) << failure;
+  EXPECT_NE(std::string(failure["message"]).find("failed the device pre-flight: its matrix multiply"),
+            std::string::npos) << failure;
+  ASSERT_EQ(s["ranks"].size(), 2u);
+  for (const auto& rank : s["ranks"]) {
+    EXPECT_NE(rank["node"], slow) << s;
+    EXPECT_GT(rank["preflight"]["matmul_seconds"].get<double>(), 0) << rank;
+  }
+  EXPECT_NE(out.find("requeued without " + slow), std::string::npos) << out;
 }
 
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {

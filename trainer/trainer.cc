@@ -37,6 +37,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/process_group.h"
 #include "trainer/sampler.h"
+#include "trainer/device_preflight.h"
 #include "trainer/token_cache.h"
 
 namespace dt {
@@ -164,6 +165,32 @@ struct Trainer {
     });
   }
 
+  // Before the first step: times this rank's device and the group (RunDevicePreflight) and tells
+  // the coordinator, which compares the ranks. False when the generation ended over a pre-flight
+  // (this rank's device or another's): this process leaves, the run restarts without the node.
+  bool DevicePreflightPassed() {
+    v1::DevicePreflight result =
+        Collective("device pre-flight all-reduce", [&] { return RunDevicePreflight(*group, device); });
+    if (result.error().empty()) {
+      DT_LOG(Info) << absl::StrFormat("device pre-flight on %s: matrix multiply (order %d) %.1f ms, all-reduce %.1f ms",
+                                      result.device(), result.matmul_size(), result.matmul_seconds() * 1e3,
+                                      result.allreduce_seconds() * 1e3);
+    } else {
+      DT_LOG(Error) << "device pre-flight on " << result.device() << " failed: " << result.error();
+    }
+    absl::StatusOr<v1::ReportPreflightResponse> reply = agent.ReportPreflight(result);
+    if (!reply.ok()) {
+      // The generation may have ended for another reason; the heartbeat says so.
+      DT_LOG(Warning) << "could not report the device pre-flight: " << reply.status();
+    } else if (!reply->unhealthy().empty()) {
+      DT_LOG(Error) << "stopping: " << reply->unhealthy();
+      agent.StopHeartbeats();
+      return false;
+    }
+    if (!result.error().empty()) throw std::runtime_error("device pre-flight: " + result.error());
+    return true;
+  }
+
   int Run() {
     const v1::RegisterResponse& a = agent.assignment();
     rank = a.rank();
@@ -195,6 +222,7 @@ struct Trainer {
     DT_LOG(Info) << "rank " << rank << "/" << world << " (node " << agent.assignment().node_rank()
                  << ", local " << a.local_rank() << ", generation " << a.generation() << "): " << *backend
                  << " process group ready in " << absl::FormatDuration(absl::Now() - pg_start);
+    if (!DevicePreflightPassed()) return kExitStopped;
 
     // Data, rank 0 first.
     absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tokenizer = Gpt2Tokenizer::Load(cfg.tokenizer_dir);

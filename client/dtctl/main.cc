@@ -166,7 +166,7 @@ int Status(Global& g, const std::string& run_id) {
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
   if (job) std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
   if (r->excluded_nodes_size() > 0) {
-    std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", ")) << " (failed under this run)\n";
+    std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", ")) << " (failed or unhealthy under this run)\n";
   }
   if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
     std::cout << "reason     " << FailureLine(r->reason()) << "\n";
@@ -176,9 +176,9 @@ int Status(Global& g, const std::string& run_id) {
     for (const auto& rank : r->ranks()) {
       rows.push_back({rank.rank() >= 0 ? absl::StrCat(rank.rank()) : "-", absl::StrCat(rank.local_rank()), rank.node(),
                       rank.host(), absl::StrCat(rank.pid()), v1::RankStatus::State_Name(rank.state()),
-                      absl::StrCat(rank.step()), Ago(rank.last_heartbeat())});
+                      absl::StrCat(rank.step()), Ago(rank.last_heartbeat()), PreflightCell(rank)});
     }
-    std::cout << "\n" << Table({"RANK", "LOCAL", "NODE", "HOST", "PID", "STATE", "STEP", "HEARTBEAT"}, rows);
+    std::cout << "\n" << Table({"RANK", "LOCAL", "NODE", "HOST", "PID", "STATE", "STEP", "HEARTBEAT", "PREFLIGHT"}, rows);
   }
   return kOk;
 }
@@ -329,10 +329,11 @@ int RequeueWanted(Global& g, const std::string& run_id) {
 }
 
 // Used by the batch script of a job Slurm requeued (a node failure ends a --requeue job NODE_FAIL
-// and puts it back in the queue): the nodes the run's ranks last ran on that Slurm shows failed are
-// recorded with the coordinator (the run's excluded nodes, each with a NODE_FAILED record) and kept
-// off the job; when this allocation holds one — a failed node back in service — the job is
-// requeued without it and the script ends (exit 5).
+// and puts it back in the queue) and before each next generation: the nodes the run's ranks last
+// ran on that Slurm shows failed are recorded with the coordinator (the run's excluded nodes, each
+// with a NODE_FAILED record) and kept off the job; when this allocation holds an excluded node — a
+// failed node back in service, or one the coordinator found unhealthy (NODE_UNHEALTHY) — the job
+// is requeued without it and the script ends (exit 5).
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), "exclude-failed-nodes");

@@ -79,6 +79,14 @@ nlohmann::json RunJson(const v1::Run& r) {
                      {"generation", rank.generation()},
                      {"last_heartbeat", Iso8601(rank.last_heartbeat())}});
     if (rank.has_scheduler_task()) ranks.back()["scheduler_task"] = rank.scheduler_task();
+    if (rank.has_preflight()) {
+      const v1::DevicePreflight& p = rank.preflight();
+      ranks.back()["preflight"] = {{"device", p.device()},
+                                   {"matmul_size", p.matmul_size()},
+                                   {"matmul_seconds", p.matmul_seconds()},
+                                   {"allreduce_seconds", p.allreduce_seconds()},
+                                   {"error", p.error()}};
+    }
   }
   nlohmann::json failures = nlohmann::json::array();
   for (const auto& f : r.failures()) failures.push_back(FailureJson(f));
@@ -114,6 +122,13 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
           {"ranks", ranks},
           {"failures", failures}};
+}
+
+std::string PreflightCell(const v1::RankStatus& rank) {
+  if (!rank.has_preflight()) return "";
+  const v1::DevicePreflight& p = rank.preflight();
+  if (!p.error().empty()) return "device error";
+  return absl::StrFormat("%.1f ms", p.matmul_seconds() * 1e3);
 }
 
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c) {

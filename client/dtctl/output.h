@@ -15,7 +15,9 @@ namespace dt::ctl {
 std::string StateName(v1::RunState state);
 // {"run_id","name","state","world_size","generation","restarts","step","total_steps","exp_dir",
 //  "latest_checkpoint_step","reason","created_at","ended_at","scheduler","scheduler_job_id",
-//  "ranks":[{"rank","local_rank","node","host","pid","state","step"}], "failures": [...]}
+//  "ranks":[{"rank","local_rank","node","host","pid","state","step",
+//            "preflight":{"device","matmul_size","matmul_seconds","allreduce_seconds","error"}}],
+//  "failures": [...]}
 nlohmann::json RunJson(const v1::Run& run);
 nlohmann::json FailureJson(const v1::Failure& f);
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c);
@@ -29,5 +31,6 @@ std::string Ago(const google::protobuf::Timestamp& t);      // "3m ago"
 std::string HumanBytes(int64_t bytes);                      // "1.5 GiB"
 std::string HumanSeconds(double seconds);                   // "1h02m", "45s"
 std::string FailureLine(const v1::Failure& f);  // DescribeFailure, escaped for a terminal
+std::string PreflightCell(const v1::RankStatus& rank);  // "9.1 ms", "device error" or ""
 
 }  // namespace dt::ctl
