@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,7 @@
 #include "client/agent.h"
 #include "client/join_run.h"
 #include "client/metrics_reporter.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/stop_signals.h"
@@ -80,7 +83,8 @@ auto Collective(const char* what, F fn) -> decltype(fn()) {
   }
 }
 
-void Check(const absl::Status& s) {
+// Throws (for RunTrainer to report) when `s` is an error.
+void CheckOk(const absl::Status& s) {
   if (!s.ok()) throw std::runtime_error(s.ToString());
 }
 
@@ -92,8 +96,6 @@ int64_t RssBytes() {
   std::fclose(f);
   return resident * ::sysconf(_SC_PAGESIZE);
 }
-
-double Now() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
 torch::Tensor Gather(const TokenCache& tokens, const std::vector<int64_t>& samples, int seq_len) {
@@ -128,41 +130,70 @@ void RedirectOutput(const std::string& dir, const v1::RegisterResponse& a) {
                << " of " << a.world_size() << ", pid " << ::getpid() << " on " << HostName() << " ===";
 }
 
-struct Trainer {
-  const TrainerConfig& cfg;
-  Agent& agent;
-  std::unique_ptr<MetricsReporter>& reporter;
-  std::atomic<int64_t>& current_step;
+// One generation of training on this rank: the sections of the work are the methods, in the order
+// Run calls them.
+class Trainer {
+ public:
+  Trainer(const TrainerConfig& cfg, Agent& agent, std::unique_ptr<MetricsReporter>& reporter,
+          std::atomic<int64_t>& current_step)
+      : cfg_(cfg), agent_(agent), reporter_(reporter), current_step_(current_step) {}
 
-  int rank = 0;
-  int world = 1;
-  std::string exp_dir;
-  c10::intrusive_ptr<CommGroup> group;
+  // The process's exit code; throws CollectiveError, ConfigError, StorageFullError or any other
+  // exception for RunTrainer to report.
+  int Run() {
+    const v1::RegisterResponse& a = agent_.assignment();
+    rank_ = a.rank();
+    world_ = a.world_size();
+    exp_dir_ = a.exp_dir();
+    threads_ = cfg_.threads > 0 ? cfg_.threads : std::max(1, EnvInt("OMP_NUM_THREADS", 1));
+    torch::set_num_threads(threads_);
+    CreateProcessGroup();
+    if (!DevicePreflightPassed()) return kExitStopped;
+    PrepareData();
+    BuildModel();
+    Resume();
+    StartDataParallel();
+    agent_.ReportProgress(state_.step, total_steps_);
+    current_step_ = state_.step;
+    last_checkpoint_ = state_.step;
+    model_->train();
+    while (state_.step < total_steps_) {
+      TrainStep();
+      if (state_.step < total_steps_ && PreemptionAgreed()) return LeaveForPreemption();
+      if (cfg_.exit_after_step > 0 && state_.step == cfg_.exit_after_step) {
+        DT_LOG(Warning) << "--exit-after-step " << state_.step << ": vanishing without cleanup (fault injection)";
+        std::_Exit(137);
+      }
+    }
+    return Finish();
+  }
 
+ private:
   void Log(const std::string& line) {
-    if (rank == 0) std::cout << line << std::endl;
+    if (rank_ == 0) std::cout << line << std::endl;
   }
 
-  torch::Device device = torch::kCPU;  // cuda:<local rank> with NCCL
-
-  double AllReduceMean(double value) {
-    return Collective("all-reduce of metrics", [&] {
-      std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device)};
-      group->allreduce(t)->wait();
-      return t[0].item<double>() / world;
-    });
-  }
-
-  // Whether any rank was asked to stop by the scheduler (SIGUSR2 reaches the ranks moments apart,
-  // or only some of them): one tiny all-reduce per step makes every rank stop after the same step.
-  bool PreemptionAgreed() {
-    return Collective("preemption check", [&] {
-      std::vector<torch::Tensor> t = {torch::tensor({PreemptionRequested() ? 1.0f : 0.0f}).to(device)};
-      c10d::AllreduceOptions max;
-      max.reduceOp = c10d::ReduceOp::MAX;
-      group->allreduce(t, max)->wait();
-      return t[0].item<float>() > 0;
-    });
+  // The process group, through the coordinator's store (no MASTER_ADDR/PORT).
+  void CreateProcessGroup() {
+    const v1::RegisterResponse& a = agent_.assignment();
+    absl::StatusOr<std::string> backend = ResolveBackend(cfg_.backend);
+    if (!backend.ok()) throw ConfigError(std::string(backend.status().message()));
+    // NCCL works on GPU tensors: one device per rank, the local rank's.
+    if (*backend == "nccl") device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(a.local_rank()));
+    absl::StatusOr<std::unique_ptr<StoreSession>> session = agent_.OpenStore();
+    if (!session.ok()) throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
+    auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session),
+                                                       std::chrono::milliseconds(a.timeouts().store_timeout_ms()));
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
+    absl::Time start = absl::Now();
+    absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg =
+        dt::CreateProcessGroup(*backend, prefixed, rank_, world_, a.local_rank(),
+                               std::chrono::milliseconds(a.timeouts().collective_timeout_ms()));
+    if (!pg.ok()) throw CollectiveError(std::string(pg.status().message()));
+    group_ = *pg;
+    DT_LOG(Info) << "rank " << rank_ << "/" << world_ << " (node " << a.node_rank() << ", local " << a.local_rank()
+                 << ", generation " << a.generation() << "): " << *backend << " process group ready in "
+                 << absl::FormatDuration(absl::Now() - start);
   }
 
   // Before the first step: times this rank's device and the group (RunDevicePreflight) and tells
@@ -170,7 +201,7 @@ struct Trainer {
   // (this rank's device or another's): this process leaves, the run restarts without the node.
   bool DevicePreflightPassed() {
     v1::DevicePreflight result =
-        Collective("device pre-flight all-reduce", [&] { return RunDevicePreflight(*group, device); });
+        Collective("device pre-flight all-reduce", [&] { return RunDevicePreflight(*group_, device_); });
     if (result.error().empty()) {
       DT_LOG(Info) << absl::StrFormat("device pre-flight on %s: matrix multiply (order %d) %.1f ms, all-reduce %.1f ms",
                                       result.device(), result.matmul_size(), result.matmul_seconds() * 1e3,
@@ -178,307 +209,404 @@ struct Trainer {
     } else {
       DT_LOG(Error) << "device pre-flight on " << result.device() << " failed: " << result.error();
     }
-    absl::StatusOr<v1::ReportPreflightResponse> reply = agent.ReportPreflight(result);
+    absl::StatusOr<v1::ReportPreflightResponse> reply = agent_.ReportPreflight(result);
     if (!reply.ok()) {
       // The generation may have ended for another reason; the heartbeat says so.
       DT_LOG(Warning) << "could not report the device pre-flight: " << reply.status();
     } else if (!reply->unhealthy().empty()) {
       DT_LOG(Error) << "stopping: " << reply->unhealthy();
-      agent.StopHeartbeats();
+      agent_.StopHeartbeats();
       return false;
     }
     if (!result.error().empty()) throw std::runtime_error("device pre-flight: " + result.error());
     return true;
   }
 
-  int Run() {
-    const v1::RegisterResponse& a = agent.assignment();
-    rank = a.rank();
-    world = a.world_size();
-    exp_dir = a.exp_dir();
-    const v1::TimeoutPolicy& timeouts = a.timeouts();
-    int threads = cfg.threads;
-    if (threads <= 0) {
-      const char* omp = std::getenv("OMP_NUM_THREADS");
-      threads = omp != nullptr && std::atoi(omp) > 0 ? std::atoi(omp) : 1;
-    }
-    torch::set_num_threads(threads);
-
-    // Process group through the coordinator's store.
-    absl::StatusOr<std::string> backend = ResolveBackend(cfg.backend);
-    if (!backend.ok()) throw ConfigError(std::string(backend.status().message()));
-    // NCCL works on GPU tensors: one device per rank, the local rank's.
-    if (*backend == "nccl") device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(a.local_rank()));
-    absl::StatusOr<std::unique_ptr<StoreSession>> session = agent.OpenStore();
-    if (!session.ok()) throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
-    auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session),
-                                                       std::chrono::milliseconds(timeouts.store_timeout_ms()));
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
-    absl::Time pg_start = absl::Now();
-    absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg = CreateProcessGroup(
-        *backend, prefixed, rank, world, a.local_rank(), std::chrono::milliseconds(timeouts.collective_timeout_ms()));
-    if (!pg.ok()) throw CollectiveError(std::string(pg.status().message()));
-    group = *pg;
-    DT_LOG(Info) << "rank " << rank << "/" << world << " (node " << agent.assignment().node_rank()
-                 << ", local " << a.local_rank() << ", generation " << a.generation() << "): " << *backend
-                 << " process group ready in " << absl::FormatDuration(absl::Now() - pg_start);
-    if (!DevicePreflightPassed()) return kExitStopped;
-
-    // Data, rank 0 first.
-    absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tokenizer = Gpt2Tokenizer::Load(cfg.tokenizer_dir);
+  // Data, rank 0 first: rank 0 tokenizes into a cache file every rank then memory-maps. The cache
+  // sits beside the experiment directories, so other experiments on the same dataset and
+  // tokenizer skip the work (its name covers both).
+  void PrepareData() {
+    absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tokenizer = Gpt2Tokenizer::Load(cfg_.tokenizer_dir);
     if (!tokenizer.ok()) throw ConfigError(std::string(tokenizer.status().message()));
-    absl::StatusOr<std::string> cache_name = TokenCacheName(cfg.dataset, (*tokenizer)->fingerprint());
+    tokenizer_ = std::move(*tokenizer);
+    absl::StatusOr<std::string> cache_name = TokenCacheName(cfg_.dataset, tokenizer_->fingerprint());
     if (!cache_name.ok()) throw ConfigError(std::string(cache_name.status().message()));
-    // Tokenized data is cached beside the experiment directories, so other experiments on the
-    // same dataset and tokenizer skip the work (the name covers both).
-    std::string data_dir = cfg.data_cache_dir.empty() ? JoinPath(Dirname(exp_dir), ".dt-cache") : cfg.data_cache_dir;
+    std::string data_dir = cfg_.data_cache_dir.empty() ? JoinPath(Dirname(exp_dir_), ".dt-cache") : cfg_.data_cache_dir;
     std::string cache_path = JoinPath(data_dir, *cache_name);
-    if (rank == 0 && !std::filesystem::exists(cache_path)) {
-      Check(MakeDirs(data_dir));
+    if (rank_ == 0 && !std::filesystem::exists(cache_path)) {
+      if (absl::Status made = MakeDirs(data_dir); !made.ok()) throw ConfigError(std::string(made.message()));
       absl::Time t0 = absl::Now();
-      absl::Status built = BuildTokenCache(cfg.dataset, **tokenizer, cache_path);
+      absl::Status built = BuildTokenCache(cfg_.dataset, *tokenizer_, cache_path);
       if (!built.ok()) throw ConfigError(std::string(built.message()));
-      DT_LOG(Info) << "tokenized " << cfg.dataset << " into " << cache_path << " in "
+      DT_LOG(Info) << "tokenized " << cfg_.dataset << " into " << cache_path << " in "
                    << absl::FormatDuration(absl::Now() - t0);
     }
-    absl::Status ready = agent.Barrier("dt.data-ready", absl::Milliseconds(timeouts.init_timeout_ms()));
+    absl::Status ready =
+        agent_.Barrier("dt.data-ready", absl::Milliseconds(agent_.assignment().timeouts().init_timeout_ms()));
     if (!ready.ok()) throw CollectiveError(absl::StrCat("waiting for rank 0 to prepare the data: ", ready.ToString()));
     absl::StatusOr<std::unique_ptr<TokenCache>> tokens = TokenCache::Open(cache_path);
     if (!tokens.ok()) throw std::runtime_error(tokens.status().ToString());
-    const int seq_len = cfg.seq_len;
-    int64_t num_samples = ((*tokens)->size() - 1) / seq_len;
-    int64_t eval_samples = cfg.eval_split > 0 ? std::max<int64_t>(1, std::llround(num_samples * cfg.eval_split)) : 0;
-    int64_t train_samples = num_samples - eval_samples;
-    DistributedSampler sampler(train_samples, world, rank, cfg.batch_size, cfg.seed);
-    if (sampler.batches_per_epoch() < cfg.grad_accum) {
-      throw ConfigError(absl::StrCat("the dataset has ", train_samples, " training samples of ", seq_len,
-                                     " tokens: too few for ", world, " ranks x batch ", cfg.batch_size,
-                                     " x accumulation ", cfg.grad_accum));
+    tokens_ = std::move(*tokens);
+    int64_t num_samples = (tokens_->size() - 1) / cfg_.seq_len;
+    eval_samples_ = cfg_.eval_split > 0 ? std::max<int64_t>(1, std::llround(num_samples * cfg_.eval_split)) : 0;
+    train_samples_ = num_samples - eval_samples_;
+    sampler_ = std::make_unique<DistributedSampler>(train_samples_, world_, rank_, cfg_.batch_size, cfg_.seed);
+    if (sampler_->batches_per_epoch() < cfg_.grad_accum) {
+      throw ConfigError(absl::StrCat("the dataset has ", train_samples_, " training samples of ", cfg_.seq_len,
+                                     " tokens: too few for ", world_, " ranks x batch ", cfg_.batch_size,
+                                     " x accumulation ", cfg_.grad_accum));
     }
-    int64_t steps_per_epoch = sampler.batches_per_epoch() / cfg.grad_accum;
-    int64_t total_steps = cfg.max_steps > 0 ? cfg.max_steps : cfg.num_epochs * steps_per_epoch;
+    int64_t steps_per_epoch = sampler_->batches_per_epoch() / cfg_.grad_accum;
+    total_steps_ = cfg_.max_steps > 0 ? cfg_.max_steps : cfg_.num_epochs * steps_per_epoch;
+  }
 
-    // Model and optimizer.
-    absl::StatusOr<Gpt2Config> mc = MakeGpt2Config(cfg.model, cfg.config_overrides);
+  // The model and AdamW (weight decay on matrices only, not on biases and LayerNorm).
+  void BuildModel() {
+    absl::StatusOr<Gpt2Config> mc = MakeGpt2Config(cfg_.model, cfg_.config_overrides);
     if (!mc.ok()) throw ConfigError(std::string(mc.status().message()));
-    mc->vocab_size = (*tokenizer)->vocab_size();
-    mc->dropout = cfg.dropout;
-    if (seq_len > mc->n_positions) {
-      throw ConfigError(absl::StrCat("--seq-len ", seq_len, " exceeds the model's n_positions ", mc->n_positions));
+    mc->vocab_size = tokenizer_->vocab_size();
+    mc->dropout = cfg_.dropout;
+    if (cfg_.seq_len > mc->n_positions) {
+      throw ConfigError(absl::StrCat("--seq-len ", cfg_.seq_len, " exceeds the model's n_positions ", mc->n_positions));
     }
-    torch::manual_seed(cfg.seed);
-    Gpt2 model(*mc);
-    model->to(device);
+    model_config_ = DescribeConfig(*mc);
+    torch::manual_seed(cfg_.seed);
+    model_ = Gpt2(*mc);
+    model_->to(device_);
     std::vector<torch::Tensor> decay, no_decay;
-    for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
+    for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
     auto options = [&](double wd) {
       return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(cfg.lr).betas({cfg.beta1, cfg.beta2}).weight_decay(wd));
+          torch::optim::AdamWOptions(cfg_.lr).betas({cfg_.beta1, cfg_.beta2}).weight_decay(wd));
     };
-    groups.emplace_back(decay, options(cfg.weight_decay));
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, options(cfg_.weight_decay));
     groups.emplace_back(no_decay, options(0.0));
-    torch::optim::AdamW optimizer(groups, torch::optim::AdamWOptions(cfg.lr));
+    optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg_.lr));
+  }
 
-    TrainState state;
+  // Loads the checkpoint the coordinator named (the latest committed), if any.
+  void Resume() {
+    const v1::RegisterResponse& a = agent_.assignment();
     if (a.has_resume() && !a.resume().path().empty()) {
       absl::Time t0 = absl::Now();
-      absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model, optimizer, device);
+      absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model_, *optimizer_, device_);
       if (!loaded.ok()) throw std::runtime_error(loaded.status().ToString());
-      state = *loaded;
+      state_ = *loaded;
       // The sampler position counts micro-batches of world × batch samples: carry it over in
       // samples when the shape changed.
-      int64_t then = static_cast<int64_t>(state.world_size) * state.batch_size;
-      int64_t now = static_cast<int64_t>(world) * cfg.batch_size;
+      int64_t then = static_cast<int64_t>(state_.world_size) * state_.batch_size;
+      int64_t now = static_cast<int64_t>(world_) * cfg_.batch_size;
       if (then > 0 && then != now) {
-        int64_t samples = state.batch * then;
-        state.batch = samples / now;
-        DT_LOG(Warning) << "the checkpoint was taken with " << state.world_size << " ranks x batch "
-                        << state.batch_size << "; continuing at sample " << samples << " of epoch " << state.epoch
+        int64_t samples = state_.batch * then;
+        state_.batch = samples / now;
+        DT_LOG(Warning) << "the checkpoint was taken with " << state_.world_size << " ranks x batch "
+                        << state_.batch_size << "; continuing at sample " << samples << " of epoch " << state_.epoch
                         << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
                         << "; the data order differs from an uninterrupted run with this shape";
       }
-      Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state.step, " (loaded in ",
+      Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state_.step, " (loaded in ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
     }
-    state.world_size = world;
-    state.batch_size = cfg.batch_size;
-    state.grad_accum = cfg.grad_accum;
-    state.seed = cfg.seed;
-    state.model_config = DescribeConfig(*mc);
-    std::vector<torch::Tensor> params = model->parameters();
-    DistributedDataParallel ddp(params, group);
-    Collective("broadcast of parameters from rank 0", [&] { ddp.BroadcastParameters(); });
-    LrSchedule schedule{cfg.lr, cfg.min_lr >= 0 ? cfg.min_lr : cfg.lr / 10, cfg.warmup_steps, total_steps};
-    Log(absl::StrCat("GPT-2 ", cfg.model, " with ", model->NumParameters(), " parameters; ", train_samples,
-                     " training samples of ", seq_len, " tokens (", eval_samples, " held out); ", total_steps,
-                     " steps; ", world, " rank(s) x batch ", cfg.batch_size, " x accumulation ", cfg.grad_accum,
-                     "; ", threads, " thread(s) per rank; ", ddp.bucket_count(), " gradient bucket(s)"));
+    state_.world_size = world_;
+    state_.batch_size = cfg_.batch_size;
+    state_.grad_accum = cfg_.grad_accum;
+    state_.seed = cfg_.seed;
+    state_.model_config = model_config_;
+  }
 
-    agent.ReportProgress(state.step, total_steps);
-    current_step = state.step;
-    double best_eval = std::numeric_limits<double>::infinity();
-    double last_loss = std::nan("");
-    int64_t last_checkpoint = state.step;
-    const int64_t tokens_per_micro = static_cast<int64_t>(cfg.batch_size) * seq_len;
+  // DDP: every rank starts from rank 0's parameters; gradients are all-reduced in buckets.
+  void StartDataParallel() {
+    params_ = model_->parameters();
+    ddp_ = std::make_unique<DistributedDataParallel>(params_, group_);
+    Collective("broadcast of parameters from rank 0", [&] { ddp_->BroadcastParameters(); });
+    schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr >= 0 ? cfg_.min_lr : cfg_.lr / 10, cfg_.warmup_steps, total_steps_};
+    Log(absl::StrCat("GPT-2 ", cfg_.model, " with ", model_->NumParameters(), " parameters; ", train_samples_,
+                     " training samples of ", cfg_.seq_len, " tokens (", eval_samples_, " held out); ", total_steps_,
+                     " steps; ", world_, " rank(s) x batch ", cfg_.batch_size, " x accumulation ", cfg_.grad_accum,
+                     "; ", threads_, " thread(s) per rank; ", ddp_->bucket_count(), " gradient bucket(s)"));
+  }
 
+  // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
+  torch::Tensor Batch(const std::vector<int64_t>& samples) {
+    return Gather(*tokens_, samples, cfg_.seq_len).to(device_);
+  }
+
+  // One optimizer step (with its micro-steps), then what follows it: metrics, evaluation,
+  // checkpoints.
+  void TrainStep() {
+    const int64_t step = state_.step + 1;
+    const int seq_len = cfg_.seq_len;
+    absl::Time step_start = absl::Now();
+    absl::Duration data_time;
+    double loss_sum = 0;
+    for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
+      absl::Time d0 = absl::Now();
+      if (state_.batch >= sampler_->batches_per_epoch()) {
+        ++state_.epoch;
+        state_.batch = 0;
+      }
+      torch::Tensor batch = Batch(sampler_->Batch(state_.epoch, state_.batch));
+      ++state_.batch;
+      data_time += absl::Now() - d0;
+      bool last = micro == cfg_.grad_accum - 1;
+      ddp_->set_sync(last);
+      if (last) ddp_->Prepare();
+      torch::Tensor loss = model_->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
+      (loss / cfg_.grad_accum).backward();
+      loss_sum += loss.item<double>();
+    }
+    Collective("gradient all-reduce", [&] { ddp_->Finish(); });
+    double grad_norm = torch::nn::utils::clip_grad_norm_(params_, cfg_.grad_clip);
+    double lr = schedule_.At(step);
+    for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    optimizer_->step();
+    optimizer_->zero_grad();
+    state_.step = step;
+    const int64_t tokens_per_step = static_cast<int64_t>(cfg_.batch_size) * seq_len * cfg_.grad_accum;
+    state_.tokens_seen += tokens_per_step * world_;
+    state_.samples_seen += static_cast<int64_t>(cfg_.batch_size) * cfg_.grad_accum * world_;
+    current_step_ = step;
+    agent_.ReportProgress(step, total_steps_);
+    double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
+
+    if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
+      last_loss_ = AllReduceMean(loss_sum / cfg_.grad_accum);
+      double epoch = static_cast<double>(state_.epoch) +
+                     static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
+      step_metrics_.insert({{"loss", last_loss_},
+                            {"lr", lr},
+                            {"grad_norm", grad_norm},
+                            {"tokens_per_s", tokens_per_step / step_seconds},
+                            {"step_time_s", step_seconds},
+                            {"data_time_s", absl::ToDoubleSeconds(data_time)},
+                            {"epoch", epoch},
+                            {"tokens_seen", static_cast<double>(state_.tokens_seen)},
+                            {"samples_seen", static_cast<double>(state_.samples_seen)},
+                            {"rss_bytes", static_cast<double>(RssBytes())}});
+      Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f", step,
+                          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds, epoch));
+    }
+    if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
+      double eval_loss = EvaluateLoss();
+      best_eval_ = std::min(best_eval_, eval_loss);
+      step_metrics_["eval_loss"] = eval_loss;
+      step_metrics_["perplexity"] = std::exp(eval_loss);
+      Log(absl::StrFormat("step %d eval_loss %.4f perplexity %.2f", step, eval_loss, std::exp(eval_loss)));
+    }
+    if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
+    if (step == total_steps_ && last_checkpoint_ != step) Checkpoint(step);
     // Everything a step reports goes out as one point (W&B wants one history row per step).
-    std::map<std::string, double> step_metrics;
-    auto checkpoint = [&](int64_t step) {
-      absl::Time t0 = absl::Now();
-      absl::StatusOr<v1::BeginCheckpointResponse> round = agent.BeginCheckpoint(step);
-      if (!round.ok()) {
-        throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", round.status().ToString()));
-      }
-      absl::StatusOr<v1::CheckpointInfo> done;
-      if (round->writer_rank() == rank) {
-        absl::StatusOr<v1::Manifest> manifest = WriteCheckpoint(round->partial_dir(), model, optimizer, state);
-        if (!manifest.ok()) {
-          (void)agent.AbortCheckpoint(round->round_id(), manifest.status().ToString());
-          DT_LOG(Error) << "checkpoint at step " << step << " not written: " << manifest.status();
-          if (absl::IsResourceExhausted(manifest.status())) {
-            throw StorageFullError(absl::StrCat("checkpoint at step ", step, " not written: ",
-                                                manifest.status().message()));
-          }
-          return;
+    if (reporter_ && !step_metrics_.empty()) reporter_->Add(step, step_metrics_);
+    step_metrics_.clear();
+  }
+
+  double AllReduceMean(double value) {
+    return Collective("all-reduce of metrics", [&] {
+      std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device_)};
+      group_->allreduce(t)->wait();
+      return t[0].item<double>() / world_;
+    });
+  }
+
+  // The mean loss over the held-out samples (each rank a disjoint share, then all-reduced).
+  double EvaluateLoss() {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    double sum = 0, count = 0;
+    int64_t per_rank = std::min<int64_t>(cfg_.eval_batches * cfg_.batch_size, eval_samples_ / world_);
+    for (int64_t i = 0; i < per_rank; i += cfg_.batch_size) {
+      std::vector<int64_t> ids;
+      for (int64_t k = i; k < std::min(per_rank, i + cfg_.batch_size); ++k) ids.push_back(train_samples_ + k * world_ + rank_);
+      torch::Tensor batch = Batch(ids);
+      torch::Tensor loss = model_->Loss(batch.narrow(1, 0, cfg_.seq_len), batch.narrow(1, 1, cfg_.seq_len));
+      sum += loss.item<double>() * static_cast<double>(ids.size());
+      count += static_cast<double>(ids.size());
+    }
+    model_->train();
+    return Collective("all-reduce of eval loss", [&] {
+      std::vector<torch::Tensor> t = {torch::tensor({sum, count}, torch::kDouble).to(device_)};
+      group_->allreduce(t)->wait();
+      return t[0][1].item<double>() > 0 ? t[0][0].item<double>() / t[0][1].item<double>() : 0.0;
+    });
+  }
+
+  // A checkpoint round at `step`: every rank arrives, the coordinator's writer writes, every rank
+  // waits for the commit. A round that fails leaves training going (the coordinator stops this
+  // process through the heartbeat if the generation is over); a full disk ends the run.
+  void Checkpoint(int64_t step) {
+    absl::Time t0 = absl::Now();
+    absl::StatusOr<v1::BeginCheckpointResponse> round = agent_.BeginCheckpoint(step);
+    if (!round.ok()) {
+      throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", round.status().ToString()));
+    }
+    absl::StatusOr<v1::CheckpointInfo> done;
+    if (round->writer_rank() == rank_) {
+      absl::StatusOr<v1::Manifest> manifest = WriteCheckpoint(round->partial_dir(), model_, *optimizer_, state_);
+      if (!manifest.ok()) {
+        (void)agent_.AbortCheckpoint(round->round_id(), manifest.status().ToString());
+        DT_LOG(Error) << "checkpoint at step " << step << " not written: " << manifest.status();
+        if (absl::IsResourceExhausted(manifest.status())) {
+          throw StorageFullError(absl::StrCat("checkpoint at step ", step, " not written: ", manifest.status().message()));
         }
-        done = agent.CommitCheckpoint(round->round_id(), &*manifest);
-      } else {
-        done = agent.CommitCheckpoint(round->round_id(), nullptr);
-      }
-      if (!done.ok()) {
-        // The round failed but the group may be fine: training goes on; the coordinator stops
-        // this process through the heartbeat if the generation is over.
-        DT_LOG(Warning) << "checkpoint at step " << step << " was not committed: " << done.status();
         return;
       }
-      last_checkpoint = step;
-      Log(absl::StrCat("checkpoint step-", step, " committed (", done->bytes(), " bytes, ",
-                       absl::FormatDuration(absl::Now() - t0), ")"));
-      step_metrics["checkpoint_seconds"] = absl::ToDoubleSeconds(absl::Now() - t0);
-      step_metrics["checkpoint_bytes"] = static_cast<double>(done->bytes());
-    };
-
-    auto evaluate = [&]() -> double {
-      torch::NoGradGuard no_grad;
-      model->eval();
-      double sum = 0, count = 0;
-      int64_t per_rank = std::min<int64_t>(cfg.eval_batches * cfg.batch_size, eval_samples / world);
-      for (int64_t i = 0; i < per_rank; i += cfg.batch_size) {
-        std::vector<int64_t> ids;
-        for (int64_t k = i; k < std::min(per_rank, i + cfg.batch_size); ++k) ids.push_back(train_samples + k * world + rank);
-        torch::Tensor batch = Gather(**tokens, ids, seq_len).to(device);
-        torch::Tensor loss = model->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
-        sum += loss.item<double>() * static_cast<double>(ids.size());
-        count += static_cast<double>(ids.size());
-      }
-      model->train();
-      return Collective("all-reduce of eval loss", [&] {
-        std::vector<torch::Tensor> t = {torch::tensor({sum, count}, torch::kDouble).to(device)};
-        group->allreduce(t)->wait();
-        return t[0][1].item<double>() > 0 ? t[0][0].item<double>() / t[0][1].item<double>() : 0.0;
-      });
-    };
-
-    model->train();
-    while (state.step < total_steps) {
-      const int64_t step = state.step + 1;
-      absl::Time step_start = absl::Now();
-      absl::Duration data_time;
-      double loss_sum = 0;
-      for (int micro = 0; micro < cfg.grad_accum; ++micro) {
-        absl::Time d0 = absl::Now();
-        if (state.batch >= sampler.batches_per_epoch()) {
-          ++state.epoch;
-          state.batch = 0;
-        }
-        torch::Tensor batch = Gather(**tokens, sampler.Batch(state.epoch, state.batch), seq_len).to(device);
-        ++state.batch;
-        data_time += absl::Now() - d0;
-        bool last = micro == cfg.grad_accum - 1;
-        ddp.set_sync(last);
-        if (last) ddp.Prepare();
-        torch::Tensor loss = model->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
-        (loss / cfg.grad_accum).backward();
-        loss_sum += loss.item<double>();
-      }
-      Collective("gradient all-reduce", [&] { ddp.Finish(); });
-      double grad_norm = torch::nn::utils::clip_grad_norm_(params, cfg.grad_clip);
-      double lr = schedule.At(step);
-      for (auto& g : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-      optimizer.step();
-      optimizer.zero_grad();
-      state.step = step;
-      state.tokens_seen += tokens_per_micro * cfg.grad_accum * world;
-      state.samples_seen += static_cast<int64_t>(cfg.batch_size) * cfg.grad_accum * world;
-      current_step = step;
-      agent.ReportProgress(step, total_steps);
-      double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
-
-      bool log_now = cfg.log_freq > 0 && (step % cfg.log_freq == 0 || step == total_steps);
-      if (log_now) {
-        last_loss = AllReduceMean(loss_sum / cfg.grad_accum);
-        double epoch = static_cast<double>(state.epoch) +
-                       static_cast<double>(state.batch) / static_cast<double>(sampler.batches_per_epoch());
-        step_metrics.insert({{"loss", last_loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"tokens_per_s", tokens_per_micro * cfg.grad_accum / step_seconds},
-                             {"step_time_s", step_seconds},
-                             {"data_time_s", absl::ToDoubleSeconds(data_time)},
-                             {"epoch", epoch},
-                             {"tokens_seen", static_cast<double>(state.tokens_seen)},
-                             {"samples_seen", static_cast<double>(state.samples_seen)},
-                             {"rss_bytes", static_cast<double>(RssBytes())}});
-        Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f",
-                            step, total_steps, last_loss, lr, grad_norm,
-                            tokens_per_micro * cfg.grad_accum / step_seconds, step_seconds, epoch));
-      }
-      if (cfg.eval_freq > 0 && eval_samples >= world && (step % cfg.eval_freq == 0 || step == total_steps)) {
-        double eval_loss = evaluate();
-        best_eval = std::min(best_eval, eval_loss);
-        step_metrics["eval_loss"] = eval_loss;
-        step_metrics["perplexity"] = std::exp(eval_loss);
-        Log(absl::StrFormat("step %d eval_loss %.4f perplexity %.2f", step, eval_loss, std::exp(eval_loss)));
-      }
-      if (cfg.ckpt_freq > 0 && step % cfg.ckpt_freq == 0) checkpoint(step);
-      if (state.step == total_steps && last_checkpoint != state.step) checkpoint(state.step);
-      if (reporter && !step_metrics.empty()) reporter->Add(step, step_metrics);
-      step_metrics.clear();
-      if (state.step < total_steps && PreemptionAgreed()) {
-        // A preemption or the time limit: checkpoint this step and leave; the run is requeued
-        // and the next job resumes here.
-        if (last_checkpoint != state.step) checkpoint(state.step);
-        if (reporter) (void)reporter->Flush(absl::Seconds(10));
-        agent.StopHeartbeats();
-        Check(agent.Leave(state.step, SIGUSR2));
-        Log(absl::StrCat("stopped at step ", state.step, " for the scheduler (SIGUSR2: preemption or time limit); ",
-                         last_checkpoint == state.step ? "checkpointed there" : "its checkpoint failed",
-                         ", the job is requeued"));
-        return kExitOk;
-      }
-      if (cfg.exit_after_step > 0 && step == cfg.exit_after_step) {
-        DT_LOG(Warning) << "--exit-after-step " << step << ": vanishing without cleanup (fault injection)";
-        std::_Exit(137);
-      }
+      done = agent_.CommitCheckpoint(round->round_id(), &*manifest);
+    } else {
+      done = agent_.CommitCheckpoint(round->round_id(), nullptr);
     }
-    if (last_checkpoint != state.step && state.step > 0) checkpoint(state.step);  // resumed at the end
-    if (reporter) {
-      std::map<std::string, double> summary = {{"final_step", static_cast<double>(state.step)},
-                                               {"tokens_seen", static_cast<double>(state.tokens_seen)}};
-      if (!std::isnan(last_loss)) summary["final_loss"] = last_loss;
-      if (std::isfinite(best_eval)) summary["best_eval_loss"] = best_eval;
-      reporter->Summary(summary);
-      (void)reporter->Flush(absl::Seconds(10));
+    if (!done.ok()) {
+      DT_LOG(Warning) << "checkpoint at step " << step << " was not committed: " << done.status();
+      return;
+    }
+    last_checkpoint_ = step;
+    Log(absl::StrCat("checkpoint step-", step, " committed (", done->bytes(), " bytes, ",
+                     absl::FormatDuration(absl::Now() - t0), ")"));
+    step_metrics_["checkpoint_seconds"] = absl::ToDoubleSeconds(absl::Now() - t0);
+    step_metrics_["checkpoint_bytes"] = static_cast<double>(done->bytes());
+  }
+
+  // Whether any rank was asked to stop by the scheduler (SIGUSR2 reaches the ranks moments apart,
+  // or only some of them): one tiny all-reduce per step makes every rank stop after the same step.
+  bool PreemptionAgreed() {
+    return Collective("preemption check", [&] {
+      std::vector<torch::Tensor> t = {torch::tensor({PreemptionRequested() ? 1.0f : 0.0f}).to(device_)};
+      c10d::AllreduceOptions max;
+      max.reduceOp = c10d::ReduceOp::MAX;
+      group_->allreduce(t, max)->wait();
+      return t[0].item<float>() > 0;
+    });
+  }
+
+  // A preemption or the time limit: checkpoint this step and leave; the run is requeued and the
+  // next job resumes here.
+  int LeaveForPreemption() {
+    if (last_checkpoint_ != state_.step) Checkpoint(state_.step);
+    if (reporter_) (void)reporter_->Flush(absl::Seconds(10));
+    agent_.StopHeartbeats();
+    CheckOk(agent_.Leave(state_.step, SIGUSR2));
+    Log(absl::StrCat("stopped at step ", state_.step, " for the scheduler (SIGUSR2: preemption or time limit); ",
+                     last_checkpoint_ == state_.step ? "checkpointed there" : "its checkpoint failed",
+                     ", the job is requeued"));
+    return kExitOk;
+  }
+
+  // Done: the last checkpoint (for a run resumed at its end), the summary metrics, Leave.
+  int Finish() {
+    if (last_checkpoint_ != state_.step && state_.step > 0) Checkpoint(state_.step);
+    if (reporter_) {
+      std::map<std::string, double> summary = {{"final_step", static_cast<double>(state_.step)},
+                                               {"tokens_seen", static_cast<double>(state_.tokens_seen)}};
+      if (!std::isnan(last_loss_)) summary["final_loss"] = last_loss_;
+      if (std::isfinite(best_eval_)) summary["best_eval_loss"] = best_eval_;
+      reporter_->Summary(summary);
+      (void)reporter_->Flush(absl::Seconds(10));
     }
     // No heartbeat after leaving: the last rank's Leave ends the run, and a heartbeat racing it
     // would be told to stop.
-    agent.StopHeartbeats();
-    Check(agent.Leave(state.step));
-    Log(absl::StrCat("done: ", state.step, " steps"));
+    agent_.StopHeartbeats();
+    CheckOk(agent_.Leave(state_.step));
+    Log(absl::StrCat("done: ", state_.step, " steps"));
     return kExitOk;
   }
+
+  const TrainerConfig& cfg_;
+  Agent& agent_;
+  std::unique_ptr<MetricsReporter>& reporter_;
+  std::atomic<int64_t>& current_step_;
+
+  int rank_ = 0;
+  int world_ = 1;
+  int threads_ = 1;
+  std::string exp_dir_;
+  torch::Device device_ = torch::kCPU;  // cuda:<local rank> with NCCL
+  c10::intrusive_ptr<CommGroup> group_;
+
+  std::unique_ptr<Gpt2Tokenizer> tokenizer_;
+  std::unique_ptr<TokenCache> tokens_;
+  std::unique_ptr<DistributedSampler> sampler_;
+  int64_t train_samples_ = 0;
+  int64_t eval_samples_ = 0;
+  int64_t total_steps_ = 0;
+
+  Gpt2 model_{nullptr};
+  std::string model_config_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  LrSchedule schedule_;
+
+  TrainState state_;
+  int64_t last_checkpoint_ = 0;
+  double last_loss_ = std::nan("");
+  double best_eval_ = std::numeric_limits<double>::infinity();
+  std::map<std::string, double> step_metrics_;  // this step's point, sent after it
 };
+
+// Runs `trainer` and turns an exception out of it into a report to the coordinator and an exit
+// code. A collective's failure is usually the echo of another rank's: the coordinator gets time to
+// name that one first.
+int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_t>& step) {
+  std::string message, type;
+  bool collective = false;
+  bool fatal = false;  // restarting cannot help: the run fails without spending a restart
+  int code = kExitFailed;
+  try {
+    return trainer.Run();
+  } catch (const CollectiveError& e) {
+    message = e.what();
+    type = "CollectiveError";
+    collective = true;
+  } catch (const ConfigError& e) {
+    message = e.what();
+    type = "ConfigError";
+    code = kExitUsage;
+    fatal = true;
+  } catch (const StorageFullError& e) {
+    message = e.what();
+    type = "StorageFullError";
+    fatal = true;
+  } catch (const c10::Error& e) {
+    message = e.what_without_backtrace();
+    type = "c10::Error";
+  } catch (const std::exception& e) {
+    message = e.what();
+    type = "std::exception";
+  }
+  if (collective) {
+    // A silent peer, or one stopped from outside, takes the heartbeat timeout from before this
+    // error to be named; the coordinator's check runs a few times a second and the stop arrives
+    // with the next heartbeat, so a second beyond that for a loaded machine.
+    const v1::TimeoutPolicy& t = agent.timeouts();
+    absl::Duration window =
+        absl::Milliseconds(t.heartbeat_timeout_ms() + 3 * t.heartbeat_interval_ms()) + absl::Seconds(1);
+    DT_LOG(Warning) << message << " — waiting up to " << absl::FormatDuration(window)
+                    << " for the coordinator to name the cause";
+    absl::SleepFor(window);
+  }
+  DT_LOG(Error) << type << ": " << message;
+  absl::Status reported = agent.ReportError(message, type, "", step.load(), fatal);
+  if (!reported.ok()) DT_LOG(Warning) << "could not report the error: " << reported;
+  agent.StopHeartbeats();
+  return code;
+}
+
+AgentOptions AgentIdentity(const TrainerConfig& cfg, const std::string& run_id) {
+  AgentOptions id;
+  id.scheduler_task = cfg.scheduler_task;
+  id.run_id = run_id;
+  id.node = cfg.node;
+  id.local_slot = cfg.local_slot;
+  id.host = HostName();
+  id.pid = ::getpid();
+  id.version = kVersion;
+  if (cfg.expect_nodes > 0 && cfg.expect_procs_per_node > 0) {
+    id.expected.set_nodes(cfg.expect_nodes);
+    id.expected.set_procs_per_node(cfg.expect_procs_per_node);
+    id.expected.set_world_size(cfg.expect_nodes * cfg.expect_procs_per_node);
+  }
+  return id;
+}
 
 }  // namespace
 
@@ -506,20 +634,7 @@ int RunTrainer(const TrainerConfig& cfg) {
     run_id = *run;
   }
 
-  AgentOptions id;
-  id.scheduler_task = cfg.scheduler_task;
-  id.run_id = run_id;
-  id.node = cfg.node;
-  id.local_slot = cfg.local_slot;
-  id.host = HostName();
-  id.pid = ::getpid();
-  id.version = kVersion;
-  if (cfg.expect_nodes > 0 && cfg.expect_procs_per_node > 0) {
-    id.expected.set_nodes(cfg.expect_nodes);
-    id.expected.set_procs_per_node(cfg.expect_procs_per_node);
-    id.expected.set_world_size(cfg.expect_nodes * cfg.expect_procs_per_node);
-  }
-  Agent agent(*client, id);
+  Agent agent(*client, AgentIdentity(cfg, run_id));
   std::atomic<int64_t> step{0};
   // SIGTERM/SIGINT from outside (srun ending the step after another task died, a cancel, a time
   // limit): tell the coordinator this rank is a victim, not a cause, then die by the signal.
@@ -557,51 +672,8 @@ int RunTrainer(const TrainerConfig& cfg) {
     std::cerr.flush();
     std::_Exit(kExitStopped);
   });
-
   Trainer trainer{cfg, agent, reporter, step};
-  std::string message, type;
-  bool collective = false;
-  bool fatal = false;
-  int code = kExitFailed;
-  try {
-    return trainer.Run();
-  } catch (const CollectiveError& e) {
-    message = e.what();
-    type = "CollectiveError";
-    collective = true;
-  } catch (const ConfigError& e) {
-    message = e.what();
-    type = "ConfigError";
-    code = kExitUsage;
-    fatal = true;
-  } catch (const StorageFullError& e) {
-    message = e.what();
-    type = "StorageFullError";
-    fatal = true;
-  } catch (const c10::Error& e) {
-    message = e.what_without_backtrace();
-    type = "c10::Error";
-  } catch (const std::exception& e) {
-    message = e.what();
-    type = "std::exception";
-  }
-  if (collective) {
-    // Usually the echo of another rank's failure: give the coordinator time to detect it (a silent
-    // peer, or one stopped from outside, takes the heartbeat timeout from before this error) and
-    // stop this process with the real cause: its check runs a few times a second and the stop
-    // arrives with the next heartbeat, so a second beyond that for a loaded machine.
-    const v1::TimeoutPolicy& t = assigned->timeouts();
-    absl::Duration window =
-        absl::Milliseconds(t.heartbeat_timeout_ms() + 3 * t.heartbeat_interval_ms()) + absl::Seconds(1);
-    DT_LOG(Warning) << message << " — waiting up to " << absl::FormatDuration(window)
-                    << " for the coordinator to name the cause";
-    absl::SleepFor(window);
-  }
-  DT_LOG(Error) << type << ": " << message;
-  absl::Status reported = agent.ReportError(message, type, "", step.load(), fatal);
-  if (!reported.ok()) DT_LOG(Warning) << "could not report the error: " << reported;
-  agent.StopHeartbeats();
-  return code;
+  return RunReportingFailure(trainer, agent, step);
 }
 
 }  // namespace dt
