@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -441,6 +444,249 @@ int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exi
   return Fail(g, reply.status(), "report-step");
 }
 
+// `dtctl submit`'s flags, each declared once: what it sets, and — when given on the command line —
+// that it overrides the run file.
+class SubmitFlags {
+ public:
+  explicit SubmitFlags(CLI::App* submit) : submit_(submit) {}
+
+  template <typename T>
+  CLI::Option* Add(const std::string& name, T SubmitOptions::*field, const std::string& help) {
+    CLI::Option* option = submit_->add_option(name, flags_.*field, help);
+    overrides_.emplace_back(option, [this, field](SubmitOptions& merged) { merged.*field = flags_.*field; });
+    return option;
+  }
+  // The run file's options (or the defaults) with every flag the command line gave on top.
+  void ApplyGiven(SubmitOptions& merged) const {
+    for (const auto& [option, apply] : overrides_) {
+      if (option->count() > 0) apply(merged);
+    }
+  }
+  const SubmitOptions& flags() const { return flags_; }
+
+ private:
+  CLI::App* submit_;
+  SubmitOptions flags_;
+  std::vector<std::pair<CLI::Option*, std::function<void(SubmitOptions&)>>> overrides_;
+};
+
+struct SubmitCli {
+  CLI::App* command = nullptr;
+  std::unique_ptr<SubmitFlags> flags;
+  std::vector<std::string> words;  // after --: trainer arguments, or with --exec the command
+  std::string run_file;
+  bool follow = false;
+  bool dry_run = false;
+  bool exec = false;
+};
+
+void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
+  cli.command = app.add_subcommand(
+      "submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS, or [...] --exec -- CMD ARGS");
+  cli.flags = std::make_unique<SubmitFlags>(cli.command);
+  SubmitFlags& f = *cli.flags;
+  f.Add("--name", &SubmitOptions::name, "experiment name (the directory under --save-dir)");
+  f.Add("--save-dir", &SubmitOptions::save_dir, "where experiment directories go");
+  f.Add("--nodes", &SubmitOptions::nodes, "nodes")->check(dt::AtLeast(1));
+  f.Add("--nproc-per-node", &SubmitOptions::nproc_per_node, "trainers per node (one per GPU)")->check(dt::AtLeast(1));
+  f.Add("--scheduler", &SubmitOptions::scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
+  f.Add("--log-strategy", &SubmitOptions::log_strategy, "W&B: main, node or all")
+      ->check(CLI::IsMember({"main", "node", "all"}));
+  f.Add("--wandb-project", &SubmitOptions::wandb_project, "W&B project (the coordinator holds the API key)");
+  f.Add("--wandb-entity", &SubmitOptions::wandb_entity, "W&B entity");
+  f.Add("--wandb-mode", &SubmitOptions::wandb_mode, "online, offline or disabled")
+      ->check(CLI::IsMember({"online", "offline", "disabled"}));
+  f.Add("--max-restarts", &SubmitOptions::max_restarts, "restarts of the whole group the run may use")
+      ->check(dt::AtLeast(0));
+  f.Add("--keep-checkpoints", &SubmitOptions::keep_checkpoints, "committed checkpoints to keep")->check(dt::AtLeast(1));
+  f.Add("--max-requeues", &SubmitOptions::max_requeues,
+        "Slurm: requeues after a preemption or the time limit the run may use (apart from --max-restarts)")
+      ->check(dt::AtLeast(0));
+  f.Add("--preempt-grace", &SubmitOptions::preempt_grace_s,
+        "Slurm: seconds before a preemption or the time limit at which Slurm sends SIGUSR2 "
+        "(#SBATCH --signal=USR2@N): the trainers checkpoint at a step they agree on and the job is "
+        "requeued. Must cover a checkpoint round of your model (default 120 s: GPT-2 124M with AdamW "
+        "is ~1.5 GB; raise it for larger models or slow file systems)")
+      ->check(dt::AtLeast(10));
+  f.Add("--gpus-per-node", &SubmitOptions::gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::AtLeast(0));
+  f.Add("--omp-threads", &SubmitOptions::omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
+  f.Add("--sbatch-arg", &SubmitOptions::sbatch_args,
+        "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  f.Add("--trainer", &SubmitOptions::trainer, "dttrainer binary (default: the one beside dtctl)");
+  cli.command->add_option("-f,--file", cli.run_file, "YAML run file; flags override it");
+  cli.command->add_flag("--follow", cli.follow, "watch the run until it ends (exit code as watch)");
+  cli.command->add_flag("--dry-run", cli.dry_run,
+                        "check and print what would be launched (sbatch script or trainer commands); submit nothing");
+  cli.command->add_flag("--exec", cli.exec,
+                        "run your own program instead of dttrainer: the words after -- are the command, started once "
+                        "per rank by dtrun with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...), in this "
+                        "directory");
+  cli.command->add_option("trainer_args", cli.words, "arguments for dttrainer (or, with --exec, the command), after --")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+// The run file, then the flags given, then the words after --; paths made absolute.
+absl::StatusOr<SubmitOptions> SubmitOptionsOf(const SubmitCli& cli) {
+  SubmitOptions merged;
+  if (!cli.run_file.empty()) {
+    if (absl::Status s = LoadRunFile(cli.run_file, &merged); !s.ok()) return s;
+  }
+  cli.flags->ApplyGiven(merged);
+  if (cli.exec) {
+    if (cli.words.empty()) {
+      return absl::InvalidArgumentError("--exec needs the command after --, e.g. --exec -- python3 train.py --lr 3e-4");
+    }
+    merged.exec_command = cli.words;
+    merged.trainer_args.clear();
+  } else if (!cli.words.empty()) {
+    merged.trainer_args = cli.words;
+  }
+  if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
+  AbsolutizeTrainerPaths(&merged);
+  if (merged.name.empty() || merged.save_dir.empty()) {
+    return absl::InvalidArgumentError("--name and --save-dir are required (flags or run file)");
+  }
+  return merged;
+}
+
+int Submit(Global& g, const SubmitCli& cli) {
+  absl::StatusOr<SubmitOptions> options = SubmitOptionsOf(cli);
+  if (!options.ok()) {
+    std::cerr << "dtctl submit: " << options.status().message() << "\n";
+    return kUsage;
+  }
+  if (!cli.dry_run) {
+    if (int c = Connect(g); c != kOk) return c;
+  }
+  if (absl::Status s = Preflight(*options); !s.ok()) {
+    std::cerr << "dtctl submit: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
+  }
+  if (cli.dry_run) {
+    absl::StatusOr<std::string> plan = DescribeLaunch(*options, g.coordinator);
+    if (!plan.ok()) {
+      std::cerr << "dtctl submit: " << plan.status().message() << "\n";
+      return kFailed;
+    }
+    std::cout << *plan;
+    return kOk;
+  }
+  absl::StatusOr<Submitted> run = SubmitAndLaunch(g.client, *options, g.tls_ca);
+  if (!run.ok()) return Fail(g, run.status(), "submit");
+  if (g.output == "json") {
+    PrintJson({{"run_id", run->run_id}, {"exp_dir", run->exp_dir}, {"job_id", run->job_id},
+               {"resume_step", run->resume_step}});
+  } else {
+    std::cout << run->run_id << "\n";
+    std::cerr << "submitted " << run->run_id << " (" << options->scheduler << " " << run->job_id << "), exp dir "
+              << run->exp_dir << (run->resume_step > 0 ? absl::StrCat(", resuming from step ", run->resume_step) : "")
+              << "\n  dtctl watch " << run->run_id << "\n";
+  }
+  if (cli.follow) return Watch(g.client, run->run_id, ::isatty(STDOUT_FILENO) && g.output != "json", std::cout);
+  return kOk;
+}
+
+// The subcommands that read or change one run, and their arguments.
+struct RunCommands {
+  std::string run_id;
+  std::optional<int> rank;
+  bool follow_logs = false;
+  std::string key;
+  CLI::App *list, *status, *watch, *logs, *metrics, *checkpoints, *cancel;
+};
+
+void DeclareRunCommands(CLI::App& app, RunCommands& c) {
+  c.list = app.add_subcommand("list", "list runs, newest first");
+  c.status = app.add_subcommand("status", "one run: state, ranks, root cause, Slurm job");
+  c.watch = app.add_subcommand("watch", "live progress until the run ends; exit 0 only if it SUCCEEDED");
+  c.logs = app.add_subcommand("logs", "trainer output (<exp_dir>/logs/rank-<R>.log)");
+  c.logs->add_option("--rank", c.rank, "only this rank");
+  c.logs->add_flag("-f,--follow", c.follow_logs, "keep printing until the run ends");
+  c.metrics = app.add_subcommand("metrics", "metric history (-o json|csv|table)");
+  c.metrics->add_option("--key", c.key, "only this metric (e.g. loss)");
+  c.metrics->add_option("--rank", c.rank, "only this rank");
+  c.checkpoints = app.add_subcommand("checkpoints", "committed checkpoints of a run");
+  c.cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
+  for (CLI::App* sub : {c.status, c.watch, c.logs, c.metrics, c.checkpoints, c.cancel}) {
+    sub->add_option("run", c.run_id, "run id")->required();
+  }
+}
+
+int RunSubcommand(Global& g, const RunCommands& c) {
+  if (int code = Connect(g); code != kOk) return code;
+  if (c.list->parsed()) return List(g);
+  if (c.status->parsed()) return Status(g, c.run_id);
+  if (c.watch->parsed()) return Watch(g.client, c.run_id, ::isatty(STDOUT_FILENO) != 0, std::cout);
+  if (c.logs->parsed()) return Logs(g, c.run_id, c.rank, c.follow_logs);
+  if (c.metrics->parsed()) return Metrics(g, c.run_id, c.key, c.rank);
+  if (c.checkpoints->parsed()) return Checkpoints(g, c.run_id);
+  if (c.cancel->parsed()) return Cancel(g, c.run_id);
+  return kUsage;
+}
+
+// What the rendered sbatch script calls (hidden from --help).
+struct BatchScriptCommands {
+  std::string run_id, job_id, allocation, srun_log;
+  int64_t step_generation = 0;
+  int step_exit_code = 0;
+  CLI::App *await_restart, *requeue_wanted, *exclude_failed, *await_silent, *report_step;
+};
+
+void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
+  c.await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation");
+  c.requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued");
+  c.exclude_failed = app.add_subcommand(
+      "exclude-failed-nodes", "exclude the nodes Slurm shows failed from the run's job; requeue off excluded ones");
+  c.exclude_failed->add_option("--job", c.job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
+  c.exclude_failed->add_option("--allocation", c.allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
+  c.await_silent = app.add_subcommand("await-silent-node", "give Slurm time to tell whether a silent node is dead");
+  c.await_silent->add_option("--allocation", c.allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
+  c.report_step = app.add_subcommand("report-step", "report how an srun step ended");
+  c.report_step->add_option("--generation", c.step_generation, "the generation the step ran (await-restart printed it)")
+      ->required();
+  c.report_step->add_option("--exit-code", c.step_exit_code, "srun's exit code")->required();
+  c.report_step->add_option("--srun-log", c.srun_log, "srun's stderr")->required();
+  for (CLI::App* sub : {c.await_restart, c.requeue_wanted, c.exclude_failed, c.await_silent, c.report_step}) {
+    sub->add_option("run", c.run_id, "run id")->required();
+    sub->group("");
+  }
+}
+
+int BatchScriptCommand(Global& g, const BatchScriptCommands& c) {
+  if (int code = Connect(g); code != kOk) return code;
+  if (c.await_restart->parsed()) return AwaitRestart(g, c.run_id);
+  if (c.requeue_wanted->parsed()) return RequeueWanted(g, c.run_id);
+  if (c.await_silent->parsed()) return AwaitSilentNode(g, c.run_id, c.allocation);
+  if (c.exclude_failed->parsed()) return ExcludeFailedNodes(g, c.run_id, c.job_id, c.allocation);
+  if (c.report_step->parsed()) return ReportStep(g, c.run_id, c.step_generation, c.step_exit_code, c.srun_log);
+  return kUsage;
+}
+
+CLI::App* DeclareLauncher(CLI::App& app, LocalLaunch& launch) {
+  CLI::App* launcher = app.add_subcommand("__launch-local", "internal: the detached local launcher");
+  launcher->group("");
+  launcher->add_option("--run", launch.run_id)->required();
+  launcher->add_option("--trainer", launch.trainer)->required();
+  launcher->add_option("--exp-dir", launch.exp_dir)->required();
+  launcher->add_option("--nodes", launch.nodes);
+  launcher->add_option("--nproc-per-node", launch.procs_per_node);
+  launcher->add_option("--omp-threads", launch.omp_threads);
+  launcher->add_option("--exec-word", launch.exec_command)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  launcher->add_option("trainer_args", launch.trainer_args)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return launcher;
+}
+
+int Launch(const Global& g, LocalLaunch launch) {
+  const char* token = std::getenv("DT_RUN_TOKEN");
+  launch.run_token = token != nullptr ? token : "";
+  launch.coordinator = g.coordinator;
+  launch.tls_ca = g.tls_ca;
+  return RunLocalLauncher(launch);
+}
+
 }  // namespace
 }  // namespace dt::ctl
 
@@ -462,214 +708,25 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", g.tls_ca, "PEM roots when dtcoord serves TLS");
   app.add_option("-o,--output", g.output, "table or json (metrics: also csv)")
       ->check(CLI::IsMember({"table", "json", "csv"}));
-
-  SubmitOptions so;
-  std::string run_file;
-  bool follow = false;
-  CLI::App* submit = app.add_subcommand(
-      "submit", "submit a run: dtctl submit --name N --save-dir D [...] -- TRAINER_ARGS, or [...] --exec -- CMD ARGS");
-  submit->add_option("--name", so.name, "experiment name (the directory under --save-dir)");
-  submit->add_option("--save-dir", so.save_dir, "where experiment directories go");
-  submit->add_option("--nodes", so.nodes, "nodes")->check(dt::AtLeast(1));
-  submit->add_option("--nproc-per-node", so.nproc_per_node, "trainers per node (one per GPU)")->check(dt::AtLeast(1));
-  submit->add_option("--scheduler", so.scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
-  submit->add_option("--log-strategy", so.log_strategy, "W&B: main, node or all")->check(CLI::IsMember({"main", "node", "all"}));
-  submit->add_option("--wandb-project", so.wandb_project, "W&B project (the coordinator holds the API key)");
-  submit->add_option("--wandb-entity", so.wandb_entity, "W&B entity");
-  submit->add_option("--wandb-mode", so.wandb_mode, "online, offline or disabled")->check(CLI::IsMember({"online", "offline", "disabled"}));
-  submit->add_option("--max-restarts", so.max_restarts, "restarts of the whole group the run may use")->check(dt::AtLeast(0));
-  submit->add_option("--keep-checkpoints", so.keep_checkpoints, "committed checkpoints to keep")->check(dt::AtLeast(1));
-  submit->add_option("--max-requeues", so.max_requeues,
-                     "Slurm: requeues after a preemption or the time limit the run may use (apart from --max-restarts)")
-      ->check(dt::AtLeast(0));
-  submit->add_option("--preempt-grace", so.preempt_grace_s,
-                     "Slurm: seconds before a preemption or the time limit at which Slurm sends SIGUSR2 "
-                     "(#SBATCH --signal=USR2@N): the trainers checkpoint at a step they agree on and the job is "
-                     "requeued. Must cover a checkpoint round of your model (default 120 s: GPT-2 124M with AdamW "
-                     "is ~1.5 GB; raise it for larger models or slow file systems)")
-      ->check(dt::AtLeast(10));
-  submit->add_option("--gpus-per-node", so.gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::AtLeast(0));
-  submit->add_option("--omp-threads", so.omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
-  submit->add_option("--sbatch-arg", so.sbatch_args, "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  submit->add_option("--trainer", so.trainer, "dttrainer binary (default: the one beside dtctl)");
-  submit->add_option("-f,--file", run_file, "YAML run file; flags override it");
-  submit->add_flag("--follow", follow, "watch the run until it ends (exit code as watch)");
-  bool dry_run = false;
-  submit->add_flag("--dry-run", dry_run, "check and print what would be launched (sbatch script or trainer commands); submit nothing");
-  bool exec = false;
-  submit->add_flag("--exec", exec,
-                   "run your own program instead of dttrainer: the words after -- are the command, started once per "
-                   "rank by dtrun with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...), in this directory");
-  submit->add_option("trainer_args", so.trainer_args, "arguments for dttrainer (or, with --exec, the command), after --")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-
-  CLI::App* list = app.add_subcommand("list", "list runs, newest first");
-  std::string run_id;
-  CLI::App* status = app.add_subcommand("status", "one run: state, ranks, root cause, Slurm job");
-  status->add_option("run", run_id, "run id")->required();
-  CLI::App* watch = app.add_subcommand("watch", "live progress until the run ends; exit 0 only if it SUCCEEDED");
-  watch->add_option("run", run_id, "run id")->required();
-  std::optional<int> rank;
-  bool follow_logs = false;
-  CLI::App* logs = app.add_subcommand("logs", "trainer output (<exp_dir>/logs/rank-<R>.log)");
-  logs->add_option("run", run_id, "run id")->required();
-  logs->add_option("--rank", rank, "only this rank");
-  logs->add_flag("-f,--follow", follow_logs, "keep printing until the run ends");
-  std::string key;
-  CLI::App* metrics = app.add_subcommand("metrics", "metric history (-o json|csv|table)");
-  metrics->add_option("run", run_id, "run id")->required();
-  metrics->add_option("--key", key, "only this metric (e.g. loss)");
-  metrics->add_option("--rank", rank, "only this rank");
-  CLI::App* checkpoints = app.add_subcommand("checkpoints", "committed checkpoints of a run");
-  checkpoints->add_option("run", run_id, "run id")->required();
-  CLI::App* cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
-  cancel->add_option("run", run_id, "run id")->required();
-  CLI::App* await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation (used by the sbatch script)");
-  await_restart->add_option("run", run_id, "run id")->required();
-  await_restart->group("");
-  CLI::App* requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued (used by the sbatch script)");
-  requeue_wanted->add_option("run", run_id, "run id")->required();
-  requeue_wanted->group("");
-  std::string job_id, allocation;
-  CLI::App* exclude_failed = app.add_subcommand(
-      "exclude-failed-nodes", "exclude the nodes Slurm shows failed from the run's job (used by the sbatch script)");
-  exclude_failed->add_option("run", run_id, "run id")->required();
-  exclude_failed->add_option("--job", job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
-  exclude_failed->add_option("--allocation", allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
-  exclude_failed->group("");
-  CLI::App* await_silent = app.add_subcommand(
-      "await-silent-node", "give Slurm time to tell whether a silent node is dead (used by the sbatch script)");
-  await_silent->add_option("run", run_id, "run id")->required();
-  await_silent->add_option("--allocation", allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
-  await_silent->group("");
-  int64_t step_generation = 0;
-  int step_exit_code = 0;
-  std::string srun_log;
-  CLI::App* report_step = app.add_subcommand("report-step", "report how an srun step ended (used by the sbatch script)");
-  report_step->add_option("run", run_id, "run id")->required();
-  report_step->add_option("--generation", step_generation, "the generation the step ran (await-restart printed it)")->required();
-  report_step->add_option("--exit-code", step_exit_code, "srun's exit code")->required();
-  report_step->add_option("--srun-log", srun_log, "srun's stderr")->required();
-  report_step->group("");
-
+  SubmitCli submit;
+  DeclareSubmit(app, submit);
+  RunCommands run_commands;
+  DeclareRunCommands(app, run_commands);
+  BatchScriptCommands batch_script;
+  DeclareBatchScriptCommands(app, batch_script);
   LocalLaunch launch;
-  CLI::App* launcher = app.add_subcommand("__launch-local", "internal: the detached local launcher");
-  launcher->group("");
-  launcher->add_option("--run", launch.run_id)->required();
-  launcher->add_option("--trainer", launch.trainer)->required();
-  launcher->add_option("--exp-dir", launch.exp_dir)->required();
-  launcher->add_option("--nodes", launch.nodes);
-  launcher->add_option("--nproc-per-node", launch.procs_per_node);
-  launcher->add_option("--omp-threads", launch.omp_threads);
-  launcher->add_option("--exec-word", launch.exec_command)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  launcher->add_option("trainer_args", launch.trainer_args)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-
+  CLI::App* launcher = DeclareLauncher(app, launch);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : kUsage;
   }
-
-  if (launcher->parsed()) {
-    const char* token = std::getenv("DT_RUN_TOKEN");
-    launch.run_token = token != nullptr ? token : "";
-    launch.coordinator = g.coordinator;
-    launch.tls_ca = g.tls_ca;
-    return RunLocalLauncher(launch);
+  if (launcher->parsed()) return Launch(g, launch);
+  if (submit.command->parsed()) return Submit(g, submit);
+  for (CLI::App* sub : {batch_script.await_restart, batch_script.requeue_wanted, batch_script.exclude_failed,
+                        batch_script.await_silent, batch_script.report_step}) {
+    if (sub->parsed()) return BatchScriptCommand(g, batch_script);
   }
-
-  if (submit->parsed()) {
-    SubmitOptions merged;
-    if (!run_file.empty()) {
-      if (absl::Status s = LoadRunFile(run_file, &merged); !s.ok()) {
-        std::cerr << "dtctl submit: " << s.message() << "\n";
-        return kUsage;
-      }
-    }
-    // Flags given on the command line override the run file.
-    auto given = [&](const char* flag) { return submit->count(flag) > 0; };
-    if (given("--name")) merged.name = so.name;
-    if (given("--save-dir")) merged.save_dir = so.save_dir;
-    if (given("--nodes")) merged.nodes = so.nodes;
-    if (given("--nproc-per-node")) merged.nproc_per_node = so.nproc_per_node;
-    if (given("--scheduler")) merged.scheduler = so.scheduler;
-    if (given("--log-strategy")) merged.log_strategy = so.log_strategy;
-    if (given("--wandb-project")) merged.wandb_project = so.wandb_project;
-    if (given("--wandb-entity")) merged.wandb_entity = so.wandb_entity;
-    if (given("--wandb-mode")) merged.wandb_mode = so.wandb_mode;
-    if (given("--max-restarts")) merged.max_restarts = so.max_restarts;
-    if (given("--keep-checkpoints")) merged.keep_checkpoints = so.keep_checkpoints;
-    if (given("--max-requeues")) merged.max_requeues = so.max_requeues;
-    if (given("--preempt-grace")) merged.preempt_grace_s = so.preempt_grace_s;
-    if (given("--gpus-per-node")) merged.gpus_per_node = so.gpus_per_node;
-    if (given("--omp-threads")) merged.omp_threads = so.omp_threads;
-    if (given("--sbatch-arg")) merged.sbatch_args = so.sbatch_args;
-    if (given("--trainer")) merged.trainer = so.trainer;
-    if (exec) {
-      if (so.trainer_args.empty()) {
-        std::cerr << "dtctl submit: --exec needs the command after --, e.g. --exec -- python3 train.py --lr 3e-4\n";
-        return kUsage;
-      }
-      merged.exec_command = so.trainer_args;
-      merged.trainer_args.clear();
-    } else if (!so.trainer_args.empty()) {
-      merged.trainer_args = so.trainer_args;
-    }
-    if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
-    AbsolutizeTrainerPaths(&merged);
-    if (merged.name.empty() || merged.save_dir.empty()) {
-      std::cerr << "dtctl submit: --name and --save-dir are required (flags or run file)\n";
-      return kUsage;
-    }
-    if (dry_run) {
-      if (absl::Status s = Preflight(merged); !s.ok()) {
-        std::cerr << "dtctl submit: " << s.message() << "\n";
-        return s.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
-      }
-      absl::StatusOr<std::string> plan = DescribeLaunch(merged, g.coordinator);
-      if (!plan.ok()) {
-        std::cerr << "dtctl submit: " << plan.status().message() << "\n";
-        return kFailed;
-      }
-      std::cout << *plan;
-      return kOk;
-    }
-    if (int c = Connect(g); c != kOk) return c;
-    if (absl::Status s = Preflight(merged); !s.ok()) {
-      std::cerr << "dtctl submit: " << s.message() << "\n";
-      return s.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
-    }
-    absl::StatusOr<Submitted> run = SubmitAndLaunch(g.client, merged, g.tls_ca);
-    if (!run.ok()) return Fail(g, run.status(), "submit");
-    if (g.output == "json") {
-      PrintJson({{"run_id", run->run_id}, {"exp_dir", run->exp_dir}, {"job_id", run->job_id},
-                 {"resume_step", run->resume_step}});
-    } else {
-      std::cout << run->run_id << "\n";
-      std::cerr << "submitted " << run->run_id << " (" << merged.scheduler << " " << run->job_id << "), exp dir "
-                << run->exp_dir << (run->resume_step > 0 ? absl::StrCat(", resuming from step ", run->resume_step) : "")
-                << "\n  dtctl watch " << run->run_id << "\n";
-    }
-    if (follow) return Watch(g.client, run->run_id, ::isatty(STDOUT_FILENO) && g.output != "json", std::cout);
-    return kOk;
-  }
-
-  if (int c = Connect(g); c != kOk) return c;
-  if (list->parsed()) return List(g);
-  if (status->parsed()) return Status(g, run_id);
-  if (watch->parsed()) return Watch(g.client, run_id, ::isatty(STDOUT_FILENO) != 0, std::cout);
-  if (logs->parsed()) return Logs(g, run_id, rank, follow_logs);
-  if (metrics->parsed()) return Metrics(g, run_id, key, rank);
-  if (checkpoints->parsed()) return Checkpoints(g, run_id);
-  if (cancel->parsed()) return Cancel(g, run_id);
-  if (await_restart->parsed()) return AwaitRestart(g, run_id);
-  if (requeue_wanted->parsed()) return RequeueWanted(g, run_id);
-  if (await_silent->parsed()) return AwaitSilentNode(g, run_id, allocation);
-  if (exclude_failed->parsed()) return ExcludeFailedNodes(g, run_id, job_id, allocation);
-  if (report_step->parsed()) return ReportStep(g, run_id, step_generation, step_exit_code, srun_log);
-  return kUsage;
+  return RunSubcommand(g, run_commands);
 }
