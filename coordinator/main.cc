@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <tuple>
 
 #include <CLI/CLI.hpp>
@@ -18,14 +19,7 @@
 #include "common/timeout_policy.h"
 #include "common/stop_signals.h"
 #include "common/version.h"
-#include "coordinator/auth.h"
-#include "coordinator/coordinator.h"
-#include "coordinator/prometheus_exporter.h"
-#include "coordinator/wandb/forwarder.h"
-#include "coordinator/server.h"
-#include "coordinator/state_db.h"
-#include "coordinator/state_dir.h"
-#include "coordinator/timer_queue.h"
+#include "coordinator/dtcoord.h"
 
 namespace {
 
@@ -39,12 +33,9 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  dt::SetLogProgram("dtcoord");
+// Fills `out` from the command line and the WANDB_* environment; an exit code when the process
+// should end here (0 after --help or --version, 2 on a usage error, said on stderr).
+std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& out) {
   CLI::App app{"dtcoord: the dt coordinator (rendezvous, store, barriers, health, checkpoints, metrics)"};
   app.set_version_flag("--version", std::string(dt::kVersion));
   dt::ServerOptions server_options;
@@ -127,36 +118,11 @@ int main(int argc, char** argv) {
   options.health_check_period =
       std::clamp(options.timeouts.heartbeat_interval / 4, absl::Milliseconds(20), absl::Seconds(1));
 
-  // SIGTERM/SIGINT are waited for in main: block them before any thread starts.
-  dt::BlockStopSignals();
-
-  absl::StatusOr<dt::StateDir> held = dt::StateDir::Open(state_dir);
-  if (!held.ok()) return Fail(std::string(held.status().message()));
-  absl::StatusOr<std::unique_ptr<dt::StateDb>> db = dt::StateDb::Open(held->database_path());
-  if (!db.ok()) return Fail(std::string(db.status().message()));
-  absl::StatusOr<std::string> admin_token = dt::LoadOrCreateAdminToken(state_dir);
-  if (!admin_token.ok()) return Fail(std::string(admin_token.status().message()));
-
-  dt::TimerQueue timers(dt::RealClock::Get());
-  timers.Start();
-  dt::Coordinator coordinator(options, dt::RealClock::Get(), &timers, db->get());
-  if (absl::Status s = coordinator.Load(); !s.ok()) return Fail(std::string(s.message()));
-  std::unique_ptr<dt::PrometheusExporter> exporter;
-  if (metrics_listen != "off") {
-    dt::ExporterOptions eo;
-    eo.listen = metrics_listen;
-    absl::StatusOr<std::unique_ptr<dt::PrometheusExporter>> e = dt::PrometheusExporter::Start(eo, &coordinator);
-    if (!e.ok()) return Fail(std::string(e.status().message()));
-    exporter = std::move(*e);
-    coordinator.AddObserver(exporter.get());
-    coordinator.SetStats(exporter.get());
-    if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "metrics.addr"), exporter->address() + "\n");
-        !s.ok()) {
-      DT_LOG(Warning) << s.message();
-    }
-  }
-  dt::wandb::ForwarderOptions fo;
-  fo.spool_dir = dt::JoinPath(state_dir, "wandb");
+  out.state_dir = state_dir;
+  out.coordinator = options;
+  out.server = server_options;
+  out.metrics_listen = metrics_listen;
+  dt::wandb::ForwarderOptions& fo = out.wandb.emplace();
   fo.env = dt::wandb::WandbEnvironment();
   fo.workers = std::max(1, wandb_workers);
   for (auto [flag, text, out] : {std::tuple{"--wandb-post-interval", &wandb_post_interval, &fo.post_interval},
@@ -168,36 +134,36 @@ int main(int argc, char** argv) {
     }
     *out = *d;
   }
-  dt::wandb::Forwarder forwarder(fo, &coordinator, exporter.get());
-  if (absl::Status s = forwarder.Load(); !s.ok()) return Fail(std::string(s.message()));
-  coordinator.AddObserver(&forwarder);
-  forwarder.Start();
-  coordinator.Start();
-  dt::Authenticator auth(*admin_token, &coordinator);
+  return std::nullopt;
+}
 
-  absl::StatusOr<std::unique_ptr<dt::CoordinatorServer>> server =
-      dt::CoordinatorServer::Start(&coordinator, &auth, server_options, exporter.get());
+}  // namespace
+
+int main(int argc, char** argv) {
+  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  dt::SetLogProgram("dtcoord");
+  dt::DtcoordOptions dtcoord;
+  if (std::optional<int> code = ParseCommandLine(argc, argv, dtcoord)) return *code;
+  const dt::CoordinatorTimeouts& timeouts = dtcoord.coordinator.timeouts;
+  const std::string& state_dir = dtcoord.state_dir;
+  // SIGTERM/SIGINT are waited for in main: block them before any thread starts.
+  dt::BlockStopSignals();
+  absl::StatusOr<std::unique_ptr<dt::Dtcoord>> server = dt::Dtcoord::Start(dtcoord);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  std::string address = (*server)->address();
-  if (absl::Status s = held->Publish(address); !s.ok()) DT_LOG(Warning) << s.message();
-  if (absl::Status s = dt::WriteFileAtomic(dt::JoinPath(state_dir, "dtcoord.addr"), address + "\n");
-      !s.ok()) {
-    DT_LOG(Warning) << s.message();
-  }
-  DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << address << " (state dir "
+  std::string metrics = (*server)->metrics_address();
+  DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << (*server)->address() << " (state dir "
                << state_dir << ", admin token in " << dt::JoinPath(state_dir, "admin.token")
-               << "; heartbeat " << absl::FormatDuration(options.timeouts.heartbeat_interval) << "/"
-               << absl::FormatDuration(options.timeouts.heartbeat_timeout) << ", hang "
-               << absl::FormatDuration(options.timeouts.hang_timeout) << ", rendezvous "
-               << absl::FormatDuration(options.timeouts.rendezvous_timeout) << ")"
-               << (exporter ? absl::StrCat("; Prometheus metrics on http://", exporter->address(), "/metrics") : "");
+               << "; heartbeat " << absl::FormatDuration(timeouts.heartbeat_interval) << "/"
+               << absl::FormatDuration(timeouts.heartbeat_timeout) << ", hang "
+               << absl::FormatDuration(timeouts.hang_timeout) << ", rendezvous "
+               << absl::FormatDuration(timeouts.rendezvous_timeout) << ")"
+               << (metrics.empty() ? "" : absl::StrCat("; Prometheus metrics on http://", metrics, "/metrics"));
 
   int sig = dt::WaitForStopSignal();
   DT_LOG(Info) << "received " << dt::SignalName(sig)
                << ": draining in-flight calls (up to 5s)";
   (*server)->Shutdown(absl::Seconds(5));
-  forwarder.Stop();
-  timers.Stop();
   DT_LOG(Info) << "stopped";
   return 0;
 }

@@ -583,8 +583,8 @@ TEST_F(CoordinatorTest, HangIsDetectedWhileEveryoneHeartbeats) {
   }
   for (int i = 0; i < 302; ++i) {  // 10 min 4 s of heartbeats at step 3
     Advance(absl::Seconds(2));
-    Beat(run, ranks[0], 3);
-    Beat(run, ranks[1], 3);
+    ASSERT_TRUE(Beat(run, ranks[0], 3).ok());
+    ASSERT_TRUE(Beat(run, ranks[1], 3).ok());
   }
   auto status = coord_->GetRun(run);
   EXPECT_EQ(status->state(), v1::FAILED);
@@ -982,8 +982,8 @@ TEST_F(CheckpointRoundTest, LapsedLeaseAbortsTheRoundAndRemovesThePartialDirecto
   // The writer keeps heartbeating but never commits.
   for (int i = 0; i < 310; ++i) {
     Advance(absl::Seconds(2));
-    Beat(run_, ranks_[0], 9);
-    Beat(run_, ranks_[1], 9);
+    ASSERT_TRUE(Beat(run_, ranks_[0], 9).ok());
+    ASSERT_TRUE(Beat(run_, ranks_[1], 9).ok());
     if (c1.arrived()) break;
   }
   ASSERT_TRUE(c1.WaitFor());  // the abort is delivered once the partial directory is gone
@@ -1001,7 +1001,7 @@ TEST_F(CheckpointRoundTest, WriterDeathMidRoundLeavesLatestAndNoPartial) {
   Commit(1, round, nullptr, &c1);
   for (int i = 0; i < 20 && !c1.arrived(); ++i) {
     Advance(absl::Seconds(2));
-    Beat(run_, ranks_[1], 19);  // only the non-writer is alive
+    ASSERT_TRUE(Beat(run_, ranks_[1], 19).ok());  // only the non-writer is alive
   }
   ASSERT_TRUE(c1.WaitFor());
   EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted);
@@ -1103,7 +1103,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {
   // ...and one that never comes back is declared dead after the heartbeat timeout.
   for (int i = 0; i < 10; ++i) {
     Advance(absl::Seconds(2));
-    Beat(run, ranks[0], 6);
+    ASSERT_TRUE(Beat(run, ranks[0], 6).ok());
   }
   EXPECT_EQ(coord_->GetRun(run)->state(), v1::FAILED);
   EXPECT_EQ(coord_->GetRun(run)->reason().rank(), 1);

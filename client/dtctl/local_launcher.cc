@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/agent.h"
@@ -130,6 +132,155 @@ absl::StatusOr<int> StartLocalLauncher(const LocalLaunch& l) {
   return static_cast<int>((*p)->pid());
 }
 
+namespace {
+
+// The launcher's loop: it follows the run at the coordinator, reaps its children (reporting the
+// first to die in the current generation), and starts each new generation once the last is gone.
+class Launcher {
+ public:
+  Launcher(const LocalLaunch& l, std::shared_ptr<CoordinatorClient> client) : l_(l), client_(std::move(client)) {}
+
+  int Run() {
+    while (true) {
+      if (std::optional<int> code = FollowRun()) return *code;
+      ReapChildren();
+      // Every trainer finished cleanly: the run should succeed any moment.
+      if (all_done_) {
+        if (all_done_at_ == absl::InfiniteFuture()) all_done_at_ = absl::Now();
+        if (absl::Now() - all_done_at_ > absl::Seconds(60)) {
+          DT_LOG(Error) << "every trainer exited 0 but run " << l_.run_id << " is still "
+                        << v1::RunState_Name(run_.state());
+          return 1;
+        }
+      }
+      if (!all_done_ && run_.generation() > launched_generation_ && run_.state() != v1::RUN_STATE_UNSPECIFIED) {
+        if (std::optional<int> code = StartNextGeneration()) return *code;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
+ private:
+  // What does the coordinator say? An exit code once the launcher is done: the run ended, the
+  // coordinator refused the launcher, or it was away too long with no trainer left.
+  std::optional<int> FollowRun() {
+    if (absl::Now() - last_query_ >= absl::Milliseconds(250)) {
+      v1::GetRunRequest req;
+      req.set_run_id(l_.run_id);
+      absl::StatusOr<v1::Run> got = Call(*client_, &v1::RunService::Stub::GetRun, client_->runs(), req, absl::Seconds(10));
+      last_query_ = absl::Now();
+      if (got.ok()) {
+        run_ = *got;
+        last_reached_ = absl::Now();
+      } else if (got.status().code() != absl::StatusCode::kUnavailable &&
+                 got.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        DT_LOG(Error) << "the coordinator refused the launcher: " << got.status();
+        StopAll(children_, absl::Seconds(5));
+        return 1;
+      } else if (!AnyAlive() && absl::Now() - last_reached_ > absl::Minutes(5)) {
+        // Trainers give up on an unreachable coordinator after its heartbeat timeout; once they
+        // are all gone, so does the launcher (a few minutes, to ride out a restart).
+        DT_LOG(Error) << "no trainer left and the coordinator at " << l_.coordinator << " unreachable since "
+                      << absl::FormatTime(last_reached_) << ": " << got.status();
+        return 1;
+      }
+    }
+    if (IsTerminal(run_.state())) {
+      StopAll(children_, absl::Seconds(10));
+      DT_LOG(Info) << "run " << l_.run_id << " ended " << v1::RunState_Name(run_.state()) << "; launcher exits";
+      return run_.state() == v1::SUCCEEDED ? 0 : 1;
+    }
+    return std::nullopt;
+  }
+
+  bool AnyAlive() const {
+    return absl::c_any_of(children_, [](const Child& c) { return !c.done; });
+  }
+
+  // Reaps trainers; tells the coordinator at once about one that died in the current generation.
+  void ReapChildren() {
+    all_done_ = !children_.empty();
+    for (auto& c : children_) {
+      if (!c.done) {
+        int status = c.process->Wait(absl::ZeroDuration());
+        if (status != -1) Reaped(c, status);
+      }
+      all_done_ = all_done_ && c.done && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    }
+  }
+
+  void Reaped(Child& c, int status) {
+    c.done = true;
+    c.status = status;
+    bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    std::string who = c.unit.rank >= 0 ? absl::StrCat("rank ", c.unit.rank)
+                                       : absl::StrCat("dtrun of node ", NodeNameFor(l_, c.unit.node));
+    DT_LOG(Info) << who << " (pid " << c.process->pid() << ") " << DescribeWaitStatus(status);
+    // Exit code 3: stopped by the coordinator, which knows why (or dtrun reported its child).
+    bool told_to_stop = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+    if (!clean && !told_to_stop && !reported_ && run_.generation() == launched_generation_) {
+      reported_ = true;
+      ReportLaunchFailure(*client_, l_, launched_generation_, c.unit,
+                          absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status), " (see ",
+                                       c.unit.log_file, ")"),
+                          /*exited=*/true);
+      last_query_ = absl::Time();  // look at the run again now
+    }
+  }
+
+  // A new generation (first launch, or a restart): once the old group is gone, start the next.
+  // An exit code when a process cannot be started.
+  std::optional<int> StartNextGeneration() {
+    if (AnyAlive()) {
+      // They are told to stop through their heartbeat; do not wait forever for a stuck one.
+      if (stop_waiting_since_ == absl::InfiniteFuture()) stop_waiting_since_ = absl::Now();
+      if (absl::Now() - stop_waiting_since_ > absl::Seconds(30)) {
+        StopAll(children_, absl::Seconds(5));
+        stop_waiting_since_ = absl::InfiniteFuture();
+      }
+      return std::nullopt;
+    }
+    stop_waiting_since_ = absl::InfiniteFuture();
+    launched_generation_ = run_.generation();
+    reported_ = false;
+    children_.clear();
+    DT_LOG(Info) << "starting generation " << launched_generation_ << " (" << l_.nodes * l_.procs_per_node
+                 << " ranks, restart " << run_.restarts() << " of " << run_.spec().max_restarts() << ")";
+    for (LaunchUnit& unit : LaunchUnits(l_)) {
+      SpawnOptions o;
+      o.env = unit.env;
+      o.output_file = unit.log_file;
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(unit.argv, o);
+      if (!p.ok()) {
+        DT_LOG(Error) << p.status();
+        ReportLaunchFailure(*client_, l_, launched_generation_, unit, std::string(p.status().message()),
+                            /*exited=*/false);
+        StopAll(children_, absl::Seconds(5));
+        return 1;
+      }
+      Child c;
+      c.unit = std::move(unit);
+      c.process = std::move(*p);
+      children_.push_back(std::move(c));
+    }
+    return std::nullopt;
+  }
+
+  const LocalLaunch& l_;
+  std::shared_ptr<CoordinatorClient> client_;
+  std::vector<Child> children_;
+  int64_t launched_generation_ = -1;
+  bool reported_ = false;  // a death in this generation was reported
+  bool all_done_ = false;  // every child exited 0
+  v1::Run run_;
+  absl::Time last_query_;
+  absl::Time all_done_at_ = absl::InfiniteFuture();
+  absl::Time stop_waiting_since_ = absl::InfiniteFuture();
+  absl::Time last_reached_ = absl::Now();
+};
+
+}  // namespace
+
 int RunLocalLauncher(const LocalLaunch& l) {
   SetLogProgram("dt-launcher");
   ClientOptions options;
@@ -142,130 +293,12 @@ int RunLocalLauncher(const LocalLaunch& l) {
     return 1;
   }
   int world = l.nodes * l.procs_per_node;
-  std::string logs = JoinPath(l.exp_dir, "logs");
-  (void)MakeDirs(logs);
+  (void)MakeDirs(JoinPath(l.exp_dir, "logs"));
   DT_LOG(Info) << "launcher for run " << l.run_id << " (pid " << ::getpid() << "): " << l.nodes << " node(s) x "
                << l.procs_per_node
                << (l.exec_command.empty() ? absl::StrCat(", OMP_NUM_THREADS=", LocalThreads(l.omp_threads, world))
                                           : absl::StrCat(", one dtrun per node running ", l.exec_command.front()));
-
-  std::vector<Child> children;
-  int64_t launched_generation = -1;
-  bool reported = false;
-  v1::Run run;
-  absl::Time last_query;
-  absl::Time all_done_at = absl::InfiniteFuture();
-  absl::Time stop_waiting_since = absl::InfiniteFuture();
-  absl::Time last_reached = absl::Now();
-  while (true) {
-    // What does the coordinator say?
-    if (absl::Now() - last_query >= absl::Milliseconds(250)) {
-      v1::GetRunRequest req;
-      req.set_run_id(l.run_id);
-      absl::StatusOr<v1::Run> got =
-          Call(**client, &v1::RunService::Stub::GetRun, (*client)->runs(), req, absl::Seconds(10));
-      last_query = absl::Now();
-      if (got.ok()) {
-        run = *got;
-        last_reached = absl::Now();
-      } else if (got.status().code() != absl::StatusCode::kUnavailable &&
-                 got.status().code() != absl::StatusCode::kDeadlineExceeded) {
-        DT_LOG(Error) << "the coordinator refused the launcher: " << got.status();
-        StopAll(children, absl::Seconds(5));
-        return 1;
-      } else {
-        // Trainers give up on an unreachable coordinator after its heartbeat timeout; once
-        // they are all gone, so does the launcher (a few minutes, to ride out a restart).
-        bool alive = false;
-        for (auto& c : children) alive = alive || !c.done;
-        if (!alive && absl::Now() - last_reached > absl::Minutes(5)) {
-          DT_LOG(Error) << "no trainer left and the coordinator at " << l.coordinator << " unreachable since "
-                        << absl::FormatTime(last_reached) << ": " << got.status();
-          return 1;
-        }
-      }
-    }
-    if (IsTerminal(run.state())) {
-      StopAll(children, absl::Seconds(10));
-      DT_LOG(Info) << "run " << l.run_id << " ended " << v1::RunState_Name(run.state()) << "; launcher exits";
-      return run.state() == v1::SUCCEEDED ? 0 : 1;
-    }
-
-    // Reap trainers; tell the coordinator at once about one that died in the current generation.
-    bool all_done = !children.empty();
-    bool any_alive = false;
-    for (auto& c : children) {
-      if (!c.done) {
-        int status = c.process->Wait(absl::ZeroDuration());
-        if (status != -1) {
-          c.done = true;
-          c.status = status;
-          bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-          std::string who = c.unit.rank >= 0 ? absl::StrCat("rank ", c.unit.rank)
-                                             : absl::StrCat("dtrun of node ", NodeNameFor(l, c.unit.node));
-          DT_LOG(Info) << who << " (pid " << c.process->pid() << ") " << DescribeWaitStatus(status);
-          // Exit code 3: stopped by the coordinator, which knows why (or dtrun reported its child).
-          bool told_to_stop = WIFEXITED(status) && WEXITSTATUS(status) == 3;
-          if (!clean && !told_to_stop && !reported && run.generation() == launched_generation) {
-            reported = true;
-            ReportLaunchFailure(**client, l, launched_generation, c.unit,
-                                absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status), " (see ",
-                                             c.unit.log_file, ")"),
-                                /*exited=*/true);
-            last_query = absl::Time();  // look at the run again now
-          }
-        }
-      }
-      all_done = all_done && c.done && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
-      any_alive = any_alive || !c.done;
-    }
-
-    // Every trainer finished cleanly: the run should succeed any moment.
-    if (all_done) {
-      if (all_done_at == absl::InfiniteFuture()) all_done_at = absl::Now();
-      if (absl::Now() - all_done_at > absl::Seconds(60)) {
-        DT_LOG(Error) << "every trainer exited 0 but run " << l.run_id << " is still " << v1::RunState_Name(run.state());
-        return 1;
-      }
-    }
-
-    // A new generation (first launch, or a restart): once the old group is gone, start the next.
-    if (!all_done && run.generation() > launched_generation && run.state() != v1::RUN_STATE_UNSPECIFIED) {
-      if (any_alive) {
-        // They are told to stop through their heartbeat; do not wait forever for a stuck one.
-        if (stop_waiting_since == absl::InfiniteFuture()) stop_waiting_since = absl::Now();
-        if (absl::Now() - stop_waiting_since > absl::Seconds(30)) {
-          StopAll(children, absl::Seconds(5));
-          stop_waiting_since = absl::InfiniteFuture();
-        }
-      } else {
-        stop_waiting_since = absl::InfiniteFuture();
-        launched_generation = run.generation();
-        reported = false;
-        children.clear();
-        DT_LOG(Info) << "starting generation " << launched_generation << " (" << world << " ranks, restart "
-                     << run.restarts() << " of " << run.spec().max_restarts() << ")";
-        for (LaunchUnit& unit : LaunchUnits(l)) {
-          SpawnOptions o;
-          o.env = unit.env;
-          o.output_file = unit.log_file;
-          absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(unit.argv, o);
-          if (!p.ok()) {
-            DT_LOG(Error) << p.status();
-            ReportLaunchFailure(**client, l, launched_generation, unit, std::string(p.status().message()),
-                                /*exited=*/false);
-            StopAll(children, absl::Seconds(5));
-            return 1;
-          }
-          Child c;
-          c.unit = std::move(unit);
-          c.process = std::move(*p);
-          children.push_back(std::move(c));
-        }
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  return Launcher(l, *client).Run();
 }
 
 }  // namespace dt::ctl
