@@ -1,6 +1,8 @@
 // StoreService: the pipelined store session (the hot path of process-group set-up) and the
 // unary forms of each operation.
 #include <deque>
+#include <functional>
+#include <optional>
 
 #include "absl/synchronization/mutex.h"
 #include "coordinator/services.h"
@@ -13,6 +15,99 @@ v1::StoreStatus ToStoreStatus(const absl::Status& s) {
   out.set_code(static_cast<int>(s.code()));
   out.set_message(std::string(s.message()));
   return out;
+}
+
+absl::Status FromStoreStatus(const v1::StoreStatus& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+// The one place a store request is interpreted, for the session and the unary RPCs alike: applies
+// the operation of `request` to `store` and gives `done` the answer (without the id) — at once, or
+// for get and wait once the keys appear or the timeout passes (on whichever thread that happens).
+void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
+                  std::function<void(v1::StoreResponse)> done, Deferred& deferred) {
+  v1::StoreResponse out;
+  absl::Status status;
+  auto blocking_timeout = [&](int64_t ms) -> std::optional<absl::Duration> {
+    absl::StatusOr<absl::Duration> timeout = coordinator.StoreTimeout(ms);
+    if (timeout.ok()) return *timeout;
+    status = timeout.status();
+    return std::nullopt;
+  };
+  switch (request.op_case()) {
+    case v1::StoreRequest::kSet:
+      status = store.Set(request.set().key(), std::move(*request.mutable_set()->mutable_value()), deferred);
+      break;
+    case v1::StoreRequest::kGet: {
+      std::optional<absl::Duration> timeout = blocking_timeout(request.get().timeout_ms());
+      if (!timeout) break;
+      store.Get(request.get().key(), *timeout,
+                MakePending<std::string>([done](absl::StatusOr<std::string> v) {
+                  v1::StoreResponse r;
+                  if (v.ok()) {
+                    r.set_value(std::move(*v));
+                  } else {
+                    *r.mutable_status() = ToStoreStatus(v.status());
+                  }
+                  done(std::move(r));
+                }),
+                deferred);
+      return;
+    }
+    case v1::StoreRequest::kAdd: {
+      absl::StatusOr<int64_t> v = store.Add(request.add().key(), request.add().delta(), deferred);
+      status = v.status();
+      if (v.ok()) out.set_number(*v);
+      break;
+    }
+    case v1::StoreRequest::kCompareSet: {
+      const auto& cs = request.compare_set();
+      absl::StatusOr<std::string> v = store.CompareSet(cs.key(), cs.expected(), cs.desired(), deferred);
+      status = v.status();
+      if (v.ok()) out.set_value(std::move(*v));
+      break;
+    }
+    case v1::StoreRequest::kCheck: {
+      std::vector<std::string> keys(request.check().keys().begin(), request.check().keys().end());
+      absl::StatusOr<bool> v = store.Check(keys);
+      status = v.status();
+      if (v.ok()) out.set_flag(*v);
+      break;
+    }
+    case v1::StoreRequest::kWait: {
+      std::optional<absl::Duration> timeout = blocking_timeout(request.wait().timeout_ms());
+      if (!timeout) break;
+      std::vector<std::string> keys(request.wait().keys().begin(), request.wait().keys().end());
+      store.Wait(keys, *timeout,
+                 MakePending<Unit>([done](absl::StatusOr<Unit> v) {
+                   v1::StoreResponse r;
+                   if (!v.ok()) *r.mutable_status() = ToStoreStatus(v.status());
+                   done(std::move(r));
+                 }),
+                 deferred);
+      return;
+    }
+    case v1::StoreRequest::kDeleteKey: {
+      absl::StatusOr<bool> v = store.DeleteKey(request.delete_key().key());
+      status = v.status();
+      if (v.ok()) out.set_flag(*v);
+      break;
+    }
+    case v1::StoreRequest::kNumKeys: {
+      absl::StatusOr<int64_t> v = store.NumKeys();
+      status = v.status();
+      if (v.ok()) out.set_number(*v);
+      break;
+    }
+    case v1::StoreRequest::kOpen:
+      status = absl::InvalidArgumentError("the store session is already open");
+      break;
+    default:
+      status = absl::InvalidArgumentError("store request without an operation");
+      break;
+  }
+  if (!status.ok()) *out.mutable_status() = ToStoreStatus(status);
+  done(std::move(out));
 }
 
 // One client's stream. Requests are handled as they arrive; answers to blocking gets and waits
@@ -70,7 +165,6 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     state_->queue.pop_front();
     state_->writing = false;
     if (!ok) {
-      state_->broken = true;
       FinishLocked(absl::CancelledError("the store client went away"));
       return;
     }
@@ -99,8 +193,6 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     bool writing = false;
     bool reads_done = false;
     bool finished = false;
-    bool broken = false;
-    int outstanding = 0;  // parked gets and waits
   };
 
   absl::Status Open() {
@@ -120,111 +212,16 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
 
   void Handle() {
     uint64_t id = request_.id();
-    v1::StoreResponse out;
-    out.set_id(id);
-    absl::Status status;
+    bool quiet_set = request_.has_set() && request_.set().answer_only_on_error();
+    std::weak_ptr<State> weak = state_;
     Deferred deferred;
-    switch (request_.op_case()) {
-      case v1::StoreRequest::kSet:
-        status = store_->Set(request_.set().key(), std::move(*request_.mutable_set()->mutable_value()),
-                             deferred);
-        if (status.ok() && request_.set().answer_only_on_error()) return;
-        break;
-      case v1::StoreRequest::kGet: {
-        absl::StatusOr<absl::Duration> timeout = deps_.coordinator->StoreTimeout(request_.get().timeout_ms());
-        if (!timeout.ok()) {
-          status = timeout.status();
-          break;
-        }
-        Park();
-        std::weak_ptr<State> weak = state_;
-        store_->Get(request_.get().key(), *timeout,
-                    MakePending<std::string>([weak, id](absl::StatusOr<std::string> v) {
-                      v1::StoreResponse r;
-                      r.set_id(id);
-                      if (v.ok()) {
-                        r.set_value(std::move(*v));
-                      } else {
-                        *r.mutable_status() = ToStoreStatus(v.status());
-                      }
-                      if (auto st = weak.lock()) Unpark(st, std::move(r));
-                    }),
-                    deferred);
-        return;
-      }
-      case v1::StoreRequest::kAdd: {
-        absl::StatusOr<int64_t> v = store_->Add(request_.add().key(), request_.add().delta(), deferred);
-        status = v.status();
-        if (v.ok()) out.set_number(*v);
-        break;
-      }
-      case v1::StoreRequest::kCompareSet: {
-        const auto& cs = request_.compare_set();
-        absl::StatusOr<std::string> v = store_->CompareSet(cs.key(), cs.expected(), cs.desired(), deferred);
-        status = v.status();
-        if (v.ok()) out.set_value(std::move(*v));
-        break;
-      }
-      case v1::StoreRequest::kCheck: {
-        std::vector<std::string> keys(request_.check().keys().begin(), request_.check().keys().end());
-        absl::StatusOr<bool> v = store_->Check(keys);
-        status = v.status();
-        if (v.ok()) out.set_flag(*v);
-        break;
-      }
-      case v1::StoreRequest::kWait: {
-        absl::StatusOr<absl::Duration> timeout = deps_.coordinator->StoreTimeout(request_.wait().timeout_ms());
-        if (!timeout.ok()) {
-          status = timeout.status();
-          break;
-        }
-        Park();
-        std::weak_ptr<State> weak = state_;
-        std::vector<std::string> keys(request_.wait().keys().begin(), request_.wait().keys().end());
-        store_->Wait(keys, *timeout,
-                     MakePending<Unit>([weak, id](absl::StatusOr<Unit> v) {
-                       v1::StoreResponse r;
-                       r.set_id(id);
-                       if (!v.ok()) *r.mutable_status() = ToStoreStatus(v.status());
-                       if (auto st = weak.lock()) Unpark(st, std::move(r));
-                     }),
-                     deferred);
-        return;
-      }
-      case v1::StoreRequest::kDeleteKey: {
-        absl::StatusOr<bool> v = store_->DeleteKey(request_.delete_key().key());
-        status = v.status();
-        if (v.ok()) out.set_flag(*v);
-        break;
-      }
-      case v1::StoreRequest::kNumKeys: {
-        absl::StatusOr<int64_t> v = store_->NumKeys();
-        status = v.status();
-        if (v.ok()) out.set_number(*v);
-        break;
-      }
-      case v1::StoreRequest::kOpen:
-        status = absl::InvalidArgumentError("the store session is already open");
-        break;
-      default:
-        status = absl::InvalidArgumentError("store request without an operation");
-        break;
-    }
-    if (!status.ok()) *out.mutable_status() = ToStoreStatus(status);
-    Send(state_, std::move(out));
-  }
-
-  void Park() {
-    absl::MutexLock lock(&state_->mu);
-    ++state_->outstanding;
-  }
-
-  static void Unpark(const std::shared_ptr<State>& st, v1::StoreResponse response) {
-    absl::MutexLock lock(&st->mu);
-    --st->outstanding;
-    if (st->reactor == nullptr || st->finished) return;
-    st->queue.push_back(std::move(response));
-    st->reactor->PumpLocked();
+    ApplyStoreOp(*store_, *deps_.coordinator, request_,
+                 [weak, id, quiet_set](v1::StoreResponse r) {
+                   if (quiet_set && !r.has_status()) return;
+                   r.set_id(id);
+                   if (auto st = weak.lock()) Send(st, std::move(r));
+                 },
+                 deferred);
   }
 
   static void Send(const std::shared_ptr<State>& st, v1::StoreResponse response) {
@@ -277,26 +274,12 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   v1::StoreRequest request_;
 };
 
-// Runs `op` against the scope's store for a unary store RPC.
-template <typename Response, typename Op>
+// A unary store RPC: its request as a session request, through ApplyStoreOp; `fill` turns a
+// successful answer into the RPC's response.
+template <typename Response>
 grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
-                                       const char* method, const v1::StoreScope& scope,
-                                       Response* out, Op op) {
-  RpcTimer timer(deps, method);
-  if (auto who = AuthorizeRun(deps, ctx, scope.run_id()); !who.ok()) {
-    return Reply<Response>(ctx, timer, out, who.status());
-  }
-  absl::StatusOr<std::shared_ptr<KvStore>> store = deps.coordinator->OpenStore(scope);
-  if (!store.ok()) return Reply<Response>(ctx, timer, out, store.status());
-  Deferred deferred;
-  return Reply<Response>(ctx, timer, out, op(**store, deferred));
-}
-
-// A blocking store RPC (get, wait): answered when the store completes the Pending.
-template <typename Response, typename Value, typename Start, typename Convert>
-grpc::ServerUnaryReactor* BlockingStoreOp(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
-                                          const char* method, const v1::StoreScope& scope,
-                                          Response* out, Start start, Convert convert) {
+                                       const char* method, const v1::StoreScope& scope, v1::StoreRequest request,
+                                       Response* out, void (*fill)(const v1::StoreResponse&, Response&)) {
   auto* reactor = new PendingUnaryReactor<Response>(deps, method, out);
   if (auto who = AuthorizeRun(deps, ctx, scope.run_id()); !who.ok()) {
     reactor->pending()->Complete(who.status());
@@ -309,14 +292,17 @@ grpc::ServerUnaryReactor* BlockingStoreOp(const ServiceDeps& deps, grpc::Callbac
   }
   PendingPtr<Response> reply = reactor->pending();
   Deferred deferred;
-  start(**store, MakePending<Value>([reply, convert](absl::StatusOr<Value> v) {
-          if (!v.ok()) {
-            reply->Complete(v.status());
-          } else {
-            reply->Complete(convert(std::move(*v)));
-          }
-        }),
-        deferred);
+  ApplyStoreOp(**store, *deps.coordinator, request,
+               [reply, fill](v1::StoreResponse r) {
+                 if (r.has_status()) {
+                   reply->Complete(FromStoreStatus(r.status()));
+                   return;
+                 }
+                 Response response;
+                 fill(r, response);
+                 reply->Complete(std::move(response));
+               },
+               deferred);
   return reactor;
 }
 
@@ -336,115 +322,78 @@ void StoreServiceImpl::CloseSessions(const absl::Status& status) {
   for (auto& close : closers) close(status);
 }
 
-grpc::ServerUnaryReactor* StoreServiceImpl::Set(grpc::CallbackServerContext* ctx,
-                                                const v1::StoreSetRequest* req,
+grpc::ServerUnaryReactor* StoreServiceImpl::Set(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
                                                 v1::StoreSetResponse* out) {
-  return UnaryStoreOp(deps_, ctx, "StoreSet", req->scope(), out,
-                      [req](KvStore& store, Deferred& d) -> absl::StatusOr<v1::StoreSetResponse> {
-                        absl::Status s = store.Set(req->key(), req->value(), d);
-                        if (!s.ok()) return s;
-                        return v1::StoreSetResponse();
-                      });
+  v1::StoreRequest r;
+  *r.mutable_set() = *req;
+  r.mutable_set()->set_answer_only_on_error(false);
+  return UnaryStoreOp<v1::StoreSetResponse>(deps_, ctx, "StoreSet", req->scope(), std::move(r), out,
+                                            [](const v1::StoreResponse&, v1::StoreSetResponse&) {});
 }
 
-grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* ctx,
-                                                const v1::StoreGetRequest* req,
+grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* ctx, const v1::StoreGetRequest* req,
                                                 v1::StoreGetResponse* out) {
-  Coordinator* c = deps_.coordinator;
-  return BlockingStoreOp<v1::StoreGetResponse, std::string>(
-      deps_, ctx, "StoreGet", req->scope(), out,
-      [req, c](KvStore& store, PendingPtr<std::string> p, Deferred& d) {
-        absl::StatusOr<absl::Duration> timeout = c->StoreTimeout(req->timeout_ms());
-        if (!timeout.ok()) return d.Complete<std::string>(p, timeout.status());
-        store.Get(req->key(), *timeout, std::move(p), d);
-      },
-      [](std::string v) {
-        v1::StoreGetResponse r;
-        r.set_value(std::move(v));
-        return r;
-      });
+  v1::StoreRequest r;
+  *r.mutable_get() = *req;
+  return UnaryStoreOp<v1::StoreGetResponse>(
+      deps_, ctx, "StoreGet", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreGetResponse& o) { o.set_value(a.value()); });
 }
 
-grpc::ServerUnaryReactor* StoreServiceImpl::Add(grpc::CallbackServerContext* ctx,
-                                                const v1::StoreAddRequest* req,
+grpc::ServerUnaryReactor* StoreServiceImpl::Add(grpc::CallbackServerContext* ctx, const v1::StoreAddRequest* req,
                                                 v1::StoreAddResponse* out) {
-  return UnaryStoreOp(deps_, ctx, "StoreAdd", req->scope(), out,
-                      [req](KvStore& store, Deferred& d) -> absl::StatusOr<v1::StoreAddResponse> {
-                        absl::StatusOr<int64_t> v = store.Add(req->key(), req->delta(), d);
-                        if (!v.ok()) return v.status();
-                        v1::StoreAddResponse r;
-                        r.set_value(*v);
-                        return r;
-                      });
+  v1::StoreRequest r;
+  *r.mutable_add() = *req;
+  return UnaryStoreOp<v1::StoreAddResponse>(
+      deps_, ctx, "StoreAdd", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreAddResponse& o) { o.set_value(a.number()); });
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::CompareSet(grpc::CallbackServerContext* ctx,
                                                        const v1::StoreCompareSetRequest* req,
                                                        v1::StoreCompareSetResponse* out) {
-  return UnaryStoreOp(
-      deps_, ctx, "StoreCompareSet", req->scope(), out,
-      [req](KvStore& store, Deferred& d) -> absl::StatusOr<v1::StoreCompareSetResponse> {
-        absl::StatusOr<std::string> v = store.CompareSet(req->key(), req->expected(), req->desired(), d);
-        if (!v.ok()) return v.status();
-        v1::StoreCompareSetResponse r;
-        r.set_value(std::move(*v));
-        return r;
-      });
+  v1::StoreRequest r;
+  *r.mutable_compare_set() = *req;
+  return UnaryStoreOp<v1::StoreCompareSetResponse>(
+      deps_, ctx, "StoreCompareSet", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreCompareSetResponse& o) { o.set_value(a.value()); });
 }
 
-grpc::ServerUnaryReactor* StoreServiceImpl::Check(grpc::CallbackServerContext* ctx,
-                                                  const v1::StoreCheckRequest* req,
+grpc::ServerUnaryReactor* StoreServiceImpl::Check(grpc::CallbackServerContext* ctx, const v1::StoreCheckRequest* req,
                                                   v1::StoreCheckResponse* out) {
-  return UnaryStoreOp(deps_, ctx, "StoreCheck", req->scope(), out,
-                      [req](KvStore& store, Deferred&) -> absl::StatusOr<v1::StoreCheckResponse> {
-                        std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-                        absl::StatusOr<bool> v = store.Check(keys);
-                        if (!v.ok()) return v.status();
-                        v1::StoreCheckResponse r;
-                        r.set_all_exist(*v);
-                        return r;
-                      });
+  v1::StoreRequest r;
+  *r.mutable_check() = *req;
+  return UnaryStoreOp<v1::StoreCheckResponse>(
+      deps_, ctx, "StoreCheck", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreCheckResponse& o) { o.set_all_exist(a.flag()); });
 }
 
-grpc::ServerUnaryReactor* StoreServiceImpl::Wait(grpc::CallbackServerContext* ctx,
-                                                 const v1::StoreWaitRequest* req,
+grpc::ServerUnaryReactor* StoreServiceImpl::Wait(grpc::CallbackServerContext* ctx, const v1::StoreWaitRequest* req,
                                                  v1::StoreWaitResponse* out) {
-  Coordinator* c = deps_.coordinator;
-  return BlockingStoreOp<v1::StoreWaitResponse, Unit>(
-      deps_, ctx, "StoreWait", req->scope(), out,
-      [req, c](KvStore& store, PendingPtr<Unit> p, Deferred& d) {
-        std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-        absl::StatusOr<absl::Duration> timeout = c->StoreTimeout(req->timeout_ms());
-        if (!timeout.ok()) return d.Complete<Unit>(p, timeout.status());
-        store.Wait(keys, *timeout, std::move(p), d);
-      },
-      [](Unit) { return v1::StoreWaitResponse(); });
+  v1::StoreRequest r;
+  *r.mutable_wait() = *req;
+  return UnaryStoreOp<v1::StoreWaitResponse>(deps_, ctx, "StoreWait", req->scope(), std::move(r), out,
+                                             [](const v1::StoreResponse&, v1::StoreWaitResponse&) {});
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::DeleteKey(grpc::CallbackServerContext* ctx,
                                                       const v1::StoreDeleteKeyRequest* req,
                                                       v1::StoreDeleteKeyResponse* out) {
-  return UnaryStoreOp(deps_, ctx, "StoreDeleteKey", req->scope(), out,
-                      [req](KvStore& store, Deferred&) -> absl::StatusOr<v1::StoreDeleteKeyResponse> {
-                        absl::StatusOr<bool> v = store.DeleteKey(req->key());
-                        if (!v.ok()) return v.status();
-                        v1::StoreDeleteKeyResponse r;
-                        r.set_deleted(*v);
-                        return r;
-                      });
+  v1::StoreRequest r;
+  *r.mutable_delete_key() = *req;
+  return UnaryStoreOp<v1::StoreDeleteKeyResponse>(
+      deps_, ctx, "StoreDeleteKey", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreDeleteKeyResponse& o) { o.set_deleted(a.flag()); });
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::NumKeys(grpc::CallbackServerContext* ctx,
                                                     const v1::StoreNumKeysRequest* req,
                                                     v1::StoreNumKeysResponse* out) {
-  return UnaryStoreOp(deps_, ctx, "StoreNumKeys", req->scope(), out,
-                      [](KvStore& store, Deferred&) -> absl::StatusOr<v1::StoreNumKeysResponse> {
-                        absl::StatusOr<int64_t> v = store.NumKeys();
-                        if (!v.ok()) return v.status();
-                        v1::StoreNumKeysResponse r;
-                        r.set_num_keys(*v);
-                        return r;
-                      });
+  v1::StoreRequest r;
+  *r.mutable_num_keys() = *req;
+  return UnaryStoreOp<v1::StoreNumKeysResponse>(
+      deps_, ctx, "StoreNumKeys", req->scope(), std::move(r), out,
+      [](const v1::StoreResponse& a, v1::StoreNumKeysResponse& o) { o.set_num_keys(a.number()); });
 }
 
 }  // namespace dt

@@ -326,6 +326,84 @@ TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
   EXPECT_EQ(unary->value(), "yes");
 }
 
+// The unary store RPCs go through the same operations as the session: each answers with what the
+// session would, and an error names its cause.
+TEST_F(IntegrationTest, EveryUnaryStoreRpcAnswersAsTheSessionDoes) {
+  auto run = Submit("store-unary", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  v1::StoreScope scope;
+  scope.set_run_id(run.run_id());
+  scope.set_generation(0);
+  scope.set_rank(-1);
+  auto store = admin_->store();
+  v1::StoreSetRequest set;
+  *set.mutable_scope() = scope;
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(Call(*admin_, &v1::StoreService::Stub::Set, store, set, absl::Seconds(5)).ok());
+  v1::StoreAddRequest add;
+  *add.mutable_scope() = scope;
+  add.set_key("n");
+  add.set_delta(5);
+  ASSERT_EQ(Call(*admin_, &v1::StoreService::Stub::Add, store, add, absl::Seconds(5))->value(), 5);
+  add.set_delta(-2);
+  ASSERT_EQ(Call(*admin_, &v1::StoreService::Stub::Add, store, add, absl::Seconds(5))->value(), 3);
+  v1::StoreCompareSetRequest cas;
+  *cas.mutable_scope() = scope;
+  cas.set_key("k");
+  cas.set_expected("v");
+  cas.set_desired("w");
+  EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::CompareSet, store, cas, absl::Seconds(5))->value(), "w");
+  cas.set_expected("not-it");
+  EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::CompareSet, store, cas, absl::Seconds(5))->value(), "w");
+  v1::StoreCheckRequest check;
+  *check.mutable_scope() = scope;
+  check.add_keys("k");
+  check.add_keys("n");
+  EXPECT_TRUE(Call(*admin_, &v1::StoreService::Stub::Check, store, check, absl::Seconds(5))->all_exist());
+  check.add_keys("missing");
+  EXPECT_FALSE(Call(*admin_, &v1::StoreService::Stub::Check, store, check, absl::Seconds(5))->all_exist());
+  v1::StoreNumKeysRequest num;
+  *num.mutable_scope() = scope;
+  EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::NumKeys, store, num, absl::Seconds(5))->num_keys(), 2);
+  v1::StoreDeleteKeyRequest del;
+  *del.mutable_scope() = scope;
+  del.set_key("k");
+  EXPECT_TRUE(Call(*admin_, &v1::StoreService::Stub::DeleteKey, store, del, absl::Seconds(5))->deleted());
+  EXPECT_FALSE(Call(*admin_, &v1::StoreService::Stub::DeleteKey, store, del, absl::Seconds(5))->deleted());
+  // A blocking wait answered when another client sets the key.
+  v1::StoreWaitRequest wait;
+  *wait.mutable_scope() = scope;
+  wait.add_keys("later");
+  wait.set_timeout_ms(10'000);
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    v1::StoreSetRequest later = set;
+    later.set_key("later");
+    (void)Call(*admin_, &v1::StoreService::Stub::Set, store, later, absl::Seconds(5));
+  });
+  auto waited = Call(*admin_, &v1::StoreService::Stub::Wait, store, wait, absl::Seconds(15));
+  setter.join();
+  EXPECT_TRUE(waited.ok()) << waited.status();
+  // Errors keep their code and cause.
+  v1::StoreGetRequest get;
+  *get.mutable_scope() = scope;
+  get.set_key("never");
+  get.set_timeout_ms(100);
+  auto timed_out = Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5));
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
+  EXPECT_NE(timed_out.status().message().find("never"), std::string::npos) << timed_out.status();
+  get.set_timeout_ms(-1);
+  EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  add.set_key("k-not-a-number");
+  set.set_key("k-not-a-number");
+  set.set_value("abc");
+  ASSERT_TRUE(Call(*admin_, &v1::StoreService::Stub::Set, store, set, absl::Seconds(5)).ok());
+  EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::Add, store, add, absl::Seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(IntegrationTest, StoreOfAnEndedGenerationIsAborted) {
   auto run = Submit("store-abort", 1, 2, /*max_restarts=*/1);
   auto agents = RegisterAll(run, 1, 2);
