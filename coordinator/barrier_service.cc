@@ -1,4 +1,4 @@
-// BarrierService, ExperimentService: gRPC glue.
+// BarrierService: gRPC glue over Coordinator::Barrier.
 #include "coordinator/services.h"
 
 namespace dt {
@@ -13,16 +13,6 @@ grpc::ServerUnaryReactor* BarrierServiceImpl::Barrier(grpc::CallbackServerContex
   }
   deps_.coordinator->Barrier(*req, reactor->pending());
   return reactor;
-}
-
-grpc::ServerUnaryReactor* ExperimentServiceImpl::GetExperiment(grpc::CallbackServerContext* ctx,
-                                                               const v1::GetExperimentRequest* req,
-                                                               v1::Experiment* out) {
-  RpcTimer timer(deps_, "GetExperiment");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::Experiment>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->GetExperiment(req->run_id()));
 }
 
 }  // namespace dt

@@ -31,6 +31,11 @@ v1::BeginCheckpointResponse RoundReply(const std::string& id, int writer, const 
 
 }  // namespace
 
+std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
+  if (!run.checkpoints.empty()) return run.checkpoints.back();
+  return run.stored.resume_from;
+}
+
 void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                   PendingPtr<v1::BeginCheckpointResponse> reply) {
   if (request.step() <= 0) {

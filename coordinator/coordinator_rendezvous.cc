@@ -35,11 +35,6 @@ std::string Truncate(const std::string& text) {
 
 }  // namespace
 
-std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
-  if (!run.checkpoints.empty()) return run.checkpoints.back();
-  return run.stored.resume_from;
-}
-
 v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, const Seat& seat) const {
   const v1::Run& r = run.stored.run;
   v1::RegisterResponse out;
@@ -120,7 +115,12 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
   }
   if (seat->incarnation() == request.incarnation()) {
     // A retry whose first reply was lost: same answer.
-    Registrant reg{seat->node(), seat->local_rank(), seat->incarnation(), seat->host(), seat->pid()};
+    Registrant reg;
+    reg.node = seat->node();
+    reg.local_slot = seat->local_rank();
+    reg.incarnation = seat->incarnation();
+    reg.host = seat->host();
+    reg.pid = seat->pid();
     Assignment a{seat->rank(), seat->local_rank(), 0, seat->node_rank(), 0};
     a.local_world_size = static_cast<int>(std::count_if(
         g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
@@ -184,9 +184,15 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
                                  const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred) {
   v1::Run& r = run->stored.run;
   Generation& g = *run->gen;
-  Registrant registrant{request.node(), request.local_slot(), request.incarnation(), request.host(),
-                        request.pid(),  request.version(),    clock_->Now(),         reply.get()};
-  if (request.has_scheduler_task()) registrant.scheduler_task = request.scheduler_task();
+  Registrant registrant{request.node(),
+                        request.local_slot(),
+                        request.incarnation(),
+                        request.host(),
+                        request.pid(),
+                        request.version(),
+                        clock_->Now(),
+                        reply.get(),
+                        request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt};
   // The seat's reply builds the RegisterResponse once rendezvous completes.
   int64_t number = g.number;
   // Weak: the pending lives in the run's own rendezvous; a strong reference would be a cycle.

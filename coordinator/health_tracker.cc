@@ -86,7 +86,7 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
     std::sort(silent.begin(), silent.end());
     int first = silent.front().second;
     const RankHealth& r = ranks_[first];
-    HealthVerdict v{HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout};
+    HealthVerdict v{HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout, {}, {}};
     for (size_t k = 1; k < silent.size(); ++k) v.also_silent.emplace_back(silent[k].second, silent[k].first);
     v.stopped = std::move(stopped);
     return v;
@@ -97,7 +97,7 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
   if (!stopped.empty() && !some_quiet && now - stopped.front().when > t.heartbeat_timeout) {
     const StoppedRank& first = stopped.front();
     HealthVerdict v{HealthVerdict::Kind::kStopped, watched == 0 ? -1 : first.rank, ranks_[first.rank].step, {},
-                    first.when, t.heartbeat_timeout};
+                    first.when, t.heartbeat_timeout, {}, {}};
     v.stopped = std::move(stopped);
     return v;
   }
@@ -105,7 +105,7 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
   if (!steps_expected_ && !step_reported_) return std::nullopt;
   absl::Duration limit = group_step_ > start_step_ ? t.hang_timeout : t.init_timeout;
   if (now - last_progress_ <= limit) return std::nullopt;
-  HealthVerdict v{HealthVerdict::Kind::kHang, -1, group_step_, {}, last_progress_, limit};
+  HealthVerdict v{HealthVerdict::Kind::kHang, -1, group_step_, {}, last_progress_, limit, {}, {}};
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     if (ranks_[i].watched() && ranks_[i].step == group_step_) v.stuck_ranks.push_back(i);
   }

@@ -52,7 +52,9 @@ TEST(HealthTracker, HangIsNoStepAdvanceWhileEveryoneHeartbeats) {
     t += absl::Seconds(2);
     h.Heartbeat(0, 5, t);
     h.Heartbeat(1, 5, t);
-    if (t <= stalled_at + absl::Minutes(10)) EXPECT_FALSE(h.Check(t, kLimits).has_value());
+    if (t <= stalled_at + absl::Minutes(10)) {
+      EXPECT_FALSE(h.Check(t, kLimits).has_value());
+    }
   }
   t += absl::Seconds(2);
   h.Heartbeat(0, 5, t);
