@@ -25,8 +25,6 @@ namespace dt::wandb {
 namespace {
 
 
-double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
-
 // One history row: the merged values of consecutive points with the same step.
 struct Row {
   int64_t step = 0;
@@ -36,6 +34,62 @@ struct Row {
 };
 
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+// Points after the last accepted one, as history rows: consecutive points of one step merge into
+// one row; points at or below W&B's last step are skipped (a replay after a restart); the batch
+// stops once its rows are about `max_bytes`.
+struct RowBatch {
+  std::vector<Row> rows;
+  int64_t consumed = 0;  // points the batch covers, skipped ones included
+  int64_t skipped = 0;
+};
+
+RowBatch BatchRows(const std::vector<Point>& points, int64_t last_step, size_t max_bytes) {
+  RowBatch b;
+  size_t bytes = 0;
+  for (const Point& p : points) {
+    if (!b.rows.empty() && b.rows.back().step == p.step) {
+      for (const auto& [k, v] : p.values) b.rows.back().values[k] = v;
+      ++b.rows.back().points;
+      ++b.consumed;
+      continue;
+    }
+    if (p.step <= last_step) {
+      ++b.consumed;
+      ++b.skipped;
+      continue;
+    }
+    if (bytes > max_bytes) break;
+    b.rows.push_back(Row{p.step, p.time, p.values, 1});
+    bytes += 64 + p.values.size() * 48;
+    last_step = p.step;
+    ++b.consumed;
+  }
+  return b;
+}
+
+// The rows as W&B history lines (with _step, _timestamp, _runtime); `latest` gets the newest
+// value of each key, for the summary.
+std::vector<std::string> HistoryLines(const std::vector<Row>& rows, const SpoolState& st,
+                                      std::map<std::string, double>* latest) {
+  std::vector<std::string> lines;
+  for (const Row& r : rows) {
+    nlohmann::json line = nlohmann::json::object();
+    for (const auto& [k, v] : r.values) {
+      line[k] = Number(v);
+      (*latest)[k] = v;
+    }
+    double runtime = st.runtime_base + std::max(0.0, r.time - st.start_time);
+    line["_step"] = r.step;
+    line["_timestamp"] = r.time;
+    line["_runtime"] = runtime;
+    lines.push_back(line.dump());
+    (*latest)["_step"] = static_cast<double>(r.step);
+    (*latest)["_runtime"] = runtime;
+    (*latest)["_timestamp"] = r.time;
+  }
+  return lines;
+}
 
 // The run's settings (from the submit spec, else the coordinator's WANDB_* environment).
 struct Settings {
@@ -111,21 +165,24 @@ std::map<std::string, std::string> WandbEnvironment() {
   return env;
 }
 
+struct Forwarder::Request {
+  enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat };
+  Request(Kind k, std::string u, std::string b) : kind(k), url(std::move(u)), body(std::move(b)) {}
+  Kind kind;
+  std::string url, body;
+  int64_t points = 0, rows = 0, last_step = -1;
+  std::map<std::string, double> values;  // what the summary gains on success
+};
+
 struct Forwarder::Target {
   absl::Mutex mu;  // the spool and the session; never held across HTTP
   std::unique_ptr<Spool> spool;
   std::string api_key;
-  std::unique_ptr<HttpClient> http;
+  std::unique_ptr<HttpPoster> http;
   // Session state of this coordinator process.
   bool checked = false;
   std::atomic<bool> upserted{false};  // also read by the scheduler
   std::string entity, project;
-  struct Request {
-    enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat } kind;
-    std::string url, body;
-    int64_t points = 0, rows = 0, last_step = -1;
-    std::map<std::string, double> values;  // what the summary gains on success
-  };
   std::optional<Request> inflight;  // resent byte for byte until it is accepted
   // Unix nanoseconds of the last accepted post; read by the scheduler without `mu`.
   std::atomic<int64_t> last_post_ns{std::numeric_limits<int64_t>::min()};
@@ -167,7 +224,8 @@ Forwarder::Target* Forwarder::AddTarget(std::unique_ptr<Spool> spool) {
                     << "points are spooled until it is (restart dtcoord with it)";
     t->offline = true;
   }
-  t->http = std::make_unique<HttpClient>(t->api_key, options_.http_timeout);
+  t->http = options_.http ? options_.http(t->api_key, options_.http_timeout)
+                         : std::make_unique<HttpClient>(t->api_key, options_.http_timeout);
   t->spooled = spool->size();
   t->acked = spool->state().acked_points;
   t->ended = spool->state().exitcode.has_value();
@@ -200,6 +258,7 @@ absl::Status Forwarder::Load() {
   }
   // A run that ended while the coordinator was down still gets its final post.
   for (auto& [t, dt_run] : loaded) {
+    if (coordinator_ == nullptr) break;
     absl::StatusOr<v1::Run> r = coordinator_->GetRun(dt_run);
     if (r.ok() && IsTerminal(r->state())) {
       absl::MutexLock tl(&t->mu);
@@ -413,22 +472,40 @@ bool Forwarder::HasWork(const Target& t, absl::Time now) const {
   return t.upserted.load() && !t.finished.load() && now - t.last_post() >= options_.heartbeat_after;
 }
 
+Forwarder::Target* Forwarder::TakeDue() {
+  absl::Time now = options_.clock->Now();
+  Target* t = nullptr;
+  for (auto& [key, target] : targets_) {
+    if (HasWork(*target, now) && (t == nullptr || target->due < t->due)) t = target.get();
+  }
+  if (t != nullptr) t->busy = true;
+  return t;
+}
+
+bool Forwarder::ServeDue() {
+  Target* t = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    t = TakeDue();
+  }
+  if (t == nullptr) return false;
+  Serve(*t);
+  absl::MutexLock lock(&mu_);
+  t->busy = false;
+  return true;
+}
+
 void Forwarder::WorkerLoop() {
   absl::Time last_stats = absl::InfinitePast();
   while (true) {
     Target* t = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      while (true) {
-        if (stopping_) return;
-        absl::Time now = absl::Now();
-        for (auto& [key, target] : targets_) {
-          if (HasWork(*target, now) && (t == nullptr || target->due < t->due)) t = target.get();
-        }
-        if (t != nullptr) break;
-        work_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      while (!stopping_ && (t = TakeDue()) == nullptr) work_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      if (stopping_) {
+        if (t != nullptr) t->busy = false;
+        return;
       }
-      t->busy = true;
     }
     Serve(*t);
     {
@@ -442,207 +519,191 @@ void Forwarder::WorkerLoop() {
   }
 }
 
+void Forwarder::SetDue(Target& t, absl::Time due) {
+  absl::MutexLock lock(&mu_);
+  t.due = due;
+}
+
 void Forwarder::Backoff(Target& t, const HttpResult& r) {
   absl::Duration next = t.backoff == absl::ZeroDuration() ? options_.retry_base : std::min(t.backoff * 2, options_.retry_cap);
   t.backoff = next;
   static thread_local std::mt19937 rng(std::random_device{}());
   double jitter = std::uniform_real_distribution<double>(0.75, 1.25)(rng);
-  absl::Duration wait = std::max(next * jitter, r.retry_after);
-  absl::MutexLock lock(&mu_);
-  t.due = absl::Now() + wait;
+  SetDue(t, options_.clock->Now() + std::max(next * jitter, r.retry_after));
 }
 
 void Forwarder::Serve(Target& t) {
-  Target::Request req;
-  int64_t skipped = 0;  // points below W&B's last step, dropped without a post
+  std::optional<Request> req;
   {
     absl::MutexLock tl(&t.mu);
-    Spool& spool = *t.spool;
-    SpoolState& st = spool.state();
-    const SpoolMeta& meta = spool.meta();
-    spool.Sync();
-    if (t.inflight) {
-      req = *t.inflight;
-    } else if (!t.checked) {
-      req = {Target::Request::kResume, absl::StrCat(meta.base_url, "/graphql"), ResumeStatusBody(meta.run)};
-    } else if (!t.upserted) {
-      req = {Target::Request::kUpsert, absl::StrCat(meta.base_url, "/graphql"), UpsertBucketBody(meta.run, "")};
-    } else {
-      std::string url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
-      absl::StatusOr<std::vector<Point>> points = spool.Read(st.acked_points, 20'000);
-      if (!points.ok()) {
-        // A damaged spool: say so, and look again later rather than spinning on it.
-        DT_LOG(Error) << "W&B run " << t.name << ": " << points.status();
-        Backoff(t, HttpResult{});
-        return;
-      }
-      std::vector<Row> rows;
-      int64_t consumed = 0;
-      int64_t last = st.last_step;
-      size_t bytes = 0;
-      for (const Point& p : *points) {
-        if (!rows.empty() && rows.back().step == p.step) {
-          for (const auto& [k, v] : p.values) rows.back().values[k] = v;
-          ++rows.back().points;
-          ++consumed;
-          continue;
-        }
-        if (p.step <= last) {  // W&B already has this step (a replay after a restart)
-          ++consumed;
-          ++skipped;
-          continue;
-        }
-        if (bytes > options_.max_post_bytes / 2) break;
-        rows.push_back(Row{p.step, p.time, p.values, 1});
-        bytes += 64 + p.values.size() * 48;
-        last = p.step;
-        ++consumed;
-      }
-      // The newest step may still be completed by points still on their way (eval after train):
-      // hold it back briefly unless the run is over.
-      bool at_end = st.acked_points + consumed == spool.size();
-      if (!rows.empty() && at_end && !t.ended &&
-          UnixNow() - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
-        consumed -= rows.back().points;
-        rows.pop_back();
-      }
-      if (!rows.empty()) {
-        std::vector<std::string> lines;
-        std::map<std::string, double> latest;
-        for (const Row& r : rows) {
-          nlohmann::json line = nlohmann::json::object();
-          for (const auto& [k, v] : r.values) {
-            line[k] = Number(v);
-            latest[k] = v;
-          }
-          double runtime = st.runtime_base + std::max(0.0, r.time - st.start_time);
-          line["_step"] = r.step;
-          line["_timestamp"] = r.time;
-          line["_runtime"] = runtime;
-          lines.push_back(line.dump());
-          latest["_step"] = static_cast<double>(r.step);
-          latest["_runtime"] = runtime;
-          latest["_timestamp"] = r.time;
-        }
-        std::map<std::string, double> summary = st.summary;
-        for (const auto& [k, v] : latest) summary[k] = v;
-        nlohmann::json sj = nlohmann::json::object();
-        for (const auto& [k, v] : summary) sj[k] = Number(v);
-        sj["_wandb"] = {{"runtime", static_cast<int64_t>(summary["_runtime"])}};
-        req = {Target::Request::kStream, url, FileStreamBody(st.acked_lines, lines, sj.dump(), std::nullopt)};
-        req.points = consumed;
-        req.rows = static_cast<int64_t>(rows.size());
-        req.last_step = rows.back().step;
-        req.values = latest;
-      } else if (skipped > 0) {
-        st.acked_points += consumed;
-        t.acked = st.acked_points;
-        (void)spool.SaveState();
-      } else if (t.ended && at_end && st.exitcode) {
-        nlohmann::json sj = nlohmann::json::object();
-        for (const auto& [k, v] : st.summary) sj[k] = Number(v);
-        sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
-        req = {Target::Request::kFinal, url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
-      } else if (absl::Now() - t.last_post() >= options_.heartbeat_after && !t.ended) {
-        req = {Target::Request::kHeartbeat, url, HeartbeatBody()};
-      } else {
-        absl::MutexLock lock(&mu_);
-        t.due = absl::Now() + absl::Milliseconds(200);  // a held-back row: look again soon
-        return;
-      }
-      if (skipped > 0 && stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
-      if (req.url.empty()) return;
-    }
-    t.inflight = req;
+    t.spool->Sync();
+    req = NextRequest(t);
+    if (!req) return;
+    t.inflight = *req;
   }
-
-  HttpResult r = t.http->PostJson(req.url, req.body);
+  HttpResult r = t.http->PostJson(req->url, req->body);
   if (stats_ != nullptr) stats_->CountWandbRequest(r.code);
-
   absl::MutexLock tl(&t.mu);
-  SpoolState& st = t.spool->state();
   if (r.code >= 200 && r.code < 300) {
     t.inflight.reset();
     t.backoff = absl::ZeroDuration();
-    absl::Time next_due = absl::Now();
-    switch (req.kind) {
-      case Target::Request::kResume: {
-        absl::StatusOr<ResumeState> resume = ParseResumeStatus(r.body);
-        if (!resume.ok()) {
-          DT_LOG(Error) << "W&B run " << t.name << ": " << resume.status();
-          Backoff(t, HttpResult{});
-          return;
-        }
-        if (resume->exists) {
-          // Continue the existing run: after its last line and its last step.
-          if (st.acked_lines == 0 && st.acked_points == 0) st.runtime_base = resume->runtime;
-          st.acked_lines = std::max(st.acked_lines, resume->history_lines);
-          st.last_step = std::max(st.last_step, resume->last_step);
-          DT_LOG(Info) << "W&B run " << t.name << " exists: resuming at history line " << st.acked_lines
-                       << ", after step " << st.last_step;
-        }
-        t.checked = true;
-        (void)t.spool->SaveState();
-        break;
-      }
-      case Target::Request::kUpsert: {
-        absl::StatusOr<UpsertResult> up = ParseUpsertBucket(r.body);
-        if (!up.ok()) {
-          DT_LOG(Error) << "W&B run " << t.name << ": " << up.status();
-          Backoff(t, HttpResult{});
-          return;
-        }
-        t.entity = up->entity;
-        t.project = up->project;
-        t.upserted = true;
-        break;
-      }
-      case Target::Request::kStream:
-        st.acked_points += req.points;
-        st.acked_lines += req.rows;
-        st.last_step = req.last_step;
-        for (const auto& [k, v] : req.values) st.summary[k] = v;
-        (void)t.spool->SaveState();
-        t.acked = st.acked_points;
-        next_due = absl::Now() + options_.post_interval;
-        break;
-      case Target::Request::kFinal:
-        st.finished = true;
-        (void)t.spool->SaveState();
-        t.finished = true;
-        DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
-                     << st.acked_lines << " history lines)";
-        break;
-      case Target::Request::kHeartbeat:
-        break;
-    }
-    t.last_post_ns = absl::ToUnixNanos(absl::Now());
-    absl::MutexLock lock(&mu_);
-    t.due = next_due;
-    return;
-  }
-  if (Retryable(r)) {
+    Accepted(t, *req, r);
+  } else if (Retryable(r)) {
     DT_LOG(Warning) << "W&B run " << t.name << ": " << (r.code == 0 ? r.error : absl::StrCat("HTTP ", r.code))
                     << "; retrying the same request";
     Backoff(t, r);
-    return;
+  } else {
+    t.inflight.reset();
+    Refused(t, *req, r);
   }
-  // Not retryable (400, 401, 403, 404, 409, 410): say so and count it.
+}
+
+std::optional<Forwarder::Request> Forwarder::NextRequest(Target& t) {
+  const SpoolMeta& meta = t.spool->meta();
+  if (t.inflight) return *t.inflight;
+  if (!t.checked) return Request{Request::kResume, absl::StrCat(meta.base_url, "/graphql"), ResumeStatusBody(meta.run)};
+  if (!t.upserted) {
+    return Request{Request::kUpsert, absl::StrCat(meta.base_url, "/graphql"), UpsertBucketBody(meta.run, "")};
+  }
+  return NextStreamRequest(t);
+}
+
+std::optional<Forwarder::Request> Forwarder::NextStreamRequest(Target& t) {
+  Spool& spool = *t.spool;
+  SpoolState& st = spool.state();
+  const SpoolMeta& meta = spool.meta();
+  absl::Time now = options_.clock->Now();
+  std::string url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
+  absl::StatusOr<std::vector<Point>> points = spool.Read(st.acked_points, 20'000);
+  if (!points.ok()) {
+    // A damaged spool: say so, and look again later rather than spinning on it.
+    DT_LOG(Error) << "W&B run " << t.name << ": " << points.status();
+    Backoff(t, HttpResult{});
+    return std::nullopt;
+  }
+  RowBatch batch = BatchRows(*points, st.last_step, options_.max_post_bytes / 2);
+  std::vector<Row>& rows = batch.rows;
+  int64_t consumed = batch.consumed;
+  int64_t skipped = batch.skipped;
+  // The newest step may still be completed by points still on their way (eval after train):
+  // hold it back briefly unless the run is over.
+  bool at_end = st.acked_points + consumed == spool.size();
+  double unix_now = absl::ToDoubleSeconds(now - absl::UnixEpoch());
+  if (!rows.empty() && at_end && !t.ended &&
+      unix_now - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
+    consumed -= rows.back().points;
+    rows.pop_back();
+  }
+  if (!rows.empty()) {
+    std::map<std::string, double> latest;
+    std::vector<std::string> lines = HistoryLines(rows, st, &latest);
+    std::map<std::string, double> summary = st.summary;
+    for (const auto& [k, v] : latest) summary[k] = v;
+    nlohmann::json sj = nlohmann::json::object();
+    for (const auto& [k, v] : summary) sj[k] = Number(v);
+    sj["_wandb"] = {{"runtime", static_cast<int64_t>(summary["_runtime"])}};
+    Request req{Request::kStream, url, FileStreamBody(st.acked_lines, lines, sj.dump(), std::nullopt)};
+    req.points = consumed;
+    req.rows = static_cast<int64_t>(rows.size());
+    req.last_step = rows.back().step;
+    req.values = latest;
+    if (skipped > 0 && stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
+    return req;
+  }
+  if (skipped > 0) {
+    if (stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
+    st.acked_points += consumed;
+    t.acked = st.acked_points;
+    (void)spool.SaveState();
+    return std::nullopt;  // due now: the next step reads on
+  }
+  if (t.ended && at_end && st.exitcode) {
+    nlohmann::json sj = nlohmann::json::object();
+    for (const auto& [k, v] : st.summary) sj[k] = Number(v);
+    sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
+    return Request{Request::kFinal, url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
+  }
+  if (now - t.last_post() >= options_.heartbeat_after && !t.ended) {
+    return Request{Request::kHeartbeat, url, HeartbeatBody()};
+  }
+  SetDue(t, now + absl::Milliseconds(200));  // a held-back row: look again soon
+  return std::nullopt;
+}
+
+void Forwarder::Accepted(Target& t, const Request& req, const HttpResult& r) {
+  SpoolState& st = t.spool->state();
+  absl::Time now = options_.clock->Now();
+  absl::Time next_due = now;
+  switch (req.kind) {
+    case Request::kResume: {
+      absl::StatusOr<ResumeState> resume = ParseResumeStatus(r.body);
+      if (!resume.ok()) {
+        DT_LOG(Error) << "W&B run " << t.name << ": " << resume.status();
+        Backoff(t, HttpResult{});
+        return;
+      }
+      if (resume->exists) {
+        // Continue the existing run: after its last line and its last step.
+        if (st.acked_lines == 0 && st.acked_points == 0) st.runtime_base = resume->runtime;
+        st.acked_lines = std::max(st.acked_lines, resume->history_lines);
+        st.last_step = std::max(st.last_step, resume->last_step);
+        DT_LOG(Info) << "W&B run " << t.name << " exists: resuming at history line " << st.acked_lines
+                     << ", after step " << st.last_step;
+      }
+      t.checked = true;
+      (void)t.spool->SaveState();
+      break;
+    }
+    case Request::kUpsert: {
+      absl::StatusOr<UpsertResult> up = ParseUpsertBucket(r.body);
+      if (!up.ok()) {
+        DT_LOG(Error) << "W&B run " << t.name << ": " << up.status();
+        Backoff(t, HttpResult{});
+        return;
+      }
+      t.entity = up->entity;
+      t.project = up->project;
+      t.upserted = true;
+      break;
+    }
+    case Request::kStream:
+      st.acked_points += req.points;
+      st.acked_lines += req.rows;
+      st.last_step = req.last_step;
+      for (const auto& [k, v] : req.values) st.summary[k] = v;
+      (void)t.spool->SaveState();
+      t.acked = st.acked_points;
+      next_due = now + options_.post_interval;
+      break;
+    case Request::kFinal:
+      st.finished = true;
+      (void)t.spool->SaveState();
+      t.finished = true;
+      DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
+                   << st.acked_lines << " history lines)";
+      break;
+    case Request::kHeartbeat:
+      break;
+  }
+  t.last_post_ns = absl::ToUnixNanos(now);
+  SetDue(t, next_due);
+}
+
+void Forwarder::Refused(Target& t, const Request& req, const HttpResult& r) {
   DT_LOG(Error) << "W&B run " << t.name << " refused a request with HTTP " << r.code << ": " << r.body.substr(0, 300);
-  t.inflight.reset();
-  if (req.kind == Target::Request::kStream) {
+  SpoolState& st = t.spool->state();
+  if (req.kind == Request::kStream) {
     st.acked_points += req.points;
     t.acked = st.acked_points;
     (void)t.spool->SaveState();
     if (stats_ != nullptr) stats_->CountDroppedPoints("wandb_rejected", req.points);
-  } else if (req.kind == Target::Request::kFinal) {
+  } else if (req.kind == Request::kFinal) {
     st.finished = true;
     t.finished = true;
     (void)t.spool->SaveState();
   } else {
     // The run cannot be created or checked (bad key, no such entity): try again much later.
-    absl::MutexLock lock(&mu_);
-    t.due = absl::Now() + absl::Minutes(5);
+    SetDue(t, options_.clock->Now() + absl::Minutes(5));
   }
 }
 

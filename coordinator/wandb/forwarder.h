@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/observers.h"
 #include "coordinator/wandb/spool.h"
@@ -34,6 +35,8 @@ struct ForwarderOptions {
   size_t max_post_bytes = 8 << 20;             // W&B wants posts under ~10 MB
   // WANDB_* settings of the coordinator's environment (API key, base URL, entity, project, mode).
   std::map<std::string, std::string> env;
+  const Clock* clock = RealClock::Get();
+  HttpPosterFactory http;  // unset: libcurl (HttpClient)
 };
 
 // Reads WANDB_API_KEY, WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE, WANDB_HTTP_TIMEOUT.
@@ -56,6 +59,9 @@ class Forwarder : public RunObserver {
   int64_t QueueDepth() const;
   // True when every spool is drained and every ended run's W&B run is finished (tests, shutdown).
   bool Idle() const;
+  // Takes one step of the W&B run that is due first (what each worker thread does in a loop);
+  // false when none is due now. Tests drive it directly on a fake clock, with no worker started.
+  bool ServeDue();
 
  private:
   struct Target;
@@ -69,11 +75,24 @@ class Forwarder : public RunObserver {
   Route& RouteFor(const v1::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Target* TargetFor(const v1::Run& run, Route& route, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Target* AddTarget(std::unique_ptr<Spool> spool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct Request;
   void WorkerLoop();
+  // The due target with the earliest due time, marked busy; nullptr when none is due.
+  Target* TakeDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One step of one W&B run's protocol (resume check, upsert, a history post, the final post).
   void Serve(Target& t);
+  // The request to send next (the one in flight again, byte for byte, until it is accepted);
+  // nullopt when there is nothing to send now (and `t.due` says when to look again).
+  std::optional<Request> NextRequest(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // The history rows after the last accepted point, batched into one file_stream post, or the
+  // final post, or a heartbeat.
+  std::optional<Request> NextStreamRequest(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  void Accepted(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // Not retryable (400, 401, 403, 404, 409, 410): counted, and the run moves on.
+  void Refused(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   bool HasWork(const Target& t, absl::Time now) const;
   void Backoff(Target& t, const HttpResult& r);
+  void SetDue(Target& t, absl::Time due);
 
   ForwarderOptions options_;
   Coordinator* coordinator_;

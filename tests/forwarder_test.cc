@@ -1,0 +1,271 @@
+// The W&B forwarder's protocol logic on a fake clock with a scripted HTTP peer: the order of
+// requests, batching, retries of the identical body with exponential backoff (and Retry-After),
+// a refused batch counted and skipped, the resume of an existing W&B run, and the final post.
+#include "coordinator/wandb/forwarder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <deque>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "common/crypto.h"
+#include "coordinator/clock.h"
+#include "tests/test_util.h"
+
+namespace dt::wandb {
+namespace {
+
+using ::testing::HasSubstr;
+
+HttpResult Reply(int code, std::string body = "", std::string error = "",
+                 absl::Duration retry_after = absl::ZeroDuration()) {
+  HttpResult r;
+  r.code = code;
+  r.body = std::move(body);
+  r.error = std::move(error);
+  r.retry_after = retry_after;
+  return r;
+}
+
+struct Posted {
+  std::string url;
+  nlohmann::json body;
+  std::string raw;
+  absl::Time at;
+};
+
+// Every W&B request of every W&B run. file_stream posts are answered from a script (200 when it
+// is empty); the GraphQL calls as W&B answers them for a new run, or for an existing one.
+class ScriptedWandb {
+ public:
+  explicit ScriptedWandb(const Clock* clock) : clock_(clock) {}
+
+  HttpPosterFactory Factory() {
+    return [this](const std::string&, absl::Duration) { return std::make_unique<Poster>(this); };
+  }
+  // The answer to the next file_stream post not yet answered.
+  void Answer(HttpResult r) {
+    absl::MutexLock lock(&mu_);
+    script_.push_back(std::move(r));
+  }
+  // The W&B run already exists, with `lines` history lines, the last at `step`.
+  void ExistingRun(int64_t lines, int64_t step, double runtime) {
+    nlohmann::json last = {{"_step", step}, {"_runtime", runtime}};
+    nlohmann::json tail = nlohmann::json::array({last.dump()});
+    nlohmann::json bucket = {{"historyLineCount", lines}, {"historyTail", tail.dump()}};
+    absl::MutexLock lock(&mu_);
+    resume_ = nlohmann::json({{"data", {{"model", {{"bucket", bucket}}}}}}).dump();
+  }
+  std::vector<Posted> posts() {
+    absl::MutexLock lock(&mu_);
+    return posts_;
+  }
+
+ private:
+  class Poster : public HttpPoster {
+   public:
+    explicit Poster(ScriptedWandb* w) : w_(w) {}
+    HttpResult PostJson(const std::string& url, const std::string& body) override { return w_->Post(url, body); }
+
+   private:
+    ScriptedWandb* w_;
+  };
+
+  HttpResult Post(const std::string& url, const std::string& body) {
+    absl::MutexLock lock(&mu_);
+    posts_.push_back({url, nlohmann::json::parse(body, nullptr, false), body, clock_->Now()});
+    if (absl::EndsWith(url, "/graphql") && absl::StrContains(body, "upsertBucket")) {
+      nlohmann::json project = {{"name", "proj"}, {"entity", {{"name", "team"}}}};
+      return Reply(200, nlohmann::json({{"data", {{"upsertBucket", {{"bucket", {{"project", project}}}}}}}}).dump());
+    }
+    if (absl::EndsWith(url, "/graphql")) return Reply(200, resume_);
+    if (!script_.empty()) {
+      HttpResult r = script_.front();
+      script_.pop_front();
+      return r;
+    }
+    return Reply(200, "{}");
+  }
+
+  const Clock* clock_;
+  absl::Mutex mu_;
+  std::deque<HttpResult> script_;
+  std::string resume_ = R"({"data":{"model":null}})";
+  std::vector<Posted> posts_;
+};
+
+class ForwarderTest : public ::testing::Test {
+ protected:
+  ForwarderTest() {
+    ForwarderOptions o;
+    o.spool_dir = tmp_.Sub("spool");
+    o.env = {{"WANDB_API_KEY", "k"}, {"WANDB_BASE_URL", "http://wandb.test"}};
+    o.clock = &clock_;
+    o.http = wandb_.Factory();
+    o.post_interval = absl::Seconds(2);
+    o.retry_base = absl::Seconds(2);
+    o.retry_cap = absl::Seconds(60);
+    forwarder_ = std::make_unique<Forwarder>(o, /*coordinator=*/nullptr, /*stats=*/nullptr);
+    run_.set_run_id("r-0000000000000001");
+    run_.set_state(v1::RUNNING);
+    run_.mutable_spec()->set_experiment_name("exp");
+    run_.mutable_spec()->set_save_dir("/save");
+    run_.mutable_spec()->mutable_wandb()->set_project("proj");
+  }
+
+  double UnixNow() const { return absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()); }
+
+  void Log(int64_t first, int64_t last, double age_s = 10) {
+    v1::MetricBatch batch;
+    batch.set_rank(0);
+    for (int64_t step = first; step <= last; ++step) {
+      v1::MetricPoint* p = batch.add_points();
+      p->set_step(step);
+      p->set_time(UnixNow() - age_s);
+      (*p->mutable_values())["loss"] = 10.0 - step;
+    }
+    forwarder_->OnMetrics(run_, batch);
+  }
+
+  // Serves whatever is due, as the workers would, advancing the clock to the next due moment up
+  // to `horizon`.
+  void RunFor(absl::Duration horizon) {
+    absl::Time end = clock_.Now() + horizon;
+    while (clock_.Now() < end) {
+      while (forwarder_->ServeDue()) {
+      }
+      clock_.Advance(absl::Milliseconds(100));
+    }
+  }
+
+  std::vector<Posted> Streams() {
+    std::vector<Posted> out;
+    for (auto& p : wandb_.posts()) {
+      if (absl::EndsWith(p.url, "/file_stream")) out.push_back(p);
+    }
+    return out;
+  }
+
+  testing::TempDir tmp_;
+  FakeClock clock_;
+  ScriptedWandb wandb_{&clock_};
+  v1::Run run_;
+  std::unique_ptr<Forwarder> forwarder_;
+};
+
+TEST_F(ForwarderTest, ChecksThenCreatesTheRunThenStreamsEveryStepOnceInOrder) {
+  Log(1, 5);
+  RunFor(absl::Seconds(1));
+  std::vector<Posted> posts = wandb_.posts();
+  ASSERT_GE(posts.size(), 3u);
+  EXPECT_THAT(posts[0].raw, HasSubstr("RunResumeStatus"));
+  EXPECT_THAT(posts[1].raw, HasSubstr("upsertBucket"));
+  EXPECT_EQ(posts[2].url, "http://wandb.test/files/team/proj/" + Sha1Hex("/save/exp") + "/file_stream");
+  const nlohmann::json& history = posts[2].body["files"]["wandb-history.jsonl"];
+  EXPECT_EQ(history["offset"], 0);
+  ASSERT_EQ(history["content"].size(), 5u);
+  for (int k = 0; k < 5; ++k) {
+    EXPECT_EQ(nlohmann::json::parse(history["content"][k].get<std::string>())["_step"], k + 1);
+  }
+  // The next batch continues at the next line offset, no earlier than the post interval.
+  Log(6, 7);
+  RunFor(absl::Seconds(3));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(streams[1].body["files"]["wandb-history.jsonl"]["offset"], 5);
+  EXPECT_GE(streams[1].at - streams[0].at, absl::Seconds(2));
+  EXPECT_EQ(forwarder_->QueueDepth(), 0);
+}
+
+TEST_F(ForwarderTest, ARetryableFailureResendsTheIdenticalBodyAfterABackoffThatGrows) {
+  wandb_.Answer(Reply(503, "busy"));
+  wandb_.Answer(Reply(0, "", "connection refused"));
+  wandb_.Answer(Reply(429, "slow down", "", absl::Seconds(30)));
+  Log(1, 3);
+  RunFor(absl::Seconds(60));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 4u);  // 503, no answer, 429, then accepted
+  for (const Posted& p : streams) EXPECT_EQ(p.raw, streams[0].raw);
+  absl::Duration first = streams[1].at - streams[0].at, second = streams[2].at - streams[1].at,
+                 third = streams[3].at - streams[2].at;
+  // 2 s then 4 s, each with ±25 % jitter; Retry-After (30 s) overrides the 8 s backoff.
+  EXPECT_GE(first, absl::Seconds(1.5));
+  EXPECT_LE(first, absl::Seconds(2.6));
+  EXPECT_GE(second, absl::Seconds(3));
+  EXPECT_LE(second, absl::Seconds(5.1));
+  EXPECT_GE(third, absl::Seconds(30));
+  EXPECT_EQ(forwarder_->QueueDepth(), 0);
+  // Accepted: the backoff starts over.
+  Log(4, 4);
+  wandb_.Answer(Reply(500, "oops"));
+  RunFor(absl::Seconds(10));
+  streams = Streams();
+  ASSERT_EQ(streams.size(), 6u);
+  EXPECT_LE(streams[5].at - streams[4].at, absl::Seconds(2.6));
+  EXPECT_EQ(streams[5].body["files"]["wandb-history.jsonl"]["offset"], 3);
+}
+
+TEST_F(ForwarderTest, ARefusedBatchIsDroppedAndTheNextOneGoesOn) {
+  wandb_.Answer(Reply(400, "bad request"));
+  Log(1, 2);
+  RunFor(absl::Milliseconds(100));
+  EXPECT_EQ(forwarder_->QueueDepth(), 0);  // not retried forever
+  Log(3, 3);
+  RunFor(absl::Seconds(3));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 2u);
+  const nlohmann::json& history = streams[1].body["files"]["wandb-history.jsonl"];
+  EXPECT_EQ(history["offset"], 0);  // W&B took no line of the refused batch
+  ASSERT_EQ(history["content"].size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(history["content"][0].get<std::string>())["_step"], 3);
+}
+
+TEST_F(ForwarderTest, AnExistingRunContinuesAfterItsLastLineAndStep) {
+  wandb_.ExistingRun(/*lines=*/4, /*step=*/4, /*runtime=*/100);
+  Log(3, 7);  // steps 3 and 4 are already there (a replay after a restart)
+  RunFor(absl::Seconds(1));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 1u);
+  const nlohmann::json& history = streams[0].body["files"]["wandb-history.jsonl"];
+  EXPECT_EQ(history["offset"], 4);
+  ASSERT_EQ(history["content"].size(), 3u);
+  nlohmann::json first = nlohmann::json::parse(history["content"][0].get<std::string>());
+  EXPECT_EQ(first["_step"], 5);
+  EXPECT_GE(first["_runtime"].get<double>(), 100);
+}
+
+TEST_F(ForwarderTest, TheNewestStepIsHeldBackBrieflyThenTheEndedRunGetsItsFinalPost) {
+  Log(1, 1, /*age_s=*/0);  // just logged: its step may still gain values
+  RunFor(absl::Milliseconds(500));
+  EXPECT_TRUE(Streams().empty());
+  RunFor(absl::Seconds(3));
+  ASSERT_EQ(Streams().size(), 1u);
+  run_.set_state(v1::SUCCEEDED);
+  forwarder_->OnRunChanged(run_);
+  RunFor(absl::Seconds(3));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 2u);
+  EXPECT_EQ(streams[1].body["complete"], true);
+  EXPECT_EQ(streams[1].body["exitcode"], 0);
+  EXPECT_TRUE(forwarder_->Idle());
+  RunFor(absl::Minutes(2));
+  EXPECT_EQ(Streams().size(), 2u);  // nothing after the final post, not even a heartbeat
+}
+
+TEST_F(ForwarderTest, AnIdleRunIsKeptAliveWithHeartbeats) {
+  Log(1, 1);
+  RunFor(absl::Seconds(1));
+  ASSERT_EQ(Streams().size(), 1u);
+  RunFor(absl::Seconds(65));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 3u);  // at 30 s and 60 s
+  EXPECT_EQ(streams[1].raw, HeartbeatBody());
+  EXPECT_GE(streams[2].at - streams[1].at, absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace dt::wandb
