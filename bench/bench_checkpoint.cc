@@ -94,9 +94,9 @@ int main() {
     // speed drifts on these machines: interleaving gives both the same conditions).
     blocks = std::max<int64_t>(1, bytes / (4 << 20));
     t0 = Clock::now();
-    auto result = RunCommand({"dd", "if=/dev/zero", "of=" + target, "bs=4M", absl::StrCat("count=", blocks),
-                              "conv=fsync", "status=none"},
-                             absl::Minutes(5));
+    auto result = RunCommand(
+        {"dd", "if=/dev/zero", "of=" + target, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
+        absl::Minutes(5));
     dd_seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     if (!result.ok() || result->exit_code != 0) {
       std::cerr << "dd failed\n";
@@ -106,11 +106,11 @@ int main() {
   }
   Summary ours = Summarize(round_seconds), dd = Summarize(dd_seconds);
   double dd_bytes = static_cast<double>(blocks) * (4 << 20);
-  std::cout << "checkpoint of " << bytes / 1e6 << " MB: round p50 " << ours.p50 << " s (min " << ours.min << "), dd p50 "
-            << dd.p50 << " s\n";
+  std::cout << "checkpoint of " << bytes / 1e6 << " MB: round p50 " << ours.p50 << " s (min " << ours.min
+            << "), dd p50 " << dd.p50 << " s\n";
   Report({absl::StrCat("checkpoint round rate (", static_cast<int>(bytes / 1e6), " MB, write+fsync+sha256+commit)"),
           bytes / ours.p50 / 1e6, "MB/s", "dd conv=fsync", dd_bytes / dd.p50 / 1e6, ">= 0.8x", true, 0.8});
-  Report({"training stall of one checkpoint round", ours.p50, "s", "dd of the same bytes", dd.p50 * bytes / dd_bytes, "",
-          false, 0});
+  Report({"training stall of one checkpoint round", ours.p50, "s", "dd of the same bytes", dd.p50 * bytes / dd_bytes,
+          "", false, 0});
   return 0;
 }

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "client/coordinator_client.h"
 #include "common/fs.h"
@@ -93,8 +93,8 @@ int main() {
               v1::MetricPoint* p = batch.add_points();
               p->set_step(step + i + 1);
               p->set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-              for (const char* k : {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch",
-                                    "tokens_seen"}) {
+              for (const char* k :
+                   {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen"}) {
                 (*p->mutable_values())[k] = 1.0 + i;
               }
             }

@@ -124,11 +124,10 @@ Registered RegisterAll(const Coordinator& c, const v1::SubmitRunResponse& run, i
   absl::Notification all;
   auto start = Clock::now();
   for (int i = 0; i < n; ++i) {
-    out.clients[i]->rendezvous().async()->Register(contexts[i].get(), &requests[i], &out.seats[i],
-                                                   [&](grpc::Status s) {
-                                                     if (!s.ok()) ++failed;
-                                                     if (++done == n) all.Notify();
-                                                   });
+    out.clients[i]->rendezvous().async()->Register(contexts[i].get(), &requests[i], &out.seats[i], [&](grpc::Status s) {
+      if (!s.ok()) ++failed;
+      if (++done == n) all.Notify();
+    });
   }
   all.WaitForNotification();
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -15,10 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 #include <tuple>
 
@@ -26,12 +26,12 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "client/agent.h"
+#include "client/coordinator_store.h"
 #include "client/store_session.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
-#include "client/coordinator_store.h"
 
 namespace dt::bench {
 namespace {
@@ -152,7 +152,8 @@ int ClientMain(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::microseconds((id * 37 + i * 11) % 200));
         int64_t arrived = MonotonicNs();
         if (c == 'd') {
-          if (absl::Status s = agent->Barrier("bench", absl::Seconds(60)); !s.ok()) throw std::runtime_error(s.ToString());
+          if (absl::Status s = agent->Barrier("bench", absl::Seconds(60)); !s.ok())
+            throw std::runtime_error(s.ToString());
         } else {
           // torch's store barrier: add, the last arrival sets "done", everyone waits for it.
           std::string key = absl::StrCat("barrier-", run, "-", round, "-", i);
@@ -323,13 +324,13 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
       if (r == 0 || Summarize(t.get).p50 < Summarize(tcp_best.get).p50) tcp_best = t;
     }
     std::string who = absl::StrCat(clients, " client", clients == 1 ? "" : "s");
-    for (auto [op, dt_v, tcp_v] : {std::tuple{"get", &dt_best.get, &tcp_best.get},
-                                   std::tuple{"add", &dt_best.add, &tcp_best.add},
-                                   std::tuple{"set", &dt_best.set, &tcp_best.set}}) {
+    for (auto [op, dt_v, tcp_v] :
+         {std::tuple{"get", &dt_best.get, &tcp_best.get}, std::tuple{"add", &dt_best.add, &tcp_best.add},
+          std::tuple{"set", &dt_best.set, &tcp_best.set}}) {
       Summary d = Summarize(*dt_v), t = Summarize(*tcp_v);
       bool goal = std::string(op) != "set";
-      Report({absl::StrCat("store ", op, " p50, ", who), d.p50, "us", "TCPStore", t.p50,
-              goal ? "<= 1.5x" : "", false, goal ? 1.5 : 0});
+      Report({absl::StrCat("store ", op, " p50, ", who), d.p50, "us", "TCPStore", t.p50, goal ? "<= 1.5x" : "", false,
+              goal ? 1.5 : 0});
       Report({absl::StrCat("store ", op, " p99, ", who), d.p99, "us", "TCPStore", t.p99, "", false, 0});
     }
     Report({absl::StrCat("store throughput, ", who), dt_best.ops_per_s, "ops/s", "TCPStore", tcp_best.ops_per_s,
@@ -378,7 +379,8 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt::bench;
   if (argc > 1 && std::string(argv[1]) == "client") return ClientMain(argc - 1, argv + 1);
-  std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a process, loopback)\n";
+  std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a "
+               "process, loopback)\n";
   dt::EmbeddedOptions opts;
   opts.timeouts.heartbeat_timeout = absl::Hours(1);  // the benchmark's agents do not heartbeat
   opts.timeouts.hang_timeout = absl::Hours(2);

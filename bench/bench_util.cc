@@ -46,8 +46,9 @@ void Report(const Result& r) {
                                met.is_null() ? "" : (met.get<bool>() ? "met" : "MISSED"));
   const char* out = std::getenv("DT_BENCH_OUT");
   if (out == nullptr || *out == '\0') return;
-  nlohmann::json j = {{"name", r.name},   {"value", r.value},  {"unit", r.unit},         {"anchor", r.anchor},
-                      {"anchor_value", r.anchor_value},   {"ratio", ratio}, {"goal", r.goal}, {"met", met}};
+  nlohmann::json j = {
+      {"name", r.name}, {"value", r.value}, {"unit", r.unit}, {"anchor", r.anchor}, {"anchor_value", r.anchor_value},
+      {"ratio", ratio}, {"goal", r.goal},   {"met", met}};
   std::ofstream(out, std::ios::app) << j.dump() << "\n";
 }
 

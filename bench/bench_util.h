@@ -18,14 +18,14 @@ Summary Summarize(std::vector<double> samples);
 bool Quick();
 
 struct Result {
-  std::string name;            // what was measured
-  double value = 0;            // dt's figure
+  std::string name;  // what was measured
+  double value = 0;  // dt's figure
   std::string unit;
-  std::string anchor;          // what it is compared with
-  double anchor_value = 0;     // the anchor's figure, same run, same machine
-  std::string goal;            // e.g. "<= 1.5x" (ratio = value / anchor_value)
+  std::string anchor;       // what it is compared with
+  double anchor_value = 0;  // the anchor's figure, same run, same machine
+  std::string goal;         // e.g. "<= 1.5x" (ratio = value / anchor_value)
   bool higher_is_better = false;
-  double goal_ratio = 0;       // the ratio the goal allows (0: no goal)
+  double goal_ratio = 0;  // the ratio the goal allows (0: no goal)
 };
 
 // Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line).

@@ -60,9 +60,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::AttachToDtrun() {
     missing.push_back("DT_TIMEOUTS (unreadable)");
   }
   if (!missing.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "not started by dtrun: ", absl::StrJoin(missing, ", "),
-        " missing from the environment (run the program with dtctl submit --exec or dtrun)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("not started by dtrun: ", absl::StrJoin(missing, ", "),
+                     " missing from the environment (run the program with dtctl submit --exec or dtrun)"));
   }
   options.local_slot = a.local_rank();
   absl::StatusOr<std::shared_ptr<CoordinatorClient>> connected = CoordinatorClient::Connect(client);
@@ -104,11 +104,9 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
   request.set_version(options_.version);
   *request.mutable_expected() = options_.expected;
   if (options_.scheduler_task) request.set_scheduler_task(*options_.scheduler_task);
-  absl::StatusOr<v1::RegisterResponse> response =
-      RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
-        return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request,
-                    left);
-      });
+  absl::StatusOr<v1::RegisterResponse> response = RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
+    return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request, left);
+  });
   if (!response.ok()) return response.status();
   assignment_ = *response;
   registered_ = true;
@@ -138,8 +136,8 @@ void Agent::ReportProgress(int64_t step, int64_t total_steps) {
 void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
   absl::Duration interval = absl::Milliseconds(timeouts().heartbeat_interval_ms());
   // Patience with an unreachable coordinator: long enough to ride out its restart.
-  absl::Duration limit = absl::Milliseconds(
-      std::max(timeouts().reconnect_timeout_ms(), timeouts().heartbeat_timeout_ms()));
+  absl::Duration limit =
+      absl::Milliseconds(std::max(timeouts().reconnect_timeout_ms(), timeouts().heartbeat_timeout_ms()));
   absl::Time last_ok = absl::Now();
   v1::HeartbeatRequest request;
   request.set_run_id(options_.run_id);
@@ -195,9 +193,11 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   request.set_sequence(sequence);
   // The server enforces the timeout; the client allows a little more for the reply to arrive.
-  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
-           return Call(*client_, &v1::BarrierService::Stub::Barrier, client_->barriers(), request, left);
-         })
+  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5),
+                          [&](absl::Duration left) {
+                            return Call(*client_, &v1::BarrierService::Stub::Barrier, client_->barriers(), request,
+                                        left);
+                          })
       .status();
 }
 
@@ -214,8 +214,7 @@ absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step,
   });
 }
 
-absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id,
-                                                           const v1::Manifest* manifest) {
+absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest) {
   v1::CommitCheckpointRequest request;
   request.set_run_id(options_.run_id);
   request.set_generation(generation());
@@ -226,8 +225,7 @@ absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& ro
   absl::Duration timeout = absl::Milliseconds(timeouts().checkpoint_lease_ms()) + absl::Minutes(5);
   absl::StatusOr<v1::CommitCheckpointResponse> reply =
       RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
-        return Call(*client_, &v1::CheckpointService::Stub::CommitCheckpoint, client_->checkpoints(),
-                    request, left);
+        return Call(*client_, &v1::CheckpointService::Stub::CommitCheckpoint, client_->checkpoints(), request, left);
       });
   if (!reply.ok()) return reply.status();
   return reply->checkpoint();
@@ -262,8 +260,8 @@ v1::ReportErrorRequest Agent::ErrorRequest(const std::string& message, const std
   return request;
 }
 
-absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type,
-                                const std::string& stack, int64_t step, bool fatal) {
+absl::Status Agent::ReportError(const std::string& message, const std::string& exception_type, const std::string& stack,
+                                int64_t step, bool fatal) {
   v1::ReportErrorRequest request = ErrorRequest(message, exception_type, stack, step);
   request.set_fatal(fatal);
   return SendError(request);
@@ -277,10 +275,11 @@ absl::Status Agent::ReportWorkerExit(const std::string& message, const std::stri
 }
 
 absl::Status Agent::SendError(const v1::ReportErrorRequest& request) {
-  return RetryUnavailable(absl::Now() + absl::Seconds(10), [&](absl::Duration left) {
-           return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
-                       request, left);
-         })
+  return RetryUnavailable(absl::Now() + absl::Seconds(10),
+                          [&](absl::Duration left) {
+                            return Call(*client_, &v1::RendezvousService::Stub::ReportError, client_->rendezvous(),
+                                        request, left);
+                          })
       .status();
 }
 
@@ -293,8 +292,7 @@ absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeo
   request.set_incarnation(incarnation_);
   request.set_signal(signal);
   request.set_step(step);
-  return Call(*client_, &v1::RendezvousService::Stub::ReportStopped, client_->rendezvous(), request, timeout)
-      .status();
+  return Call(*client_, &v1::RendezvousService::Stub::ReportStopped, client_->rendezvous(), request, timeout).status();
 }
 
 absl::StatusOr<v1::ReportPreflightResponse> Agent::ReportPreflight(const v1::DevicePreflight& result) {
@@ -326,9 +324,11 @@ absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
   request.set_generation(generation());
   request.set_incarnation(incarnation_);
   request.set_final_step(final_step);
-  return RetryUnavailable(absl::Now() + absl::Seconds(30), [&](absl::Duration left) {
-           return Call(*client_, &v1::RendezvousService::Stub::Leave, client_->rendezvous(), request, left);
-         })
+  return RetryUnavailable(absl::Now() + absl::Seconds(30),
+                          [&](absl::Duration left) {
+                            return Call(*client_, &v1::RendezvousService::Stub::Leave, client_->rendezvous(), request,
+                                        left);
+                          })
       .status();
 }
 

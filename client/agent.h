@@ -7,8 +7,8 @@
 #include <atomic>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -24,12 +24,12 @@ namespace dt {
 
 struct AgentOptions {
   std::string run_id;
-  std::string node;     // SLURMD_NODENAME, else the host name
+  std::string node;  // SLURMD_NODENAME, else the host name
   int local_slot = 0;
   std::string host;
   int pid = 0;
   std::string version;
-  v1::WorldView expected;  // all zero: accept the run's shape
+  v1::WorldView expected;             // all zero: accept the run's shape
   std::optional<int> scheduler_task;  // SLURM_PROCID under srun
 };
 
@@ -74,16 +74,15 @@ class Agent {
   absl::StatusOr<v1::BeginCheckpointResponse> BeginCheckpoint(int64_t step,
                                                               absl::Duration timeout = absl::ZeroDuration());
   // The writer passes its manifest; the others pass nullptr and wait for the commit.
-  absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id,
-                                                      const v1::Manifest* manifest);
+  absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest);
   absl::Status AbortCheckpoint(const std::string& round_id, const std::string& reason);
   // `fatal`: restarting cannot help (full disk, bad configuration); the run fails now.
-  absl::Status ReportError(const std::string& message, const std::string& exception_type,
-                           const std::string& stack, int64_t step, bool fatal = false);
+  absl::Status ReportError(const std::string& message, const std::string& exception_type, const std::string& stack,
+                           int64_t step, bool fatal = false);
   // The process doing this rank's work exited (dtrun's child): `message` says how; an exception
   // type, when the child left one, makes it a reported error rather than a bare exit.
-  absl::Status ReportWorkerExit(const std::string& message, const std::string& exception_type,
-                                const std::string& stack, int64_t step);
+  absl::Status ReportWorkerExit(const std::string& message, const std::string& exception_type, const std::string& stack,
+                                int64_t step);
   // This process was stopped by `signal` from outside (a victim, not a cause). One attempt within
   // `timeout`: a scheduler sends SIGKILL a few seconds after SIGTERM. No-op before registration.
   absl::Status ReportStopped(int signal, int64_t step, absl::Duration timeout);

@@ -9,8 +9,7 @@
 
 namespace dt {
 
-absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var,
-                                         const std::string& file) {
+absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var, const std::string& file) {
   if (!flag_value.empty()) return flag_value;
   if (env_var != nullptr) {
     const char* env = std::getenv(env_var);
@@ -27,10 +26,10 @@ absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const ch
       file_problem = std::string(text.status().message());
     }
   }
-  return absl::NotFoundError(absl::StrCat(
-      "no coordinator token: ", file_problem.empty() ? "" : absl::StrCat(file_problem, "; "),
-      env_var ? absl::StrCat("set ", env_var, " or ") : "",
-      "give a file holding the token (dtcoord writes its admin token to <state-dir>/admin.token)"));
+  return absl::NotFoundError(
+      absl::StrCat("no coordinator token: ", file_problem.empty() ? "" : absl::StrCat(file_problem, "; "),
+                   env_var ? absl::StrCat("set ", env_var, " or ") : "",
+                   "give a file holding the token (dtcoord writes its admin token to <state-dir>/admin.token)"));
 }
 
 absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file) {
@@ -39,11 +38,9 @@ absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file) {
   return token.ok() ? token : ResolveToken("", "DT_TOKEN", "");
 }
 
-absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const ClientOptions& options) {
+absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientOptions& options) {
   if (options.address.empty() || options.address.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "coordinator address \"", options.address, "\" must be HOST:PORT"));
+    return absl::InvalidArgumentError(absl::StrCat("coordinator address \"", options.address, "\" must be HOST:PORT"));
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty()) {
@@ -84,24 +81,21 @@ std::unique_ptr<grpc::ClientContext> CoordinatorClient::Context(absl::Duration t
   auto ctx = std::make_unique<grpc::ClientContext>();
   if (!options_.token.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
   if (timeout != absl::InfiniteDuration()) {
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   }
   return ctx;
 }
 
 absl::Status CoordinatorClient::WaitConnected(absl::Duration timeout) const {
-  auto deadline = std::chrono::system_clock::now() +
-                  std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
   if (channel_->WaitForConnected(deadline)) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options_.address,
-                                             " within ", absl::FormatDuration(timeout),
+  return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options_.address, " within ",
+                                             absl::FormatDuration(timeout),
                                              " (is dtcoord running? check --coordinator/DT_COORDINATOR)"));
 }
 
 absl::StatusOr<std::vector<v1::MetricRecord>> QueryAllMetrics(CoordinatorClient& client,
-                                                              v1::QueryMetricsRequest request,
-                                                              absl::Duration timeout) {
+                                                              v1::QueryMetricsRequest request, absl::Duration timeout) {
   const int32_t wanted = request.limit();  // 0: all
   std::vector<v1::MetricRecord> out;
   while (true) {

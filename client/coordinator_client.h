@@ -30,8 +30,7 @@ struct ClientOptions {
 
 // The token from, in order: `flag_value`, the environment variable `env_var`, the file `file`
 // (first line). NOT_FOUND names all three when none has one.
-absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var,
-                                         const std::string& file);
+absl::StatusOr<std::string> ResolveToken(const std::string& flag_value, const char* env_var, const std::string& file);
 
 // A rank's token (dttrainer, dtrun): the file `token_file` when given, else $DT_RUN_TOKEN (what
 // dtctl submit's launchers set), else $DT_TOKEN (a user's own sbatch script).
@@ -75,14 +74,13 @@ class CoordinatorClient {
 // Calls a unary stub method with a fresh context: `Call(client, &Stub::Method, request, timeout)`.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> Call(const CoordinatorClient& client,
-                              grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                              Stub& stub, const Request& request, absl::Duration timeout);
+                              grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*), Stub& stub,
+                              const Request& request, absl::Duration timeout);
 
 // Every stored record `request` selects, page after page (its `after` is advanced; a `limit`
 // in it bounds the total). Each page gets `timeout`.
 absl::StatusOr<std::vector<v1::MetricRecord>> QueryAllMetrics(CoordinatorClient& client,
-                                                              v1::QueryMetricsRequest request,
-                                                              absl::Duration timeout);
+                                                              v1::QueryMetricsRequest request, absl::Duration timeout);
 
 }  // namespace dt
 

@@ -17,8 +17,7 @@ absl::Duration ToAbsl(std::chrono::milliseconds ms) { return absl::Milliseconds(
 
 }  // namespace
 
-CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session,
-                                   std::chrono::milliseconds timeout)
+CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
@@ -26,8 +25,7 @@ void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& v
   Check(session_->SetNoWait(key, AsString(value)), "set");
 }
 
-std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key,
-                                                  const std::vector<uint8_t>& expected,
+std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                                   const std::vector<uint8_t>& desired) {
   absl::StatusOr<std::string> v = session_->CompareSet(key, AsString(expected), AsString(desired));
   Check(v.status(), "compareSet");

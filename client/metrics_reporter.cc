@@ -7,9 +7,12 @@
 
 namespace dt {
 
-MetricsReporter::MetricsReporter(std::shared_ptr<CoordinatorClient> client, std::string run_id,
-                                 int64_t generation, int rank, absl::Duration flush_interval)
-    : client_(std::move(client)), run_id_(std::move(run_id)), generation_(generation), rank_(rank),
+MetricsReporter::MetricsReporter(std::shared_ptr<CoordinatorClient> client, std::string run_id, int64_t generation,
+                                 int rank, absl::Duration flush_interval)
+    : client_(std::move(client)),
+      run_id_(std::move(run_id)),
+      generation_(generation),
+      rank_(rank),
       flush_interval_(flush_interval) {
   thread_ = std::thread([this] { Loop(); });
 }
@@ -100,8 +103,7 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
   }
   std::unique_ptr<grpc::ClientContext> ctx = client_->Context(timeout);
   v1::ReportMetricsResponse response;
-  std::unique_ptr<grpc::ClientWriter<v1::MetricBatch>> writer =
-      client_->metrics().ReportMetrics(ctx.get(), &response);
+  std::unique_ptr<grpc::ClientWriter<v1::MetricBatch>> writer = client_->metrics().ReportMetrics(ctx.get(), &response);
   for (const auto& b : batches) {
     if (!writer->Write(b)) break;
   }

@@ -17,8 +17,8 @@ namespace dt {
 
 class MetricsReporter {
  public:
-  MetricsReporter(std::shared_ptr<CoordinatorClient> client, std::string run_id, int64_t generation,
-                  int rank, absl::Duration flush_interval = absl::Seconds(1));
+  MetricsReporter(std::shared_ptr<CoordinatorClient> client, std::string run_id, int64_t generation, int rank,
+                  absl::Duration flush_interval = absl::Seconds(1));
   ~MetricsReporter();  // flushes (up to 5 s)
 
   void Add(int64_t step, const std::map<std::string, double>& values, double unix_time = -1);

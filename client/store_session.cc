@@ -13,9 +13,9 @@ absl::Status StatusOf(const v1::StoreResponse& r) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StoreSession>> StoreSession::Open(
-    std::shared_ptr<CoordinatorClient> client, const std::string& run_id, int64_t generation,
-    int rank) {
+absl::StatusOr<std::unique_ptr<StoreSession>> StoreSession::Open(std::shared_ptr<CoordinatorClient> client,
+                                                                 const std::string& run_id, int64_t generation,
+                                                                 int rank) {
   std::unique_ptr<StoreSession> session(new StoreSession());
   session->client_ = std::move(client);
   session->context_ = session->client_->Context(absl::InfiniteDuration());
@@ -70,8 +70,7 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     absl::MutexLock lock(&write_mu_);
     if (!stream_->Write(request)) {
       absl::MutexLock l(&mu_);
-      Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(),
-                                                " broke while sending")));
+      Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
     }
   }
   absl::MutexLock lock(&mu_);

@@ -22,8 +22,7 @@ class StoreSession {
  public:
   // Opens the stream for the run's generation. `rank` only labels messages (-1 for tools).
   static absl::StatusOr<std::unique_ptr<StoreSession>> Open(std::shared_ptr<CoordinatorClient> client,
-                                                           const std::string& run_id,
-                                                           int64_t generation, int rank);
+                                                            const std::string& run_id, int64_t generation, int rank);
   ~StoreSession();
 
   absl::Status Set(const std::string& key, std::string value);

@@ -1,10 +1,10 @@
 #include "common/crypto.h"
 
 #include <fcntl.h>
-#include <unistd.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -24,15 +24,11 @@ std::string RandomHex(size_t bytes) {
   return absl::BytesToHexString(raw);
 }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
-}
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr); }
 
 Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
 
-void Sha256::Update(const void* data, size_t size) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size);
-}
+void Sha256::Update(const void* data, size_t size) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size); }
 
 std::string Sha256::HexDigest() {
   unsigned char digest[EVP_MAX_MD_SIZE];

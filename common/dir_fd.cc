@@ -27,8 +27,7 @@ UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
 }
 
 absl::Status ValidatePathComponent(absl::string_view name) {
-  if (name.empty() || name == "." || name == ".." || absl::StrContains(name, '/') ||
-      absl::StrContains(name, '\0')) {
+  if (name.empty() || name == "." || name == ".." || absl::StrContains(name, '/') || absl::StrContains(name, '\0')) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"", name, "\" is not a single file name (no '/', not '.' or '..')"));
   }
@@ -77,8 +76,7 @@ absl::StatusOr<DirFd> DirFd::Open(const std::string& path) {
 absl::StatusOr<DirFd> DirFd::Sub(absl::string_view name) const {
   if (absl::Status s = ValidatePathComponent(name); !s.ok()) return s;
   std::string path = PathOf(name);
-  UniqueFd fd(::openat(fd_.get(), NameString(name).c_str(),
-                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd fd(::openat(fd_.get(), NameString(name).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) {
     int err = errno;
     if (err == ELOOP || err == ENOTDIR) {
@@ -139,8 +137,7 @@ absl::StatusOr<UniqueFd> DirFd::OpenRegularFile(absl::string_view name) const {
   if (absl::Status s = ValidatePathComponent(name); !s.ok()) return s;
   std::string path = PathOf(name);
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-  UniqueFd fd(::openat(fd_.get(), NameString(name).c_str(),
-                       O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  UniqueFd fd(::openat(fd_.get(), NameString(name).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (!fd.valid()) {
     int err = errno;
     if (err == ELOOP) return NotA(path, S_IFLNK, "a regular file");
@@ -183,8 +180,7 @@ absl::StatusOr<std::string> DirFd::ReadFile(absl::string_view name, size_t max_b
   return out;
 }
 
-absl::Status DirFd::WriteFileAtomic(absl::string_view name, absl::string_view contents,
-                                    mode_t mode) const {
+absl::Status DirFd::WriteFileAtomic(absl::string_view name, absl::string_view contents, mode_t mode) const {
   if (absl::Status s = ValidatePathComponent(name); !s.ok()) return s;
   std::string tmp = absl::StrCat(".", name, ".tmp-", RandomHex(4));
   UniqueFd fd(::openat(fd_.get(), tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
@@ -246,8 +242,8 @@ absl::Status DirFd::RemoveTreeAt(absl::string_view name, int depth) const {
   // stack nor the descriptors run out.
   constexpr int kMaxDepth = 64;
   if (depth > kMaxDepth) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        PathOf(name), " is nested more than ", kMaxDepth, " directories deep; not removed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(PathOf(name), " is nested more than ", kMaxDepth, " directories deep; not removed"));
   }
   absl::StatusOr<struct stat> st = Lstat(name);
   if (!st.ok()) return absl::IsNotFound(st.status()) ? absl::OkStatus() : st.status();

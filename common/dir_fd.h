@@ -67,8 +67,7 @@ class DirFd {
   absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes) const;
 
   // Writes a temporary file here, fsyncs it, renames it over `name` and fsyncs this directory.
-  absl::Status WriteFileAtomic(absl::string_view name, absl::string_view contents,
-                               mode_t mode = 0644) const;
+  absl::Status WriteFileAtomic(absl::string_view name, absl::string_view contents, mode_t mode = 0644) const;
   // Points the symbolic link `name` at `target` atomically (a link is only ever created, never
   // followed).
   absl::Status ReplaceSymlink(absl::string_view target, absl::string_view name) const;

@@ -11,8 +11,8 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, abs
   absl::string_view trimmed = absl::StripAsciiWhitespace(text);
   bool bare_number = !trimmed.empty() && absl::ascii_isdigit(static_cast<unsigned char>(trimmed.back()));
   if (bare_number || !absl::ParseDuration(trimmed, &d)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " ", Quote(text), " is not a duration: write a number with a unit, e.g. 500ms, 30s, 10m"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", Quote(text), " is not a duration: write a number with a unit, e.g. 500ms, 30s, 10m"));
   }
   if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " ", Quote(text), " must be positive and finite"));

@@ -93,8 +93,7 @@ absl::Status MakeDirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create directory ", path, ": ", ec.message()));
+    return absl::FailedPreconditionError(absl::StrCat("cannot create directory ", path, ": ", ec.message()));
   }
   if (!std::filesystem::is_directory(path, ec)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));

@@ -20,8 +20,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes `contents` to a temporary file beside `path`, fsyncs it, renames it over `path` and
 // fsyncs the directory: readers see the old file or the new one, never a torn one.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents,
-                             mode_t mode = 0644);
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents, mode_t mode = 0644);
 
 absl::Status FsyncDir(const std::string& dir);
 

@@ -18,8 +18,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 absl::Status FromCallStatus(const grpc::Status& status) {
   if (status.error_code() == grpc::StatusCode::CANCELLED) {
-    return absl::UnavailableError(absl::StrCat("the coordinator ended the call (it is shutting down or restarting): ",
-                                               status.error_message()));
+    return absl::UnavailableError(
+        absl::StrCat("the coordinator ended the call (it is shutting down or restarting): ", status.error_message()));
   }
   return FromGrpcStatus(status);
 }

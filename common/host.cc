@@ -93,7 +93,8 @@ absl::StatusOr<int> FindFreePort() {
     return absl::UnavailableError(absl::StrCat("no free TCP port: ", std::strerror(err)));
   }
   ::close(fd);
-  return ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                  : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
 }  // namespace dt

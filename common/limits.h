@@ -8,19 +8,19 @@
 namespace dt {
 
 inline constexpr size_t kMaxKeyBytes = 512;
-inline constexpr size_t kMaxValueBytes = 4 << 20;            // 4 MiB
+inline constexpr size_t kMaxValueBytes = 4 << 20;  // 4 MiB
 inline constexpr int64_t kMaxKeysPerRun = 100'000;
 // Store bytes (keys plus values): c10d keeps addresses, counters and NCCL ids there, kilobytes
 // per rank; these leave room for 65,536 ranks and bound what one token can make dtcoord hold.
 inline constexpr int64_t kDefaultStoreBytesPerRun = int64_t{256} << 20;  // 256 MiB
 inline constexpr int64_t kDefaultStoreBytesTotal = int64_t{2} << 30;     // 2 GiB
-inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;      // 1 MiB
+inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;                  // 1 MiB
 // One QueryMetrics page (a record is ~40 bytes on the wire: ~4 MB, well inside a gRPC message).
 inline constexpr int32_t kMaxMetricRecordsPerQuery = 100'000;
 inline constexpr int64_t kMaxWorldSize = 65'536;
-inline constexpr size_t kMaxNameChars = 128;                 // experiment, barrier, node names
+inline constexpr size_t kMaxNameChars = 128;  // experiment, barrier, node names
 inline constexpr size_t kMaxPathBytes = 4096;
-inline constexpr size_t kMaxMessageBytes = 64 << 10;         // error messages and stacks
+inline constexpr size_t kMaxMessageBytes = 64 << 10;  // error messages and stacks
 inline constexpr size_t kMaxTrainerArgs = 1024;
 inline constexpr size_t kMaxCheckpointFiles = 4096;
 // gRPC messages carry a value of up to kMaxValueBytes plus framing.

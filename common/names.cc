@@ -38,8 +38,7 @@ absl::Status ValidateLabel(absl::string_view field, absl::string_view value) {
   int64_t chars = Utf8Length(value);
   if (chars < 0) return Invalid(field, value, "not valid UTF-8");
   if (static_cast<size_t>(chars) > kMaxNameChars) {
-    return Invalid(field, value,
-                   absl::StrCat(chars, " characters exceeds the limit of ", kMaxNameChars));
+    return Invalid(field, value, absl::StrCat(chars, " characters exceeds the limit of ", kMaxNameChars));
   }
   for (char c : value) {
     if (IsControl(static_cast<unsigned char>(c))) {
@@ -91,8 +90,8 @@ absl::Status ValidateRunId(absl::string_view run_id) {
 absl::Status ValidateStoreKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("store key must not be empty");
   if (key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("store key ", Quote(key), " is ", key.size(),
-                                                   " bytes; the limit is ", kMaxKeyBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store key ", Quote(key), " is ", key.size(), " bytes; the limit is ", kMaxKeyBytes));
   }
   return absl::OkStatus();
 }
@@ -124,8 +123,7 @@ absl::Status ValidateMetricName(absl::string_view name) {
     return Invalid("metric name", name, "must start with a letter or '_'");
   }
   for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' &&
-        c != '-') {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' && c != '-') {
       return Invalid("metric name", name, "allowed characters are A-Z a-z 0-9 _ . / -");
     }
   }

@@ -6,9 +6,7 @@ namespace dt {
 
 int WorldSize(const v1::RunSpec& spec) { return spec.nodes() * spec.procs_per_node(); }
 
-bool IsTerminal(v1::RunState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
+bool IsTerminal(v1::RunState state) { return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED; }
 
 std::string DescribeFailure(const v1::Failure& f) {
   if (f.kind() == v1::Failure::KIND_UNSPECIFIED && f.message().empty()) return "";
@@ -16,8 +14,8 @@ std::string DescribeFailure(const v1::Failure& f) {
   if (f.rank() >= 0) {
     who = absl::StrCat("rank ", f.rank());
     if (!f.node().empty() || !f.host().empty()) {
-      absl::StrAppend(&who, " (node ", f.node().empty() ? "?" : f.node(), ", host ",
-                      f.host().empty() ? "?" : f.host(), ")");
+      absl::StrAppend(&who, " (node ", f.node().empty() ? "?" : f.node(), ", host ", f.host().empty() ? "?" : f.host(),
+                      ")");
     }
     absl::StrAppend(&who, " ");
   }

@@ -45,8 +45,8 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (!options.output_file.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, options.output_file.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);  // no O_CLOEXEC: it is the child's stdout
+    posix_spawn_file_actions_addopen(&actions, 1, options.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0644);  // no O_CLOEXEC: it is the child's stdout
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   posix_spawnattr_t attr;
@@ -80,8 +80,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
   return p;
 }
 
-Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
-                       std::string log_file) {
+Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env, std::string log_file) {
   SpawnOptions o;
   o.env = std::move(env);
   o.output_file = std::move(log_file);
@@ -187,8 +186,7 @@ std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::
   for (Subprocess* p : processes) {
     int status = p->Wait(std::max(deadline - absl::Now(), absl::ZeroDuration()));
     if (status == -1) {
-      DT_LOG(Warning) << "pid " << p->pid() << " ignored SIGTERM for " << absl::FormatDuration(grace)
-                      << "; killing it";
+      DT_LOG(Warning) << "pid " << p->pid() << " ignored SIGTERM for " << absl::FormatDuration(grace) << "; killing it";
       p->Signal(SIGKILL);
       status = p->Wait(absl::Seconds(5));
     }

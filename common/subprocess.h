@@ -23,10 +23,9 @@ struct SpawnOptions {
 class Subprocess {
  public:
   static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv,
-                                                          const SpawnOptions& options = {});
+                                                           const SpawnOptions& options = {});
   // Throws std::runtime_error when the program cannot be started (tests).
-  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
-             std::string log_file = "");
+  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {}, std::string log_file = "");
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;

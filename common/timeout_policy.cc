@@ -7,10 +7,10 @@ namespace dt {
 
 absl::Status ValidateTimeouts(const CoordinatorTimeouts& t) {
   if (t.heartbeat_timeout < 2 * t.heartbeat_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--heartbeat-timeout (", absl::FormatDuration(t.heartbeat_timeout),
-        ") must be at least twice --heartbeat-interval (", absl::FormatDuration(t.heartbeat_interval),
-        "), or one late heartbeat would declare a rank dead"));
+    return absl::InvalidArgumentError(absl::StrCat("--heartbeat-timeout (", absl::FormatDuration(t.heartbeat_timeout),
+                                                   ") must be at least twice --heartbeat-interval (",
+                                                   absl::FormatDuration(t.heartbeat_interval),
+                                                   "), or one late heartbeat would declare a rank dead"));
   }
   if (t.hang_timeout <= t.heartbeat_timeout) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -32,8 +32,7 @@ v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
   p.set_hang_timeout_ms(ToMillis(t.hang_timeout));
   p.set_store_timeout_ms(ToMillis(t.rendezvous_timeout));
   p.set_barrier_timeout_ms(ToMillis(t.hang_timeout));
-  p.set_collective_timeout_ms(
-      ToMillis(t.hang_timeout + t.heartbeat_timeout + 2 * t.heartbeat_interval));
+  p.set_collective_timeout_ms(ToMillis(t.hang_timeout + t.heartbeat_timeout + 2 * t.heartbeat_interval));
   p.set_checkpoint_lease_ms(ToMillis(t.hang_timeout));
   p.set_reconnect_timeout_ms(ToMillis(t.heartbeat_timeout + kCoordinatorRestartAllowance));
   return p;

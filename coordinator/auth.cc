@@ -4,9 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <cerrno>
 #include <cstring>
-#include <openssl/crypto.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -23,8 +23,8 @@ absl::StatusOr<std::string> LoadOrCreateAdminToken(const std::string& state_dir)
   if (existing.ok()) {
     std::string token(absl::StripAsciiWhitespace(*existing));
     if (token.size() < 32) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " holds no valid token (too short); delete it to have a new one generated"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " holds no valid token (too short); delete it to have a new one generated"));
     }
     struct stat st;
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
@@ -64,8 +64,9 @@ absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextB
   if (std::optional<std::string> run = coordinator_->RunForTokenDigest(digest)) {
     return Principal{false, *run};
   }
-  return absl::UnauthenticatedError("unknown token: it is neither the admin token nor a run token "
-                                    "this coordinator issued");
+  return absl::UnauthenticatedError(
+      "unknown token: it is neither the admin token nor a run token "
+      "this coordinator issued");
 }
 
 }  // namespace dt

@@ -3,8 +3,7 @@
 
 namespace dt {
 
-grpc::ServerUnaryReactor* BarrierServiceImpl::Barrier(grpc::CallbackServerContext* ctx,
-                                                      const v1::BarrierRequest* req,
+grpc::ServerUnaryReactor* BarrierServiceImpl::Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* req,
                                                       v1::BarrierResponse* out) {
   auto* reactor = new PendingUnaryReactor<v1::BarrierResponse>(deps_, "Barrier", out);
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {

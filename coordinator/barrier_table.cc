@@ -7,9 +7,8 @@
 
 namespace dt {
 
-BarrierTable::BarrierTable(std::string scope, int world_size, const Clock* clock,
-                           TimerQueue* timers, DescribeRank describe_rank,
-                           ScheduleExpiry schedule_expiry)
+BarrierTable::BarrierTable(std::string scope, int world_size, const Clock* clock, TimerQueue* timers,
+                           DescribeRank describe_rank, ScheduleExpiry schedule_expiry)
     : scope_(std::move(scope)),
       world_size_(world_size),
       clock_(clock),
@@ -23,17 +22,15 @@ BarrierTable::~BarrierTable() {
   }
 }
 
-void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence,
-                          absl::Duration timeout, PendingPtr<BarrierRelease> reply,
-                          Deferred& deferred) {
+void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence, absl::Duration timeout,
+                          PendingPtr<BarrierRelease> reply, Deferred& deferred) {
   if (absl::Status s = ValidateLabel("barrier name", name); !s.ok()) {
     deferred.Complete<BarrierRelease>(reply, s);
     return;
   }
   if (rank < 0 || rank >= world_size_) {
-    deferred.Complete<BarrierRelease>(
-        reply, absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside 0..",
-                                                       world_size_ - 1, " of ", scope_)));
+    deferred.Complete<BarrierRelease>(reply, absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside 0..",
+                                                                                     world_size_ - 1, " of ", scope_)));
     return;
   }
   if (!aborted_.ok()) {
@@ -47,9 +44,9 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence,
   }
   if (sequence != 0 && sequence > b.released + 1) {
     deferred.Complete<BarrierRelease>(
-        reply, absl::InvalidArgumentError(absl::StrCat(
-                   "rank ", rank, " arrived at instance ", sequence, " of barrier ", Quote(name),
-                   " in ", scope_, " but only ", b.released, " instances were released")));
+        reply, absl::InvalidArgumentError(absl::StrCat("rank ", rank, " arrived at instance ", sequence, " of barrier ",
+                                                       Quote(name), " in ", scope_, " but only ", b.released,
+                                                       " instances were released")));
     return;
   }
   absl::Time now = clock_->Now();
@@ -66,8 +63,7 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence,
     // A retry of this rank (its earlier call was cancelled or lost): the new call replaces it.
     deferred.Complete<BarrierRelease>(
         it->second.first,
-        absl::CancelledError(absl::StrCat("replaced by a retry of rank ", rank, " at barrier ",
-                                          Quote(name))));
+        absl::CancelledError(absl::StrCat("replaced by a retry of rank ", rank, " at barrier ", Quote(name))));
     it->second.first = reply;
   }
   if (static_cast<int>(b.pending.arrived.size()) < world_size_) return;
@@ -75,8 +71,7 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence,
   // Everyone is here: release.
   if (b.pending.timer != 0) timers_->Cancel(b.pending.timer);
   for (auto& [r, arrival] : b.pending.arrived) {
-    deferred.Complete<BarrierRelease>(arrival.first,
-                                      BarrierRelease{b.pending.sequence, now - arrival.second});
+    deferred.Complete<BarrierRelease>(arrival.first, BarrierRelease{b.pending.sequence, now - arrival.second});
   }
   b.released = b.pending.sequence;
   b.open = false;
@@ -98,10 +93,10 @@ void BarrierTable::Expire(const std::string& name, uint64_t sequence, Deferred& 
     missing.push_back(describe_rank_(r));
   }
   int missing_count = world_size_ - static_cast<int>(b.pending.arrived.size());
-  absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      "barrier ", Quote(name), " (instance ", sequence, ") of ", scope_, " timed out after ",
-      absl::FormatDuration(b.pending.timeout), ": ", b.pending.arrived.size(), " of ", world_size_,
-      " ranks arrived; missing ", missing_count, ": ", absl::StrJoin(missing, ", ")));
+  absl::Status status = absl::DeadlineExceededError(
+      absl::StrCat("barrier ", Quote(name), " (instance ", sequence, ") of ", scope_, " timed out after ",
+                   absl::FormatDuration(b.pending.timeout), ": ", b.pending.arrived.size(), " of ", world_size_,
+                   " ranks arrived; missing ", missing_count, ": ", absl::StrJoin(missing, ", ")));
   for (auto& [r, arrival] : b.pending.arrived) {
     deferred.Complete<BarrierRelease>(arrival.first, status);
   }

@@ -32,11 +32,10 @@ class BarrierTable {
   // `schedule_expiry(when, name, sequence)` must arrange for Expire(name, sequence) to be called
   // at `when` with the caller's lock held; it returns a timer id to cancel on release.
   using DescribeRank = std::function<std::string(int rank)>;
-  using ScheduleExpiry =
-      std::function<TimerQueue::Id(absl::Time when, const std::string& name, uint64_t sequence)>;
+  using ScheduleExpiry = std::function<TimerQueue::Id(absl::Time when, const std::string& name, uint64_t sequence)>;
 
-  BarrierTable(std::string scope, int world_size, const Clock* clock, TimerQueue* timers,
-               DescribeRank describe_rank, ScheduleExpiry schedule_expiry);
+  BarrierTable(std::string scope, int world_size, const Clock* clock, TimerQueue* timers, DescribeRank describe_rank,
+               ScheduleExpiry schedule_expiry);
   ~BarrierTable();
 
   // `sequence` 0 lets the table count; a sequence at or below the released count answers OK at

@@ -63,11 +63,11 @@ absl::Status ValidateManifest(const v1::Manifest& manifest) {
   std::set<std::string> seen;
   for (const auto& f : manifest.files()) {
     if (absl::Status s = ValidateLabel("checkpoint file name", f.name()); !s.ok()) return s;
-    if (absl::StrContains(f.name(), '/') || f.name() == "." || f.name() == ".." ||
-        f.name() == kManifestFile || absl::StartsWith(f.name(), ".")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint file name ", Quote(f.name()),
-          " must be a plain file name (no '/', no leading '.', not manifest.json)"));
+    if (absl::StrContains(f.name(), '/') || f.name() == "." || f.name() == ".." || f.name() == kManifestFile ||
+        absl::StartsWith(f.name(), ".")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file name ", Quote(f.name()),
+                       " must be a plain file name (no '/', no leading '.', not manifest.json)"));
     }
     if (!seen.insert(f.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint manifest lists ", Quote(f.name()), " twice"));
@@ -76,8 +76,8 @@ absl::Status ValidateManifest(const v1::Manifest& manifest) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint file ", Quote(f.name()), " has negative size"));
     }
     if (!IsHex64(f.sha256())) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint file ", Quote(f.name()),
-                                                     ": sha256 must be 64 lower-case hex digits"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file ", Quote(f.name()), ": sha256 must be 64 lower-case hex digits"));
     }
   }
   return absl::OkStatus();
@@ -100,8 +100,8 @@ absl::StatusOr<UniqueFd> OpenListedFile(const DirFd& partial, const v1::Manifest
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) return absl::DataLossError(absl::StrCat("cannot stat ", path));
   if (st.st_size != f.size()) {
-    return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size,
-                                            " bytes on disk but ", f.size(), " in the manifest"));
+    return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size, " bytes on disk but ",
+                                            f.size(), " in the manifest"));
   }
   return fd;
 }
@@ -125,8 +125,8 @@ absl::Status VerifyDigests(const DirFd& partial, const v1::Manifest& manifest) {
       if (!digest.ok()) {
         results[i] = absl::DataLossError(digest.status().message());
       } else if (*digest != f.sha256()) {
-        results[i] = absl::DataLossError(absl::StrCat("checkpoint file ", path, " has SHA-256 ", *digest,
-                                                      " but the manifest says ", f.sha256()));
+        results[i] = absl::DataLossError(
+            absl::StrCat("checkpoint file ", path, " has SHA-256 ", *digest, " but the manifest says ", f.sha256()));
       }
     }
   };
@@ -149,8 +149,8 @@ absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
   if (!entries.ok()) return absl::DataLossError(entries.status().message());
   for (const DirFd::Entry& e : *entries) {
     if (!expected.count(e.name)) {
-      return absl::DataLossError(absl::StrCat("checkpoint directory ", partial.path(), " holds ",
-                                              Quote(e.name), ", which the manifest does not list"));
+      return absl::DataLossError(absl::StrCat("checkpoint directory ", partial.path(), " holds ", Quote(e.name),
+                                              ", which the manifest does not list"));
     }
   }
   return absl::OkStatus();
@@ -158,14 +158,12 @@ absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
 
 }  // namespace
 
-absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints,
-                                                    const std::string& partial_name, int64_t step,
-                                                    const v1::Manifest& manifest) {
+absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, const std::string& partial_name,
+                                                    int64_t step, const v1::Manifest& manifest) {
   if (absl::Status s = ValidateManifest(manifest); !s.ok()) return s;
   absl::StatusOr<DirFd> partial = checkpoints.Sub(partial_name);
   if (!partial.ok()) {
-    return absl::DataLossError(absl::StrCat("the round's directory is gone or replaced: ",
-                                            partial.status().message()));
+    return absl::DataLossError(absl::StrCat("the round's directory is gone or replaced: ", partial.status().message()));
   }
   if (absl::Status s = CheckListing(*partial, manifest); !s.ok()) return s;
   int64_t total = 0;
@@ -247,15 +245,14 @@ std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints) {
   if (doc.is_discarded() || !doc.contains("files") || !doc["files"].is_array()) return std::nullopt;
   int64_t total = 0;
   for (const auto& f : doc["files"]) {
-    if (!f.contains("name") || !f.contains("size") || !f["name"].is_string() ||
-        !f["size"].is_number_integer()) {
+    if (!f.contains("name") || !f.contains("size") || !f["name"].is_string() || !f["size"].is_number_integer()) {
       return std::nullopt;
     }
     std::string file = f["name"].get<std::string>();
     absl::StatusOr<struct stat> st = dir->Lstat(file);  // INVALID_ARGUMENT for a name with '/
     if (!st.ok() || !S_ISREG(st->st_mode) || st->st_size != f["size"].get<int64_t>()) {
-      DT_LOG(Warning) << "checkpoint " << dir->path() << " named by latest does not match its manifest ("
-                      << Quote(file) << "); not resuming from it";
+      DT_LOG(Warning) << "checkpoint " << dir->path() << " named by latest does not match its manifest (" << Quote(file)
+                      << "); not resuming from it";
       return std::nullopt;
     }
     total += st->st_size;

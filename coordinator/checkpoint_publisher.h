@@ -19,7 +19,7 @@ namespace dt {
 inline constexpr char kManifestFile[] = "manifest.json";
 inline constexpr char kLatestLink[] = "latest";
 
-std::string CheckpointDirName(int64_t step);                       // "step-<step>"
+std::string CheckpointDirName(int64_t step);                         // "step-<step>"
 std::string PartialDirName(int64_t step, const std::string& nonce);  // "step-<step>.partial-<nonce>"
 
 // INVALID_ARGUMENT for a malformed manifest (names with '/', duplicates, bad sizes or digests).
@@ -33,9 +33,8 @@ absl::Status ValidateManifest(const v1::Manifest& manifest);
 // regular file with the manifest's size and SHA-256 (DATA_LOSS naming the first mismatch), writes
 // manifest.json, renames the directory to step-<step>, fsyncs, and points `latest` at it.
 // Returns the published checkpoint.
-absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints,
-                                                    const std::string& partial_name, int64_t step,
-                                                    const v1::Manifest& manifest);
+absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, const std::string& partial_name,
+                                                    int64_t step, const v1::Manifest& manifest);
 
 // Removes every step-<N> directory whose step is not in `keep`.
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep);

@@ -15,9 +15,9 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::BeginCheckpoint(grpc::CallbackS
   return reactor;
 }
 
-grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitCheckpoint(
-    grpc::CallbackServerContext* ctx, const v1::CommitCheckpointRequest* req,
-    v1::CommitCheckpointResponse* out) {
+grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitCheckpoint(grpc::CallbackServerContext* ctx,
+                                                                  const v1::CommitCheckpointRequest* req,
+                                                                  v1::CommitCheckpointResponse* out) {
   auto* reactor = new PendingUnaryReactor<v1::CommitCheckpointResponse>(deps_, "CommitCheckpoint", out);
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
     reactor->pending()->Complete(who.status());

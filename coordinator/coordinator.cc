@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <set>
 
-#include <nlohmann/json.hpp>
 #include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -15,9 +15,9 @@
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/limits.h"
-#include "common/stop_signals.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/stop_signals.h"
 #include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
@@ -48,8 +48,7 @@ absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
   return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
 }
 
-Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers,
-                         StateDb* db)
+Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers, StateDb* db)
     : options_(std::move(options)),
       policy_(DerivePolicy(options_.timeouts)),
       store_budget_(options_.store_bytes_total),
@@ -83,14 +82,14 @@ std::optional<std::string> Coordinator::RunForTokenDigest(const std::string& tok
 
 absl::Status Coordinator::Authorize(const Principal& who, const std::string& run_id) {
   if (who.admin || who.run_id == run_id) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "the token of run ", who.run_id, " may not touch run ", run_id, "; use that run's token or the admin token"));
+  return absl::PermissionDeniedError(absl::StrCat("the token of run ", who.run_id, " may not touch run ", run_id,
+                                                  "; use that run's token or the admin token"));
 }
 
 absl::Status Coordinator::RequireAdmin(const Principal& who, absl::string_view what) {
   if (who.admin) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      what, " needs the admin token; the token given belongs to run ", who.run_id));
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, " needs the admin token; the token given belongs to run ", who.run_id));
 }
 
 // ---- Lookup ---------------------------------------------------------------------------------
@@ -163,8 +162,8 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
   } else if (state == v1::RESTARTING || state == v1::REQUEUED || state == v1::FAILED || state == v1::CANCELLED) {
     detail = absl::StrCat(": ", DescribeFailure(r.reason()));
   }
-  DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") "
-               << StateName(old) << " -> " << StateName(state) << detail;
+  DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") " << StateName(old) << " -> "
+               << StateName(state) << detail;
   Persist(run);
   Notify(run, deferred);
 }
@@ -291,14 +290,13 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   if (cancelled) {
     SetState(run, v1::CANCELLED, deferred);
   } else if (failure.fatal()) {
-    DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of "
-                 << r.spec().max_restarts() << " restarts spent): rank " << failure.rank()
-                 << " reported that restarting cannot help";
+    DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of " << r.spec().max_restarts()
+                 << " restarts spent): rank " << failure.rank() << " reported that restarting cannot help";
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
     r.set_restarts(r.restarts() + 1);
-    DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of "
-                 << r.spec().max_restarts() << " as generation " << g.number + 1;
+    DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
+                 << " as generation " << g.number + 1;
     NewGeneration(run, g.number + 1);  // destroys `g`
     if (r.state() == v1::RESTARTING) {
       // Already restarting (the next generation failed before it formed): SetState would not
@@ -340,14 +338,14 @@ void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferre
   f.set_step(step);
   *f.mutable_time() = ToProtoTime(clock_->Now());
   bool spent = r.preemptions() >= r.spec().max_requeues();
-  std::string why = g.time_limit ? absl::StrCat("the job reached its time limit (", SignalName(signal), " ahead of it)")
-                                 : absl::StrCat("the scheduler asked the job to stop (", SignalName(signal),
-                                                ": a preemption)");
+  std::string why = g.time_limit
+                        ? absl::StrCat("the job reached its time limit (", SignalName(signal), " ahead of it)")
+                        : absl::StrCat("the scheduler asked the job to stop (", SignalName(signal), ": a preemption)");
   std::string saved = step > 0 ? absl::StrCat("every rank checkpointed at step ", step) : "every rank stopped";
-  std::string next = spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(),
-                                          " requeue(s) are spent (--max-requeues)")
-                           : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1, " of ",
-                                          r.spec().max_requeues(), ")");
+  std::string next =
+      spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(), " requeue(s) are spent (--max-requeues)")
+            : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1, " of ", r.spec().max_requeues(),
+                           ")");
   f.set_message(absl::StrCat(why, "; ", saved, next));
   EndGeneration(run, f, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
   if (spent) {
@@ -370,31 +368,28 @@ void Coordinator::AddStoppedRanks(const RunEntry& run, v1::Failure& failure) con
   }
   // A TERMINATED failure's message already tells who was stopped.
   if (!victims.empty() && failure.kind() != v1::Failure::TERMINATED) {
-    failure.set_message(absl::StrCat(failure.message(), "; stopped by a signal meanwhile (victims, not causes): ",
-                                     DescribeStopped(run, victims)));
+    failure.set_message(absl::StrCat(
+        failure.message(), "; stopped by a signal meanwhile (victims, not causes): ", DescribeStopped(run, victims)));
   }
 }
 
-absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& run,
-                                                                     int64_t generation, int rank,
+absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& run, int64_t generation, int rank,
                                                                      RankUse use) {
   const v1::Run& r = run.stored.run;
   Generation& g = *run.gen;
   if (generation < g.number) {
     auto it = run.ended_generations.find(generation);
-    return absl::AbortedError(absl::StrCat(
-        "generation ", generation, " of run ", r.run_id(), " has ended",
-        it == run.ended_generations.end() ? "" : absl::StrCat(": ", it->second),
-        "; the run is at generation ", g.number, " (", StateName(r.state()), ")"));
+    return absl::AbortedError(absl::StrCat("generation ", generation, " of run ", r.run_id(), " has ended",
+                                           it == run.ended_generations.end() ? "" : absl::StrCat(": ", it->second),
+                                           "; the run is at generation ", g.number, " (", StateName(r.state()), ")"));
   }
   if (IsTerminal(r.state())) {
-    return absl::AbortedError(absl::StrCat(
-        "run ", r.run_id(), " has ended ", StateName(r.state()),
-        r.has_reason() ? absl::StrCat(": ", DescribeFailure(r.reason())) : ""));
+    return absl::AbortedError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()),
+                                           r.has_reason() ? absl::StrCat(": ", DescribeFailure(r.reason())) : ""));
   }
   if (generation > g.number) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
   }
   if (!g.stopped.ok()) return g.stopped;
   int world = WorldSize(r.spec());
@@ -425,8 +420,11 @@ void Coordinator::WriteRunJson(const RunEntry& run, bool wait) const {
   std::set<std::string> versions;
   if (run.gen && run.gen->assigned) {
     for (const auto& rank : run.gen->ranks) {
-      hosts.push_back({{"rank", rank.rank()}, {"node", rank.node()}, {"host", rank.host()},
-                       {"local_rank", rank.local_rank()}, {"pid", rank.pid()}});
+      hosts.push_back({{"rank", rank.rank()},
+                       {"node", rank.node()},
+                       {"host", rank.host()},
+                       {"local_rank", rank.local_rank()},
+                       {"pid", rank.pid()}});
     }
   }
   doc["ranks"] = hosts;
@@ -456,31 +454,26 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("nodes must be at least 1, not ", spec.nodes()));
   }
   if (spec.procs_per_node() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
+    return absl::InvalidArgumentError(absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
   }
   int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();
   if (world > kMaxWorldSize) {
-    return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ",
-                                                     spec.procs_per_node(), " = ", world,
-                                                     " exceeds the limit of ", kMaxWorldSize));
+    return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ", spec.procs_per_node(), " = ",
+                                                     world, " exceeds the limit of ", kMaxWorldSize));
   }
   if (spec.max_requeues() < 0 || spec.max_requeues() > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max requeues must be within 0..1000, not ", spec.max_requeues()));
+    return absl::InvalidArgumentError(absl::StrCat("max requeues must be within 0..1000, not ", spec.max_requeues()));
   }
   if (spec.max_restarts() < 0 || spec.max_restarts() > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max restarts must be within 0..1000, not ", spec.max_restarts()));
+    return absl::InvalidArgumentError(absl::StrCat("max restarts must be within 0..1000, not ", spec.max_restarts()));
   }
   if (spec.keep_checkpoints() < 0 || spec.keep_checkpoints() > 1000) {
     return absl::InvalidArgumentError(
         absl::StrCat("keep checkpoints must be within 0..1000, not ", spec.keep_checkpoints()));
   }
   if (static_cast<size_t>(spec.trainer_args_size()) > kMaxTrainerArgs) {
-    return absl::InvalidArgumentError(absl::StrCat("", spec.trainer_args_size(),
-                                                   " trainer arguments exceed the limit of ",
-                                                   kMaxTrainerArgs));
+    return absl::InvalidArgumentError(
+        absl::StrCat("", spec.trainer_args_size(), " trainer arguments exceed the limit of ", kMaxTrainerArgs));
   }
   for (const auto& arg : spec.trainer_args()) {
     if (arg.size() > kMaxPathBytes) {
@@ -489,8 +482,8 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
     }
   }
   if (static_cast<size_t>(spec.exec_command_size()) > kMaxTrainerArgs) {
-    return absl::InvalidArgumentError(absl::StrCat(spec.exec_command_size(), " words in the --exec command exceed the limit of ",
-                                                   kMaxTrainerArgs));
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.exec_command_size(), " words in the --exec command exceed the limit of ", kMaxTrainerArgs));
   }
   if (spec.exec_command_size() > 0 && spec.exec_command(0).empty()) {
     return absl::InvalidArgumentError("the --exec command's program is empty");
@@ -508,8 +501,8 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
   }
   const std::string& mode = spec.wandb().mode();
   if (!mode.empty() && mode != "online" && mode != "offline" && mode != "disabled") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "W&B mode ", Quote(mode), " is not one of online, offline, disabled"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("W&B mode ", Quote(mode), " is not one of online, offline, disabled"));
   }
   if (!spec.join_key().empty()) {
     if (absl::Status s = ValidateLabel("join key", spec.join_key()); !s.ok()) return s;
@@ -538,9 +531,9 @@ absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
     const v1::Run& o = other->stored.run;
     if (IsTerminal(o.state())) continue;
     std::string spelling = o.exp_dir() == dir.path ? "" : absl::StrCat(" (as ", o.exp_dir(), ")");
-    return absl::AlreadyExistsError(absl::StrCat(
-        "run ", id, " (", StateName(o.state()), ") already uses experiment directory ", dir.path,
-        spelling, "; cancel it (dtctl cancel ", id, ") or choose another --name"));
+    return absl::AlreadyExistsError(absl::StrCat("run ", id, " (", StateName(o.state()),
+                                                 ") already uses experiment directory ", dir.path, spelling,
+                                                 "; cancel it (dtctl cancel ", id, ") or choose another --name"));
   }
   return absl::OkStatus();
 }
@@ -548,8 +541,7 @@ absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
 void Coordinator::IndexExperimentDir(const v1::Run& r) {
   exp_dir_runs_.emplace(r.exp_dir(), r.run_id());
   if (r.has_exp_dir_identity()) {
-    exp_dir_inodes_.emplace(std::make_pair(r.exp_dir_identity().device(), r.exp_dir_identity().inode()),
-                            r.run_id());
+    exp_dir_inodes_.emplace(std::make_pair(r.exp_dir_identity().device(), r.exp_dir_identity().inode()), r.run_id());
   }
 }
 
@@ -612,9 +604,8 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   token_to_run_.emplace(run->stored.token_sha256, run_id);
   IndexExperimentDir(r);
   if (!spec.join_key().empty()) join_keys_[spec.join_key()] = run_id;
-  DT_LOG(Info) << "run " << run_id << " (" << spec.experiment_name() << ") submitted: "
-               << spec.nodes() << " node(s) x " << spec.procs_per_node() << ", "
-               << v1::Scheduler_Name(spec.scheduler()) << ", exp dir " << dir->path
+  DT_LOG(Info) << "run " << run_id << " (" << spec.experiment_name() << ") submitted: " << spec.nodes() << " node(s) x "
+               << spec.procs_per_node() << ", " << v1::Scheduler_Name(spec.scheduler()) << ", exp dir " << dir->path
                << (dir->resume ? absl::StrCat(", resuming from step ", dir->resume->step()) : "");
   Notify(*run, deferred);
 
@@ -633,14 +624,12 @@ absl::StatusOr<v1::Run> Coordinator::GetRun(const std::string& run_id) {
   return Snapshot(**run, /*with_ranks=*/true);
 }
 
-absl::StatusOr<std::vector<v1::Run>> Coordinator::ListRuns(int limit,
-                                                           const std::vector<v1::RunState>& states) {
+absl::StatusOr<std::vector<v1::Run>> Coordinator::ListRuns(int limit, const std::vector<v1::RunState>& states) {
   if (limit < 0) return absl::InvalidArgumentError(absl::StrCat("limit must not be negative, not ", limit));
   std::vector<v1::Run> out;
   for (const RunPtr& run : AllRuns()) {
     absl::MutexLock lock(&run->mu);
-    if (!states.empty() &&
-        std::find(states.begin(), states.end(), run->stored.run.state()) == states.end()) {
+    if (!states.empty() && std::find(states.begin(), states.end(), run->stored.run.state()) == states.end()) {
       continue;
     }
     out.push_back(Snapshot(*run, /*with_ranks=*/false));
@@ -688,8 +677,7 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
                                                          : ValidateLocalJobId(request.scheduler_job_id());
   if (!id_ok.ok()) return id_ok;
   if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
   }
   r.set_scheduler_job_id(request.scheduler_job_id());
   r.set_launcher_host(request.launcher_host());
@@ -721,8 +709,8 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
   for (const v1::FailedNode& n : request.nodes()) {
     if (absl::Status s = ValidateNodeName(n.node()); !s.ok()) return s;
     if (n.evidence().size() > kMaxEvidenceBytes || !IsValidUtf8(n.evidence())) {
-      return absl::InvalidArgumentError(absl::StrCat("the evidence for node ", n.node(), " is not UTF-8 of at most ",
-                                                      kMaxEvidenceBytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the evidence for node ", n.node(), " is not UTF-8 of at most ", kMaxEvidenceBytes, " bytes"));
     }
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
@@ -741,8 +729,8 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
     if (!known) added.push_back(&n);
   }
   if (r.excluded_nodes_size() + static_cast<int>(added.size()) > kMaxExcludedNodes) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " would exclude more than ",
-                                                      kMaxExcludedNodes, " nodes"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", r.run_id(), " would exclude more than ", kMaxExcludedNodes, " nodes"));
   }
   for (const v1::FailedNode* n : added) {
     AddExcludedNodes(*run, {n->node()});
@@ -802,8 +790,7 @@ Coordinator::Census Coordinator::TakeCensus() const {
 
 // ---- Watch ----------------------------------------------------------------------------------
 
-absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool include_metrics,
-                                            WatchCallback callback) {
+absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool include_metrics, WatchCallback callback) {
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -871,8 +858,8 @@ absl::Status Coordinator::Load() {
         r.set_state(v1::RENDEZVOUS);
       }
       absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(r.exp_dir(), r.exp_dir_identity());
-      absl::StatusOr<int> removed = checkpoints.ok() ? RemovePartials(*checkpoints)
-                                                     : absl::StatusOr<int>(checkpoints.status());
+      absl::StatusOr<int> removed =
+          checkpoints.ok() ? RemovePartials(*checkpoints) : absl::StatusOr<int>(checkpoints.status());
       if (!removed.ok()) {
         DT_LOG(Warning) << "run " << r.run_id() << ": " << removed.status().message();
       } else if (*removed > 0) {
@@ -909,8 +896,7 @@ void Coordinator::Shutdown() {
     shutting_down_ = true;
     if (health_timer_ != 0) timers_->Cancel(health_timer_);
   }
-  absl::Status unavailable = absl::UnavailableError(
-      "the coordinator is shutting down; retry against its replacement");
+  absl::Status unavailable = absl::UnavailableError("the coordinator is shutting down; retry against its replacement");
   for (const RunPtr& run : AllRuns()) {
     Deferred deferred;
     absl::MutexLock lock(&run->mu);
@@ -920,7 +906,8 @@ void Coordinator::Shutdown() {
       g.store->Abort(unavailable, deferred);
       g.barriers->Abort(unavailable, deferred);
       if (g.round && (g.round->state == CheckpointRound::State::kOpen)) {
-        for (auto& [rank, reply] : g.round->waiting) deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
+        for (auto& [rank, reply] : g.round->waiting)
+          deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
         g.round->waiting.clear();
       }
       PersistRanks(*run);

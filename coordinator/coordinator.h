@@ -50,7 +50,7 @@ struct CoordinatorOptions {
   int64_t max_keys_per_run = kMaxKeysPerRun;
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
   int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
-  PreflightPolicy preflight;  // when a rank's device pre-flight makes it unhealthy
+  PreflightPolicy preflight;                               // when a rank's device pre-flight makes it unhealthy
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
@@ -117,8 +117,7 @@ class Coordinator {
     absl::Status end;
   };
   using WatchCallback = std::function<void(const WatchUpdate& update)>;
-  absl::StatusOr<uint64_t> Watch(const std::string& run_id, bool include_metrics,
-                                 WatchCallback callback);
+  absl::StatusOr<uint64_t> Watch(const std::string& run_id, bool include_metrics, WatchCallback callback);
   void Unwatch(const std::string& run_id, uint64_t watch_id);
 
   // ---- Rendezvous and health --------------------------------------------------------------
@@ -147,10 +146,8 @@ class Coordinator {
   void Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply);
 
   // ---- Checkpoints ------------------------------------------------------------------------
-  void BeginCheckpoint(const v1::BeginCheckpointRequest& request,
-                       PendingPtr<v1::BeginCheckpointResponse> reply);
-  void CommitCheckpoint(const v1::CommitCheckpointRequest& request,
-                        PendingPtr<v1::CommitCheckpointResponse> reply);
+  void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
+  void CommitCheckpoint(const v1::CommitCheckpointRequest& request, PendingPtr<v1::CommitCheckpointResponse> reply);
   absl::Status AbortCheckpoint(const v1::AbortCheckpointRequest& request);
   absl::StatusOr<v1::CheckpointInfo> LatestCheckpoint(const std::string& run_id);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
@@ -170,8 +167,7 @@ class Coordinator {
 
   // State machine (run lock held).
   void NewGeneration(RunEntry& run, int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void SetState(RunEntry& run, v1::RunState state, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
   // Appends a failure to the run's record (memory and SQLite) and makes it the run's reason.
@@ -184,8 +180,7 @@ class Coordinator {
   // job (REQUEUED), or the run fails once --max-requeues is spent.
   void RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
-                      std::optional<absl::Status> waiter_status = std::nullopt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+                      std::optional<absl::Status> waiter_status = std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the generation NODE_UNHEALTHY, naming the worst rank; on Slurm and external runs the
   // nodes of `bad` join the run's excluded nodes.
   void FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad, Deferred& deferred)
@@ -214,8 +209,10 @@ class Coordinator {
   // A registration while the ranks are assigned: the answer for a retry (the same seat) or an
   // unknown slot; for a new incarnation of a seated slot, the generation fails (REPLACED) and
   // nothing is returned, so the caller joins the next generation's rendezvous.
-  std::optional<absl::StatusOr<v1::RegisterResponse>> RegisterWithAssignedGeneration(
-      RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  std::optional<absl::StatusOr<v1::RegisterResponse>> RegisterWithAssignedGeneration(RunEntry& run,
+                                                                                     const v1::RegisterRequest& request,
+                                                                                     Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Seats the registrant in the current generation's rendezvous; completes it when it is full.
   void JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
                       const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred)
@@ -229,13 +226,12 @@ class Coordinator {
   // out of range.
   enum class RankUse { kRequired, kToolAllowed };
   absl::StatusOr<Generation*> LiveGeneration(RunEntry& run, int64_t generation, int rank,
-                                             RankUse use = RankUse::kRequired)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+                                             RankUse use = RankUse::kRequired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
 
   // The live, assigned generation in which `rank` is held by `incarnation`: LiveGeneration's
   // errors, FAILED_PRECONDITION before the rendezvous completed, ABORTED for a replaced process.
-  absl::StatusOr<Generation*> AssignedRank(RunEntry& run, int64_t generation, int rank,
-                                           const std::string& incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  absl::StatusOr<Generation*> AssignedRank(RunEntry& run, int64_t generation, int rank, const std::string& incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
 
   // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the
   // generation has no ranks yet or (node and slot) none matches; FAILED_PRECONDITION for a task
@@ -253,16 +249,15 @@ class Coordinator {
   // Called as each rank is released from the arrival barrier; the first opens the round.
   void OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
                            const PendingPtr<v1::BeginCheckpointResponse>& reply);
-  void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
-                  Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                      absl::StatusOr<v1::CheckpointInfo> result);
   void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
   // Forgets all but the newest keep_checkpoints committed checkpoints and returns the steps
   // whose directories stay (the caller removes the others, outside the lock).
   std::vector<int64_t> RetireCheckpoints(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const
-      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   void ScheduleHealthCheck();
 
@@ -292,7 +287,8 @@ class Coordinator {
   mutable absl::Mutex observers_mu_;
   std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
   // File-system work (checkpoint verification and publication, removals, run.json), off the run
-  // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted work while everything it uses still exists.
+  // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted
+  // work while everything it uses still exists.
   std::unique_ptr<FileWorkQueue> file_work_;
 };
 

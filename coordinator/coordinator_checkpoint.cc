@@ -39,8 +39,7 @@ std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const
 void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                   PendingPtr<v1::BeginCheckpointResponse> reply) {
   if (request.step() <= 0) {
-    reply->Complete(absl::InvalidArgumentError(
-        absl::StrCat("checkpoint step must be positive, not ", request.step())));
+    reply->Complete(absl::InvalidArgumentError(absl::StrCat("checkpoint step must be positive, not ", request.step())));
     return;
   }
   if (request.timeout_ms() < 0) {
@@ -65,23 +64,23 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
     reply->Complete(absl::FailedPreconditionError("checkpoint before rendezvous completed"));
     return;
   }
-  if (g.round && (g.round->state == CheckpointRound::State::kOpen ||
-                  g.round->state == CheckpointRound::State::kVerifying)) {
+  if (g.round &&
+      (g.round->state == CheckpointRound::State::kOpen || g.round->state == CheckpointRound::State::kVerifying)) {
     if (g.round->step == request.step()) {
       // This rank's earlier Begin reply was lost: the round it opened is still the one.
-      reply->Complete(RoundReply(g.round->id, g.round->writer, g.round->partial_dir,
-                                 g.round->final_dir, policy_.checkpoint_lease_ms()));
+      reply->Complete(RoundReply(g.round->id, g.round->writer, g.round->partial_dir, g.round->final_dir,
+                                 policy_.checkpoint_lease_ms()));
       return;
     }
-    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
-        "rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
-        " while the round for step ", g.round->step, " is still open")));
+    reply->Complete(absl::FailedPreconditionError(
+        absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
+                     " while the round for step ", g.round->step, " is still open")));
     return;
   }
   if (g.arriving_step != 0 && g.arriving_step != request.step()) {
-    reply->Complete(absl::FailedPreconditionError(absl::StrCat(
-        "rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
-        " but other ranks asked for step ", g.arriving_step, ": the ranks disagree on the step")));
+    reply->Complete(absl::FailedPreconditionError(
+        absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
+                     " but other ranks asked for step ", g.arriving_step, ": the ranks disagree on the step")));
     return;
   }
   g.arriving_step = request.step();
@@ -92,8 +91,8 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
   // Weak: the pending lives in the run's own barrier table, and a strong reference would keep
   // the run (and the table) alive in a cycle.
   std::weak_ptr<RunEntry> weak_run = run;
-  auto arrived = MakePending<BarrierRelease>(
-      [this, weak_run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
+  auto arrived =
+      MakePending<BarrierRelease>([this, weak_run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
         RunPtr run = weak_run.lock();
         if (!run) {
           reply->Complete(absl::UnavailableError("the coordinator is shutting down"));
@@ -116,16 +115,15 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
   g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
 }
 
-void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step,
-                                      uint64_t sequence,
+void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
                                       const PendingPtr<v1::BeginCheckpointResponse>& reply) {
   Deferred deferred;
   absl::MutexLock lock(&run->mu);
   Generation& g = *run->gen;
   if (g.number != generation || !g.stopped.ok()) {
     deferred.Complete<v1::BeginCheckpointResponse>(
-        reply, g.number != generation ? absl::AbortedError(absl::StrCat("generation ", generation, " has ended"))
-                                      : g.stopped);
+        reply,
+        g.number != generation ? absl::AbortedError(absl::StrCat("generation ", generation, " has ended")) : g.stopped);
     return;
   }
   if (!g.round || g.round->sequence != sequence) {
@@ -163,9 +161,8 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
     } else {
       std::string run_id = r.run_id();
       std::string round_id = round->id;
-      round->lease_timer = timers_->Schedule(
-          clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
-          [this, run_id, round_id] { OnLeaseExpired(run_id, round_id); });
+      round->lease_timer = timers_->Schedule(clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
+                                             [this, run_id, round_id] { OnLeaseExpired(run_id, round_id); });
     }
   }
   CheckpointRound& round = *g.round;
@@ -193,9 +190,9 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     absl::Status live = LiveGeneration(*run, request.generation(), request.rank()).status();
     deferred.Complete<v1::CommitCheckpointResponse>(
         reply, !live.ok() ? live
-                          : absl::InvalidArgumentError(absl::StrCat(
-                                "unknown checkpoint round ", request.round_id(),
-                                " (the coordinator may have restarted, which voids open rounds)")));
+                          : absl::InvalidArgumentError(
+                                absl::StrCat("unknown checkpoint round ", request.round_id(),
+                                             " (the coordinator may have restarted, which voids open rounds)")));
     return;
   }
   int world = static_cast<int>(g.ranks.size());
@@ -220,9 +217,8 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
   bool is_writer = request.rank() == round->writer;
   if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
     deferred.Complete<v1::CommitCheckpointResponse>(
-        reply, absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                        " sent a manifest but the writer of this round is rank ",
-                                                        round->writer)));
+        reply, absl::InvalidArgumentError(absl::StrCat(
+                   "rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round->writer)));
     return;
   }
   if (is_writer && round->state == CheckpointRound::State::kOpen) {
@@ -272,9 +268,9 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
     round->state = CheckpointRound::State::kCommitted;
     const std::string& run_id = run->stored.run.run_id();
     auto& list = run->checkpoints;
-    list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
-               list.end());
+    list.erase(
+        std::remove_if(list.begin(), list.end(), [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
+        list.end());
     list.push_back(info);
     if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
       DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
@@ -324,18 +320,16 @@ std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run) {
   return keep;
 }
 
-void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
-                             Deferred& deferred) {
-  if (round.state == CheckpointRound::State::kAborted ||
-      round.state == CheckpointRound::State::kCommitted) {
+void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred) {
+  if (round.state == CheckpointRound::State::kAborted || round.state == CheckpointRound::State::kCommitted) {
     return;
   }
   round.state = CheckpointRound::State::kAborted;
-  round.outcome = cause.code() == absl::StatusCode::kAborted || cause.code() == absl::StatusCode::kDataLoss ||
-                          cause.code() == absl::StatusCode::kUnavailable
-                      ? cause
-                      : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step,
-                                                        " aborted: ", cause.message()));
+  round.outcome =
+      cause.code() == absl::StatusCode::kAborted || cause.code() == absl::StatusCode::kDataLoss ||
+              cause.code() == absl::StatusCode::kUnavailable
+          ? cause
+          : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step, " aborted: ", cause.message()));
   if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
@@ -367,10 +361,9 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
   std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
   if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
   AbortRound(*run, *round,
-             absl::AbortedError(absl::StrCat(
-                 "checkpoint round for step ", round->step, " aborted: the writer ", round->writer_desc,
-                 " did not commit within its lease of ",
-                 absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms())))),
+             absl::AbortedError(absl::StrCat("checkpoint round for step ", round->step, " aborted: the writer ",
+                                             round->writer_desc, " did not commit within its lease of ",
+                                             absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms())))),
              deferred);
 }
 
@@ -387,14 +380,13 @@ absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& requ
     return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id()));
   }
   if (request.rank() != round->writer) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(),
-                                                   " may not abort the round: the writer is rank ",
-                                                   round->writer));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " may not abort the round: the writer is rank ", round->writer));
   }
   if (round->state != CheckpointRound::State::kOpen) return absl::OkStatus();
   AbortRound(*run, *round,
-             absl::AbortedError(absl::StrCat("the writer ", round->writer_desc,
-                                             " aborted the checkpoint at step ", round->step, ": ",
+             absl::AbortedError(absl::StrCat("the writer ", round->writer_desc, " aborted the checkpoint at step ",
+                                             round->step, ": ",
                                              request.reason().empty() ? "no reason given" : request.reason())),
              deferred);
   return absl::OkStatus();

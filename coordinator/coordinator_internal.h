@@ -29,13 +29,12 @@ struct Coordinator::CheckpointRound {
   TimerQueue::Id lease_timer = 0;
   absl::Time opened;
   std::map<int, PendingPtr<v1::CommitCheckpointResponse>> waiting;  // rank → commit reply
-  absl::Status outcome;      // when aborted
-  v1::CheckpointInfo info;   // when committed
+  absl::Status outcome;                                             // when aborted
+  v1::CheckpointInfo info;                                          // when committed
 };
 
 struct Coordinator::Generation {
-  Generation(int64_t n, int nodes, int procs_per_node)
-      : number(n), rendezvous(nodes, procs_per_node) {}
+  Generation(int64_t n, int nodes, int procs_per_node) : number(n), rendezvous(nodes, procs_per_node) {}
   int64_t number;
   Rendezvous rendezvous;
   bool assigned = false;
@@ -44,13 +43,13 @@ struct Coordinator::Generation {
   std::shared_ptr<KvStore> store;
   std::unique_ptr<BarrierTable> barriers;
   std::shared_ptr<CheckpointRound> round;  // the open round, or the last one
-  int64_t arriving_step = 0;                // step of the checkpoint arrival in progress
-  absl::Status stopped;                     // non-OK once the generation ended
+  int64_t arriving_step = 0;               // step of the checkpoint arrival in progress
+  absl::Status stopped;                    // non-OK once the generation ended
   TimerQueue::Id rendezvous_timer = 0;
   bool ranks_dirty = false;
   absl::Time last_flush;
-  int preempted_by = 0;  // the signal with which a rank left after the preemption checkpoint
-  bool time_limit = false;  // a rank said the signal came with the job's time limit near
+  int preempted_by = 0;         // the signal with which a rank left after the preemption checkpoint
+  bool time_limit = false;      // a rank said the signal came with the job's time limit near
   int preflights_reported = 0;  // ranks whose RankStatus.preflight is set
 };
 

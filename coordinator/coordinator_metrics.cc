@@ -12,8 +12,7 @@ namespace dt {
 absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
   size_t bytes = batch.ByteSizeLong();
   if (bytes > kMaxMetricBatchBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("metric batch of ", bytes,
-                                                     " bytes exceeds the limit of ",
+    return absl::ResourceExhaustedError(absl::StrCat("metric batch of ", bytes, " bytes exceeds the limit of ",
                                                      kMaxMetricBatchBytes, " (1 MiB); send smaller batches"));
   }
   for (const auto& p : batch.points()) {
@@ -41,8 +40,8 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
     }
     // Points of an ended generation are still real history (a trainer flushing as it exits).
     if (batch.generation() > r.generation() || batch.generation() < 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "generation ", batch.generation(), " of run ", r.run_id(), " does not exist"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("generation ", batch.generation(), " of run ", r.run_id(), " does not exist"));
     }
     std::vector<const v1::MetricPoint*> points;
     points.reserve(batch.points_size());
@@ -75,9 +74,9 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
 
 absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::QueryMetricsRequest& request) {
   if (request.limit() < 0 || request.limit() > kMaxMetricRecordsPerQuery) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "limit ", request.limit(), " is outside 0..", kMaxMetricRecordsPerQuery,
-        " (0: one full page); page through longer histories with `after`"));
+    return absl::InvalidArgumentError(absl::StrCat("limit ", request.limit(), " is outside 0..",
+                                                   kMaxMetricRecordsPerQuery,
+                                                   " (0: one full page); page through longer histories with `after`"));
   }
   if (!request.name().empty()) {
     if (absl::Status s = ValidateMetricName(request.name()); !s.ok()) return s;

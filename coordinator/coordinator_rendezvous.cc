@@ -19,8 +19,8 @@
 namespace dt {
 namespace {
 
-absl::Status ValidateIdentity(const std::string& node, const std::string& incarnation,
-                              const std::string& host, int pid) {
+absl::Status ValidateIdentity(const std::string& node, const std::string& incarnation, const std::string& host,
+                              int pid) {
   if (absl::Status s = ValidateLabel("node", node); !s.ok()) return s;
   if (absl::Status s = ValidateLabel("incarnation", incarnation); !s.ok()) return s;
   if (absl::Status s = ValidateLabel("host", host); !s.ok()) return s;
@@ -66,8 +66,8 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
   }
   if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1,
-                                                   ", not ", request.scheduler_task()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task()));
   }
   return absl::OkStatus();
 }
@@ -77,22 +77,21 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
 absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const {
   const v1::Run& r = run.stored.run;
   if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "run ", r.run_id(), " has ended ", StateName(r.state()),
-        r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
-        "; submit a new run to train again"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()),
+                     r.has_reason() ? absl::StrCat(" (", DescribeFailure(r.reason()), ")") : "",
+                     "; submit a new run to train again"));
   }
   const v1::RunSpec& spec = r.spec();
   const v1::WorldView& view = request.expected();
   int world = WorldSize(spec);
-  if ((view.world_size() != 0 && view.world_size() != world) ||
-      (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
+  if ((view.world_size() != 0 && view.world_size() != world) || (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
       (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the trainer on ", request.host(), " expects world size ", view.world_size(), " (",
-        view.nodes(), " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(),
-        " has world size ", world, " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
-        " per node); start the trainers with the run's shape instead of forming a smaller world"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the trainer on ", request.host(), " expects world size ", view.world_size(), " (", view.nodes(),
+                     " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(), " has world size ", world,
+                     " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
+                     " per node); start the trainers with the run's shape instead of forming a smaller world"));
   }
   return absl::OkStatus();
 }
@@ -109,9 +108,9 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
     for (const auto& rs : g.ranks) {
       if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", Quote(request.node()), " slot ", request.local_slot(), " is not part of generation ", g.number,
-        " of run ", r.run_id(), ", whose ranks are on nodes ", absl::StrJoin(nodes, ", ")));
+    return absl::FailedPreconditionError(absl::StrCat("node ", Quote(request.node()), " slot ", request.local_slot(),
+                                                      " is not part of generation ", g.number, " of run ", r.run_id(),
+                                                      ", whose ranks are on nodes ", absl::StrJoin(nodes, ", ")));
   }
   if (seat->incarnation() == request.incarnation()) {
     // A retry whose first reply was lost: same answer.
@@ -138,14 +137,13 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
                                    " registered for its slot, replacing pid ", seat->pid()));
   FailGeneration(run, failure, deferred);  // replaces run.gen (or ends the run)
   if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()),
-                                                      ": ", DescribeFailure(r.reason())));
+    return absl::FailedPreconditionError(
+        absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()), ": ", DescribeFailure(r.reason())));
   }
   return std::nullopt;  // register with the new generation
 }
 
-void Coordinator::Register(const v1::RegisterRequest& request,
-                           PendingPtr<v1::RegisterResponse> reply) {
+void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply) {
   if (absl::Status s = ValidateRegisterRequest(request); !s.ok()) {
     reply->Complete(s);
     return;
@@ -262,8 +260,8 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
   r.set_world_size(static_cast<int>(seats.size()));
   r.set_step(start_step);
   DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": all " << seats.size()
-               << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes)
-               << " node(s) (" << absl::StrJoin(hosts, ", ") << ")"
+               << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes) << " node(s) ("
+               << absl::StrJoin(hosts, ", ") << ")"
                << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
   PersistRanks(run);
   WriteRunJson(run, /*wait=*/false);
@@ -281,19 +279,18 @@ void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generat
     return;
   }
   g.rendezvous_timer = 0;
-  std::string message = absl::StrCat("rendezvous of generation ", generation, " timed out after ",
-                                     absl::FormatDuration(options_.timeouts.rendezvous_timeout), ": ",
-                                     g.rendezvous.Describe());
+  std::string message =
+      absl::StrCat("rendezvous of generation ", generation, " timed out after ",
+                   absl::FormatDuration(options_.timeouts.rendezvous_timeout), ": ", g.rendezvous.Describe());
   v1::Failure failure;
   failure.set_kind(v1::Failure::RENDEZVOUS_TIMEOUT);
   failure.set_rank(-1);
   failure.set_message(message);
-  FailGeneration(*run, failure, deferred,
-                 absl::DeadlineExceededError(absl::StrCat("run ", run_id, ": ", message)));
+  FailGeneration(*run, failure, deferred, absl::DeadlineExceededError(absl::StrCat("run ", run_id, ": ", message)));
 }
 
-void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node,
-                                       int local_slot, const std::string& incarnation, const void* call) {
+void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
+                                       const std::string& incarnation, const void* call) {
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
   RunPtr run = *found;
@@ -328,15 +325,14 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) return live.status();
   if (!g.assigned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
   }
   v1::RankStatus& rank = g.ranks[request.rank()];
   if (rank.incarnation() != request.incarnation()) {
-    return absl::AbortedError(absl::StrCat(
-        "rank ", request.rank(), " of generation ", g.number, " belongs to incarnation ",
-        rank.incarnation(), " (pid ", rank.pid(), " on ", rank.host(),
-        "); this process was replaced and must exit"));
+    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " of generation ", g.number,
+                                           " belongs to incarnation ", rank.incarnation(), " (pid ", rank.pid(), " on ",
+                                           rank.host(), "); this process was replaced and must exit"));
   }
   g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
   if (request.total_steps() > 0) r.set_total_steps(request.total_steps());
@@ -346,8 +342,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   return out;
 }
 
-absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
-    const v1::ReportErrorRequest& request) {
+absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::ReportErrorRequest& request) {
   if (request.rank() < -1) return absl::InvalidArgumentError("rank must be ≥ -1");
   if (request.local_slot() < -1) return absl::InvalidArgumentError("local slot must be ≥ -1");
   bool by_task = request.has_scheduler_task();
@@ -383,8 +378,8 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(
     return LiveGeneration(*run, request.generation(), 0).status();
   }
   if (request.generation() > g.number) {
-    return absl::FailedPreconditionError(absl::StrCat("generation ", request.generation(),
-                                                      " of run ", r.run_id(), " does not exist"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", request.generation(), " of run ", r.run_id(), " does not exist"));
   }
   int world = WorldSize(r.spec());
   if (request.rank() >= world || (by_task && request.scheduler_task() >= world)) {
@@ -440,26 +435,26 @@ absl::StatusOr<int> Coordinator::ReportedRank(RunEntry& run, const v1::ReportErr
     }
   }
   if (request.has_scheduler_task()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "scheduler task ", request.scheduler_task(), " holds no rank of generation ", g.number, " of run ",
-        run.stored.run.run_id(), " (its ranks registered without that task id)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("scheduler task ", request.scheduler_task(), " holds no rank of generation ", g.number, " of run ",
+                     run.stored.run.run_id(), " (its ranks registered without that task id)"));
   }
   return -1;
 }
 
 absl::StatusOr<Coordinator::Generation*> Coordinator::AssignedRank(RunEntry& run, int64_t generation, int rank,
-                                                                    const std::string& incarnation) {
+                                                                   const std::string& incarnation) {
   absl::StatusOr<Generation*> live = LiveGeneration(run, generation, rank);
   if (!live.ok()) return live.status();
   Generation& g = **live;
   if (!g.assigned) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "generation ", g.number, " of run ", run.stored.run.run_id(), " has not completed rendezvous"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", g.number, " of run ", run.stored.run.run_id(), " has not completed rendezvous"));
   }
   const v1::RankStatus& status = g.ranks[rank];
   if (status.incarnation() != incarnation) {
-    return absl::AbortedError(absl::StrCat("rank ", rank, " belongs to incarnation ", status.incarnation(),
-                                           "; this process was replaced"));
+    return absl::AbortedError(
+        absl::StrCat("rank ", rank, " belongs to incarnation ", status.incarnation(), "; this process was replaced"));
   }
   return &g;
 }
@@ -565,7 +560,8 @@ void Coordinator::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>&
   for (size_t k = 0; k < bad.size(); ++k) {
     const std::string& node = g.ranks[bad[k].rank].node();
     if (!absl::c_linear_search(nodes, node)) nodes.push_back(node);
-    if (k > 0 && k <= 16) absl::StrAppend(&message, k == 1 ? "; also " : ", ", DescribeRank(run, bad[k].rank), ": ", bad[k].why);
+    if (k > 0 && k <= 16)
+      absl::StrAppend(&message, k == 1 ? "; also " : ", ", DescribeRank(run, bad[k].rank), ": ", bad[k].why);
   }
   if (r.spec().scheduler() == v1::SLURM || r.spec().scheduler() == v1::EXTERNAL) {
     std::vector<std::string> added = AddExcludedNodes(run, nodes);
@@ -656,21 +652,20 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
         absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", DescribeRank(run, rank), " since ",
                         absl::FormatTime("%H:%M:%E3S", last, absl::UTCTimeZone()));
       }
-      failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict.timeout),
-                                       " (last at ", since, " UTC, at step ", verdict.step,
+      failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict.timeout), " (last at ",
+                                       since, " UTC, at step ", verdict.step,
                                        "): the process died or its node is unreachable", others));
       break;
     }
     case HealthVerdict::Kind::kStopped:
       failure.set_kind(v1::Failure::TERMINATED);
       failure.set_message(
-          verdict.rank < 0
-              ? absl::StrCat("every rank was stopped by a signal from outside and none failed first (",
-                             DescribeStopped(run, verdict.stopped),
-                             "): the job was cancelled outside dt, preempted or reached its time limit")
-              : absl::StrCat("was stopped by ", SignalName(verdict.stopped.front().signal), " at ", since,
-                             " UTC while the other ranks kept running, and nothing else failed within ",
-                             absl::FormatDuration(verdict.timeout), ": something outside dt killed it"));
+          verdict.rank < 0 ? absl::StrCat("every rank was stopped by a signal from outside and none failed first (",
+                                          DescribeStopped(run, verdict.stopped),
+                                          "): the job was cancelled outside dt, preempted or reached its time limit")
+                           : absl::StrCat("was stopped by ", SignalName(verdict.stopped.front().signal), " at ", since,
+                                          " UTC while the other ranks kept running, and nothing else failed within ",
+                                          absl::FormatDuration(verdict.timeout), ": something outside dt killed it"));
       break;
     case HealthVerdict::Kind::kHang: {
       failure.set_kind(v1::Failure::HANG);
@@ -683,10 +678,11 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
         stuck.push_back(absl::StrCat(rank));
       }
       failure.set_rank(-1);
-      failure.set_message(absl::StrCat(
-          "no rank advanced past step ", verdict.step, " for ", absl::FormatDuration(verdict.timeout),
-          " (last progress at ", since, " UTC) although every rank heartbeats: a hang, e.g. in a "
-          "collective; ranks at step ", verdict.step, ": ", absl::StrJoin(stuck, ", ")));
+      failure.set_message(absl::StrCat("no rank advanced past step ", verdict.step, " for ",
+                                       absl::FormatDuration(verdict.timeout), " (last progress at ", since,
+                                       " UTC) although every rank heartbeats: a hang, e.g. in a "
+                                       "collective; ranks at step ",
+                                       verdict.step, ": ", absl::StrJoin(stuck, ", ")));
       break;
     }
   }

@@ -42,8 +42,8 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
   }
   if (absl::StartsWith(request.name(), "dt.") && request.name() != "dt.data-ready") {
     // dt's own barriers (checkpoint rounds) must not be joined by name from outside.
-    reply->Complete(absl::InvalidArgumentError(absl::StrCat(
-        "barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt")));
+    reply->Complete(absl::InvalidArgumentError(
+        absl::StrCat("barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt")));
     return;
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());

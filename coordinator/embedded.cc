@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-
 namespace dt {
 
 EmbeddedCoordinator::EmbeddedCoordinator(const std::string& state_dir, EmbeddedOptions options) {

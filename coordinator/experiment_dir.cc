@@ -22,9 +22,9 @@ constexpr char kCheckpointsDir[] = "checkpoints";
 absl::Status RefuseDotComponents(const std::string& save_dir) {
   for (absl::string_view part : absl::StrSplit(save_dir, '/')) {
     if (part == "." || part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "save dir ", Quote(save_dir), " has a \"", part,
-          "\" component; give the directory without \".\" or \"..\" (one directory, one spelling)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("save dir ", Quote(save_dir), " has a \"", part,
+                       "\" component; give the directory without \".\" or \"..\" (one directory, one spelling)"));
     }
   }
   return absl::OkStatus();
@@ -40,8 +40,7 @@ ExperimentDir ExperimentPaths(const std::string& exp_dir) {
   return d;
 }
 
-absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir,
-                                                   const std::string& experiment_name) {
+absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir, const std::string& experiment_name) {
   if (absl::Status s = ValidateExperimentName(experiment_name); !s.ok()) return s;
   if (absl::Status s = ValidateAbsolutePath("save dir", save_dir); !s.ok()) return s;
   if (absl::Status s = RefuseDotComponents(save_dir); !s.ok()) return s;
@@ -49,8 +48,8 @@ absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir,
   absl::StatusOr<std::string> canonical = RealPath(save_dir);
   if (!canonical.ok()) return absl::FailedPreconditionError(canonical.status().message());
   if (!IsWritableDir(*canonical)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "save dir ", *canonical, " is not writable by the coordinator (uid ", ::getuid(), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("save dir ", *canonical, " is not writable by the coordinator (uid ", ::getuid(), ")"));
   }
   absl::StatusOr<DirFd> parent = DirFd::Open(*canonical);
   if (!parent.ok()) return absl::FailedPreconditionError(parent.status().message());
@@ -86,15 +85,14 @@ absl::Status PrepareExperimentDir(ExperimentDir& d) {
     DT_LOG(Warning) << "partial checkpoint directories in " << d.checkpoints_dir
                     << " not all removed: " << removed.status().message();
   } else if (*removed > 0) {
-    DT_LOG(Info) << "removed " << *removed << " partial checkpoint director"
-                 << (*removed == 1 ? "y" : "ies") << " in " << d.checkpoints_dir;
+    DT_LOG(Info) << "removed " << *removed << " partial checkpoint director" << (*removed == 1 ? "y" : "ies") << " in "
+                 << d.checkpoints_dir;
   }
   d.resume = FindLatest(*checkpoints);
   return absl::OkStatus();
 }
 
-absl::StatusOr<DirFd> OpenExperimentDir(const std::string& exp_dir,
-                                        const v1::ExperimentDirIdentity& identity) {
+absl::StatusOr<DirFd> OpenExperimentDir(const std::string& exp_dir, const v1::ExperimentDirIdentity& identity) {
   absl::StatusOr<DirFd> parent = DirFd::Open(Dirname(exp_dir));
   if (!parent.ok()) return parent.status();
   std::string name = exp_dir.substr(exp_dir.find_last_of('/') + 1);
@@ -107,16 +105,15 @@ absl::StatusOr<DirFd> OpenExperimentDir(const std::string& exp_dir,
   }
   bool checked = identity.device() != 0 || identity.inode() != 0;
   if (checked && (exp->device() != identity.device() || exp->inode() != identity.inode())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "experiment directory ", exp_dir,
-        " is no longer the directory this run was given (it was moved away or replaced); "
-        "the coordinator does not write into it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("experiment directory ", exp_dir,
+                     " is no longer the directory this run was given (it was moved away or replaced); "
+                     "the coordinator does not write into it"));
   }
   return exp;
 }
 
-absl::StatusOr<DirFd> OpenCheckpointsDir(const std::string& exp_dir,
-                                         const v1::ExperimentDirIdentity& identity) {
+absl::StatusOr<DirFd> OpenCheckpointsDir(const std::string& exp_dir, const v1::ExperimentDirIdentity& identity) {
   absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
   if (!exp.ok()) return exp.status();
   return exp->Sub(kCheckpointsDir);

@@ -30,8 +30,7 @@ struct ExperimentDir {
 // holds the same directory (same canonical path, or same device and inode).
 //   INVALID_ARGUMENT     bad name or path
 //   FAILED_PRECONDITION  the directory cannot be created, is not writable, or is a link
-absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir,
-                                                   const std::string& experiment_name);
+absl::StatusOr<ExperimentDir> ResolveExperimentDir(const std::string& save_dir, const std::string& experiment_name);
 
 // Creates logs/ and checkpoints/, removes partial checkpoint directories left by dead writers,
 // and finds the checkpoint to resume from (fills `dir.resume`).
@@ -46,10 +45,8 @@ ExperimentDir ExperimentPaths(const std::string& exp_dir);
 // checked).
 //   NOT_FOUND            it was deleted
 //   FAILED_PRECONDITION  it was moved away or replaced (by a link or another directory)
-absl::StatusOr<DirFd> OpenExperimentDir(const std::string& exp_dir,
-                                        const v1::ExperimentDirIdentity& identity);
+absl::StatusOr<DirFd> OpenExperimentDir(const std::string& exp_dir, const v1::ExperimentDirIdentity& identity);
 // Its checkpoints/ directory, held open (never through a link).
-absl::StatusOr<DirFd> OpenCheckpointsDir(const std::string& exp_dir,
-                                         const v1::ExperimentDirIdentity& identity);
+absl::StatusOr<DirFd> OpenCheckpointsDir(const std::string& exp_dir, const v1::ExperimentDirIdentity& identity);
 
 }  // namespace dt

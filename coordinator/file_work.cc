@@ -27,7 +27,8 @@ void FileWorkQueue::Post(const std::string& key, std::function<void()> task) {
 
 void FileWorkQueue::Drain() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(+[](int* n) { return *n == 0; }, &unfinished_));
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &unfinished_));
 }
 
 void FileWorkQueue::Work() {

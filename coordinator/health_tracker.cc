@@ -47,8 +47,7 @@ std::vector<StoppedRank> HealthTracker::StoppedRanks() const {
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     if (ranks_[i].stopped) out.push_back({i, ranks_[i].signal, ranks_[i].stopped_at});
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const StoppedRank& a, const StoppedRank& b) { return a.when < b.when; });
+  std::stable_sort(out.begin(), out.end(), [](const StoppedRank& a, const StoppedRank& b) { return a.when < b.when; });
   return out;
 }
 
@@ -86,7 +85,8 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
     std::sort(silent.begin(), silent.end());
     int first = silent.front().second;
     const RankHealth& r = ranks_[first];
-    HealthVerdict v{HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout, {}, {}};
+    HealthVerdict v{
+        HealthVerdict::Kind::kHeartbeatTimeout, first, r.step, {}, r.last_heartbeat, t.heartbeat_timeout, {}, {}};
     for (size_t k = 1; k < silent.size(); ++k) v.also_silent.emplace_back(silent[k].second, silent[k].first);
     v.stopped = std::move(stopped);
     return v;
@@ -96,8 +96,14 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
   // (its last heartbeat was in flight), and its silence is then the cause.
   if (!stopped.empty() && !some_quiet && now - stopped.front().when > t.heartbeat_timeout) {
     const StoppedRank& first = stopped.front();
-    HealthVerdict v{HealthVerdict::Kind::kStopped, watched == 0 ? -1 : first.rank, ranks_[first.rank].step, {},
-                    first.when, t.heartbeat_timeout, {}, {}};
+    HealthVerdict v{HealthVerdict::Kind::kStopped,
+                    watched == 0 ? -1 : first.rank,
+                    ranks_[first.rank].step,
+                    {},
+                    first.when,
+                    t.heartbeat_timeout,
+                    {},
+                    {}};
     v.stopped = std::move(stopped);
     return v;
   }

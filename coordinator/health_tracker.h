@@ -39,7 +39,7 @@ struct HealthVerdict {
   int rank = -1;
   int64_t step = 0;
   std::vector<int> stuck_ranks;  // hang: ranks at the lowest step
-  absl::Time since;      // last heartbeat, or last progress
+  absl::Time since;              // last heartbeat, or last progress
   absl::Duration timeout;
   // Heartbeat timeout: the other silent ranks, longest silent first (a scheduler that ends a job
   // step kills every rank within moments: the first to go silent is the likely cause).

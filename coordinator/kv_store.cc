@@ -15,9 +15,8 @@ namespace {
 
 absl::Status ValidateValue(const std::string& key, const std::string& value) {
   if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value for store key ", Quote(key), " is ",
-                                                   value.size(), " bytes; the limit is ",
-                                                   kMaxValueBytes, " (4 MiB)"));
+    return absl::InvalidArgumentError(absl::StrCat("value for store key ", Quote(key), " is ", value.size(),
+                                                   " bytes; the limit is ", kMaxValueBytes, " (4 MiB)"));
   }
   return absl::OkStatus();
 }
@@ -76,16 +75,16 @@ absl::Status KvStore::Charge(const std::string& key, int64_t delta) {
     return absl::OkStatus();
   }
   if (bytes_ + delta > limits_.max_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "store of ", scope_, " holds ", bytes_, " bytes of keys and values; setting ", Quote(key),
-        " would pass the limit of ", limits_.max_bytes,
-        " bytes per run (dtcoord --store-bytes-per-run); delete keys the run no longer needs"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("store of ", scope_, " holds ", bytes_, " bytes of keys and values; setting ", Quote(key),
+                     " would pass the limit of ", limits_.max_bytes,
+                     " bytes per run (dtcoord --store-bytes-per-run); delete keys the run no longer needs"));
   }
   if (limits_.shared != nullptr && !limits_.shared->TryCharge(delta)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the coordinator's stores hold ", limits_.shared->used(), " bytes; setting ", Quote(key),
-        " in ", scope_, " would pass the limit of ", limits_.shared->limit(),
-        " bytes for all runs together (dtcoord --store-bytes-total)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the coordinator's stores hold ", limits_.shared->used(),
+                                                     " bytes; setting ", Quote(key), " in ", scope_,
+                                                     " would pass the limit of ", limits_.shared->limit(),
+                                                     " bytes for all runs together (dtcoord --store-bytes-total)"));
   }
   bytes_ += delta;
   return absl::OkStatus();
@@ -95,9 +94,9 @@ absl::Status KvStore::Store(const std::string& key, std::string value, Deferred&
   auto it = data_.find(key);
   if (it == data_.end()) {
     if (static_cast<int64_t>(data_.size()) >= limits_.max_keys) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "store of ", scope_, " holds ", data_.size(), " keys; the limit is ", limits_.max_keys,
-          " keys per run (key ", Quote(key), " not added)"));
+      return absl::ResourceExhaustedError(absl::StrCat("store of ", scope_, " holds ", data_.size(),
+                                                       " keys; the limit is ", limits_.max_keys, " keys per run (key ",
+                                                       Quote(key), " not added)"));
     }
     int64_t size = static_cast<int64_t>(key.size() + value.size());
     if (absl::Status s = Charge(key, size); !s.ok()) return s;
@@ -150,8 +149,7 @@ void KvStore::Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) {
   waiters_.emplace(id, std::move(waiter));
 }
 
-void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply,
-                  Deferred& deferred) {
+void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply, Deferred& deferred) {
   if (absl::Status s = ValidateStoreKey(key); !s.ok()) {
     deferred.Complete<std::string>(reply, s);
     return;
@@ -174,8 +172,8 @@ void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std
   Park(std::move(waiter), deferred);
 }
 
-void KvStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout,
-                   PendingPtr<Unit> reply, Deferred& deferred) {
+void KvStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout, PendingPtr<Unit> reply,
+                   Deferred& deferred) {
   for (const auto& key : keys) {
     if (absl::Status s = ValidateStoreKey(key); !s.ok()) {
       deferred.Complete<Unit>(reply, s);
@@ -210,9 +208,8 @@ void KvStore::Expire(uint64_t waiter_id) {
   for (const auto& [key, unused] : w.missing) missing.push_back(key);
   std::sort(missing.begin(), missing.end());
   absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-      w.get_reply ? "store get" : "store wait", " in ", scope_, " timed out after ",
-      absl::FormatDuration(w.timeout), "; missing key", missing.size() == 1 ? " " : "s ",
-      NameKeys(missing)));
+      w.get_reply ? "store get" : "store wait", " in ", scope_, " timed out after ", absl::FormatDuration(w.timeout),
+      "; missing key", missing.size() == 1 ? " " : "s ", NameKeys(missing)));
   for (const auto& key : missing) {
     auto& ids = waiters_by_key_[key];
     ids.erase(std::remove(ids.begin(), ids.end(), waiter_id), ids.end());
@@ -234,9 +231,8 @@ absl::StatusOr<int64_t> KvStore::Add(const std::string& key, int64_t delta, Defe
   int64_t current = 0;
   auto it = data_.find(key);
   if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
-    return absl::InvalidArgumentError(absl::StrCat("store add on key ", Quote(key),
-                                                   " whose value is not an integer: ",
-                                                   Quote(it->second)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store add on key ", Quote(key), " whose value is not an integer: ", Quote(it->second)));
   }
   int64_t updated = 0;
   if (__builtin_add_overflow(current, delta, &updated)) {

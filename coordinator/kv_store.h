@@ -39,7 +39,7 @@ class StoreByteBudget {
 struct StoreLimits {
   int64_t max_keys = kMaxKeysPerRun;
   int64_t max_bytes = kDefaultStoreBytesPerRun;  // keys plus values of this store
-  StoreByteBudget* shared = nullptr;              // every store's bytes (may be null)
+  StoreByteBudget* shared = nullptr;             // every store's bytes (may be null)
 };
 
 class KvStore : public std::enable_shared_from_this<KvStore> {
@@ -52,15 +52,13 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
 
   absl::Status Set(const std::string& key, std::string value, Deferred& deferred);
   // Completes `reply` with the value once `key` exists, or DEADLINE_EXCEEDED after `timeout`.
-  void Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply,
-           Deferred& deferred);
+  void Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply, Deferred& deferred);
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, Deferred& deferred);
-  absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
-                                         std::string desired, Deferred& deferred);
+  absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected, std::string desired,
+                                         Deferred& deferred);
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys);
   // Completes `reply` once every key exists, or DEADLINE_EXCEEDED naming the missing keys.
-  void Wait(const std::vector<std::string>& keys, absl::Duration timeout, PendingPtr<Unit> reply,
-            Deferred& deferred);
+  void Wait(const std::vector<std::string>& keys, absl::Duration timeout, PendingPtr<Unit> reply, Deferred& deferred);
   absl::StatusOr<bool> DeleteKey(const std::string& key);
   absl::StatusOr<int64_t> NumKeys();
 
@@ -72,7 +70,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
  private:
   struct Waiter {
     uint64_t id;
-    std::string get_key;                  // set for Get: the key whose value is returned
+    std::string get_key;                             // set for Get: the key whose value is returned
     absl::flat_hash_map<std::string, bool> missing;  // keys not yet present
     PendingPtr<std::string> get_reply;
     PendingPtr<Unit> wait_reply;
@@ -81,8 +79,7 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   };
 
   absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Store(const std::string& key, std::string value, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Store(const std::string& key, std::string value, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Waiter& waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Expire(uint64_t waiter_id);

@@ -16,8 +16,8 @@
 #include "common/duration.h"
 #include "common/fs.h"
 #include "common/log.h"
-#include "common/timeout_policy.h"
 #include "common/stop_signals.h"
+#include "common/timeout_policy.h"
 #include "common/version.h"
 #include "coordinator/dtcoord.h"
 
@@ -41,22 +41,16 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
   dt::ServerOptions server_options;
   std::string state_dir = DefaultStateDir();
   std::string metrics_listen = "127.0.0.1:9464";
-  std::string heartbeat_interval = "2s", heartbeat_timeout = "30s", hang_timeout = "10m",
-              rendezvous_timeout = "10m";
+  std::string heartbeat_interval = "2s", heartbeat_timeout = "30s", hang_timeout = "10m", rendezvous_timeout = "10m";
   app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
-  app.add_option("--state-dir", state_dir, "where the SQLite state and admin.token live")
+  app.add_option("--state-dir", state_dir, "where the SQLite state and admin.token live")->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics address HOST:PORT; 'off' disables it")
       ->capture_default_str();
-  app.add_option("--metrics-listen", metrics_listen,
-                 "Prometheus /metrics address HOST:PORT; 'off' disables it")
+  app.add_option("--heartbeat-interval", heartbeat_interval, "how often trainers heartbeat")->capture_default_str();
+  app.add_option("--heartbeat-timeout", heartbeat_timeout, "a rank silent this long is declared dead")
       ->capture_default_str();
-  app.add_option("--heartbeat-interval", heartbeat_interval, "how often trainers heartbeat")
-      ->capture_default_str();
-  app.add_option("--heartbeat-timeout", heartbeat_timeout,
-                 "a rank silent this long is declared dead")
-      ->capture_default_str();
-  app.add_option("--hang-timeout", hang_timeout,
-                 "a group whose step has not advanced this long is declared hung")
+  app.add_option("--hang-timeout", hang_timeout, "a group whose step has not advanced this long is declared hung")
       ->capture_default_str();
   app.add_option("--rendezvous-timeout", rendezvous_timeout,
                  "how long a generation may take to register every rank (also the init timeout)")
@@ -152,17 +146,16 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<dt::Dtcoord>> server = dt::Dtcoord::Start(dtcoord);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string metrics = (*server)->metrics_address();
-  DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << (*server)->address() << " (state dir "
-               << state_dir << ", admin token in " << dt::JoinPath(state_dir, "admin.token")
-               << "; heartbeat " << absl::FormatDuration(timeouts.heartbeat_interval) << "/"
+  DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << (*server)->address() << " (state dir " << state_dir
+               << ", admin token in " << dt::JoinPath(state_dir, "admin.token") << "; heartbeat "
+               << absl::FormatDuration(timeouts.heartbeat_interval) << "/"
                << absl::FormatDuration(timeouts.heartbeat_timeout) << ", hang "
                << absl::FormatDuration(timeouts.hang_timeout) << ", rendezvous "
                << absl::FormatDuration(timeouts.rendezvous_timeout) << ")"
                << (metrics.empty() ? "" : absl::StrCat("; Prometheus metrics on http://", metrics, "/metrics"));
 
   int sig = dt::WaitForStopSignal();
-  DT_LOG(Info) << "received " << dt::SignalName(sig)
-               << ": draining in-flight calls (up to 5s)";
+  DT_LOG(Info) << "received " << dt::SignalName(sig) << ": draining in-flight calls (up to 5s)";
   (*server)->Shutdown(absl::Seconds(5));
   DT_LOG(Info) << "stopped";
   return 0;

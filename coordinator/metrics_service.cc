@@ -8,8 +8,7 @@ namespace {
 // batch was stored.
 class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
  public:
-  MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
-                v1::ReportMetricsResponse* out)
+  MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out)
       : deps_(deps), ctx_(ctx), out_(out), timer_(deps, "ReportMetrics") {
     absl::StatusOr<Principal> who = deps_.auth->Authenticate(*ctx_);
     if (!who.ok()) {
@@ -58,8 +57,8 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::MetricBatch>* MetricsServiceImpl::ReportMetrics(
-    grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out) {
+grpc::ServerReadReactor<v1::MetricBatch>* MetricsServiceImpl::ReportMetrics(grpc::CallbackServerContext* ctx,
+                                                                            v1::ReportMetricsResponse* out) {
   return new MetricsReader(deps_, ctx, out);
 }
 

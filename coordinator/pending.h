@@ -60,9 +60,7 @@ class Deferred {
 
   template <typename T>
   void Complete(const PendingPtr<T>& pending, absl::StatusOr<T> result) {
-    fns_.push_back([pending, result = std::move(result)]() mutable {
-      pending->Complete(std::move(result));
-    });
+    fns_.push_back([pending, result = std::move(result)]() mutable { pending->Complete(std::move(result)); });
   }
 
   void RunNow() {

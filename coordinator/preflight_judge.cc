@@ -19,8 +19,8 @@ std::vector<UnhealthyRank> JudgePreflights(const std::vector<std::optional<v1::D
     if (!reports[r]) {
       complete = false;
     } else if (!reports[r]->error().empty()) {
-      out.push_back({static_cast<int>(r), absl::StrFormat("its device (%s) reported an error: %s",
-                                                          reports[r]->device(), reports[r]->error())});
+      out.push_back({static_cast<int>(r), absl::StrFormat("its device (%s) reported an error: %s", reports[r]->device(),
+                                                          reports[r]->error())});
     }
   }
   if (!judge_speed || !complete || reports.size() < 2 || !out.empty()) return out;

@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/run_state.h"
 #include "common/log.h"
+#include "common/run_state.h"
 
 namespace dt {
 namespace {
@@ -32,7 +32,6 @@ const Histogram::BucketBoundaries& CheckpointBuckets() {
   return b;
 }
 
-
 }  // namespace
 
 // Runs by state and registered ranks, counted from the coordinator at scrape time.
@@ -41,8 +40,8 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
   explicit CensusCollectable(const Coordinator* c) : coordinator_(c) {}
   std::vector<prometheus::MetricFamily> Collect() const override {
     Coordinator::Census census = coordinator_->TakeCensus();
-    prometheus::MetricFamily runs{"dt_coordinator_runs", "Runs the coordinator knows, by state",
-                                  prometheus::MetricType::Gauge, {}};
+    prometheus::MetricFamily runs{
+        "dt_coordinator_runs", "Runs the coordinator knows, by state", prometheus::MetricType::Gauge, {}};
     for (int s = v1::PENDING; s <= v1::REQUEUED; ++s) {
       prometheus::ClientMetric m;
       m.label.push_back({"state", v1::RunState_Name(static_cast<v1::RunState>(s))});
@@ -51,7 +50,9 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
       runs.metric.push_back(m);
     }
     prometheus::MetricFamily ranks{"dt_coordinator_registered_ranks",
-                                   "Ranks holding an assignment in active runs", prometheus::MetricType::Gauge, {}};
+                                   "Ranks holding an assignment in active runs",
+                                   prometheus::MetricType::Gauge,
+                                   {}};
     prometheus::ClientMetric m;
     m.gauge.value = census.registered_ranks;
     ranks.metric.push_back(m);
@@ -134,7 +135,7 @@ PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coo
 }
 
 absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(const ExporterOptions& options,
-                                                                             const Coordinator* coordinator) {
+                                                                              const Coordinator* coordinator) {
   std::unique_ptr<PrometheusExporter> e(new PrometheusExporter(options, coordinator));
   e->census_ = std::make_shared<CensusCollectable>(coordinator);
   try {
@@ -178,8 +179,10 @@ PrometheusExporter::RankSeries* PrometheusExporter::SeriesFor(const v1::Run& run
     if (r.rank() == rank) node = r.node();
   }
   RankSeries& s = rs.ranks[rank];
-  s.labels = {{"run", run.run_id()}, {"experiment", run.spec().experiment_name()},
-              {"rank", absl::StrCat(rank)}, {"node", node}};
+  s.labels = {{"run", run.run_id()},
+              {"experiment", run.spec().experiment_name()},
+              {"rank", absl::StrCat(rank)},
+              {"node", node}};
   s.loss = &loss_->Add(s.labels);
   s.lr = &lr_->Add(s.labels);
   s.grad_norm = &grad_norm_->Add(s.labels);
@@ -188,7 +191,10 @@ PrometheusExporter::RankSeries* PrometheusExporter::SeriesFor(const v1::Run& run
   s.last_step = &last_step_->Add(s.labels);
   s.up = &rank_up_->Add(s.labels);
   s.step_time = &step_time_->Add(s.labels, StepBuckets());
-  s.tokens_seen = &tokens_seen_->Add({{"run", run.run_id()}, {"experiment", run.spec().experiment_name()}, {"rank", absl::StrCat(rank)}, {"node", node}});
+  s.tokens_seen = &tokens_seen_->Add({{"run", run.run_id()},
+                                      {"experiment", run.spec().experiment_name()},
+                                      {"rank", absl::StrCat(rank)},
+                                      {"node", node}});
   ++rank_series_;
   return &s;
 }

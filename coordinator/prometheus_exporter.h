@@ -29,7 +29,7 @@ namespace dt {
 struct ExporterOptions {
   std::string listen = "127.0.0.1:9464";  // port 0: any free port
   absl::Duration ended_run_grace = absl::Minutes(5);
-  int64_t max_rank_series = 10'000;       // runs × ranks exported at most
+  int64_t max_rank_series = 10'000;  // runs × ranks exported at most
 };
 
 class PrometheusExporter : public RunObserver, public RpcObserver, public CoordinatorStats, public ForwarderStats {

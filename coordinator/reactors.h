@@ -42,8 +42,8 @@ class RpcTimer {
 
 // Finishes a unary call now with `result`.
 template <typename Response>
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const RpcTimer& timer,
-                                Response* out, absl::StatusOr<Response> result) {
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const RpcTimer& timer, Response* out,
+                                absl::StatusOr<Response> result) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (result.ok()) *out = std::move(*result);
   timer.Done(result.status().code());
@@ -52,8 +52,7 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const RpcTimer
 }
 
 // Authenticates the caller and checks that it may act on `run_id` (admin or that run's token).
-inline absl::StatusOr<Principal> AuthorizeRun(const ServiceDeps& deps,
-                                              grpc::CallbackServerContext* ctx,
+inline absl::StatusOr<Principal> AuthorizeRun(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
                                               const std::string& run_id) {
   absl::StatusOr<Principal> who = deps.auth->Authenticate(*ctx);
   if (!who.ok()) return who.status();
@@ -61,8 +60,7 @@ inline absl::StatusOr<Principal> AuthorizeRun(const ServiceDeps& deps,
   return who;
 }
 
-inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
-                                   absl::string_view what) {
+inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, absl::string_view what) {
   absl::StatusOr<Principal> who = deps.auth->Authenticate(*ctx);
   if (!who.ok()) return who.status();
   return Coordinator::RequireAdmin(*who, what);
@@ -73,8 +71,7 @@ inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServer
 template <typename Response>
 class PendingUnaryReactor : public grpc::ServerUnaryReactor {
  public:
-  PendingUnaryReactor(const ServiceDeps& deps, const char* method, Response* out)
-      : timer_(deps, method) {
+  PendingUnaryReactor(const ServiceDeps& deps, const char* method, Response* out) : timer_(deps, method) {
     pending_ = MakePending<Response>([this, out](absl::StatusOr<Response> result) {
       if (result.ok()) *out = std::move(*result);
       timer_.Done(result.status().code());

@@ -6,15 +6,14 @@
 
 namespace dt {
 
-Rendezvous::Rendezvous(int nodes, int procs_per_node)
-    : nodes_(nodes), procs_per_node_(procs_per_node) {}
+Rendezvous::Rendezvous(int nodes, int procs_per_node) : nodes_(nodes), procs_per_node_(procs_per_node) {}
 
 absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred) {
   if (registrant.local_slot < 0 || registrant.local_slot >= procs_per_node_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "local slot ", registrant.local_slot, " of node ", Quote(registrant.node),
-        " is outside 0..", procs_per_node_ - 1, ": the run has ", procs_per_node_,
-        " processes per node (check --nproc-per-node and SLURM_LOCALID/LOCAL_RANK)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("local slot ", registrant.local_slot, " of node ", Quote(registrant.node), " is outside 0..",
+                     procs_per_node_ - 1, ": the run has ", procs_per_node_,
+                     " processes per node (check --nproc-per-node and SLURM_LOCALID/LOCAL_RANK)"));
   }
   auto key = std::make_pair(registrant.node, registrant.local_slot);
   auto it = slots_.find(key);
@@ -23,11 +22,10 @@ absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Def
     if (held.registrant.incarnation == registrant.incarnation) {
       deferred.Complete<Seat>(held.reply, absl::CancelledError("replaced by a retry of the same registration"));
     } else {
-      deferred.Complete<Seat>(
-          held.reply, absl::AbortedError(absl::StrCat(
-                          "node ", Quote(registrant.node), " slot ", registrant.local_slot,
-                          " was taken over by a newer process (pid ", registrant.pid, " on ",
-                          registrant.host, ", incarnation ", registrant.incarnation, ")")));
+      deferred.Complete<Seat>(held.reply, absl::AbortedError(absl::StrCat(
+                                              "node ", Quote(registrant.node), " slot ", registrant.local_slot,
+                                              " was taken over by a newer process (pid ", registrant.pid, " on ",
+                                              registrant.host, ", incarnation ", registrant.incarnation, ")")));
     }
     held = Entry{std::move(registrant), std::move(reply)};
     return absl::OkStatus();
@@ -35,18 +33,17 @@ absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Def
   if (!node_counts_.count(registrant.node) && static_cast<int>(node_counts_.size()) >= nodes_) {
     std::vector<std::string> names;
     for (const auto& [name, n] : node_counts_) names.push_back(name);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "node ", Quote(registrant.node), " would be node ", node_counts_.size() + 1, " of a ", nodes_,
-        "-node run (nodes so far: ", absl::StrJoin(names, ", "),
-        "); start the run with the right --nodes, or check SLURMD_NODENAME"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", Quote(registrant.node), " would be node ", node_counts_.size() + 1, " of a ", nodes_,
+                     "-node run (nodes so far: ", absl::StrJoin(names, ", "),
+                     "); start the run with the right --nodes, or check SLURMD_NODENAME"));
   }
   ++node_counts_[registrant.node];
   slots_.emplace(key, Entry{std::move(registrant), std::move(reply)});
   return absl::OkStatus();
 }
 
-bool Rendezvous::Withdraw(const std::string& node, int local_slot, const std::string& incarnation,
-                          const void* call) {
+bool Rendezvous::Withdraw(const std::string& node, int local_slot, const std::string& incarnation, const void* call) {
   auto it = slots_.find({node, local_slot});
   if (it == slots_.end() || it->second.registrant.incarnation != incarnation || it->second.registrant.call != call) {
     return false;
@@ -116,12 +113,11 @@ std::string Rendezvous::Describe() const {
   }
   int unseen_nodes = nodes_ - static_cast<int>(node_counts_.size());
   if (unseen_nodes > 0) {
-    missing.push_back(absl::StrCat(unseen_nodes, " node", unseen_nodes == 1 ? "" : "s",
-                                   " never seen (", unseen_nodes * procs_per_node_, " processes)"));
+    missing.push_back(absl::StrCat(unseen_nodes, " node", unseen_nodes == 1 ? "" : "s", " never seen (",
+                                   unseen_nodes * procs_per_node_, " processes)"));
   }
-  return absl::StrCat(count(), " of ", world_size(), " registered (",
-                      came.empty() ? "none" : absl::StrJoin(came, ", "), "); missing: ",
-                      absl::StrJoin(missing, ", "));
+  return absl::StrCat(count(), " of ", world_size(), " registered (", came.empty() ? "none" : absl::StrJoin(came, ", "),
+                      "); missing: ", absl::StrJoin(missing, ", "));
 }
 
 }  // namespace dt

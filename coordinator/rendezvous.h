@@ -25,7 +25,7 @@ struct Registrant {
   int pid = 0;
   std::string version;
   absl::Time registered_at;
-  const void* call = nullptr;  // the RPC this registrant waits in (tells a retry's call from the old one)
+  const void* call = nullptr;         // the RPC this registrant waits in (tells a retry's call from the old one)
   std::optional<int> scheduler_task;  // SLURM_PROCID under srun
 };
 

@@ -4,8 +4,7 @@
 namespace dt {
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerContext* ctx,
-                                                          const v1::RegisterRequest* req,
-                                                          v1::RegisterResponse* out) {
+                                                          const v1::RegisterRequest* req, v1::RegisterResponse* out) {
   auto* reactor = new PendingUnaryReactor<v1::RegisterResponse>(deps_, "Register", out);
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
     reactor->pending()->Complete(who.status());
@@ -62,8 +61,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportPreflight(grpc::CallbackS
   return Reply(ctx, timer, out, deps_.coordinator->ReportPreflight(*req));
 }
 
-grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx,
-                                                       const v1::LeaveRequest* req,
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                                        v1::LeaveResponse* out) {
   RpcTimer timer(deps_, "Leave");
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {

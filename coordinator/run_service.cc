@@ -15,15 +15,14 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
   static constexpr size_t kMaxQueued = 10'000;
 
   WatchReactor(const ServiceDeps& deps, std::string run_id)
-      : deps_(deps), timer_(deps, "WatchRun"), run_id_(std::move(run_id)),
-        channel_(std::make_shared<Channel>()) {
+      : deps_(deps), timer_(deps, "WatchRun"), run_id_(std::move(run_id)), channel_(std::make_shared<Channel>()) {
     channel_->reactor = this;
   }
 
   void Start(bool include_metrics) {
     std::weak_ptr<Channel> weak = channel_;
-    absl::StatusOr<uint64_t> id = deps_.coordinator->Watch(
-        run_id_, include_metrics, [weak](const Coordinator::WatchUpdate& update) {
+    absl::StatusOr<uint64_t> id =
+        deps_.coordinator->Watch(run_id_, include_metrics, [weak](const Coordinator::WatchUpdate& update) {
           if (auto ch = weak.lock()) Push(*ch, update);
         });
     if (!id.ok()) {
@@ -129,8 +128,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* RunServiceImpl::SubmitRun(grpc::CallbackServerContext* ctx,
-                                                    const v1::SubmitRunRequest* req,
+grpc::ServerUnaryReactor* RunServiceImpl::SubmitRun(grpc::CallbackServerContext* ctx, const v1::SubmitRunRequest* req,
                                                     v1::SubmitRunResponse* out) {
   RpcTimer timer(deps_, "SubmitRun");
   if (absl::Status s = AuthorizeAdmin(deps_, ctx, "SubmitRun"); !s.ok()) {
@@ -139,8 +137,8 @@ grpc::ServerUnaryReactor* RunServiceImpl::SubmitRun(grpc::CallbackServerContext*
   return Reply(ctx, timer, out, deps_.coordinator->SubmitRun(req->spec()));
 }
 
-grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ctx,
-                                                 const v1::GetRunRequest* req, v1::Run* out) {
+grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ctx, const v1::GetRunRequest* req,
+                                                 v1::Run* out) {
   RpcTimer timer(deps_, "GetRun");
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
     return Reply<v1::Run>(ctx, timer, out, who.status());
@@ -148,8 +146,7 @@ grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ct
   return Reply(ctx, timer, out, deps_.coordinator->GetRun(req->run_id()));
 }
 
-grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* ctx,
-                                                   const v1::ListRunsRequest* req,
+grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* ctx, const v1::ListRunsRequest* req,
                                                    v1::ListRunsResponse* out) {
   RpcTimer timer(deps_, "ListRuns");
   if (absl::Status s = AuthorizeAdmin(deps_, ctx, "ListRuns"); !s.ok()) {
@@ -164,8 +161,8 @@ grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* 
   return Reply<v1::ListRunsResponse>(ctx, timer, out, response);
 }
 
-grpc::ServerUnaryReactor* RunServiceImpl::CancelRun(grpc::CallbackServerContext* ctx,
-                                                    const v1::CancelRunRequest* req, v1::Run* out) {
+grpc::ServerUnaryReactor* RunServiceImpl::CancelRun(grpc::CallbackServerContext* ctx, const v1::CancelRunRequest* req,
+                                                    v1::Run* out) {
   RpcTimer timer(deps_, "CancelRun");
   if (absl::Status s = AuthorizeAdmin(deps_, ctx, "CancelRun"); !s.ok()) {
     return Reply<v1::Run>(ctx, timer, out, s);
@@ -174,8 +171,7 @@ grpc::ServerUnaryReactor* RunServiceImpl::CancelRun(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::AttachLaunch(grpc::CallbackServerContext* ctx,
-                                                       const v1::AttachLaunchRequest* req,
-                                                       v1::Run* out) {
+                                                       const v1::AttachLaunchRequest* req, v1::Run* out) {
   RpcTimer timer(deps_, "AttachLaunch");
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
     return Reply<v1::Run>(ctx, timer, out, who.status());

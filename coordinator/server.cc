@@ -11,9 +11,10 @@
 
 namespace dt {
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    Coordinator* coordinator, const Authenticator* auth, const ServerOptions& options,
-    RpcObserver* rpc_observer) {
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coordinator* coordinator,
+                                                                            const Authenticator* auth,
+                                                                            const ServerOptions& options,
+                                                                            RpcObserver* rpc_observer) {
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert.empty() || !options.tls_key.empty()) {
     if (options.tls_cert.empty() || options.tls_key.empty()) {
@@ -59,8 +60,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   for (auto& service : server->services_) builder.RegisterService(service.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", options.listen, " (in use, or not an address of this host)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen, " (in use, or not an address of this host)"));
   }
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   server->address_ = absl::StrCat(host, ":", port);
@@ -77,8 +78,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   coordinator_->Shutdown();
   store_service_->CloseSessions(
       absl::UnavailableError("the coordinator is shutting down; retry against its replacement"));
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(grace)));
   server_->Wait();
 }
 

@@ -19,14 +19,13 @@ class StoreServiceImpl;
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
-  std::string tls_cert;                     // PEM files; both or neither
+  std::string tls_cert;                    // PEM files; both or neither
   std::string tls_key;
 };
 
 class CoordinatorServer {
  public:
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
-                                                                  const Authenticator* auth,
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator, const Authenticator* auth,
                                                                   const ServerOptions& options,
                                                                   RpcObserver* rpc_observer = nullptr);
   ~CoordinatorServer();

@@ -30,10 +30,10 @@ class RunServiceImpl final : public v1::RunService::CallbackService {
                                      v1::ListRunsResponse* out) override;
   grpc::ServerUnaryReactor* CancelRun(grpc::CallbackServerContext* ctx, const v1::CancelRunRequest* req,
                                       v1::Run* out) override;
-  grpc::ServerUnaryReactor* AttachLaunch(grpc::CallbackServerContext* ctx,
-                                         const v1::AttachLaunchRequest* req, v1::Run* out) override;
-  grpc::ServerUnaryReactor* ExcludeNodes(grpc::CallbackServerContext* ctx,
-                                         const v1::ExcludeNodesRequest* req, v1::Run* out) override;
+  grpc::ServerUnaryReactor* AttachLaunch(grpc::CallbackServerContext* ctx, const v1::AttachLaunchRequest* req,
+                                         v1::Run* out) override;
+  grpc::ServerUnaryReactor* ExcludeNodes(grpc::CallbackServerContext* ctx, const v1::ExcludeNodesRequest* req,
+                                         v1::Run* out) override;
   grpc::ServerWriteReactor<v1::RunEvent>* WatchRun(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchRunRequest* req) override;
 
@@ -48,14 +48,11 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
                                      v1::RegisterResponse* out) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* out) override;
-  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
-                                        const v1::ReportErrorRequest* req,
+  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx, const v1::ReportErrorRequest* req,
                                         v1::ReportErrorResponse* out) override;
-  grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx,
-                                          const v1::ReportStoppedRequest* req,
+  grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx, const v1::ReportStoppedRequest* req,
                                           v1::ReportStoppedResponse* out) override;
-  grpc::ServerUnaryReactor* ReportPreflight(grpc::CallbackServerContext* ctx,
-                                            const v1::ReportPreflightRequest* req,
+  grpc::ServerUnaryReactor* ReportPreflight(grpc::CallbackServerContext* ctx, const v1::ReportPreflightRequest* req,
                                             v1::ReportPreflightResponse* out) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse* out) override;
@@ -67,26 +64,22 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
 class StoreServiceImpl final : public v1::StoreService::CallbackService {
  public:
   explicit StoreServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* Session(
-      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
                                 v1::StoreSetResponse* out) override;
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::StoreGetRequest* req,
                                 v1::StoreGetResponse* out) override;
   grpc::ServerUnaryReactor* Add(grpc::CallbackServerContext* ctx, const v1::StoreAddRequest* req,
                                 v1::StoreAddResponse* out) override;
-  grpc::ServerUnaryReactor* CompareSet(grpc::CallbackServerContext* ctx,
-                                       const v1::StoreCompareSetRequest* req,
+  grpc::ServerUnaryReactor* CompareSet(grpc::CallbackServerContext* ctx, const v1::StoreCompareSetRequest* req,
                                        v1::StoreCompareSetResponse* out) override;
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* ctx, const v1::StoreCheckRequest* req,
                                   v1::StoreCheckResponse* out) override;
   grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, const v1::StoreWaitRequest* req,
                                  v1::StoreWaitResponse* out) override;
-  grpc::ServerUnaryReactor* DeleteKey(grpc::CallbackServerContext* ctx,
-                                      const v1::StoreDeleteKeyRequest* req,
+  grpc::ServerUnaryReactor* DeleteKey(grpc::CallbackServerContext* ctx, const v1::StoreDeleteKeyRequest* req,
                                       v1::StoreDeleteKeyResponse* out) override;
-  grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* ctx,
-                                    const v1::StoreNumKeysRequest* req,
+  grpc::ServerUnaryReactor* NumKeys(grpc::CallbackServerContext* ctx, const v1::StoreNumKeysRequest* req,
                                     v1::StoreNumKeysResponse* out) override;
 
   // Ends every open session with `status` (UNAVAILABLE on shutdown). A session stays open for its
@@ -119,8 +112,7 @@ class BarrierServiceImpl final : public v1::BarrierService::CallbackService {
 class ExperimentServiceImpl final : public v1::ExperimentService::CallbackService {
  public:
   explicit ExperimentServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::ServerUnaryReactor* GetExperiment(grpc::CallbackServerContext* ctx,
-                                          const v1::GetExperimentRequest* req,
+  grpc::ServerUnaryReactor* GetExperiment(grpc::CallbackServerContext* ctx, const v1::GetExperimentRequest* req,
                                           v1::Experiment* out) override;
 
  private:
@@ -130,20 +122,15 @@ class ExperimentServiceImpl final : public v1::ExperimentService::CallbackServic
 class CheckpointServiceImpl final : public v1::CheckpointService::CallbackService {
  public:
   explicit CheckpointServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::ServerUnaryReactor* BeginCheckpoint(grpc::CallbackServerContext* ctx,
-                                            const v1::BeginCheckpointRequest* req,
+  grpc::ServerUnaryReactor* BeginCheckpoint(grpc::CallbackServerContext* ctx, const v1::BeginCheckpointRequest* req,
                                             v1::BeginCheckpointResponse* out) override;
-  grpc::ServerUnaryReactor* CommitCheckpoint(grpc::CallbackServerContext* ctx,
-                                             const v1::CommitCheckpointRequest* req,
+  grpc::ServerUnaryReactor* CommitCheckpoint(grpc::CallbackServerContext* ctx, const v1::CommitCheckpointRequest* req,
                                              v1::CommitCheckpointResponse* out) override;
-  grpc::ServerUnaryReactor* AbortCheckpoint(grpc::CallbackServerContext* ctx,
-                                            const v1::AbortCheckpointRequest* req,
+  grpc::ServerUnaryReactor* AbortCheckpoint(grpc::CallbackServerContext* ctx, const v1::AbortCheckpointRequest* req,
                                             v1::AbortCheckpointResponse* out) override;
-  grpc::ServerUnaryReactor* LatestCheckpoint(grpc::CallbackServerContext* ctx,
-                                             const v1::LatestCheckpointRequest* req,
+  grpc::ServerUnaryReactor* LatestCheckpoint(grpc::CallbackServerContext* ctx, const v1::LatestCheckpointRequest* req,
                                              v1::CheckpointInfo* out) override;
-  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx,
-                                            const v1::ListCheckpointsRequest* req,
+  grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
                                             v1::ListCheckpointsResponse* out) override;
 
  private:
@@ -155,8 +142,7 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
   explicit MetricsServiceImpl(ServiceDeps deps) : deps_(deps) {}
   grpc::ServerReadReactor<v1::MetricBatch>* ReportMetrics(grpc::CallbackServerContext* ctx,
                                                           v1::ReportMetricsResponse* out) override;
-  grpc::ServerUnaryReactor* QueryMetrics(grpc::CallbackServerContext* ctx,
-                                         const v1::QueryMetricsRequest* req,
+  grpc::ServerUnaryReactor* QueryMetrics(grpc::CallbackServerContext* ctx, const v1::QueryMetricsRequest* req,
                                          v1::QueryMetricsResponse* out) override;
 
  private:

@@ -86,8 +86,8 @@ void BindText(sqlite3_stmt* st, int i, const std::string& s) {
 
 absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
@@ -96,13 +96,11 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   std::unique_ptr<StateDb> state(new StateDb(db));
   absl::MutexLock lock(&state->mu_);
   sqlite3_busy_timeout(db, 5000);
-  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
-                             "PRAGMA foreign_keys=ON;"}) {
+  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", "PRAGMA foreign_keys=ON;"}) {
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
   }
   if (absl::Status s = state->Exec(kSchema); !s.ok()) return s;
-  if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str());
-      !s.ok()) {
+  if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str()); !s.ok()) {
     return s;
   }
   return state;
@@ -157,8 +155,7 @@ absl::Status StateDb::SaveRun(const StoredRun& run) {
   BindText(st, 2, record.exp_dir());
   BindText(st, 3, run.join_key);
   sqlite3_bind_int(st, 4, record.state());
-  sqlite3_bind_double(st, 5, static_cast<double>(record.created_at().seconds()) +
-                                 record.created_at().nanos() * 1e-9);
+  sqlite3_bind_double(st, 5, static_cast<double>(record.created_at().seconds()) + record.created_at().nanos() * 1e-9);
   BindText(st, 6, run.token_sha256);
   BindText(st, 7, run.resume_from ? ToJson(*run.resume_from) : "");
   BindText(st, 8, ToJson(record));
@@ -247,8 +244,8 @@ absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
   std::string blob;
   batch.SerializeToString(&blob);
   absl::MutexLock lock(&mu_);
-  sqlite3_stmt* st = Prepare(
-      "INSERT INTO metric_batches(run_id, rank, first_step, last_step, points) VALUES(?1, ?2, ?3, ?4, ?5)");
+  sqlite3_stmt* st =
+      Prepare("INSERT INTO metric_batches(run_id, rank, first_step, last_step, points) VALUES(?1, ?2, ?3, ?4, ?5)");
   if (st == nullptr) return Error("prepare AppendMetrics");
   StatementReset reset{st};
   BindText(st, 1, run_id);

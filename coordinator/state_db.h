@@ -54,11 +54,11 @@ class StateDb {
   absl::StatusOr<std::vector<LoadedRun>> LoadRuns();
   struct MetricQuery {
     std::string run_id;
-    std::string name;                  // empty: every metric
-    std::optional<int32_t> rank;       // unset: every rank
+    std::string name;             // empty: every metric
+    std::optional<int32_t> rank;  // unset: every rank
     int64_t from_step = 0;
     std::optional<v1::MetricCursor> after;  // only records after this one
-    int32_t limit = 1;                 // at least 1
+    int32_t limit = 1;                      // at least 1
   };
   // The first `limit` records from `from_step` (and after `after`), in (step, rank, name) order;
   // `more` tells whether any record follows them. Reads batches in step order and stops once no

@@ -34,15 +34,15 @@ absl::Status CheckPrivate(const std::string& path) {
     return absl::FailedPreconditionError(absl::StrCat("state dir ", path, " is not a directory"));
   }
   if (st.st_uid != ::geteuid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state dir ", path, " belongs to uid ", st.st_uid, ", not to this user (uid ", ::geteuid(),
-        "): give dtcoord a directory of its own with --state-dir"));
+    return absl::FailedPreconditionError(absl::StrCat("state dir ", path, " belongs to uid ", st.st_uid,
+                                                      ", not to this user (uid ", ::geteuid(),
+                                                      "): give dtcoord a directory of its own with --state-dir"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "state dir %s is writable by others (mode %04o) and would hold the admin token: give dtcoord a "
-        "directory of its own with --state-dir (it creates it 0700), or chmod 700 this one",
-        path, st.st_mode & 07777));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("state dir %s is writable by others (mode %04o) and would hold the admin token: give dtcoord a "
+                        "directory of its own with --state-dir (it creates it 0700), or chmod 700 this one",
+                        path, st.st_mode & 07777));
   }
   return absl::OkStatus();
 }
@@ -57,11 +57,14 @@ absl::Status CheckStateNotLost(const std::string& path) {
   // In WAL mode a database killed before its first checkpoint is an empty file and its journal.
   std::string wal = db + "-wal";
   if (!missing && ::stat(wal.c_str(), &st) == 0 && st.st_size > 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the state database ", db, missing ? " is missing" : " is empty", " although ", token,
-      " shows this state dir was used before: the coordinator's state was lost (deleted, truncated or a "
-      "failed restore). Restore ", kDatabaseFile, " from a backup, or to start with no runs on purpose "
-      "remove ", token, " as well"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("the state database ", db, missing ? " is missing" : " is empty", " although ", token,
+                   " shows this state dir was used before: the coordinator's state was lost (deleted, truncated or a "
+                   "failed restore). Restore ",
+                   kDatabaseFile,
+                   " from a backup, or to start with no runs on purpose "
+                   "remove ",
+                   token, " as well"));
 }
 
 }  // namespace
@@ -87,11 +90,10 @@ absl::StatusOr<StateDir> StateDir::Open(const std::string& path) {
       return Errno("cannot lock", lock_path);
     }
     std::string holder(absl::StripAsciiWhitespace(absl::string_view(buf, n > 0 ? n : 0)));
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state dir ", path, " is in use by another dtcoord (",
-        holder.empty() ? "still starting" : holder,
-        "): two coordinators on one state would each accept runs the other does not know. Stop that one, "
-        "or give this one another --state-dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state dir ", path, " is in use by another dtcoord (", holder.empty() ? "still starting" : holder,
+                     "): two coordinators on one state would each accept runs the other does not know. Stop that one, "
+                     "or give this one another --state-dir"));
   }
   StateDir dir(path, fd);
   if (absl::Status s = CheckStateNotLost(path); !s.ok()) return s;
@@ -121,7 +123,8 @@ std::string StateDir::database_path() const { return JoinPath(path_, kDatabaseFi
 
 absl::Status StateDir::Publish(const std::string& address) {
   std::string text = absl::StrCat("pid ", ::getpid(), " serving on ", address, "\n");
-  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+  if (::ftruncate(lock_fd_, 0) != 0 ||
+      ::pwrite(lock_fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
     return Errno("cannot write the lock file", JoinPath(path_, kLockFile));
   }
   return absl::OkStatus();

@@ -41,8 +41,7 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
     case v1::StoreRequest::kGet: {
       std::optional<absl::Duration> timeout = blocking_timeout(request.get().timeout_ms());
       if (!timeout) break;
-      store.Get(request.get().key(), *timeout,
-                MakePending<std::string>([done](absl::StatusOr<std::string> v) {
+      store.Get(request.get().key(), *timeout, MakePending<std::string>([done](absl::StatusOr<std::string> v) {
                   v1::StoreResponse r;
                   if (v.ok()) {
                     r.set_value(std::move(*v));
@@ -78,8 +77,7 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
       std::optional<absl::Duration> timeout = blocking_timeout(request.wait().timeout_ms());
       if (!timeout) break;
       std::vector<std::string> keys(request.wait().keys().begin(), request.wait().keys().end());
-      store.Wait(keys, *timeout,
-                 MakePending<Unit>([done](absl::StatusOr<Unit> v) {
+      store.Wait(keys, *timeout, MakePending<Unit>([done](absl::StatusOr<Unit> v) {
                    v1::StoreResponse r;
                    if (!v.ok()) *r.mutable_status() = ToStoreStatus(v.status());
                    done(std::move(r));
@@ -215,13 +213,14 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     bool quiet_set = request_.has_set() && request_.set().answer_only_on_error();
     std::weak_ptr<State> weak = state_;
     Deferred deferred;
-    ApplyStoreOp(*store_, *deps_.coordinator, request_,
-                 [weak, id, quiet_set](v1::StoreResponse r) {
-                   if (quiet_set && !r.has_status()) return;
-                   r.set_id(id);
-                   if (auto st = weak.lock()) Send(st, std::move(r));
-                 },
-                 deferred);
+    ApplyStoreOp(
+        *store_, *deps_.coordinator, request_,
+        [weak, id, quiet_set](v1::StoreResponse r) {
+          if (quiet_set && !r.has_status()) return;
+          r.set_id(id);
+          if (auto st = weak.lock()) Send(st, std::move(r));
+        },
+        deferred);
   }
 
   static void Send(const std::shared_ptr<State>& st, v1::StoreResponse response) {
@@ -277,9 +276,9 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
 // A unary store RPC: its request as a session request, through ApplyStoreOp; `fill` turns a
 // successful answer into the RPC's response.
 template <typename Response>
-grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackServerContext* ctx,
-                                       const char* method, const v1::StoreScope& scope, v1::StoreRequest request,
-                                       Response* out, void (*fill)(const v1::StoreResponse&, Response&)) {
+grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, const char* method,
+                                       const v1::StoreScope& scope, v1::StoreRequest request, Response* out,
+                                       void (*fill)(const v1::StoreResponse&, Response&)) {
   auto* reactor = new PendingUnaryReactor<Response>(deps, method, out);
   if (auto who = AuthorizeRun(deps, ctx, scope.run_id()); !who.ok()) {
     reactor->pending()->Complete(who.status());
@@ -292,17 +291,18 @@ grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackSe
   }
   PendingPtr<Response> reply = reactor->pending();
   Deferred deferred;
-  ApplyStoreOp(**store, *deps.coordinator, request,
-               [reply, fill](v1::StoreResponse r) {
-                 if (r.has_status()) {
-                   reply->Complete(FromStoreStatus(r.status()));
-                   return;
-                 }
-                 Response response;
-                 fill(r, response);
-                 reply->Complete(std::move(response));
-               },
-               deferred);
+  ApplyStoreOp(
+      **store, *deps.coordinator, request,
+      [reply, fill](v1::StoreResponse r) {
+        if (r.has_status()) {
+          reply->Complete(FromStoreStatus(r.status()));
+          return;
+        }
+        Response response;
+        fill(r, response);
+        reply->Complete(std::move(response));
+      },
+      deferred);
   return reactor;
 }
 
@@ -387,8 +387,7 @@ grpc::ServerUnaryReactor* StoreServiceImpl::DeleteKey(grpc::CallbackServerContex
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::NumKeys(grpc::CallbackServerContext* ctx,
-                                                    const v1::StoreNumKeysRequest* req,
-                                                    v1::StoreNumKeysResponse* out) {
+                                                    const v1::StoreNumKeysRequest* req, v1::StoreNumKeysResponse* out) {
   v1::StoreRequest r;
   *r.mutable_num_keys() = *req;
   return UnaryStoreOp<v1::StoreNumKeysResponse>(

@@ -18,10 +18,10 @@ class UnparsableRequestInterceptor : public grpc::experimental::Interceptor {
     }
     if (unparsable_ && methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS) &&
         !methods->GetSendStatus().ok()) {
-      methods->ModifySendStatus(grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          method_ + ": the request could not be parsed (a string field holds invalid UTF-8, or the "
-                    "message is malformed or of another type); send text fields as UTF-8"));
+      methods->ModifySendStatus(
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       method_ + ": the request could not be parsed (a string field holds invalid UTF-8, or the "
+                                 "message is malformed or of another type); send text fields as UTF-8"));
     }
     methods->Proceed();
   }

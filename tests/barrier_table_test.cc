@@ -11,7 +11,10 @@ class BarrierTableTest : public ::testing::Test {
  protected:
   FakeClock clock_;
   TimerQueue timers_{&clock_};
-  BarrierTable table_{"run r-x generation 0", 3, &clock_, &timers_,
+  BarrierTable table_{"run r-x generation 0",
+                      3,
+                      &clock_,
+                      &timers_,
                       [](int r) { return "rank " + std::to_string(r) + " (node n" + std::to_string(r) + ")"; },
                       [this](absl::Time when, const std::string& name, uint64_t seq) {
                         return timers_.Schedule(when, [this, name, seq] {

@@ -40,8 +40,7 @@ class PublisherTest : public ::testing::Test {
     EXPECT_TRUE(d.ok()) << d.status();
     return std::move(*d);
   }
-  absl::StatusOr<v1::CheckpointInfo> Publish(const std::string& partial_name, int64_t step,
-                                             const v1::Manifest& m) {
+  absl::StatusOr<v1::CheckpointInfo> Publish(const std::string& partial_name, int64_t step, const v1::Manifest& m) {
     return VerifyAndPublish(Dir(), partial_name, step, m);
   }
   std::string LatestTarget() {
@@ -192,8 +191,7 @@ TEST_F(PlantedLinkTest, RetentionAndCleanUpNeverDeleteThroughALink) {
 
 TEST_F(PlantedLinkTest, LatestNamingALinkedDirectoryIsNotResumedFrom) {
   v1::Manifest m = WritePartial(JoinPath(outside_, "step-9"), {{"m", "abc"}});
-  std::ofstream(JoinPath(outside_, "step-9/manifest.json"))
-      << R"({"step": 9, "files": [{"name": "m", "size": 3}]})";
+  std::ofstream(JoinPath(outside_, "step-9/manifest.json")) << R"({"step": 9, "files": [{"name": "m", "size": 3}]})";
   fs::create_directories(ckpt_);
   fs::create_symlink(JoinPath(outside_, "step-9"), JoinPath(ckpt_, "step-9"));
   fs::create_symlink("step-9", JoinPath(ckpt_, "latest"));

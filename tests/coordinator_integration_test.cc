@@ -27,7 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 EmbeddedOptions FastTimeouts() {
   EmbeddedOptions o;
   o.timeouts.heartbeat_interval = absl::Milliseconds(100);
@@ -175,10 +174,19 @@ TEST_F(IntegrationTest, AKilledCheckpointWriterLeavesLatestUnchangedAndNoPartial
   auto run = Submit("writer-dies", 1, 2);
   std::string log = JoinPath(tmp_.path(), "ranks.log");
   auto spawn = [&](int slot, int64_t step, bool hang) {
-    std::vector<std::string> argv = {testing::BinaryPath("sim_rank"), "--coordinator", coord_.address(),
-                                     "--token", run.run_token(), "--run", run.run_id(),
-                                     "--node", "n1", "--slot", std::to_string(slot),
-                                     "--checkpoint-step", std::to_string(step)};
+    std::vector<std::string> argv = {testing::BinaryPath("sim_rank"),
+                                     "--coordinator",
+                                     coord_.address(),
+                                     "--token",
+                                     run.run_token(),
+                                     "--run",
+                                     run.run_id(),
+                                     "--node",
+                                     "n1",
+                                     "--slot",
+                                     std::to_string(slot),
+                                     "--checkpoint-step",
+                                     std::to_string(step)};
     if (hang) argv.push_back("--hang-after-partial");
     return std::make_unique<testing::Subprocess>(argv, std::map<std::string, std::string>{},
                                                  JoinPath(tmp_.path(), "rank" + std::to_string(slot) + ".log"));
@@ -260,8 +268,8 @@ TEST_F(IntegrationTest, MissingWrongAndOutOfScopeTokensAreRefused) {
   auto s = Call(*b, &v1::StoreService::Stub::Set, b->store(), set, absl::Seconds(5));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied);
   // The admin token may do anything.
-  EXPECT_TRUE(Call(*admin_, &v1::RunService::Stub::ListRuns, admin_->runs(), v1::ListRunsRequest(),
-                   absl::Seconds(5)).ok());
+  EXPECT_TRUE(
+      Call(*admin_, &v1::RunService::Stub::ListRuns, admin_->runs(), v1::ListRunsRequest(), absl::Seconds(5)).ok());
 }
 
 TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
@@ -527,11 +535,10 @@ TEST_F(IntegrationTest, HealthAndReflectionAnswerWithoutAToken) {
   grpc::ByteBuffer response;
   absl::Notification done;
   grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   status = s;
-                   done.Notify();
-                 });
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    status = s;
+    done.Notify();
+  });
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   ASSERT_TRUE(status.ok()) << status.error_message();
   std::vector<grpc::Slice> slices;
@@ -573,9 +580,10 @@ TEST_F(IntegrationTest, HealthAndReflectionAnswerWithoutAToken) {
 TEST(CoordinatorTlsTest, ServesTlsToClientsThatTrustItsCertificate) {
   testing::TempDir tmp;
   std::string cert = JoinPath(tmp.path(), "cert.pem"), key = JoinPath(tmp.path(), "key.pem");
-  auto made = RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
-                          "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
-                         absl::Seconds(60));
+  auto made =
+      RunCommand({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days",
+                  "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"},
+                 absl::Seconds(60));
   ASSERT_TRUE(made.ok() && made->exit_code == 0) << (made.ok() ? made->output : made.status().ToString());
   testing::CoordinatorProcess coord(tmp.path(), {"--tls-cert", cert, "--tls-key", key});
   ClientOptions o;
@@ -603,13 +611,13 @@ TEST(CoordinatorTlsTest, ServesTlsToClientsThatTrustItsCertificate) {
 TEST(CoordinatorStateDirTest, ASecondCoordinatorOnTheSameStateDirIsRefused) {
   testing::TempDir tmp;
   testing::CoordinatorProcess first(tmp.path());
-  auto second = RunCommand({testing::BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir",
-                            first.state_dir(), "--metrics-listen", "off"},
+  auto second = RunCommand({testing::BinaryPath("dtcoord"), "--listen", "127.0.0.1:0", "--state-dir", first.state_dir(),
+                            "--metrics-listen", "off"},
                            absl::Seconds(30));
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->exit_code, 1) << second->output;
-  EXPECT_NE(second->output.find(absl::StrCat("in use by another dtcoord (pid ", first.process().pid(),
-                                             " serving on ", first.address(), ")")),
+  EXPECT_NE(second->output.find(absl::StrCat("in use by another dtcoord (pid ", first.process().pid(), " serving on ",
+                                             first.address(), ")")),
             std::string::npos)
       << second->output;
   EXPECT_TRUE(first.process().running());
@@ -677,8 +685,8 @@ TEST(CoordinatorRestartTest, KillNineKeepsRunsAndRunningTrainersCarryOn) {
   auto start = [&](const std::string& listen) {
     return std::make_unique<testing::Subprocess>(
         std::vector<std::string>{testing::BinaryPath("dtcoord"), "--listen", listen, "--state-dir", state,
-                                 "--metrics-listen", "off", "--heartbeat-interval", "100ms",
-                                 "--heartbeat-timeout", "3s", "--hang-timeout", "1m"},
+                                 "--metrics-listen", "off", "--heartbeat-interval", "100ms", "--heartbeat-timeout",
+                                 "3s", "--hang-timeout", "1m"},
         std::map<std::string, std::string>{}, JoinPath(tmp.path(), "dtcoord.log"));
   };
   auto coord = start("127.0.0.1:0");

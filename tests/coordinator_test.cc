@@ -105,8 +105,7 @@ class CoordinatorTest : public ::testing::Test {
     return out;
   }
 
-  absl::StatusOr<v1::HeartbeatResponse> Beat(const std::string& run, const v1::RegisterResponse& a,
-                                             int64_t step) {
+  absl::StatusOr<v1::HeartbeatResponse> Beat(const std::string& run, const v1::RegisterResponse& a, int64_t step) {
     v1::HeartbeatRequest req;
     req.set_run_id(run);
     req.set_rank(a.rank());
@@ -287,13 +286,16 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   EXPECT_EQ(hb->directive(), v1::HeartbeatResponse::STOP);
   EXPECT_NE(hb->reason().find("rank 2"), std::string::npos) << hb->reason();
   // Old-generation calls are ABORTED.
-  EXPECT_EQ(coord_->OpenStore([&] {
-                      v1::StoreScope s;
-                      s.set_run_id(run);
-                      s.set_generation(0);
-                      s.set_rank(0);
-                      return s;
-                    }()).status().code(),
+  EXPECT_EQ(coord_
+                ->OpenStore([&] {
+                  v1::StoreScope s;
+                  s.set_run_id(run);
+                  s.set_generation(0);
+                  s.set_rank(0);
+                  return s;
+                }())
+                .status()
+                .code(),
             absl::StatusCode::kAborted);
   // Generation 1 forms from relaunched processes.
   std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> again;
@@ -373,8 +375,7 @@ TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   EXPECT_NE(late.value.status().message().find("CUDA out of memory"), std::string::npos);
 }
 
-v1::ReportStoppedRequest StopReport(const std::string& run, const v1::RegisterResponse& a, int signal,
-                                    int64_t step) {
+v1::ReportStoppedRequest StopReport(const std::string& run, const v1::RegisterResponse& a, int signal, int64_t step) {
   v1::ReportStoppedRequest req;
   req.set_run_id(run);
   req.set_generation(a.generation());
@@ -442,11 +443,9 @@ TEST_F(CoordinatorTest, ReportStoppedValidatesItsFields) {
   Reply<v1::RegisterResponse> first;
   coord_->Register(RegisterRequest(run, "n1", 0), first.pending());
   v1::RegisterResponse fake;  // rank 0 of generation 0, before the rendezvous completed
-  EXPECT_EQ(coord_->ReportStopped(StopReport(run, fake, 15, 0)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coord_->ReportStopped(StopReport(run, fake, 15, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
   auto ranks = RegisterAll(run, 1, 2);
-  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 0, 0)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 0, 0)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 15, -1)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coord_->ReportStopped(StopReport("r-00000000000000ff", ranks[0], 15, 0)).status().code(),
@@ -791,7 +790,8 @@ TEST_F(CoordinatorTest, ALocalRunShowsPreflightsAndFailsOnlyOnADeviceError) {
   EXPECT_DOUBLE_EQ(r.ranks(1).preflight().matmul_seconds(), 0.09);
   EXPECT_EQ(r.ranks(1).preflight().device(), "cpu (1 thread(s))");
   EXPECT_FALSE(r.ranks(2).has_preflight());
-  auto failed = coord_->ReportPreflight(PreflightReport(run, ranks[2], 0, "CUDA error: uncorrectable ECC error encountered"));
+  auto failed =
+      coord_->ReportPreflight(PreflightReport(run, ranks[2], 0, "CUDA error: uncorrectable ECC error encountered"));
   ASSERT_TRUE(failed.ok()) << failed.status();
   r = *coord_->GetRun(run);
   EXPECT_EQ(r.reason().kind(), v1::Failure::NODE_UNHEALTHY);

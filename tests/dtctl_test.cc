@@ -26,8 +26,8 @@ class DtctlTest : public ::testing::Test {
  protected:
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
-  CoordinatorProcess coord_{tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s",
-                                          "--rendezvous-timeout", "1m"}};
+  CoordinatorProcess coord_{
+      tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s", "--rendezvous-timeout", "1m"}};
 
   CommandResult Dtctl(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
     env.try_emplace("HOME", tmp_.path());
@@ -41,19 +41,42 @@ class DtctlTest : public ::testing::Test {
   }
 
   std::vector<std::string> TrainerArgs(int steps, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"),
-                                  "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny",
-                                  "--seq-len", "64", "--batch-size", "2", "--max-steps", std::to_string(steps),
-                                  "--log-freq", "1", "--eval-split", "0"};
+    std::vector<std::string> a = {"--",
+                                  "--dataset",
+                                  JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                  "--tokenizer-dir",
+                                  JoinPath(testing::DataDir(), "gpt2"),
+                                  "--model",
+                                  "tiny",
+                                  "--seq-len",
+                                  "64",
+                                  "--batch-size",
+                                  "2",
+                                  "--max-steps",
+                                  std::to_string(steps),
+                                  "--log-freq",
+                                  "1",
+                                  "--eval-split",
+                                  "0"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
 
   // `dtctl submit ... -o json` → run id.
   std::string Submit(const std::string& name, int procs, int max_restarts, std::vector<std::string> trainer_args) {
-    std::vector<std::string> args = {"submit", "-o", "json", "--name", name, "--save-dir", save_dir_,
-                                     "--nproc-per-node", std::to_string(procs), "--max-restarts",
-                                     std::to_string(max_restarts), "--omp-threads", "1"};
+    std::vector<std::string> args = {"submit",
+                                     "-o",
+                                     "json",
+                                     "--name",
+                                     name,
+                                     "--save-dir",
+                                     save_dir_,
+                                     "--nproc-per-node",
+                                     std::to_string(procs),
+                                     "--max-restarts",
+                                     std::to_string(max_restarts),
+                                     "--omp-threads",
+                                     "1"};
     args.insert(args.end(), trainer_args.begin(), trainer_args.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -127,7 +150,8 @@ TEST_F(DtctlTest, PreflightCatchesWhatWouldFailInTheQueue) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  CommandResult r = Dtctl(args({"--", "--dataset", "/nope/data.json", "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2")}));
+  CommandResult r =
+      Dtctl(args({"--", "--dataset", "/nope/data.json", "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2")}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("/nope/data.json"), std::string::npos) << r.output;
   r = Dtctl(args({"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir", "/nope"}));
@@ -203,8 +227,9 @@ TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
 TEST_F(DtctlTest, AGracefulCoordinatorRestartLeavesALocalRunRunning) {
   CoordinatorProcess coord(tmp_.Sub("graceful-coord"), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s"});
   std::map<std::string, std::string> env = {{"DT_COORDINATOR", coord.address()}, {"DT_TOKEN", coord.admin_token()}};
-  std::vector<std::string> args = {"submit", "-o", "json", "--name", "graceful", "--save-dir", save_dir_,
-                                   "--nproc-per-node", "2", "--max-restarts", "0", "--omp-threads", "1"};
+  std::vector<std::string> args = {
+      "submit",           "-o", "json",           "--name", "graceful",      "--save-dir", save_dir_,
+      "--nproc-per-node", "2",  "--max-restarts", "0",      "--omp-threads", "1"};
   std::vector<std::string> trainer = TrainerArgs(120);
   args.insert(args.end(), trainer.begin(), trainer.end());
   std::string run = Json(Dtctl(args, env)).value("run_id", "");
@@ -227,8 +252,8 @@ TEST_F(DtctlTest, AGracefulCoordinatorRestartLeavesALocalRunRunning) {
 
 TEST_F(DtctlTest, KilledTrainerIsRelaunchedAndResumesFromTheLatestCheckpoint) {
   std::string run = Submit("relaunch", 2, 1, TrainerArgs(400, {"--ckpt-freq", "5"}));
-  ASSERT_TRUE(testing::WaitFor([&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
-                               absl::Minutes(2)));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); }, absl::Minutes(2)));
   nlohmann::json before = Status(run);
   int victim = before["ranks"][1]["pid"];
   ASSERT_GT(victim, 0);
@@ -246,7 +271,8 @@ TEST_F(DtctlTest, KilledTrainerIsRelaunchedAndResumesFromTheLatestCheckpoint) {
   ASSERT_TRUE(testing::WaitFor(
       [&] {
         nlohmann::json s = Status(run);
-        return s["state"] == "RUNNING" && s["generation"] == 1 && s["step"].get<int>() > before["latest_checkpoint_step"].get<int>() + 2;
+        return s["state"] == "RUNNING" && s["generation"] == 1 &&
+               s["step"].get<int>() > before["latest_checkpoint_step"].get<int>() + 2;
       },
       absl::Minutes(2)));
   std::string log = testing::Slurp(JoinPath(save_dir_, "relaunch/logs/rank-0.log"));
@@ -287,9 +313,8 @@ TEST_F(DtctlTest, WithoutARestartBudgetTheRunFailsWithTheRootCause) {
 TEST_F(DtctlTest, WithoutATokenizerDirTheGpt2FilesShippedInDataAreUsed) {
   std::string shipped = JoinPath(DT_SOURCE_DIR, "data");
   std::string run = Submit("shipped-data", 1, 0,
-                           {"--", "--dataset", JoinPath(shipped, "alpaca_sample.json"), "--model", "tiny",
-                            "--seq-len", "64", "--batch-size", "2", "--max-steps", "2", "--log-freq", "1",
-                            "--eval-split", "0"});
+                           {"--", "--dataset", JoinPath(shipped, "alpaca_sample.json"), "--model", "tiny", "--seq-len",
+                            "64", "--batch-size", "2", "--max-steps", "2", "--log-freq", "1", "--eval-split", "0"});
   ASSERT_FALSE(run.empty());
   CommandResult watch = Dtctl({"watch", run});
   EXPECT_EQ(watch.exit_code, 0) << watch.output;

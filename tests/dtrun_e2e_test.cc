@@ -3,10 +3,10 @@
 // as under torchrun itself, restarts and resumes after a kill -9, and a Python exception is named
 // as the run's root cause with its rank, type and message. Real processes: dtcoord, the local
 // launcher, dtrun, Debian's python3-torch with Gloo.
-#include <map>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -29,8 +29,8 @@ class DtrunTest : public ::testing::Test {
  protected:
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
-  CoordinatorProcess coord_{tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s",
-                                          "--rendezvous-timeout", "1m"}};
+  CoordinatorProcess coord_{
+      tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s", "--rendezvous-timeout", "1m"}};
 
   CommandResult Dtctl(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
     env["HOME"] = tmp_.path();
@@ -41,9 +41,21 @@ class DtrunTest : public ::testing::Test {
   // `dtctl submit --exec -- python3 SCRIPT ARGS` with 2 local ranks → run id.
   std::string SubmitScript(const std::string& name, int max_restarts, const std::vector<std::string>& script_args,
                            const std::string& script = Script(), const std::map<std::string, std::string>& env = {}) {
-    std::vector<std::string> args = {"submit", "-o", "json", "--name", name, "--save-dir", save_dir_,
-                                     "--nproc-per-node", "2", "--max-restarts", absl::StrCat(max_restarts),
-                                     "--exec", "--", kPython, script};
+    std::vector<std::string> args = {"submit",
+                                     "-o",
+                                     "json",
+                                     "--name",
+                                     name,
+                                     "--save-dir",
+                                     save_dir_,
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--max-restarts",
+                                     absl::StrCat(max_restarts),
+                                     "--exec",
+                                     "--",
+                                     kPython,
+                                     script};
     args.insert(args.end(), script_args.begin(), script_args.end());
     CommandResult r = Dtctl(args, env);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -59,8 +71,8 @@ class DtrunTest : public ::testing::Test {
 TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLosses) {
   std::string env_dir = tmp_.Sub("env");
   std::string dt_losses = JoinPath(tmp_.path(), "losses-dt");
-  std::string run = SubmitScript("plain", 0, {"--steps", "20", "--ckpt-every", "0", "--env-out", env_dir,
-                                              "--losses-out", dt_losses});
+  std::string run =
+      SubmitScript("plain", 0, {"--steps", "20", "--ckpt-every", "0", "--env-out", env_dir, "--losses-out", dt_losses});
   CommandResult watch = Dtctl({"watch", run});
   std::string exp_dir = JoinPath(save_dir_, "plain");
   ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
@@ -109,10 +121,10 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   // The same script under torchrun itself trains the same losses, step for step. (Debian's torch
   // 1.13 on Python 3.11 needs non-zero --redirects/--tee: its Std.from_str("0") returns None.)
   std::string torchrun_losses = JoinPath(tmp_.path(), "losses-torchrun");
-  absl::StatusOr<CommandResult> torchrun = RunCommand(
-      {kPython, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
-       Script(), "--steps", "20", "--ckpt-every", "0", "--losses-out", torchrun_losses},
-      absl::Minutes(3));
+  absl::StatusOr<CommandResult> torchrun =
+      RunCommand({kPython, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1",
+                  "--tee", "1", Script(), "--steps", "20", "--ckpt-every", "0", "--losses-out", torchrun_losses},
+                 absl::Minutes(3));
   ASSERT_TRUE(torchrun.ok()) << torchrun.status();
   ASSERT_EQ(torchrun->exit_code, 0) << torchrun->output;
   std::string dt_text = testing::Slurp(dt_losses);
@@ -124,8 +136,9 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
 // generation's dtrun starts its own, and the workers reach it through torch's per-attempt prefix.
 TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoint) {
   std::string env_dir = tmp_.Sub("env");
-  std::string run = SubmitScript("killed", 1, {"--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1",
-                                               "--env-out", env_dir}, Script(), {{"DT_AGENT_STORE", "1"}});
+  std::string run =
+      SubmitScript("killed", 1, {"--steps", "40", "--ckpt-every", "5", "--step-sleep", "0.1", "--env-out", env_dir},
+                   Script(), {{"DT_AGENT_STORE", "1"}});
   EXPECT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(env_dir, "env-rank-1.json").c_str(), F_OK) == 0; },
                                absl::Minutes(1)));
   EXPECT_EQ(EnvOf(env_dir, 1)["TORCHELASTIC_USE_AGENT_STORE"], "True");
@@ -139,7 +152,9 @@ TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoin
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
 
   CommandResult watch = Dtctl({"watch", run});
-  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/dtrun-" + std::string(s["ranks"][1]["node"]) + ".log"));
+  EXPECT_EQ(watch.exit_code, 0) << watch.output
+                                << testing::Slurp(
+                                       JoinPath(exp_dir, "logs/dtrun-" + std::string(s["ranks"][1]["node"]) + ".log"));
   s = Status(run);
   EXPECT_EQ(s["state"], "SUCCEEDED");
   EXPECT_EQ(s["restarts"], 1);
@@ -198,8 +213,8 @@ TEST_F(DtrunTest, SubmitRefusesAProgramThatCannotRunAndCreatesNothing) {
 // the run's step), its dt.checkpoint rounds are committed by the coordinator and listed, and after
 // a kill -9 the group resumes from the latest round.
 TEST_F(DtrunTest, TheDtModuleLogsMetricsAndCheckpointsAndResumesFromItsRounds) {
-  std::string run = SubmitScript("module", 1, {"--steps", "30", "--ckpt-every", "5", "--step-sleep", "0.1"},
-                                 DtScript());
+  std::string run =
+      SubmitScript("module", 1, {"--steps", "30", "--ckpt-every", "5", "--step-sleep", "0.1"}, DtScript());
   std::string exp_dir = JoinPath(save_dir_, "module");
   ASSERT_TRUE(testing::WaitFor(
       [&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); }, absl::Minutes(2)))
@@ -244,9 +259,13 @@ TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->output : "";
   };
-  std::map<std::string, std::string> env = {
-      {"DT_RUN_ID", other.run_id()}, {"DT_RUN_TOKEN", mine.run_token()}, {"DT_COORDINATOR", coord_.address()},
-      {"DT_GENERATION", "0"}, {"DT_INCARNATION", "x"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}};
+  std::map<std::string, std::string> env = {{"DT_RUN_ID", other.run_id()},
+                                            {"DT_RUN_TOKEN", mine.run_token()},
+                                            {"DT_COORDINATOR", coord_.address()},
+                                            {"DT_GENERATION", "0"},
+                                            {"DT_INCARNATION", "x"},
+                                            {"RANK", "0"},
+                                            {"WORLD_SIZE", "1"}};
   std::string out = python(
       "import dt\n"
       "dt.init()\n"

@@ -35,19 +35,35 @@ v1::RegisterResponse Assignment() {
 }
 
 TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
-  WorkerContext c{Assignment(), "inc-1", "10.0.0.7", 29500, /*agent_store=*/true, "coord:50051", "", "dt_run_secret",
-                  "/runs/clm/logs/rank-5.error.json", "", "", ""};
+  WorkerContext c{
+      Assignment(),         "inc-1",       "10.0.0.7", 29500,
+      /*agent_store=*/true, "coord:50051", "",         "dt_run_secret", "/runs/clm/logs/rank-5.error.json", "", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
-  std::map<std::string, std::string> want = {
-      {"RANK", "5"}, {"LOCAL_RANK", "1"}, {"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
-      {"GROUP_WORLD_SIZE", "2"}, {"ROLE_RANK", "5"}, {"ROLE_WORLD_SIZE", "8"}, {"ROLE_NAME", "default"},
-      {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RESTART_COUNT", "2"},
-      {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "r-0123456789abcdef"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-      {"TORCHELASTIC_ERROR_FILE", "/runs/clm/logs/rank-5.error.json"}, {"OMP_NUM_THREADS", "1"},
-      {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"DT_COORDINATOR", "coord:50051"},
-      {"DT_RUN_ID", "r-0123456789abcdef"}, {"DT_RUN_TOKEN", "dt_run_secret"}, {"DT_GENERATION", "3"},
-      {"DT_INCARNATION", "inc-1"}, {"DT_EXPERIMENT_DIR", "/runs/clm"}, {"DT_LATEST_CHECKPOINT", ""}};
+  std::map<std::string, std::string> want = {{"RANK", "5"},
+                                             {"LOCAL_RANK", "1"},
+                                             {"WORLD_SIZE", "8"},
+                                             {"LOCAL_WORLD_SIZE", "4"},
+                                             {"GROUP_RANK", "1"},
+                                             {"GROUP_WORLD_SIZE", "2"},
+                                             {"ROLE_RANK", "5"},
+                                             {"ROLE_WORLD_SIZE", "8"},
+                                             {"ROLE_NAME", "default"},
+                                             {"MASTER_ADDR", "10.0.0.7"},
+                                             {"MASTER_PORT", "29500"},
+                                             {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                             {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                             {"TORCHELASTIC_RUN_ID", "r-0123456789abcdef"},
+                                             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                             {"TORCHELASTIC_ERROR_FILE", "/runs/clm/logs/rank-5.error.json"},
+                                             {"OMP_NUM_THREADS", "1"},
+                                             {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
+                                             {"DT_COORDINATOR", "coord:50051"},
+                                             {"DT_RUN_ID", "r-0123456789abcdef"},
+                                             {"DT_RUN_TOKEN", "dt_run_secret"},
+                                             {"DT_GENERATION", "3"},
+                                             {"DT_INCARNATION", "inc-1"},
+                                             {"DT_EXPERIMENT_DIR", "/runs/clm"},
+                                             {"DT_LATEST_CHECKPOINT", ""}};
   for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
   EXPECT_EQ(env.count("DT_TLS_CA"), 0u);
   EXPECT_EQ(env.count("PYTHONPATH"), 0u);
@@ -91,7 +107,8 @@ TEST(ChildFailure, WithoutAnErrorFileTheTracebacksLastLineNamesTheException) {
 }
 
 TEST(ChildFailure, ACrashWithoutATracebackIsTheExitWithTheLastLines) {
-  ChildFailure f = DescribeChildFailure("not json", "loading\nSegmentation fault\n", "pid 3 killed by signal 11 (SIGSEGV)");
+  ChildFailure f =
+      DescribeChildFailure("not json", "loading\nSegmentation fault\n", "pid 3 killed by signal 11 (SIGSEGV)");
   EXPECT_EQ(f.exception_type, "");
   EXPECT_EQ(f.message, "pid 3 killed by signal 11 (SIGSEGV)");
   EXPECT_EQ(f.stack, "loading\nSegmentation fault");
@@ -154,9 +171,9 @@ TEST(TimeLimit, TheSignalWithinTheGraceOfTheJobsEndIsTheTimeLimit) {
   ::setenv("DT_JOB_END_TIME", "1800000000", 1);
   ::setenv("DT_PREEMPT_GRACE", "120", 1);
   EXPECT_TRUE(NearTheJobsTimeLimit(end - absl::Seconds(120)));
-  EXPECT_TRUE(NearTheJobsTimeLimit(end - absl::Seconds(179)));  // Slurm's early minute
+  EXPECT_TRUE(NearTheJobsTimeLimit(end - absl::Seconds(179)));   // Slurm's early minute
   EXPECT_FALSE(NearTheJobsTimeLimit(end - absl::Seconds(200)));  // a preemption
-  ::setenv("DT_JOB_END_TIME", "", 1);  // no time limit
+  ::setenv("DT_JOB_END_TIME", "", 1);                            // no time limit
   EXPECT_FALSE(NearTheJobsTimeLimit(end));
   ::unsetenv("DT_JOB_END_TIME");
   ::unsetenv("DT_PREEMPT_GRACE");

@@ -146,7 +146,7 @@ TEST(HealthTracker, AStoppedRankIsAVictimAndTheSilentRankIsNamed) {
   HealthTracker h(2, 0, t0);
   h.Heartbeat(0, 5, t0 + absl::Seconds(1));
   h.Heartbeat(1, 5, t0 + absl::Seconds(2));  // rank 1 is killed just after this heartbeat
-  h.Stop(0, 15, t0 + absl::Seconds(2));     // rank 0 went quiet first, but by a stop signal
+  h.Stop(0, 15, t0 + absl::Seconds(2));      // rank 0 went quiet first, but by a stop signal
   EXPECT_TRUE(h.stopped(0));
   EXPECT_FALSE(h.Check(t0 + absl::Seconds(32), kLimits).has_value());
   auto v = h.Check(t0 + absl::Seconds(33), kLimits);

@@ -79,15 +79,16 @@ class MetricsE2ETest : public ::testing::Test {
     EXPECT_TRUE(state["errors"].empty()) << state["errors"].dump(1);
   }
   std::string Scrape() {
-    auto r = RunCommand({"curl", "-s", absl::StrCat("http://", coord_->metrics_address(), "/metrics")}, absl::Seconds(10));
+    auto r =
+        RunCommand({"curl", "-s", absl::StrCat("http://", coord_->metrics_address(), "/metrics")}, absl::Seconds(10));
     return r.ok() ? r->output : "";
   }
 };
 
 TEST_F(MetricsE2ETest, EachLogStrategyCreatesItsRunsWithEveryStepOnce) {
   auto main_run = Submit("wb-main", 1, 2, v1::MAIN);
-  Train(main_run, 1, 2, {"--max-steps", "6", "--batch-size", "2", "--eval-split", "0.01", "--eval-freq", "3",
-                         "--eval-batches", "1"});
+  Train(main_run, 1, 2,
+        {"--max-steps", "6", "--batch-size", "2", "--eval-split", "0.01", "--eval-freq", "3", "--eval-batches", "1"});
   auto all_run = Submit("wb-all", 1, 2, v1::ALL);
   Train(all_run, 1, 2, {"--max-steps", "5", "--batch-size", "2", "--eval-split", "0"});
   auto node_run = Submit("wb-node", 2, 1, v1::NODE);
@@ -129,11 +130,12 @@ TEST_F(MetricsE2ETest, EachLogStrategyCreatesItsRunsWithEveryStepOnce) {
 // A user's Python script under dtctl --exec: its dt.log points reach W&B (one run, every step
 // once, no protocol deviation) and Prometheus like dttrainer's.
 TEST_F(MetricsE2ETest, ThePythonDtModulesPointsReachW_BAndPrometheusOnce) {
-  CommandResult r = testing::RunDtctl(
-      *coord_, {"submit", "-o", "json", "--name", "py-dt", "--save-dir", save_dir_, "--nproc-per-node", "2",
-                "--wandb-project", "dt-tests", "--exec", "--", "/usr/bin/python3",
-                JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps", "8", "--ckpt-every", "4"},
-      {{"HOME", tmp_.path()}});
+  CommandResult r =
+      testing::RunDtctl(*coord_,
+                        {"submit", "-o", "json", "--name", "py-dt", "--save-dir", save_dir_, "--nproc-per-node", "2",
+                         "--wandb-project", "dt-tests", "--exec", "--", "/usr/bin/python3",
+                         JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps", "8", "--ckpt-every", "4"},
+                        {{"HOME", tmp_.path()}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string run = testing::DtctlJson(r).value("run_id", "");
   CommandResult watch = testing::RunDtctl(*coord_, {"watch", run}, {{"HOME", tmp_.path()}});
@@ -230,9 +232,9 @@ TEST_F(MetricsE2ETest, PrometheusSeriesDuringATwoRankRun) {
   }
   for (const char* name : {"dt_train_learning_rate{", "dt_train_grad_norm{", "dt_train_tokens_per_second{",
                            "dt_train_step_time_seconds_bucket{", "dt_train_tokens_seen_total{", "dt_train_last_step{",
-                           "dt_rank_up{", "dt_coordinator_registered_ranks 2", "dt_coordinator_runs{state=\"RUNNING\"} 1",
-                           "dt_coordinator_rpc_duration_seconds_bucket{", "dt_coordinator_barrier_wait_seconds_count",
-                           "dt_metrics_points_ingested_total"}) {
+                           "dt_rank_up{", "dt_coordinator_registered_ranks 2",
+                           "dt_coordinator_runs{state=\"RUNNING\"} 1", "dt_coordinator_rpc_duration_seconds_bucket{",
+                           "dt_coordinator_barrier_wait_seconds_count", "dt_metrics_points_ingested_total"}) {
     EXPECT_NE(scrape.find(name), std::string::npos) << name;
   }
   EXPECT_NE(scrape.find("node=\"n1\""), std::string::npos);
@@ -250,10 +252,10 @@ TEST_F(MetricsE2ETest, PrometheusSeriesDuringATwoRankRun) {
   ASSERT_TRUE(WriteFileAtomic(JoinPath(prom_dir, "prometheus.yml"), config).ok());
   std::filesystem::copy_file(JoinPath(DT_SOURCE_DIR, "deploy/prometheus/alerts.yml"), JoinPath(prom_dir, "alerts.yml"));
   int port = 19090 + static_cast<int>(::getpid() % 500);
-  Subprocess prometheus({"/usr/bin/prometheus", "--config.file=" + JoinPath(prom_dir, "prometheus.yml"),
-                         "--storage.tsdb.path=" + JoinPath(prom_dir, "data"),
-                         absl::StrCat("--web.listen-address=127.0.0.1:", port)},
-                        {}, JoinPath(prom_dir, "prometheus.log"));
+  Subprocess prometheus(
+      {"/usr/bin/prometheus", "--config.file=" + JoinPath(prom_dir, "prometheus.yml"),
+       "--storage.tsdb.path=" + JoinPath(prom_dir, "data"), absl::StrCat("--web.listen-address=127.0.0.1:", port)},
+      {}, JoinPath(prom_dir, "prometheus.log"));
   std::string result;
   bool found = testing::WaitFor(
       [&] {
@@ -277,8 +279,9 @@ TEST_F(MetricsE2ETest, AlertRulesCheckAndTheDashboardOnlyUsesExportedMetrics) {
   EXPECT_EQ(rules->exit_code, 0) << rules->output;
   // A run that checkpoints and forwards to W&B makes every family appear.
   auto run = Submit("dash", 1, 1, v1::MAIN);
-  Train(run, 1, 1, {"--max-steps", "4", "--batch-size", "2", "--eval-split", "0.01", "--eval-freq", "2",
-                    "--eval-batches", "1", "--ckpt-freq", "2"});
+  Train(run, 1, 1,
+        {"--max-steps", "4", "--batch-size", "2", "--eval-split", "0.01", "--eval-freq", "2", "--eval-batches", "1",
+         "--ckpt-freq", "2"});
   AwaitFinished(1);
   std::string scrape = Scrape();
   // Exported: every sample name, and every declared family (a counter with no samples yet,

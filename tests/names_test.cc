@@ -18,16 +18,11 @@ TEST(ExperimentName, RefusesWhatWouldEscapeOrBreakTheSaveDir) {
   struct Case {
     std::string name;
     const char* rule;
-  } cases[] = {{"", "empty"},
-               {"a/b", "'/'"},
-               {"..", "\"..\""},
-               {".", "\".\""},
-               {"a..b", "\"..\""},
-               {std::string("a\0b", 3), "control"},
-               {"a\nb", "control"},
-               {"-rf", "'-'"},
-               {" lead", "whitespace"},
-               {std::string(129, 'x'), "limit of 128"},
+  } cases[] = {{"", "empty"},           {"a/b", "'/'"},
+               {"..", "\"..\""},        {".", "\".\""},
+               {"a..b", "\"..\""},      {std::string("a\0b", 3), "control"},
+               {"a\nb", "control"},     {"-rf", "'-'"},
+               {" lead", "whitespace"}, {std::string(129, 'x'), "limit of 128"},
                {"\xff\xfe", "UTF-8"}};
   for (const auto& c : cases) {
     absl::Status s = ValidateExperimentName(c.name);
@@ -68,7 +63,8 @@ TEST(MetricName, Rules) {
 }
 
 TEST(NodeName, TakesHostNamesAndRefusesWhatScontrolWouldReadAsAnOption) {
-  for (const char* ok : {"n1", "gpu-node-017", "c12.cluster.example", "a_b"}) EXPECT_TRUE(ValidateNodeName(ok).ok()) << ok;
+  for (const char* ok : {"n1", "gpu-node-017", "c12.cluster.example", "a_b"})
+    EXPECT_TRUE(ValidateNodeName(ok).ok()) << ok;
   for (const char* bad : {"", "--user=root", "-n1", "n1,n2", "n[1-3]", "n 1", "n1\n"}) {
     absl::Status s = ValidateNodeName(bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;

@@ -73,8 +73,8 @@ TEST(PreflightJudge, SpeedIsJudgedOnlyWhenAskedAndOnceEveryRankReported) {
 TEST(PreflightJudge, ADeviceErrorIsNamedAtOnceWhateverElse) {
   PreflightPolicy policy;
   std::vector<UnhealthyRank> bad =
-      JudgePreflights({Timed(10), Failed("CUDA error: an illegal memory access was encountered"), std::nullopt},
-                      policy, /*judge_speed=*/false);
+      JudgePreflights({Timed(10), Failed("CUDA error: an illegal memory access was encountered"), std::nullopt}, policy,
+                      /*judge_speed=*/false);
   ASSERT_THAT(Ranks(bad), ::testing::ElementsAre(1));
   EXPECT_EQ(bad[0].why, "its device (cuda:1) reported an error: CUDA error: an illegal memory access was encountered");
 }

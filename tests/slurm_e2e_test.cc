@@ -60,15 +60,25 @@ class SlurmTest : public ::testing::Test {
   // `extra` goes to the trainers, `flags` to dtctl submit.
   std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {},
                      std::vector<std::string> flags = {}) {
-    std::vector<std::string> args = {"submit", "-o", "json", "--scheduler", "slurm", "--name", name, "--save-dir",
-                                     save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts",
+    std::vector<std::string> args = {"submit",
+                                     "-o",
+                                     "json",
+                                     "--scheduler",
+                                     "slurm",
+                                     "--name",
+                                     name,
+                                     "--save-dir",
+                                     save_dir_,
+                                     "--nodes",
+                                     "2",
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--max-restarts",
                                      std::to_string(max_restarts)};
     args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "--dataset",
-                                     JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
-                                     JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64",
-                                     "--batch-size", "2", "--max-steps", std::to_string(steps), "--log-freq", "1",
-                                     "--eval-split", "0"});
+    args.insert(args.end(), {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
+                             JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64", "--batch-size",
+                             "2", "--max-steps", std::to_string(steps), "--log-freq", "1", "--eval-split", "0"});
     args.insert(args.end(), extra.begin(), extra.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -115,7 +125,9 @@ TEST_F(SlurmTest, TwoNodeRunSucceeds) {
 TEST_F(SlurmTest, AKilledTrainerRestartsTheGroupInsideTheAllocation) {
   std::string run = Submit("slurm-restart", 16, /*max_restarts=*/1, {"--ckpt-freq", "4"});
   ASSERT_TRUE(testing::WaitFor(
-      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number();
+      },
       absl::Minutes(2)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   int victim = s["ranks"][1]["pid"];
@@ -159,16 +171,22 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
       std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s", "--wandb-post-interval",
                                "200ms", "--wandb-retry-base", "100ms"},
       std::map<std::string, std::string>{{"WANDB_API_KEY", testing::kWandbApiKey}, {"WANDB_BASE_URL", wandb.url()}});
-  std::string run = Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"},
-                           {"--wandb-project", "dt-tests"});
-  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3; },
-                               absl::Minutes(2)));
+  std::string run =
+      Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"}, {"--wandb-project", "dt-tests"});
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3;
+      },
+      absl::Minutes(2)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   std::string job = s["scheduler_job_id"];
   auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
   ASSERT_TRUE(signal.ok() && signal->exit_code == 0) << (signal.ok() ? signal->output : signal.status().ToString());
-  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
-                               absl::Minutes(1)))
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED";
+      },
+      absl::Minutes(1)))
       << Dtctl({"status", run}).output << testing::Slurp(save_dir_ + "/slurm-preempt/logs/rank-0.log");
   s = Json(Dtctl({"status", run, "-o", "json"}));
   int64_t stopped_at = s["step"];
@@ -208,9 +226,10 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
   // The same seed without the interruption ends with the same parameters.
   std::string plain = Submit("slurm-plain", 24);
   ASSERT_EQ(Dtctl({"watch", plain}).exit_code, 0);
-  auto diff = RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", save_dir_ + "/slurm-preempt/checkpoints/step-24",
-                          save_dir_ + "/slurm-plain/checkpoints/step-24"},
-                         absl::Minutes(1));
+  auto diff =
+      RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", save_dir_ + "/slurm-preempt/checkpoints/step-24",
+                  save_dir_ + "/slurm-plain/checkpoints/step-24"},
+                 absl::Minutes(1));
   ASSERT_TRUE(diff.ok() && diff->exit_code == 0) << (diff.ok() ? diff->output : diff.status().ToString());
   nlohmann::json d = nlohmann::json::parse(diff->output.substr(diff->output.find('{')), nullptr, false);
   EXPECT_EQ(d.value("max_abs_diff", 1.0), 0.0) << diff->output;
@@ -220,10 +239,29 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
 // leaves its ranks as preempted, the job is requeued, and the script resumes from what it saved.
 TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromItsOwnCheckpoint) {
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec-preempt");
-  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-exec-preempt",
-                           "--save-dir", save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--exec", "--",
-                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
-                           "60", "--ckpt-every", "5", "--step-sleep", "0.05"});
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--scheduler",
+                           "slurm",
+                           "--name",
+                           "slurm-exec-preempt",
+                           "--save-dir",
+                           save_dir_,
+                           "--nodes",
+                           "2",
+                           "--nproc-per-node",
+                           "1",
+                           "--exec",
+                           "--",
+                           "/usr/bin/python3",
+                           JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"),
+                           "--steps",
+                           "60",
+                           "--ckpt-every",
+                           "5",
+                           "--step-sleep",
+                           "0.05"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string run = Json(r).value("run_id", "");
   ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
@@ -231,8 +269,11 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
   std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
   auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
   ASSERT_TRUE(signal.ok() && signal->exit_code == 0);
-  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
-                               absl::Minutes(1)))
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED";
+      },
+      absl::Minutes(1)))
       << Dtctl({"status", run}).output << testing::Slurp(JoinPath(exp_dir, "logs/slurm-" + job + ".out"));
   CommandResult watch = Dtctl({"watch", run});
   EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
@@ -250,20 +291,45 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
 // A script that uses the dt module: dt.should_stop() has every rank stop after the same step once
 // Slurm's SIGUSR2 arrives, dt.checkpoint() saves it, the job is requeued and resumes from it.
 TEST_F(SlurmTest, ADtModuleScriptCheckpointsOnTheSignalAndResumesWhereItStopped) {
-  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-dt-preempt",
-                           "--save-dir", save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--exec", "--",
-                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps",
-                           "200", "--ckpt-every", "1000", "--step-sleep", "0.05"});
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--scheduler",
+                           "slurm",
+                           "--name",
+                           "slurm-dt-preempt",
+                           "--save-dir",
+                           save_dir_,
+                           "--nodes",
+                           "2",
+                           "--nproc-per-node",
+                           "1",
+                           "--exec",
+                           "--",
+                           "/usr/bin/python3",
+                           JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"),
+                           "--steps",
+                           "200",
+                           "--ckpt-every",
+                           "1000",
+                           "--step-sleep",
+                           "0.05"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string run = Json(r).value("run_id", "");
-  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3; },
-                               absl::Minutes(2)));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 3;
+      },
+      absl::Minutes(2)));
   std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
   auto signal = RunCommand({"scancel", "--signal=USR2", job}, absl::Seconds(30));
   ASSERT_TRUE(signal.ok() && signal->exit_code == 0);
   std::string exp_dir = save_dir_ + "/slurm-dt-preempt";
-  ASSERT_TRUE(testing::WaitFor([&] { return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED"; },
-                               absl::Minutes(1)))
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"}))["state"] == "REQUEUED";
+      },
+      absl::Minutes(1)))
       << Dtctl({"status", run}).output << testing::Slurp(exp_dir + "/logs/rank-0.log");
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   int64_t stopped_at = s["latest_checkpoint_step"];  // the round dt.should_stop() led to
@@ -288,10 +354,33 @@ TEST_F(SlurmTest, ADtModuleScriptCheckpointsOnTheSignalAndResumesWhereItStopped)
 TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAllocation) {
   std::string env_dir = tmp_.Sub("env");
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec");
-  CommandResult r = Dtctl({"submit", "-o", "json", "--scheduler", "slurm", "--name", "slurm-exec", "--save-dir",
-                           save_dir_, "--nodes", "2", "--nproc-per-node", "1", "--max-restarts", "1", "--exec", "--",
-                           "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
-                           "40", "--ckpt-every", "5", "--step-sleep", "0.1", "--env-out", env_dir});
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--scheduler",
+                           "slurm",
+                           "--name",
+                           "slurm-exec",
+                           "--save-dir",
+                           save_dir_,
+                           "--nodes",
+                           "2",
+                           "--nproc-per-node",
+                           "1",
+                           "--max-restarts",
+                           "1",
+                           "--exec",
+                           "--",
+                           "/usr/bin/python3",
+                           JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"),
+                           "--steps",
+                           "40",
+                           "--ckpt-every",
+                           "5",
+                           "--step-sleep",
+                           "0.1",
+                           "--env-out",
+                           env_dir});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string run = Json(r).value("run_id", "");
   std::string checkpoint = JoinPath(exp_dir, "train_ddp.pt");
@@ -349,10 +438,13 @@ std::string SlurmDir() {
 // off it; the run resumes from its latest checkpoint on the two other nodes and succeeds.
 TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
   auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
-  ASSERT_TRUE(started.ok() && started->exit_code == 0) << (started.ok() ? started->output : started.status().ToString());
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
   std::string run = Submit("slurm-node-fail", 16, /*max_restarts=*/1, {"--ckpt-freq", "4"});
   ASSERT_TRUE(testing::WaitFor(
-      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number(); },
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"})).value("latest_checkpoint_step", nlohmann::json()).is_number();
+      },
       absl::Minutes(2)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   std::string job = s["scheduler_job_id"];
@@ -362,7 +454,8 @@ TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
   int trainer = s["ranks"][1]["pid"];
   int stepd = ParentOf(trainer);
   int slurmd = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-" + dead + ".pid"))), &slurmd));
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-" + dead + ".pid"))), &slurmd));
   ASSERT_GT(stepd, 1);
   ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
   for (int pid : {slurmd, stepd, trainer}) ASSERT_EQ(::kill(pid, SIGKILL), 0) << pid;
@@ -375,8 +468,9 @@ TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
         return q.ok() && q->output.find("down") != std::string::npos;
       },
       absl::Minutes(2)));
-  auto restarted = RunCommand({"bash", "-c", absl::StrCat("setsid /usr/sbin/slurmd -D -N ", dead, " -f /etc/slurm/slurm.conf >>",
-                                                         JoinPath(SlurmDir(), "log/slurmd-" + dead + ".out"), " 2>&1 </dev/null &")},
+  auto restarted = RunCommand({"bash", "-c",
+                               absl::StrCat("setsid /usr/sbin/slurmd -D -N ", dead, " -f /etc/slurm/slurm.conf >>",
+                                            JoinPath(SlurmDir(), "log/slurmd-" + dead + ".out"), " 2>&1 </dev/null &")},
                               absl::Seconds(30));
   ASSERT_TRUE(restarted.ok() && restarted->exit_code == 0);
 
@@ -411,7 +505,8 @@ TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
 // the run succeeds on the other two nodes.
 TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWithoutIt) {
   auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
-  ASSERT_TRUE(started.ok() && started->exit_code == 0) << (started.ok() ? started->output : started.status().ToString());
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
   // The slow node is the one task 1 first lands on; its trainers run on CPU 1 beside the busy
   // processes, every other trainer on CPU 0.
   std::string slow_file = JoinPath(tmp_.path(), "slow-node");
@@ -455,7 +550,8 @@ TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWit
   EXPECT_EQ(failure["node"], slow) << failure;
   EXPECT_EQ(failure["rank"], 1) << failure;
   EXPECT_NE(std::string(failure["message"]).find("failed the device pre-flight: its matrix multiply"),
-            std::string::npos) << failure;
+            std::string::npos)
+      << failure;
   ASSERT_EQ(s["ranks"].size(), 2u);
   for (const auto& rank : s["ranks"]) {
     EXPECT_NE(rank["node"], slow) << s;
@@ -467,7 +563,10 @@ TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWit
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
   std::string run = Submit("slurm-cancel", 100000);
   ASSERT_TRUE(testing::WaitFor(
-      [&] { return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 2; }, absl::Minutes(2)));
+      [&] {
+        return Json(Dtctl({"status", run, "-o", "json"})).value("step", 0) >= 2;
+      },
+      absl::Minutes(2)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   std::string job = s["scheduler_job_id"];
   std::vector<int> pids;
@@ -488,7 +587,8 @@ TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
   ASSERT_TRUE(testing::WaitFor(
       [&] {
         auto q = RunCommand({"squeue", "-h", "-j", job, "-o", "%T"}, absl::Seconds(10));
-        return q.ok() && q->output.find("RUNNING") == std::string::npos && q->output.find("PENDING") == std::string::npos;
+        return q.ok() && q->output.find("RUNNING") == std::string::npos &&
+               q->output.find("PENDING") == std::string::npos;
       },
       absl::Seconds(30)));
   EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);  // harmless the second time

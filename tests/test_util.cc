@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -151,32 +151,41 @@ std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& 
 }
 
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
-                                                       const v1::SubmitRunResponse& run, int nodes,
-                                                       int procs, const std::vector<std::string>& args,
+                                                       const v1::SubmitRunResponse& run, int nodes, int procs,
+                                                       const std::vector<std::string>& args,
                                                        const std::string& log_dir) {
   std::vector<std::unique_ptr<Subprocess>> out;
   for (int n = 0; n < nodes; ++n) {
     for (int i = 0; i < procs; ++i) {
       std::vector<std::string> argv = {BinaryPath("dttrainer"),
-                                       "--dataset", JoinPath(DataDir(), "alpaca_5000.json"),
-                                       "--tokenizer-dir", JoinPath(DataDir(), "gpt2"),
-                                       "--model", "tiny", "--seq-len", "64", "--node", absl::StrCat("n", n + 1),
-                                       "--local-rank", std::to_string(i), "--log-freq", "1"};
+                                       "--dataset",
+                                       JoinPath(DataDir(), "alpaca_5000.json"),
+                                       "--tokenizer-dir",
+                                       JoinPath(DataDir(), "gpt2"),
+                                       "--model",
+                                       "tiny",
+                                       "--seq-len",
+                                       "64",
+                                       "--node",
+                                       absl::StrCat("n", n + 1),
+                                       "--local-rank",
+                                       std::to_string(i),
+                                       "--log-freq",
+                                       "1"};
       argv.insert(argv.end(), args.begin(), args.end());
-      out.push_back(std::make_unique<Subprocess>(
-          argv,
-          std::map<std::string, std::string>{{"DT_COORDINATOR", coord.address()},
-                                             {"DT_RUN_ID", run.run_id()},
-                                             {"DT_RUN_TOKEN", run.run_token()},
-                                             {"OMP_NUM_THREADS", "1"}},
-          TrainerLog(log_dir, run, n * procs + i)));
+      out.push_back(std::make_unique<Subprocess>(argv,
+                                                 std::map<std::string, std::string>{{"DT_COORDINATOR", coord.address()},
+                                                                                    {"DT_RUN_ID", run.run_id()},
+                                                                                    {"DT_RUN_TOKEN", run.run_token()},
+                                                                                    {"OMP_NUM_THREADS", "1"}},
+                                                 TrainerLog(log_dir, run, n * procs + i)));
     }
   }
   return out;
 }
 
-v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,
-                     int procs_per_node, int max_restarts) {
+v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes, int procs_per_node,
+                     int max_restarts) {
   v1::RunSpec spec;
   spec.set_experiment_name(name);
   spec.set_save_dir(save_dir);

@@ -6,8 +6,8 @@
 
 #include <sys/types.h>
 
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,13 +98,13 @@ class CoordinatorProcess {
 // Starts nodes × procs dttrainer processes of a run (nodes named n1..nN), output to
 // <log_dir>/<run>-rank<i>.log, with the tiny model on the shared Alpaca data plus `args`.
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
-                                                       const v1::SubmitRunResponse& run, int nodes,
-                                                       int procs, const std::vector<std::string>& args,
+                                                       const v1::SubmitRunResponse& run, int nodes, int procs,
+                                                       const std::vector<std::string>& args,
                                                        const std::string& log_dir);
 std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index);
 
 // A RunSpec with the given shape, saving under `save_dir`.
-v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes,
-                     int procs_per_node, int max_restarts = 0);
+v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes, int procs_per_node,
+                     int max_restarts = 0);
 
 }  // namespace dt::testing

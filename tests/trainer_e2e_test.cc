@@ -1,10 +1,10 @@
 // dttrainer end to end, on CPU with real processes: the dtcoord binary, trainers joined through
 // its store into real Gloo process groups. DDP equivalence, exact resume after a crash, learning,
 // and a rank killed mid-run.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -37,8 +37,8 @@ class TrainerE2ETest : public ::testing::Test {
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
   CoordinatorProcess coord_{tmp_.path(),
-                            {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s", "--hang-timeout",
-                             "2m", "--rendezvous-timeout", "1m"}};
+                            {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "2s", "--hang-timeout", "2m",
+                             "--rendezvous-timeout", "1m"}};
 
   v1::SubmitRunResponse Submit(const std::string& name, int procs, int max_restarts = 0) {
     return coord_.Submit(testing::MakeSpec(name, save_dir_, 1, procs, max_restarts));
@@ -53,8 +53,8 @@ class TrainerE2ETest : public ::testing::Test {
   std::string Log(const v1::SubmitRunResponse& run, int rank) { return testing::TrainerLog(tmp_.path(), run, rank); }
 
   // Waits for every trainer and expects exit code `code`.
-  void ExpectExit(const v1::SubmitRunResponse& run, std::vector<std::unique_ptr<Subprocess>>& procs,
-                  int code, absl::Duration timeout = absl::Minutes(3)) {
+  void ExpectExit(const v1::SubmitRunResponse& run, std::vector<std::unique_ptr<Subprocess>>& procs, int code,
+                  absl::Duration timeout = absl::Minutes(3)) {
     for (size_t i = 0; i < procs.size(); ++i) {
       int status = procs[i]->Wait(timeout);
       ASSERT_NE(status, -1) << "trainer " << i << " did not finish:\n" << testing::Slurp(Log(run, i));
@@ -80,17 +80,29 @@ class TrainerE2ETest : public ::testing::Test {
 };
 
 TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
-  std::vector<std::string> common = {"--max-steps", "4", "--eval-split", "0", "--seed", "3",
-                                     "--lr", "1e-3", "--dropout", "0"};
+  std::vector<std::string> common = {"--max-steps", "4",    "--eval-split", "0",         "--seed",
+                                     "3",           "--lr", "1e-3",         "--dropout", "0"};
   auto one = Submit("ddp-one", 1);
-  auto p1 = Start(one, 1, [&] { auto a = common; a.insert(a.end(), {"--batch-size", "4"}); return a; }());
+  auto p1 = Start(one, 1, [&] {
+    auto a = common;
+    a.insert(a.end(), {"--batch-size", "4"});
+    return a;
+  }());
   ASSERT_NO_FATAL_FAILURE(ExpectExit(one, p1, 0));
   auto two = Submit("ddp-two", 2);
-  auto p2 = Start(two, 2, [&] { auto a = common; a.insert(a.end(), {"--batch-size", "2"}); return a; }());
+  auto p2 = Start(two, 2, [&] {
+    auto a = common;
+    a.insert(a.end(), {"--batch-size", "2"});
+    return a;
+  }());
   ASSERT_NO_FATAL_FAILURE(ExpectExit(two, p2, 0));
   // Accumulation: 2 ranks x batch 1 x 2 micro-steps is the same global batch again.
   auto acc = Submit("ddp-accum", 2);
-  auto p3 = Start(acc, 2, [&] { auto a = common; a.insert(a.end(), {"--batch-size", "1", "--grad-accum", "2"}); return a; }());
+  auto p3 = Start(acc, 2, [&] {
+    auto a = common;
+    a.insert(a.end(), {"--batch-size", "1", "--grad-accum", "2"});
+    return a;
+  }());
   ASSERT_NO_FATAL_FAILURE(ExpectExit(acc, p3, 0));
 
   EXPECT_LE(MaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-two", 4)), 1e-5);
@@ -106,9 +118,9 @@ TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
 }
 
 TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
-  std::vector<std::string> args = {"--max-steps", "20", "--ckpt-freq", "10", "--batch-size", "2",
-                                   "--seed", "5", "--lr", "1e-3", "--warmup-steps", "3", "--eval-split", "0",
-                                   "--dropout", "0.1"};
+  std::vector<std::string> args = {"--max-steps",  "20", "--ckpt-freq", "10",   "--batch-size",   "2",
+                                   "--seed",       "5",  "--lr",        "1e-3", "--warmup-steps", "3",
+                                   "--eval-split", "0",  "--dropout",   "0.1"};
   auto straight = Submit("straight", 2);
   auto ps = Start(straight, 2, args);
   ASSERT_NO_FATAL_FAILURE(ExpectExit(straight, ps, 0));
@@ -119,8 +131,8 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   auto pc = Start(crashed, 2, crash_args);
   ASSERT_NO_FATAL_FAILURE(ExpectExit(crashed, pc, 137));
   // The coordinator notices the vanished ranks; the run (no restarts allowed) fails.
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; },
-                               absl::Seconds(30)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
   auto resumed = Submit("crashed", 2);
   EXPECT_EQ(resumed.resume_step(), 10);
   auto pr = Start(resumed, 2, args);
@@ -141,8 +153,8 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
 TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
   // A learning rate too small to move the model makes every step's loss a function of its data
   // alone, so the loss tells which samples a step saw.
-  std::vector<std::string> args = {"--max-steps", "20", "--ckpt-freq", "10", "--seed", "9", "--lr", "1e-12",
-                                   "--eval-split", "0", "--dropout", "0"};
+  std::vector<std::string> args = {"--max-steps", "20",    "--ckpt-freq",  "10", "--seed",    "9",
+                                   "--lr",        "1e-12", "--eval-split", "0",  "--dropout", "0"};
   auto with_batch = [&](std::vector<std::string> a, const char* batch) {
     a.insert(a.end(), {"--batch-size", batch});
     return a;
@@ -156,8 +168,8 @@ TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
   crash_args.insert(crash_args.end(), {"--exit-after-step", "10"});
   auto pc = Start(crashed, 2, crash_args);
   ASSERT_NO_FATAL_FAILURE(ExpectExit(crashed, pc, 137));
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; },
-                               absl::Seconds(30)));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
   // 2 ranks x batch 2 stopped after 40 samples; 1 rank x batch 8 continues at sample 40, so each
   // of its steps sees the samples of two steps of the straight run.
   auto resumed = Submit("shape", 1);
@@ -180,9 +192,9 @@ TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
 
 TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   auto run = Submit("learn", 1);
-  auto p = Start(run, 1, {"--max-steps", "200", "--batch-size", "8", "--lr", "2e-3", "--warmup-steps", "20",
-                          "--eval-freq", "50", "--eval-split", "0.02", "--eval-batches", "4", "--log-freq", "10",
-                          "--threads", "2"});
+  auto p = Start(run, 1,
+                 {"--max-steps", "200", "--batch-size", "8", "--lr", "2e-3", "--warmup-steps", "20", "--eval-freq",
+                  "50", "--eval-split", "0.02", "--eval-batches", "4", "--log-freq", "10", "--threads", "2"});
   ASSERT_NO_FATAL_FAILURE(ExpectExit(run, p, 0, absl::Minutes(5)));
   auto eval = coord_.Metrics(run.run_id(), "eval_loss");
   ASSERT_EQ(eval.size(), 4u);  // steps 50, 100, 150, 200
@@ -192,8 +204,8 @@ TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   EXPECT_LT(eval.back().value(), eval.front().value() - 0.8);
   auto ppl = coord_.Metrics(run.run_id(), "perplexity");
   EXPECT_NEAR(ppl.back().value(), std::exp(eval.back().value()), 1e-6 * ppl.back().value());
-  for (const char* metric : {"lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch",
-                             "tokens_seen", "rss_bytes"}) {
+  for (const char* metric :
+       {"lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen", "rss_bytes"}) {
     EXPECT_FALSE(coord_.Metrics(run.run_id(), metric).empty()) << metric;
   }
   v1::Run status = coord_.GetRun(run.run_id());
@@ -205,8 +217,7 @@ TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
 TEST_F(TrainerE2ETest, AKilledRankStopsTheOtherWithTheCauseNamed) {
   auto run = Submit("killed", 2);
   auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; },
-                               absl::Minutes(2)))
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; }, absl::Minutes(2)))
       << testing::Slurp(Log(run, 0));
   absl::Time killed_at = absl::Now();
   procs[1]->Signal(SIGKILL);
@@ -233,8 +244,7 @@ TEST_F(TrainerE2ETest, AKilledRankStopsTheOtherWithTheCauseNamed) {
 TEST_F(TrainerE2ETest, ARankStoppedAfterAPeerDiedIsAVictimNotTheCause) {
   auto run = Submit("victim", 2);
   auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; },
-                               absl::Minutes(2)))
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; }, absl::Minutes(2)))
       << testing::Slurp(Log(run, 0));
   procs[1]->Signal(SIGKILL);
   absl::SleepFor(absl::Milliseconds(20));  // srun's delay between the two, as measured under Slurm
@@ -265,8 +275,7 @@ TEST_F(TrainerE2ETest, ARankStoppedAfterAPeerDiedIsAVictimNotTheCause) {
 TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {
   auto run = Submit("terminated", 2);
   auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; },
-                               absl::Minutes(2)))
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 3; }, absl::Minutes(2)))
       << testing::Slurp(Log(run, 0));
   procs[0]->Signal(SIGTERM);
   int status = procs[0]->Wait(absl::Minutes(1));
@@ -301,8 +310,8 @@ TEST_F(TrainerE2ETest, AFullDiskStopsTheRunWithTheCauseNamedAndLatestIntact) {
   } unmount{small};
   auto run = coord_.Submit(testing::MakeSpec("full", small, 1, 2, /*max_restarts=*/2));
   auto procs = Start(run, 2, {"--max-steps", "100000", "--ckpt-freq", "2", "--batch-size", "2", "--eval-split", "0"});
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.GetRun(run.run_id()).latest_checkpoint_step() >= 2; },
-                               absl::Minutes(2)))
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return coord_.GetRun(run.run_id()).latest_checkpoint_step() >= 2; }, absl::Minutes(2)))
       << testing::Slurp(Log(run, 0));
   // Fill the file system, leaving 64 KiB: the next checkpoint cannot fit.
   struct statvfs fs;
@@ -332,7 +341,8 @@ TEST_F(TrainerE2ETest, AFullDiskStopsTheRunWithTheCauseNamedAndLatestIntact) {
   std::string ckpts = small + "/full/checkpoints";
   std::string latest = std::filesystem::read_symlink(ckpts + "/latest").string();
   EXPECT_EQ(latest, absl::StrCat("step-", s.latest_checkpoint_step()));
-  nlohmann::json manifest = nlohmann::json::parse(testing::Slurp(ckpts + "/" + latest + "/manifest.json"), nullptr, false);
+  nlohmann::json manifest =
+      nlohmann::json::parse(testing::Slurp(ckpts + "/" + latest + "/manifest.json"), nullptr, false);
   ASSERT_TRUE(manifest.contains("files")) << manifest;
   ASSERT_EQ(manifest["files"].size(), 4u);
   for (const auto& f : manifest["files"]) {

@@ -10,7 +10,7 @@ TEST(Utf8, ValidTextIsRecognised) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain ascii"));
   EXPECT_TRUE(IsValidUtf8("d\xC3\xA9j\xC3\xA0 \xE2\x80\xA6 \xF0\x9F\x94\xA5"));  // déjà … 🔥
-  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));                                // U+10FFFF
+  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));                                  // U+10FFFF
 }
 
 TEST(Utf8, MalformedSequencesAreRefused) {
@@ -24,8 +24,14 @@ TEST(Utf8, MalformedSequencesAreRefused) {
 }
 
 TEST(Utf8, EachBadByteBecomesAReplacementCharacter) {
-  EXPECT_EQ(ValidUtf8("a\xFF" "b\xC3"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
-  EXPECT_EQ(ValidUtf8("\xE2\x80" "x"), "\xEF\xBF\xBD\xEF\xBF\xBD" "x");
+  EXPECT_EQ(ValidUtf8("a\xFF"
+                      "b\xC3"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
+  EXPECT_EQ(ValidUtf8("\xE2\x80"
+                      "x"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "x");
   EXPECT_EQ(ValidUtf8("ok \xC3\xA9"), "ok \xC3\xA9");
   EXPECT_TRUE(IsValidUtf8(ValidUtf8(std::string("\0\xFE\xC0\x80\xF0\x9F", 6))));
 }
@@ -48,7 +54,9 @@ TEST(Utf8, TerminalOutputCannotCarryControlSequences) {
   EXPECT_EQ(PrintableForTerminal("ok\tline\nnext"), "ok\tline\nnext");
   EXPECT_EQ(PrintableForTerminal("\x1b[2J\x1b]0;owned\x07"), "\\x1b[2J\\x1b]0;owned\\x07");
   EXPECT_EQ(PrintableForTerminal("a\rb\x7f"), "a\\x0db\\x7f");
-  EXPECT_EQ(PrintableForTerminal("\xC2\x9B" "31m"), "\\u009b31m");  // C1 CSI
+  EXPECT_EQ(PrintableForTerminal("\xC2\x9B"
+                                 "31m"),
+            "\\u009b31m");  // C1 CSI
   EXPECT_EQ(PrintableForTerminal("d\xC3\xA9j\xC3\xA0 \xC2\xA0"), "d\xC3\xA9j\xC3\xA0 \xC2\xA0");
   EXPECT_EQ(PrintableForTerminal("\xFF"), "\xEF\xBF\xBD");
 }

@@ -6,10 +6,10 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <functional>
-#include <thread>
 #include <cstring>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -62,9 +62,9 @@ class HashingFileWriter {
  private:
   void Fail(int err) {
     if (err == ENOSPC || err == EDQUOT) {
-      error_ = absl::ResourceExhaustedError(absl::StrCat(
-          "no space left on device writing ", path_, " (", bytes_,
-          " bytes written): free space there, or keep fewer checkpoints (--keep-checkpoints)"));
+      error_ = absl::ResourceExhaustedError(
+          absl::StrCat("no space left on device writing ", path_, " (", bytes_,
+                       " bytes written): free space there, or keep fewer checkpoints (--keep-checkpoints)"));
     } else {
       error_ = ErrnoStatus("write", path_, err);
     }
@@ -78,8 +78,7 @@ class HashingFileWriter {
 };
 
 // Writes `data` to dir/name, hashing as it goes, fsyncs, and describes it for the manifest.
-absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name,
-                                             const std::string& data) {
+absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name, const std::string& data) {
   HashingFileWriter writer(JoinPath(dir, name));
   writer.Write(data.data(), data.size());
   return writer.Finish(name);
@@ -98,13 +97,13 @@ std::string DescribeConfig(const Gpt2Config& c) {
                       ",n_layer=", c.n_layer, ",n_head=", c.n_head);
 }
 
-absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model,
-                                             torch::optim::Optimizer& optimizer,
+absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                              const TrainState& state) {
   // The large files are serialised straight to disk (no in-memory copy) and hashed on the way,
   // model and optimizer on two threads.
-  auto save_archive = [&](const std::string& name, const std::function<void(torch::serialize::OutputArchive&)>& fill)
-      -> absl::StatusOr<v1::ManifestFile> {
+  auto save_archive =
+      [&](const std::string& name,
+          const std::function<void(torch::serialize::OutputArchive&)>& fill) -> absl::StatusOr<v1::ManifestFile> {
     std::string path = JoinPath(dir, name);
     HashingFileWriter writer(path);
     try {
@@ -142,11 +141,16 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cannot serialise the RNG state: ", e.what()));
   }
-  nlohmann::json s = {{"step", state.step},           {"epoch", state.epoch},
-                      {"batch", state.batch},         {"tokens_seen", state.tokens_seen},
-                      {"samples_seen", state.samples_seen}, {"world_size", state.world_size},
-                      {"batch_size", state.batch_size}, {"grad_accum", state.grad_accum},
-                      {"seed", state.seed},           {"model_config", state.model_config}};
+  nlohmann::json s = {{"step", state.step},
+                      {"epoch", state.epoch},
+                      {"batch", state.batch},
+                      {"tokens_seen", state.tokens_seen},
+                      {"samples_seen", state.samples_seen},
+                      {"world_size", state.world_size},
+                      {"batch_size", state.batch_size},
+                      {"grad_accum", state.grad_accum},
+                      {"seed", state.seed},
+                      {"model_config", state.model_config}};
   absl::StatusOr<v1::ManifestFile> state_file = WriteHashed(dir, "state.json", s.dump(2) + "\n");
   if (!state_file.ok()) return state_file.status();
   *manifest.add_files() = *state_file;
@@ -173,8 +177,8 @@ absl::Status VerifyCheckpointFiles(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
-                                          torch::optim::Optimizer& optimizer, torch::Device device) {
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
+                                          torch::Device device) {
   if (absl::Status s = VerifyCheckpointFiles(dir); !s.ok()) return s;
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
   if (!text.ok()) return text.status();
@@ -193,8 +197,8 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
   state.model_config = s.value("model_config", std::string());
   std::string mine = DescribeConfig(model->config());
   if (state.model_config != mine) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", dir, " holds a model with ",
-                                                      state.model_config, " but this run builds ", mine,
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", dir, " holds a model with ", state.model_config,
+                                                      " but this run builds ", mine,
                                                       "; use the same --model/--config-overrides"));
   }
   try {

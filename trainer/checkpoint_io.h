@@ -15,26 +15,24 @@
 namespace dt {
 
 struct TrainState {
-  int64_t step = 0;            // optimizer steps taken
-  int64_t epoch = 0;           // sampler position: the next micro-batch is (epoch, batch), in
-  int64_t batch = 0;           //   units of world × batch size samples
+  int64_t step = 0;   // optimizer steps taken
+  int64_t epoch = 0;  // sampler position: the next micro-batch is (epoch, batch), in
+  int64_t batch = 0;  //   units of world × batch size samples
   int64_t tokens_seen = 0;
   int64_t samples_seen = 0;
   int world_size = 0;
   int batch_size = 0;
   int grad_accum = 1;
   uint64_t seed = 0;
-  std::string model_config;    // e.g. "n_embd=64,n_layer=2,..." to refuse a mismatched model
+  std::string model_config;  // e.g. "n_embd=64,n_layer=2,..." to refuse a mismatched model
 };
 
-absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model,
-                                             torch::optim::Optimizer& optimizer,
+absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                              const TrainState& state);
 
 // DATA_LOSS when a file does not match manifest.json; FAILED_PRECONDITION when the model shape
 // differs from the checkpoint's.
-absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model,
-                                          torch::optim::Optimizer& optimizer,
+absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                           torch::Device device = torch::kCPU);
 
 // Verifies a checkpoint directory's files against its manifest.json.

@@ -15,8 +15,7 @@ absl::Status Malformed(const std::string& path, const std::string& where, const 
 }
 
 // A record with "text", or an Alpaca record; `where` names it in errors.
-absl::StatusOr<std::string> RenderRecord(const nlohmann::json& r, const std::string& path,
-                                         const std::string& where) {
+absl::StatusOr<std::string> RenderRecord(const nlohmann::json& r, const std::string& path, const std::string& where) {
   if (!r.is_object()) return Malformed(path, where, "expected a JSON object");
   auto text_field = [&](const char* key, bool required) -> absl::StatusOr<std::string> {
     auto it = r.find(key);
@@ -42,8 +41,7 @@ absl::StatusOr<std::string> RenderRecord(const nlohmann::json& r, const std::str
 
 }  // namespace
 
-std::string RenderAlpaca(const std::string& instruction, const std::string& input,
-                         const std::string& output) {
+std::string RenderAlpaca(const std::string& instruction, const std::string& input, const std::string& output) {
   if (input.empty()) {
     return absl::StrCat(
         "Below is an instruction that describes a task. Write a response that appropriately "
@@ -89,8 +87,7 @@ absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::string& path) 
       docs.push_back(std::move(*doc));
     }
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset ", path, " must end in .json (Alpaca), .jsonl or .txt"));
+    return absl::InvalidArgumentError(absl::StrCat("dataset ", path, " must end in .json (Alpaca), .jsonl or .txt"));
   }
   if (docs.empty()) return Malformed(path, "file", "holds no records");
   return docs;

@@ -13,8 +13,7 @@
 namespace dt {
 
 // The Alpaca prompt template (with the "### Input:" section only when `input` is not empty).
-std::string RenderAlpaca(const std::string& instruction, const std::string& input,
-                         const std::string& output);
+std::string RenderAlpaca(const std::string& instruction, const std::string& input, const std::string& output);
 
 absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::string& path);
 

@@ -25,8 +25,8 @@ class AfterAccumulate : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> parameters,
-                                                 c10::intrusive_ptr<CommGroup> group,
-                                                 int64_t bucket_cap_bytes, int64_t first_bucket_bytes)
+                                                 c10::intrusive_ptr<CommGroup> group, int64_t bucket_cap_bytes,
+                                                 int64_t first_bucket_bytes)
     : parameters_(std::move(parameters)), group_(std::move(group)) {
   bucket_of_.resize(parameters_.size());
   ready_.assign(parameters_.size(), false);

@@ -6,8 +6,8 @@
 // (gradient accumulation micro-steps) the hooks do nothing.
 #pragma once
 
-#include "trainer/comm_group.h"
 #include <torch/torch.h>
+#include "trainer/comm_group.h"
 
 #include <memory>
 #include <vector>
@@ -16,8 +16,7 @@ namespace dt {
 
 class DistributedDataParallel {
  public:
-  DistributedDataParallel(std::vector<torch::Tensor> parameters,
-                          c10::intrusive_ptr<CommGroup> group,
+  DistributedDataParallel(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<CommGroup> group,
                           int64_t bucket_cap_bytes = 25 << 20, int64_t first_bucket_bytes = 1 << 20);
   ~DistributedDataParallel();
 
@@ -34,8 +33,8 @@ class DistributedDataParallel {
 
  private:
   struct Bucket {
-    std::vector<size_t> params;   // indices into parameters_
-    std::vector<int64_t> offsets; // element offset of each param in `flat`
+    std::vector<size_t> params;    // indices into parameters_
+    std::vector<int64_t> offsets;  // element offset of each param in `flat`
     torch::Tensor flat;
     size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
@@ -46,9 +45,9 @@ class DistributedDataParallel {
   std::vector<torch::Tensor> parameters_;
   c10::intrusive_ptr<CommGroup> group_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;   // param → bucket
-  std::vector<size_t> slot_of_;     // param → position in its bucket
-  std::vector<bool> ready_;         // param → its gradient is in its bucket this step
+  std::vector<size_t> bucket_of_;  // param → bucket
+  std::vector<size_t> slot_of_;    // param → position in its bucket
+  std::vector<bool> ready_;        // param → its gradient is in its bucket this step
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive for the hooks
   size_t next_to_launch_ = 0;
   bool sync_ = true;

@@ -29,8 +29,8 @@ absl::StatusOr<Gpt2Config> MakeGpt2Config(const std::string& model, const std::s
     std::vector<absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
     int64_t value = 0;
     if (kv.size() != 2 || !absl::SimpleAtoi(kv[1], &value) || value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--config-overrides: \"", part, "\" is not name=positive-integer (e.g. n_embd=128,n_layer=4)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config-overrides: \"", part, "\" is not name=positive-integer (e.g. n_embd=128,n_layer=4)"));
     }
     if (kv[0] == "n_embd") {
       c.n_embd = value;
@@ -43,25 +43,23 @@ absl::StatusOr<Gpt2Config> MakeGpt2Config(const std::string& model, const std::s
     } else if (kv[0] == "vocab_size") {
       c.vocab_size = value;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--config-overrides: unknown \"", kv[0], "\" (known: n_embd, n_layer, n_head, n_positions, vocab_size)"));
+      return absl::InvalidArgumentError(absl::StrCat("--config-overrides: unknown \"", kv[0],
+                                                     "\" (known: n_embd, n_layer, n_head, n_positions, vocab_size)"));
     }
   }
   if (c.n_embd % c.n_head != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("n_embd ", c.n_embd, " is not divisible by n_head ", c.n_head));
+    return absl::InvalidArgumentError(absl::StrCat("n_embd ", c.n_embd, " is not divisible by n_head ", c.n_head));
   }
   return c;
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const Gpt2Config& c)
-    : n_head_(c.n_head), n_embd_(c.n_embd) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const Gpt2Config& c) : n_head_(c.n_head), n_embd_(c.n_embd) {
   c_attn = register_module("c_attn", torch::nn::Linear(c.n_embd, 3 * c.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(c.n_embd, c.n_embd));
   attn_drop_ = register_module("attn_drop", torch::nn::Dropout(c.dropout));
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
-  mask_ = register_buffer("mask", torch::ones({c.n_positions, c.n_positions}).tril().view(
-                                      {1, 1, c.n_positions, c.n_positions}));
+  mask_ = register_buffer(
+      "mask", torch::ones({c.n_positions, c.n_positions}).tril().view({1, 1, c.n_positions, c.n_positions}));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -70,8 +68,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto heads = [&](const torch::Tensor& t) { return t.view({B, T, n_head_, hd}).transpose(1, 2); };
   torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(mask_.index({torch::indexing::Slice(), torch::indexing::Slice(),
-                                     torch::indexing::Slice(0, T), torch::indexing::Slice(0, T)}) == 0,
+  att = att.masked_fill(mask_.index({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, T),
+                                     torch::indexing::Slice(0, T)}) == 0,
                         -std::numeric_limits<float>::infinity());
   att = attn_drop_->forward(torch::softmax(att, -1));
   torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});

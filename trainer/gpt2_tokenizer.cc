@@ -62,9 +62,8 @@ int NextCodepoint(absl::string_view s, size_t* i) {
 }
 
 bool IsWhitespaceCodepoint(int cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
-         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 // Length in bytes of the last UTF-8 character of s.
@@ -89,9 +88,9 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(const std::st
   absl::StatusOr<std::string> vocab_text = ReadFile(vocab_path);
   absl::StatusOr<std::string> merges_text = ReadFile(merges_path);
   if (!vocab_text.ok() || !merges_text.ok()) {
-    return absl::NotFoundError(absl::StrCat(
-        "no GPT-2 tokenizer in ", dir, ": expected encoder.json + vocab.bpe (or vocab.json + merges.txt); "
-        "pass --tokenizer-dir"));
+    return absl::NotFoundError(absl::StrCat("no GPT-2 tokenizer in ", dir,
+                                            ": expected encoder.json + vocab.bpe (or vocab.json + merges.txt); "
+                                            "pass --tokenizer-dir"));
   }
   std::unique_ptr<Gpt2Tokenizer> tok(new Gpt2Tokenizer());
   nlohmann::json vocab = nlohmann::json::parse(*vocab_text, nullptr, /*allow_exceptions=*/false);

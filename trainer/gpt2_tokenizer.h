@@ -40,8 +40,8 @@ class Gpt2Tokenizer {
 
   std::vector<std::string> id_to_token_;
   absl::flat_hash_map<std::string, int32_t> token_to_id_;
-  int32_t byte_ids_[256];          // id of each single byte's token
-  uint8_t byte_of_codepoint_[324]; // inverse of the byte→unicode map (code points < 324)
+  int32_t byte_ids_[256];           // id of each single byte's token
+  uint8_t byte_of_codepoint_[324];  // inverse of the byte→unicode map (code points < 324)
   // (left id << 32 | right id) → (rank << 32 | merged id)
   absl::flat_hash_map<uint64_t, uint64_t> merges_;
   absl::flat_hash_map<std::string, std::vector<int32_t>> cache_;

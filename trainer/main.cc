@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "absl/synchronization/mutex.h"
 #include <nlohmann/json.hpp>
+#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -127,13 +127,15 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)")
       ->group(id);
   app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator (default: $DT_TLS_CA)")->group(id);
-  app.add_option("--local-rank", c.local_slot, "this process's slot on its node (default: $SLURM_LOCALID, else $LOCAL_RANK, else 0)")
+  app.add_option("--local-rank", c.local_slot,
+                 "this process's slot on its node (default: $SLURM_LOCALID, else $LOCAL_RANK, else 0)")
       ->group(id);
   app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)")
       ->group(id);
   app.add_option("--nnodes", c.expect_nodes, "nodes this process expects; refused if the run disagrees")->group(id);
   app.add_option("--nproc-per-node", c.expect_procs_per_node, "processes per node this process expects")->group(id);
-  app.add_option("--experiment-name", c.experiment_name, "without --run: create or join the run of this experiment and Slurm job")
+  app.add_option("--experiment-name", c.experiment_name,
+                 "without --run: create or join the run of this experiment and Slurm job")
       ->group(id);
   app.add_option("--save-dir", c.save_dir, "without --run: where the experiment directory goes")->group(id);
   app.add_option("--max-restarts", c.max_restarts, "without --run: restarts the created run allows")->group(id);
@@ -141,11 +143,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", c.log_dir, "after registering, write output to <dir>/rank-<R>.log (default: $DT_LOG_DIR)")
       ->group(id);
   app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "seconds to wait for every rank to register")
-      ->group(id)->capture_default_str();
+      ->group(id)
+      ->capture_default_str();
 
   auto* model = "Model";
   app.add_option("--model", c.model, "gpt2 (124M), gpt2-medium (350M) or tiny")->group(model)->capture_default_str();
-  app.add_option("--config-overrides", c.config_overrides, "e.g. n_embd=128,n_layer=4,n_head=4,n_positions=256")->group(model);
+  app.add_option("--config-overrides", c.config_overrides, "e.g. n_embd=128,n_layer=4,n_head=4,n_positions=256")
+      ->group(model);
   app.add_option("--dropout", c.dropout, "dropout probability")->group(model)->capture_default_str();
 
   auto* data = "Data";
@@ -161,20 +165,29 @@ int main(int argc, char** argv) {
                  "where tokenized datasets are cached (default: .dt-cache beside the experiment directory, "
                  "shared by experiments)")
       ->group(data);
-  app.add_option("--eval-split", c.eval_split, "fraction of samples held out for evaluation")->group(data)->capture_default_str();
-  app.add_option("--eval-freq", c.eval_freq, "evaluate every N steps (0: never; also at the end when > 0)")->group(data);
-  app.add_option("--eval-batches", c.eval_batches, "batches per rank per evaluation")->group(data)->capture_default_str();
+  app.add_option("--eval-split", c.eval_split, "fraction of samples held out for evaluation")
+      ->group(data)
+      ->capture_default_str();
+  app.add_option("--eval-freq", c.eval_freq, "evaluate every N steps (0: never; also at the end when > 0)")
+      ->group(data);
+  app.add_option("--eval-batches", c.eval_batches, "batches per rank per evaluation")
+      ->group(data)
+      ->capture_default_str();
 
   auto* loop = "Training";
   app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-step")->group(loop)->capture_default_str();
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->group(loop)->capture_default_str();
-  app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")->group(loop)->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")
+      ->group(loop)
+      ->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
   app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
   app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();
   app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine decay (default: lr/10)")->group(loop);
   app.add_option("--warmup-steps", c.warmup_steps, "linear warmup steps")->group(loop)->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (not on biases and LayerNorm)")->group(loop)->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (not on biases and LayerNorm)")
+      ->group(loop)
+      ->capture_default_str();
   app.add_option("--beta1", c.beta1, "AdamW beta1")->group(loop)->capture_default_str();
   app.add_option("--beta2", c.beta2, "AdamW beta2")->group(loop)->capture_default_str();
   app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
@@ -206,7 +219,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0; a usage error 2
   }
-  dt::WatchStopSignals();  // with no handler installed a stop signal ends the process as usual
+  dt::WatchStopSignals();       // with no handler installed a stop signal ends the process as usual
   dt::WatchPreemptionSignal();  // SIGUSR2: checkpoint at a step every rank agrees on, then stop
   const char* no_tokenizer =
       "--tokenizer-dir is required: no GPT-2 tokenizer files were found in dt's data/ folder (looked beside "
@@ -227,9 +240,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
   if (!token.ok()) return usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
   c.token = *token;
-  if (c.run_id.empty() && (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 ||
-                           c.expect_procs_per_node <= 0)) {
-    return usage("no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to create or join one");
+  if (c.run_id.empty() &&
+      (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 || c.expect_procs_per_node <= 0)) {
+    return usage(
+        "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to create "
+        "or join one");
   }
   if (c.dataset.empty()) return usage("--dataset is required");
   if (c.tokenizer_dir.empty()) return usage(no_tokenizer);

@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -32,9 +32,10 @@ absl::StatusOr<std::string> ResolveBackend(const std::string& requested) {
   return absl::InvalidArgumentError(absl::StrCat("--backend \"", requested, "\" is not gloo or nccl"));
 }
 
-absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(
-    const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
-    int world_size, int local_rank, std::chrono::milliseconds timeout) {
+absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(const std::string& backend,
+                                                                 const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                                 int world_size, int local_rank,
+                                                                 std::chrono::milliseconds timeout) {
   try {
     if (backend == "gloo") {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -68,8 +69,8 @@ absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(
     (void)local_rank;
     return absl::InvalidArgumentError(absl::StrCat("unsupported backend ", backend));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot build the ", backend, " process group (rank ",
-                                               rank, " of ", world_size, "): ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("cannot build the ", backend, " process group (rank ", rank, " of ", world_size, "): ", e.what()));
   }
 }
 

@@ -2,8 +2,8 @@
 // built against a CUDA LibTorch (USE_C10D_NCCL) and a GPU is present.
 #pragma once
 
-#include "trainer/comm_group.h"
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include "trainer/comm_group.h"
 
 #include <chrono>
 #include <string>
@@ -17,8 +17,9 @@ absl::StatusOr<std::string> ResolveBackend(const std::string& requested);
 
 // Builds the group through `store`. Gloo's device comes from GLOO_SOCKET_IFNAME when set (as
 // torchrun users expect), else the host name, else Gloo's default. NCCL uses device local_rank.
-absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(
-    const std::string& backend, const c10::intrusive_ptr<c10d::Store>& store, int rank,
-    int world_size, int local_rank, std::chrono::milliseconds timeout);
+absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(const std::string& backend,
+                                                                 const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                                 int world_size, int local_rank,
+                                                                 std::chrono::milliseconds timeout);
 
 }  // namespace dt

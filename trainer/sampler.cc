@@ -5,10 +5,8 @@
 
 namespace dt {
 
-DistributedSampler::DistributedSampler(int64_t num_samples, int world_size, int rank,
-                                       int batch_size, uint64_t seed)
-    : num_samples_(num_samples), world_size_(world_size), rank_(rank), batch_size_(batch_size),
-      seed_(seed) {
+DistributedSampler::DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed)
+    : num_samples_(num_samples), world_size_(world_size), rank_(rank), batch_size_(batch_size), seed_(seed) {
   batches_per_epoch_ = (num_samples_ / world_size_) / batch_size_;
 }
 

@@ -25,19 +25,17 @@ struct Header {
 
 }  // namespace
 
-absl::StatusOr<std::string> TokenCacheName(const std::string& dataset_path,
-                                           const std::string& tokenizer_fingerprint) {
+absl::StatusOr<std::string> TokenCacheName(const std::string& dataset_path, const std::string& tokenizer_fingerprint) {
   struct stat st;
   if (::stat(dataset_path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("dataset ", dataset_path, ": ", std::strerror(errno)));
   }
-  std::string id = absl::StrCat(dataset_path, "|", st.st_size, "|", st.st_mtim.tv_sec, ".",
-                                st.st_mtim.tv_nsec, "|", tokenizer_fingerprint, "|v1");
+  std::string id = absl::StrCat(dataset_path, "|", st.st_size, "|", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "|",
+                                tokenizer_fingerprint, "|v1");
   return absl::StrCat("tokens-", Sha256Hex(id).substr(0, 16), ".bin");
 }
 
-absl::Status BuildTokenCache(const std::string& dataset_path, Gpt2Tokenizer& tokenizer,
-                             const std::string& cache_path) {
+absl::Status BuildTokenCache(const std::string& dataset_path, Gpt2Tokenizer& tokenizer, const std::string& cache_path) {
   absl::StatusOr<std::vector<std::string>> docs = LoadDocuments(dataset_path);
   if (!docs.ok()) return docs.status();
   if (tokenizer.vocab_size() > 65536 || tokenizer.eos_id() < 0) {

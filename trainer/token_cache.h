@@ -15,12 +15,10 @@ namespace dt {
 class Gpt2Tokenizer;
 
 // "tokens-<hash>.bin": the hash covers the dataset's path, size, mtime and the tokenizer.
-absl::StatusOr<std::string> TokenCacheName(const std::string& dataset_path,
-                                           const std::string& tokenizer_fingerprint);
+absl::StatusOr<std::string> TokenCacheName(const std::string& dataset_path, const std::string& tokenizer_fingerprint);
 
 // Tokenizes `dataset_path` and writes the cache atomically to `cache_path`.
-absl::Status BuildTokenCache(const std::string& dataset_path, Gpt2Tokenizer& tokenizer,
-                             const std::string& cache_path);
+absl::Status BuildTokenCache(const std::string& dataset_path, Gpt2Tokenizer& tokenizer, const std::string& cache_path);
 
 class TokenCache {
  public:

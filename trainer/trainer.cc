@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/agent.h"
+#include "client/coordinator_store.h"
 #include "client/join_run.h"
 #include "client/metrics_reporter.h"
 #include "common/env.h"
@@ -33,14 +34,13 @@
 #include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
-#include "client/coordinator_store.h"
 #include "trainer/ddp.h"
+#include "trainer/device_preflight.h"
 #include "trainer/gpt2_model.h"
 #include "trainer/gpt2_tokenizer.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/process_group.h"
 #include "trainer/sampler.h"
-#include "trainer/device_preflight.h"
 #include "trainer/token_cache.h"
 
 namespace dt {
@@ -126,8 +126,8 @@ void RedirectOutput(const std::string& dir, const v1::RegisterResponse& a) {
   ::dup2(fd, STDOUT_FILENO);
   ::dup2(fd, STDERR_FILENO);
   ::close(fd);
-  DT_LOG(Info) << "=== run " << a.run_id() << " generation " << a.generation() << ": rank " << a.rank()
-               << " of " << a.world_size() << ", pid " << ::getpid() << " on " << HostName() << " ===";
+  DT_LOG(Info) << "=== run " << a.run_id() << " generation " << a.generation() << ": rank " << a.rank() << " of "
+               << a.world_size() << ", pid " << ::getpid() << " on " << HostName() << " ===";
 }
 
 // One generation of training on this rank: the sections of the work are the methods, in the order
@@ -181,7 +181,8 @@ class Trainer {
     // NCCL works on GPU tensors: one device per rank, the local rank's.
     if (*backend == "nccl") device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(a.local_rank()));
     absl::StatusOr<std::unique_ptr<StoreSession>> session = agent_.OpenStore();
-    if (!session.ok()) throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
+    if (!session.ok())
+      throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
     auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session),
                                                        std::chrono::milliseconds(a.timeouts().store_timeout_ms()));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
@@ -385,7 +386,8 @@ class Trainer {
                             {"samples_seen", static_cast<double>(state_.samples_seen)},
                             {"rss_bytes", static_cast<double>(RssBytes())}});
       Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f", step,
-                          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds, epoch));
+                          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds,
+                          epoch));
     }
     if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
       double eval_loss = EvaluateLoss();
@@ -417,7 +419,8 @@ class Trainer {
     int64_t per_rank = std::min<int64_t>(cfg_.eval_batches * cfg_.batch_size, eval_samples_ / world_);
     for (int64_t i = 0; i < per_rank; i += cfg_.batch_size) {
       std::vector<int64_t> ids;
-      for (int64_t k = i; k < std::min(per_rank, i + cfg_.batch_size); ++k) ids.push_back(train_samples_ + k * world_ + rank_);
+      for (int64_t k = i; k < std::min(per_rank, i + cfg_.batch_size); ++k)
+        ids.push_back(train_samples_ + k * world_ + rank_);
       torch::Tensor batch = Batch(ids);
       torch::Tensor loss = model_->Loss(batch.narrow(1, 0, cfg_.seq_len), batch.narrow(1, 1, cfg_.seq_len));
       sum += loss.item<double>() * static_cast<double>(ids.size());
@@ -447,7 +450,8 @@ class Trainer {
         (void)agent_.AbortCheckpoint(round->round_id(), manifest.status().ToString());
         DT_LOG(Error) << "checkpoint at step " << step << " not written: " << manifest.status();
         if (absl::IsResourceExhausted(manifest.status())) {
-          throw StorageFullError(absl::StrCat("checkpoint at step ", step, " not written: ", manifest.status().message()));
+          throw StorageFullError(
+              absl::StrCat("checkpoint at step ", step, " not written: ", manifest.status().message()));
         }
         return;
       }
@@ -623,12 +627,12 @@ int RunTrainer(const TrainerConfig& cfg) {
   std::string run_id = cfg.run_id;
   if (run_id.empty()) {
     // Bring your own sbatch: trainers of one job create or join the same run.
-    JoinRunSpec join{cfg.experiment_name, cfg.save_dir, cfg.expect_nodes, cfg.expect_procs_per_node,
-                     cfg.max_restarts, cfg.argv, {}};
+    JoinRunSpec join{
+        cfg.experiment_name, cfg.save_dir, cfg.expect_nodes, cfg.expect_procs_per_node, cfg.max_restarts, cfg.argv, {}};
     absl::StatusOr<std::string> run = CreateOrJoinRun(**client, join);
     if (!run.ok()) {
-      std::cerr << "dttrainer: cannot create or join the run for experiment " << cfg.experiment_name
-                << ": " << run.status() << "\n";
+      std::cerr << "dttrainer: cannot create or join the run for experiment " << cfg.experiment_name << ": "
+                << run.status() << "\n";
       return run.status().code() == absl::StatusCode::kUnavailable ? kExitFailed : kExitUsage;
     }
     run_id = *run;
@@ -649,9 +653,8 @@ int RunTrainer(const TrainerConfig& cfg) {
   });
   absl::StatusOr<v1::RegisterResponse> assigned = agent.Register(absl::Seconds(cfg.rendezvous_timeout_s));
   if (!assigned.ok()) {
-    std::cerr << "dttrainer (node " << cfg.node << ", slot " << cfg.local_slot
-              << "): registration with run " << run_id << " at " << cfg.coordinator << " failed: "
-              << assigned.status() << "\n";
+    std::cerr << "dttrainer (node " << cfg.node << ", slot " << cfg.local_slot << "): registration with run " << run_id
+              << " at " << cfg.coordinator << " failed: " << assigned.status() << "\n";
     return assigned.status().code() == absl::StatusCode::kFailedPrecondition ||
                    assigned.status().code() == absl::StatusCode::kInvalidArgument
                ? kExitUsage

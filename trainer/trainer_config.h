@@ -15,10 +15,10 @@ struct TrainerConfig {
   std::string run_id;       // --run / DT_RUN_ID
   std::string token;        // DT_RUN_TOKEN, else DT_TOKEN
   std::string tls_ca;
-  int local_slot = 0;       // --local-rank / SLURM_LOCALID / LOCAL_RANK
-  std::string node;         // SLURMD_NODENAME / host name
+  int local_slot = 0;                 // --local-rank / SLURM_LOCALID / LOCAL_RANK
+  std::string node;                   // SLURMD_NODENAME / host name
   std::optional<int> scheduler_task;  // SLURM_PROCID inside an srun step
-  int expect_nodes = 0;     // the world this process was started for (0: take the run's)
+  int expect_nodes = 0;               // the world this process was started for (0: take the run's)
   int expect_procs_per_node = 0;
   // Bring your own sbatch: create-or-join a run keyed by experiment + Slurm job id.
   std::string experiment_name;
@@ -55,12 +55,12 @@ struct TrainerConfig {
   int64_t ckpt_freq = 0;
   int64_t log_freq = 10;
   uint64_t seed = 1337;
-  int threads = 0;           // 0: OMP_NUM_THREADS, else 1
-  std::string backend;       // "" = nccl with CUDA, else gloo
+  int threads = 0;      // 0: OMP_NUM_THREADS, else 1
+  std::string backend;  // "" = nccl with CUDA, else gloo
   bool report_metrics = true;
   int64_t exit_after_step = 0;  // fault injection: vanish (no cleanup) after this step
   int64_t rendezvous_timeout_s = 900;
-  std::string log_dir;       // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
+  std::string log_dir;  // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
 };
 
 }  // namespace dt

@@ -13,14 +13,13 @@
 #include "absl/time/clock.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
-#include "common/run_state.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/run_state.h"
 #include "common/subprocess.h"
 
 namespace dt::ctl {
 namespace {
-
 
 struct Child {
   LaunchUnit unit;
@@ -85,8 +84,14 @@ std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
     for (int node = 0; node < l.nodes; ++node) {
       LaunchUnit& u = units.emplace_back();
       u.node = node;
-      u.argv = {JoinPath(ExecutableDir(), "dtrun"), "--node", NodeNameFor(l, node), "--nnodes", absl::StrCat(l.nodes),
-                "--nproc-per-node", absl::StrCat(l.procs_per_node), "--"};
+      u.argv = {JoinPath(ExecutableDir(), "dtrun"),
+                "--node",
+                NodeNameFor(l, node),
+                "--nnodes",
+                absl::StrCat(l.nodes),
+                "--nproc-per-node",
+                absl::StrCat(l.procs_per_node),
+                "--"};
       u.argv.insert(u.argv.end(), l.exec_command.begin(), l.exec_command.end());
       u.env = env;
       u.log_file = JoinPath(logs, absl::StrCat("dtrun-", NodeNameFor(l, node), ".log"));
@@ -167,7 +172,8 @@ class Launcher {
     if (absl::Now() - last_query_ >= absl::Milliseconds(250)) {
       v1::GetRunRequest req;
       req.set_run_id(l_.run_id);
-      absl::StatusOr<v1::Run> got = Call(*client_, &v1::RunService::Stub::GetRun, client_->runs(), req, absl::Seconds(10));
+      absl::StatusOr<v1::Run> got =
+          Call(*client_, &v1::RunService::Stub::GetRun, client_->runs(), req, absl::Seconds(10));
       last_query_ = absl::Now();
       if (got.ok()) {
         run_ = *got;
@@ -220,10 +226,10 @@ class Launcher {
     bool told_to_stop = WIFEXITED(status) && WEXITSTATUS(status) == 3;
     if (!clean && !told_to_stop && !reported_ && run_.generation() == launched_generation_) {
       reported_ = true;
-      ReportLaunchFailure(*client_, l_, launched_generation_, c.unit,
-                          absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status), " (see ",
-                                       c.unit.log_file, ")"),
-                          /*exited=*/true);
+      ReportLaunchFailure(
+          *client_, l_, launched_generation_, c.unit,
+          absl::StrCat("pid ", c.process->pid(), " ", DescribeWaitStatus(status), " (see ", c.unit.log_file, ")"),
+          /*exited=*/true);
       last_query_ = absl::Time();  // look at the run again now
     }
   }

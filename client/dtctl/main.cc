@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
-#include <iostream>
 #include <set>
 #include <thread>
 
@@ -31,10 +31,10 @@
 #include "client/dtctl/srun_report.h"
 #include "client/dtctl/submit.h"
 #include "client/dtctl/watch.h"
-#include "common/run_state.h"
 #include "common/cli_checks.h"
 #include "common/fs.h"
 #include "common/host.h"
+#include "common/run_state.h"
 #include "common/subprocess.h"
 #include "common/utf8.h"
 #include "common/version.h"
@@ -55,7 +55,6 @@ struct Global {
   std::string output = "table";
   std::shared_ptr<CoordinatorClient> client;
 };
-
 
 int Fail(const Global& g, const absl::Status& s, const std::string& what) {
   // A coordinator's message may quote what a run sent (a failure's text): never raw to a terminal.
@@ -160,16 +159,21 @@ int Status(Global& g, const std::string& run_id) {
             << "\n"
             << "world      " << r->world_size() << " = " << r->spec().nodes() << " node(s) x "
             << r->spec().procs_per_node() << "  (" << v1::Scheduler_Name(r->spec().scheduler())
-            << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id()))) << ")\n"
+            << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id())))
+            << ")\n"
             << "step       " << StepCell(*r) << "\n"
-            << "checkpoint " << (r->latest_checkpoint_step() >= 0 ? absl::StrCat("step ", r->latest_checkpoint_step()) : "none")
-            << (r->resumed_from_step() > 0 ? absl::StrCat("  (resumed from step ", r->resumed_from_step(), ")") : "") << "\n"
+            << "checkpoint "
+            << (r->latest_checkpoint_step() >= 0 ? absl::StrCat("step ", r->latest_checkpoint_step()) : "none")
+            << (r->resumed_from_step() > 0 ? absl::StrCat("  (resumed from step ", r->resumed_from_step(), ")") : "")
+            << "\n"
             << "exp dir    " << r->exp_dir() << "\n"
             << "created    " << Iso8601(r->created_at())
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
-  if (job) std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
+  if (job)
+    std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
   if (r->excluded_nodes_size() > 0) {
-    std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", ")) << " (failed or unhealthy under this run)\n";
+    std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", "))
+              << " (failed or unhealthy under this run)\n";
   }
   if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
     std::cout << "reason     " << FailureLine(r->reason()) << "\n";
@@ -181,7 +185,8 @@ int Status(Global& g, const std::string& run_id) {
                       rank.host(), absl::StrCat(rank.pid()), v1::RankStatus::State_Name(rank.state()),
                       absl::StrCat(rank.step()), Ago(rank.last_heartbeat()), PreflightCell(rank)});
     }
-    std::cout << "\n" << Table({"RANK", "LOCAL", "NODE", "HOST", "PID", "STATE", "STEP", "HEARTBEAT", "PREFLIGHT"}, rows);
+    std::cout << "\n"
+              << Table({"RANK", "LOCAL", "NODE", "HOST", "PID", "STATE", "STEP", "HEARTBEAT", "PREFLIGHT"}, rows);
   }
   return kOk;
 }
@@ -247,12 +252,14 @@ int Metrics(Global& g, const std::string& run_id, const std::string& key, std::o
   } else if (g.output == "csv") {
     std::cout << "step,rank,name,value,time\n";
     for (const auto& rec : *records) {
-      std::cout << absl::StrFormat("%d,%d,%s,%.17g,%.6f\n", rec.step(), rec.rank(), rec.name(), rec.value(), rec.time());
+      std::cout << absl::StrFormat("%d,%d,%s,%.17g,%.6f\n", rec.step(), rec.rank(), rec.name(), rec.value(),
+                                   rec.time());
     }
   } else {
     std::vector<std::vector<std::string>> rows;
     for (const auto& rec : *records) {
-      rows.push_back({absl::StrCat(rec.step()), absl::StrCat(rec.rank()), rec.name(), absl::StrFormat("%.6g", rec.value())});
+      rows.push_back(
+          {absl::StrCat(rec.step()), absl::StrCat(rec.rank()), rec.name(), absl::StrFormat("%.6g", rec.value())});
     }
     std::cout << Table({"STEP", "RANK", "NAME", "VALUE"}, rows);
   }
@@ -262,8 +269,8 @@ int Metrics(Global& g, const std::string& run_id, const std::string& key, std::o
 int Checkpoints(Global& g, const std::string& run_id) {
   v1::ListCheckpointsRequest req;
   req.set_run_id(run_id);
-  auto list = Call(*g.client, &v1::CheckpointService::Stub::ListCheckpoints, g.client->checkpoints(), req,
-                   absl::Seconds(30));
+  auto list =
+      Call(*g.client, &v1::CheckpointService::Stub::ListCheckpoints, g.client->checkpoints(), req, absl::Seconds(30));
   if (!list.ok()) return Fail(g, list.status(), absl::StrCat("checkpoints of ", run_id));
   if (g.output == "json") {
     nlohmann::json all = nlohmann::json::array();
@@ -345,7 +352,8 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
   for (const auto& [node, last_heard] : SuspectNodes(*r)) {
     absl::StatusOr<std::string> line = DescribeNode(node);
     if (!line.ok()) {
-      std::cerr << "dtctl exclude-failed-nodes: cannot ask Slurm about node " << node << ": " << line.status().message() << "\n";
+      std::cerr << "dtctl exclude-failed-nodes: cannot ask Slurm about node " << node << ": " << line.status().message()
+                << "\n";
       continue;
     }
     if (std::optional<std::string> evidence = NodeFailureEvidence(ParseSlurmNode(*line), last_heard)) {
@@ -367,7 +375,8 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
   if (excluded.empty()) return kOk;
   absl::StatusOr<std::vector<std::string>> nodes = ExpandHostlist(allocation);
   if (!nodes.ok()) return Fail(g, nodes.status(), "exclude-failed-nodes");
-  bool holds_excluded = absl::c_any_of(*nodes, [&](const std::string& n) { return absl::c_linear_search(excluded, n); });
+  bool holds_excluded =
+      absl::c_any_of(*nodes, [&](const std::string& n) { return absl::c_linear_search(excluded, n); });
   // Slurm changes ExcNodeList only while a job is pending: a later requeue of this job (a
   // preemption) that lands on an excluded node comes back through here.
   if (!holds_excluded) return kOk;
@@ -376,8 +385,8 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
   std::signal(SIGTERM, SIG_IGN);
   if (absl::Status s = RequeueJob(job_id); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
   if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
-  std::cout << "dt: job " << job_id << " was given excluded node(s) in " << allocation
-            << "; requeued without " << absl::StrJoin(excluded, ",") << std::endl;
+  std::cout << "dt: job " << job_id << " was given excluded node(s) in " << allocation << "; requeued without "
+            << absl::StrJoin(excluded, ",") << std::endl;
   return kJobRequeued;
 }
 
@@ -430,8 +439,8 @@ int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exi
   std::optional<v1::ReportErrorRequest> report =
       StepFailureReport(run_id, generation, exit_code, text.ok() ? *text : "", NodeName());
   if (!report) return kOk;
-  auto reply = Call(*g.client, &v1::RendezvousService::Stub::ReportError, g.client->rendezvous(), *report,
-                    absl::Seconds(30));
+  auto reply =
+      Call(*g.client, &v1::RendezvousService::Stub::ReportError, g.client->rendezvous(), *report, absl::Seconds(30));
   if (reply.ok()) {
     std::cout << "dt: reported to the coordinator: " << PrintableForTerminal(report->message()) << "\n";
     return kOk;
@@ -577,7 +586,9 @@ int Submit(Global& g, const SubmitCli& cli) {
   absl::StatusOr<Submitted> run = SubmitAndLaunch(g.client, *options, g.tls_ca);
   if (!run.ok()) return Fail(g, run.status(), "submit");
   if (g.output == "json") {
-    PrintJson({{"run_id", run->run_id}, {"exp_dir", run->exp_dir}, {"job_id", run->job_id},
+    PrintJson({{"run_id", run->run_id},
+               {"exp_dir", run->exp_dir},
+               {"job_id", run->job_id},
                {"resume_step", run->resume_step}});
   } else {
     std::cout << run->run_id << "\n";

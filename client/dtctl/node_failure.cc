@@ -64,7 +64,8 @@ std::optional<std::string> NodeFailureEvidence(const SlurmNode& node, absl::Time
     }
   }
   if (node.slurmd_started && last_heard != absl::InfinitePast() && *node.slurmd_started > last_heard) {
-    return absl::StrCat("its slurmd started again at ", absl::FormatTime("%Y-%m-%d %H:%M:%S", *node.slurmd_started, absl::LocalTimeZone()),
+    return absl::StrCat("its slurmd started again at ",
+                        absl::FormatTime("%Y-%m-%d %H:%M:%S", *node.slurmd_started, absl::LocalTimeZone()),
                         ", after the run last heard from its ranks");
   }
   return std::nullopt;

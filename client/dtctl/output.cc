@@ -111,8 +111,8 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"step", r.step()},
           {"total_steps", r.total_steps()},
           {"exp_dir", r.exp_dir()},
-          {"latest_checkpoint_step", r.latest_checkpoint_step() >= 0 ? nlohmann::json(r.latest_checkpoint_step())
-                                                                     : nlohmann::json(nullptr)},
+          {"latest_checkpoint_step",
+           r.latest_checkpoint_step() >= 0 ? nlohmann::json(r.latest_checkpoint_step()) : nlohmann::json(nullptr)},
           {"resumed_from_step", r.resumed_from_step()},
           {"reason", reason},
           {"created_at", Iso8601(r.created_at())},
@@ -132,12 +132,8 @@ std::string PreflightCell(const v1::RankStatus& rank) {
 }
 
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c) {
-  return {{"step", c.step()},
-          {"size", c.bytes()},
-          {"time", Iso8601(c.committed_at())},
-          {"path", c.path()},
-          {"committed", c.committed()},
-          {"generation", c.generation()}};
+  return {{"step", c.step()}, {"size", c.bytes()},          {"time", Iso8601(c.committed_at())},
+          {"path", c.path()}, {"committed", c.committed()}, {"generation", c.generation()}};
 }
 
 nlohmann::json MetricJson(const v1::MetricRecord& m) {

@@ -30,7 +30,7 @@ std::string Iso8601(const google::protobuf::Timestamp& t);  // "" when unset
 std::string Ago(const google::protobuf::Timestamp& t);      // "3m ago"
 std::string HumanBytes(int64_t bytes);                      // "1.5 GiB"
 std::string HumanSeconds(double seconds);                   // "1h02m", "45s"
-std::string FailureLine(const v1::Failure& f);  // DescribeFailure, escaped for a terminal
-std::string PreflightCell(const v1::RankStatus& rank);  // "9.1 ms", "device error" or ""
+std::string FailureLine(const v1::Failure& f);              // DescribeFailure, escaped for a terminal
+std::string PreflightCell(const v1::RankStatus& rank);      // "9.1 ms", "device error" or ""
 
 }  // namespace dt::ctl

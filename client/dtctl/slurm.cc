@@ -38,7 +38,8 @@ absl::StatusOr<std::string> FindSbatchTemplate() {
 std::string ShellQuote(const std::string& word) {
   bool safe = !word.empty();
   for (char c : word) {
-    safe = safe && (absl::ascii_isalnum(static_cast<unsigned char>(c)) || std::string("-_./=:,@%+").find(c) != std::string::npos);
+    safe = safe && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                    std::string("-_./=:,@%+").find(c) != std::string::npos);
   }
   if (safe) return word;
   return absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
@@ -58,7 +59,8 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::m
     out.append(text, pos, open - pos);
     std::string name = text.substr(open + 2, close - open - 2);
     auto it = values.find(name);
-    if (it == values.end()) return absl::InvalidArgumentError(absl::StrCat("unknown template placeholder {{", name, "}}"));
+    if (it == values.end())
+      return absl::InvalidArgumentError(absl::StrCat("unknown template placeholder {{", name, "}}"));
     out += it->second;
     pos = close + 2;
   }
@@ -87,15 +89,16 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"RUN_ID", p.run_id},
       {"RUN_TOKEN", ShellQuote(p.run_token)},
       {"TLS_CA", ShellQuote(p.tls_ca)},
-      {"OMP_THREADS", p.omp_threads > 0 ? absl::StrCat("export OMP_NUM_THREADS=", p.omp_threads)
-                                        : "# OMP_NUM_THREADS: dtrun's default (1 per process when a node runs several)"},
+      {"OMP_THREADS", p.omp_threads > 0
+                          ? absl::StrCat("export OMP_NUM_THREADS=", p.omp_threads)
+                          : "# OMP_NUM_THREADS: dtrun's default (1 per process when a node runs several)"},
       {"TRAINER", ShellQuote(p.trainer)},
       {"TRAINER_ARGS", absl::StrJoin(args, " ")},
       {"DTCTL", ShellQuote(p.dtctl)},
   };
   if (p.logs_dir.find_first_of(" '\"\n$`") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("the logs directory ", p.logs_dir,
-                                                   " contains characters #SBATCH --output cannot take"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the logs directory ", p.logs_dir, " contains characters #SBATCH --output cannot take"));
   }
   return RenderTemplate(template_text, values);
 }
@@ -108,7 +111,8 @@ absl::StatusOr<std::string> SubmitBatch(const std::string& script) {
     return absl::FailedPreconditionError(absl::StrCat("sbatch refused the job: ", out));
   }
   // --parsable prints "jobid" or "jobid;cluster"; keep the id.
-  std::string id = std::string(absl::StripAsciiWhitespace(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1)));
+  std::string id = std::string(
+      absl::StripAsciiWhitespace(out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1)));
   id = id.substr(0, id.find(';'));
   if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
     return absl::InternalError(absl::StrCat("unexpected sbatch output: ", out));
@@ -127,9 +131,12 @@ absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id) {
     if (!s.ok() || s->exit_code != 0) return absl::NotFoundError(absl::StrCat("Slurm no longer knows job ", job_id));
     SlurmJob job{job_id, "", "", ""};
     for (absl::string_view field : absl::StrSplit(s->output, ' ', absl::SkipWhitespace())) {
-      if (absl::ConsumePrefix(&field, "JobState=")) job.state = std::string(field);
-      else if (absl::ConsumePrefix(&field, "Reason=")) job.reason = std::string(field);
-      else if (absl::ConsumePrefix(&field, "NodeList=")) job.nodes = std::string(field);
+      if (absl::ConsumePrefix(&field, "JobState="))
+        job.state = std::string(field);
+      else if (absl::ConsumePrefix(&field, "Reason="))
+        job.reason = std::string(field);
+      else if (absl::ConsumePrefix(&field, "NodeList="))
+        job.nodes = std::string(field);
     }
     return job;
   }

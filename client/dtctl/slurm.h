@@ -15,7 +15,7 @@ struct SbatchParams {
   std::string job_name;
   int nodes = 1;
   int tasks_per_node = 1;
-  int cpus_per_task = 0;  // 0: Slurm's default
+  int cpus_per_task = 0;      // 0: Slurm's default
   int preempt_grace_s = 120;  // #SBATCH --signal=USR2@<this>
   int gpus_per_node = 0;
   std::string logs_dir;

@@ -69,9 +69,8 @@ std::string LastSrunError(const std::string& srun_stderr) {
   return last;
 }
 
-std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_id, int64_t generation,
-                                                        int exit_code, const std::string& srun_stderr,
-                                                        const std::string& batch_node) {
+std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_id, int64_t generation, int exit_code,
+                                                        const std::string& srun_stderr, const std::string& batch_node) {
   if (exit_code == 0) return std::nullopt;
   v1::ReportErrorRequest report;
   report.set_run_id(run_id);
@@ -85,20 +84,20 @@ std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_i
     // A host list ("n[1-2]") names no one node; the task id alone then finds the rank.
     bool one_node = first.nodes.find_first_of("[,") == std::string::npos;
     if (one_node && ValidateLabel("node", first.nodes).ok()) report.set_node(first.nodes);
-    report.set_message(TruncateUtf8(
-        absl::StrCat("srun: task ", first.tasks.front(), " on ", first.nodes, ": ", first.what,
-                     " (the first task of the step to end badly; srun ended with code ", exit_code, ")"),
-        kMaxReportBytes));
+    report.set_message(
+        TruncateUtf8(absl::StrCat("srun: task ", first.tasks.front(), " on ", first.nodes, ": ", first.what,
+                                  " (the first task of the step to end badly; srun ended with code ", exit_code, ")"),
+                     kMaxReportBytes));
     return report;
   }
   std::string error = LastSrunError(srun_stderr);
   report.set_node(batch_node);
   report.set_host(HostName());
   report.set_local_slot(-1);  // srun itself, not one of its tasks
-  report.set_message(TruncateUtf8(absl::StrCat("srun ended with code ", exit_code,
-                                                " before any task of the step failed",
-                                                error.empty() ? "" : absl::StrCat(": ", error)),
-                                   kMaxReportBytes));
+  report.set_message(
+      TruncateUtf8(absl::StrCat("srun ended with code ", exit_code, " before any task of the step failed",
+                                error.empty() ? "" : absl::StrCat(": ", error)),
+                   kMaxReportBytes));
   return report;
 }
 

@@ -31,8 +31,7 @@ std::string LastSrunError(const std::string& srun_stderr);
 // What `dtctl report-step` sends: the first task that failed, by its task id (the node only when
 // srun named one node), or — srun failed before any task did — srun's own error against the node
 // the batch script runs on. nullopt when there is nothing to report (srun ended with code 0).
-std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_id, int64_t generation,
-                                                        int exit_code, const std::string& srun_stderr,
-                                                        const std::string& batch_node);
+std::optional<v1::ReportErrorRequest> StepFailureReport(const std::string& run_id, int64_t generation, int exit_code,
+                                                        const std::string& srun_stderr, const std::string& batch_node);
 
 }  // namespace dt::ctl

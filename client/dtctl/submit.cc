@@ -13,8 +13,8 @@
 #include "client/agent.h"
 #include "client/dtctl/local_launcher.h"
 #include "client/dtctl/slurm.h"
-#include "common/data_dir.h"
 #include "common/crypto.h"
+#include "common/data_dir.h"
 #include "common/fs.h"
 #include "common/names.h"
 #include "common/subprocess.h"
@@ -62,15 +62,16 @@ absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
   }
   if (!doc.IsMap()) return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping"));
   static const std::vector<std::string> known = {
-      "name", "save_dir", "nodes", "nproc_per_node", "scheduler", "log_strategy", "wandb", "max_restarts",
-      "keep_checkpoints", "gpus_per_node", "omp_threads", "sbatch_args", "trainer", "trainer_args", "exec",
+      "name",         "save_dir",     "nodes",        "nproc_per_node",   "scheduler",
+      "log_strategy", "wandb",        "max_restarts", "keep_checkpoints", "gpus_per_node",
+      "omp_threads",  "sbatch_args",  "trainer",      "trainer_args",     "exec",
       "max_requeues", "preempt_grace"};
   try {
     for (const auto& kv : doc) {
       std::string key = kv.first.as<std::string>();
       if (std::find(known.begin(), known.end(), key) == known.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": unknown field \"", key,
-                                                       "\" (known: ", absl::StrJoin(known, ", "), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("run file ", path, ": unknown field \"", key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
       }
     }
     if (doc["name"]) o->name = doc["name"].as<std::string>();
@@ -134,7 +135,8 @@ absl::Status Preflight(const SubmitOptions& o) {
   if (absl::Status s = ValidateExperimentName(o.name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
   }
-  if (o.save_dir.empty()) return absl::InvalidArgumentError("--save-dir is required (where the experiment directory goes)");
+  if (o.save_dir.empty())
+    return absl::InvalidArgumentError("--save-dir is required (where the experiment directory goes)");
   if (o.nodes < 1 || o.nproc_per_node < 1) {
     return absl::InvalidArgumentError("--nodes and --nproc-per-node must be at least 1");
   }
@@ -145,7 +147,8 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--log-strategy \"", o.log_strategy, "\" is not main, node or all"));
   }
   if (!o.exec_command.empty() && !o.trainer_args.empty()) {
-    return absl::InvalidArgumentError("a run file's trainer_args and exec cannot both be given (exec runs your own program)");
+    return absl::InvalidArgumentError(
+        "a run file's trainer_args and exec cannot both be given (exec runs your own program)");
   }
   if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
     return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
@@ -158,7 +161,8 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::FailedPreconditionError(absl::StrCat("save dir: ", s.message(), "; choose a writable --save-dir"));
   }
   if (!IsWritableDir(o.save_dir)) {
-    return absl::FailedPreconditionError(absl::StrCat("save dir ", o.save_dir, " is not writable; choose another --save-dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("save dir ", o.save_dir, " is not writable; choose another --save-dir"));
   }
   if (!o.exec_command.empty()) return absl::OkStatus();
   // The data the trainers will read.
@@ -179,8 +183,8 @@ absl::Status Preflight(const SubmitOptions& o) {
   bool hf_files = ::access(JoinPath(*tokenizer, "vocab.json").c_str(), R_OK) == 0 &&
                   ::access(JoinPath(*tokenizer, "merges.txt").c_str(), R_OK) == 0;
   if (!gpt2_files && !hf_files) {
-    return absl::FailedPreconditionError(absl::StrCat("tokenizer dir ", *tokenizer,
-                                                      " lacks encoder.json + vocab.bpe (or vocab.json + merges.txt)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("tokenizer dir ", *tokenizer, " lacks encoder.json + vocab.bpe (or vocab.json + merges.txt)"));
   }
   // The trainer binary runs. Loading LibTorch takes a moment: remember a binary that ran (by
   // path, size and time) so repeated submits skip it.
@@ -284,8 +288,8 @@ absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& o, const std::st
   return out;
 }
 
-absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client,
-                                          const SubmitOptions& o, const std::string& tls_ca) {
+absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client, const SubmitOptions& o,
+                                          const std::string& tls_ca) {
   v1::SubmitRunRequest req;
   v1::RunSpec* spec = req.mutable_spec();
   spec->set_experiment_name(o.name);

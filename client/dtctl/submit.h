@@ -25,8 +25,8 @@ struct SubmitOptions {
   std::vector<std::string> wandb_tags;
   int max_restarts = 0;
   int keep_checkpoints = 3;
-  int max_requeues = 3;      // Slurm: requeues after a preemption or the time limit
-  int preempt_grace_s = 120; // Slurm: #SBATCH --signal=USR2@<this>
+  int max_requeues = 3;       // Slurm: requeues after a preemption or the time limit
+  int preempt_grace_s = 120;  // Slurm: #SBATCH --signal=USR2@<this>
   int gpus_per_node = 0;
   int omp_threads = 0;
   std::vector<std::string> sbatch_args;
@@ -54,7 +54,7 @@ absl::Status Preflight(const SubmitOptions& options);
 struct Submitted {
   std::string run_id;
   std::string exp_dir;
-  std::string job_id;   // Slurm job id, or the local launcher's pid
+  std::string job_id;  // Slurm job id, or the local launcher's pid
   int64_t resume_step = 0;
 };
 

@@ -1,5 +1,5 @@
-#include "common/run_state.h"
 #include "client/dtctl/watch.h"
+#include "common/run_state.h"
 
 #include <cmath>
 #include <iostream>
@@ -14,7 +14,6 @@
 
 namespace dt::ctl {
 namespace {
-
 
 std::string Compact(double v) {
   if (v >= 1e6) return absl::StrFormat("%.1fM", v / 1e6);
@@ -84,9 +83,7 @@ class View {
   const v1::Run& run() const { return run_; }
 
  private:
-  static std::string Stamp() {
-    return absl::FormatTime("%H:%M:%S ", absl::Now(), absl::LocalTimeZone());
-  }
+  static std::string Stamp() { return absl::FormatTime("%H:%M:%S ", absl::Now(), absl::LocalTimeZone()); }
 
   std::string ProgressLine(bool bar) const {
     int64_t total = run_.total_steps();
@@ -126,7 +123,8 @@ class View {
                                       "  generation ", run_.generation(), "  restarts ", run_.restarts(), "/",
                                       run_.spec().max_restarts(), "  ranks ", run_.world_size());
     if (drawn_) out_ << "\033[3A";
-    out_ << "\r\033[K" << header << "\n\033[K" << ProgressLine(true) << "\n\033[K" << SpreadLine() << "\n" << std::flush;
+    out_ << "\r\033[K" << header << "\n\033[K" << ProgressLine(true) << "\n\033[K" << SpreadLine() << "\n"
+         << std::flush;
     drawn_ = true;
   }
 

@@ -47,8 +47,8 @@ bool FromErrorFile(const std::string& json_text, ChildFailure* out) {
   } else {
     return false;
   }
-  if (!SplitException(std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n')))),
-                      &out->exception_type, &out->message)) {
+  if (!SplitException(std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n')))), &out->exception_type,
+                      &out->message)) {
     out->message = text;
   } else if (text.find('\n') != std::string::npos) {
     out->message = text.substr(out->exception_type.size() + 2);  // a multi-line message, whole

@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   if (!client.ok()) return Usage(std::string(client.status().message()));
   if (c.run_id.empty()) {
     if (join.experiment_name.empty() || join.save_dir.empty() || c.nodes <= 0) {
-      return Usage("no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
+      return Usage(
+          "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
     }
     join.nodes = c.nodes;
     join.procs_per_node = c.procs_per_node;

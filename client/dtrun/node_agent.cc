@@ -3,8 +3,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <cerrno>
 #include <unistd.h>
+#include <cerrno>
 
 #include <atomic>
 #include <fstream>
@@ -131,9 +131,9 @@ class NodeAgent {
     registered_ = true;
     const v1::RegisterResponse& a = workers_.front().agent->assignment();
     SetLogProgram(absl::StrCat("dtrun ", config_.node));
-    DT_LOG(Info) << "node " << config_.node << " is group rank " << a.node_rank() << " of " << a.nodes()
-                 << ": ranks " << workers_.front().agent->rank() << ".." << workers_.back().agent->rank() << " of "
-                 << a.world_size() << ", generation " << a.generation() << " (restart " << a.restarts() << " of "
+    DT_LOG(Info) << "node " << config_.node << " is group rank " << a.node_rank() << " of " << a.nodes() << ": ranks "
+                 << workers_.front().agent->rank() << ".." << workers_.back().agent->rank() << " of " << a.world_size()
+                 << ", generation " << a.generation() << " (restart " << a.restarts() << " of "
                  << a.spec().max_restarts() << ")";
     return absl::OkStatus();
   }
@@ -195,16 +195,25 @@ class NodeAgent {
       w.log_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".log"));
       w.error_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".error.json"));
       ::unlink(w.error_file.c_str());  // a previous generation's
-      WorkerContext c{a, w.agent->incarnation(), master.addr, master.port, master.agent_store, config_.coordinator, config_.tls_ca,
-                      config_.run_token, w.error_file, omp != nullptr ? omp : "", dt_python,
+      WorkerContext c{a,
+                      w.agent->incarnation(),
+                      master.addr,
+                      master.port,
+                      master.agent_store,
+                      config_.coordinator,
+                      config_.tls_ca,
+                      config_.run_token,
+                      w.error_file,
+                      omp != nullptr ? omp : "",
+                      dt_python,
                       python_path != nullptr ? python_path : ""};
       SpawnOptions o;
       o.env = WorkerEnvironment(c);
       o.output_file = w.log_file;
       std::ofstream(w.log_file, std::ios::app)
-          << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation()
-          << " (restart " << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master.port
-          << ": " << absl::StrJoin(config_.command, " ") << "\n";
+          << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation() << " (restart "
+          << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master.port << ": "
+          << absl::StrJoin(config_.command, " ") << "\n";
       absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(config_.command, o);
       if (!p.ok()) return p.status();
       w.process = std::move(*p);
@@ -299,11 +308,11 @@ class NodeAgent {
   }
 
   void ReportFailure(const Worker& w) {
-    std::string exit = absl::StrCat("pid ", w.process->pid(), " ", DescribeWaitStatus(w.status), "; output in ",
-                                    w.log_file);
+    std::string exit =
+        absl::StrCat("pid ", w.process->pid(), " ", DescribeWaitStatus(w.status), "; output in ", w.log_file);
     ChildFailure f = DescribeChildFailure(ReadFile(w.error_file).value_or(""), Tail(w.log_file, kLogTailBytes), exit);
-    DT_LOG(Error) << "rank " << w.agent->rank() << " failed: "
-                  << (f.exception_type.empty() ? "" : absl::StrCat(f.exception_type, ": ")) << f.message;
+    DT_LOG(Error) << "rank " << w.agent->rank()
+                  << " failed: " << (f.exception_type.empty() ? "" : absl::StrCat(f.exception_type, ": ")) << f.message;
     if (absl::Status s = w.agent->ReportWorkerExit(f.message, f.exception_type, f.stack, 0); !s.ok()) {
       DT_LOG(Warning) << "could not report the failure of rank " << w.agent->rank() << ": " << s;
     }

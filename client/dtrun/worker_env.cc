@@ -4,9 +4,7 @@
 
 namespace dt::run {
 
-std::string LatestCheckpointDir(const v1::RegisterResponse& a) {
-  return a.has_resume() ? a.resume().path() : "";
-}
+std::string LatestCheckpointDir(const v1::RegisterResponse& a) { return a.has_resume() ? a.resume().path() : ""; }
 
 std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
   const v1::RegisterResponse& a = c.assignment;
@@ -45,8 +43,8 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
   };
   if (!c.tls_ca.empty()) env["DT_TLS_CA"] = c.tls_ca;
   if (!c.dt_python_dir.empty()) {
-    env["PYTHONPATH"] = c.inherited_python_path.empty() ? c.dt_python_dir
-                                                        : absl::StrCat(c.dt_python_dir, ":", c.inherited_python_path);
+    env["PYTHONPATH"] =
+        c.inherited_python_path.empty() ? c.dt_python_dir : absl::StrCat(c.dt_python_dir, ":", c.inherited_python_path);
   }
   // torchrun's default: one thread per process when a node runs several, unless the user chose.
   if (c.inherited_omp_threads.empty() && a.local_world_size() > 1) env["OMP_NUM_THREADS"] = "1";

@@ -14,11 +14,11 @@ struct WorkerContext {
   std::string incarnation;          // the registration the child acts for (dt module)
   std::string master_addr;          // group rank 0's node, as the other nodes reach it
   int master_port = 0;
-  bool agent_store = false;         // dtrun hosts the TCPStore at MASTER_ADDR:MASTER_PORT
+  bool agent_store = false;  // dtrun hosts the TCPStore at MASTER_ADDR:MASTER_PORT
   std::string coordinator;
   std::string tls_ca;
-  std::string run_token;            // in the environment only, never printed
-  std::string error_file;           // TORCHELASTIC_ERROR_FILE
+  std::string run_token;   // in the environment only, never printed
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
   // The value of OMP_NUM_THREADS in dtrun's own environment; empty when unset.
   std::string inherited_omp_threads;
   // The dt Python package's directory (empty: none found) and dtrun's own PYTHONPATH: the

@@ -15,15 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/run_state.h"
-#include "common/host.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "common/log.h"
+#include "common/run_state.h"
 
 namespace dt::wandb {
 namespace {
-
 
 // One history row: the merged values of consecutive points with the same step.
 struct Row {
@@ -157,8 +156,8 @@ std::string ConfigJson(const v1::Run& run, std::vector<std::string>* tags) {
 
 std::map<std::string, std::string> WandbEnvironment() {
   std::map<std::string, std::string> env;
-  for (const char* name : {"WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_MODE",
-                           "WANDB_HTTP_TIMEOUT"}) {
+  for (const char* name :
+       {"WANDB_API_KEY", "WANDB_BASE_URL", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_MODE", "WANDB_HTTP_TIMEOUT"}) {
     const char* v = std::getenv(name);
     if (v != nullptr && *v != '\0') env[name] = v;
   }
@@ -225,7 +224,7 @@ Forwarder::Target* Forwarder::AddTarget(std::unique_ptr<Spool> spool) {
     t->offline = true;
   }
   t->http = options_.http ? options_.http(t->api_key, options_.http_timeout)
-                         : std::make_unique<HttpClient>(t->api_key, options_.http_timeout);
+                          : std::make_unique<HttpClient>(t->api_key, options_.http_timeout);
   t->spooled = spool->size();
   t->acked = spool->state().acked_points;
   t->ended = spool->state().exitcode.has_value();
@@ -405,7 +404,8 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
   if (target == nullptr) return;
   std::vector<Point> points;
   points.reserve(batch.points_size());
-  for (const auto& p : batch.points()) points.push_back(Point{p.step(), p.time(), {p.values().begin(), p.values().end()}});
+  for (const auto& p : batch.points())
+    points.push_back(Point{p.step(), p.time(), {p.values().begin(), p.values().end()}});
   {
     absl::MutexLock tl(&target->mu);
     SpoolState& st = target->spool->state();
@@ -525,7 +525,8 @@ void Forwarder::SetDue(Target& t, absl::Time due) {
 }
 
 void Forwarder::Backoff(Target& t, const HttpResult& r) {
-  absl::Duration next = t.backoff == absl::ZeroDuration() ? options_.retry_base : std::min(t.backoff * 2, options_.retry_cap);
+  absl::Duration next =
+      t.backoff == absl::ZeroDuration() ? options_.retry_base : std::min(t.backoff * 2, options_.retry_cap);
   t.backoff = next;
   static thread_local std::mt19937 rng(std::random_device{}());
   double jitter = std::uniform_real_distribution<double>(0.75, 1.25)(rng);

@@ -25,14 +25,14 @@
 namespace dt::wandb {
 
 struct ForwarderOptions {
-  std::string spool_dir;                       // <state-dir>/wandb
+  std::string spool_dir;  // <state-dir>/wandb
   absl::Duration post_interval = absl::Seconds(2);
   absl::Duration retry_base = absl::Seconds(2);
   absl::Duration retry_cap = absl::Seconds(60);
   absl::Duration heartbeat_after = absl::Seconds(30);
   absl::Duration http_timeout = absl::Seconds(20);
   int workers = 4;
-  size_t max_post_bytes = 8 << 20;             // W&B wants posts under ~10 MB
+  size_t max_post_bytes = 8 << 20;  // W&B wants posts under ~10 MB
   // WANDB_* settings of the coordinator's environment (API key, base URL, entity, project, mode).
   std::map<std::string, std::string> env;
   const Clock* clock = RealClock::Get();
@@ -67,7 +67,7 @@ class Forwarder : public RunObserver {
   struct Target;
   struct Route {
     bool enabled = false;
-    std::string reason;                   // why not, for the log
+    std::string reason;  // why not, for the log
     v1::LogStrategy strategy = v1::MAIN;
     std::map<int, Target*> by_rank;
   };
@@ -100,7 +100,7 @@ class Forwarder : public RunObserver {
 
   mutable absl::Mutex mu_;
   absl::CondVar work_;
-  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);            // dt run id → route
+  std::map<std::string, Route> routes_ ABSL_GUARDED_BY(mu_);                     // dt run id → route
   std::map<std::string, std::unique_ptr<Target>> targets_ ABSL_GUARDED_BY(mu_);  // spool dir → target
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Existing W&B runs taken over by a new dt run, rebound outside mu_ (lock order: target, then mu_).

@@ -12,17 +12,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dt/v1/metrics.pb.h"
 #include "common/fs.h"
+#include "dt/v1/metrics.pb.h"
 
 namespace dt::wandb {
 namespace {
 
 nlohmann::json MetaJson(const SpoolMeta& m) {
-  return {{"entity", m.run.entity},     {"project", m.run.project}, {"run_id", m.run.run_id},
-          {"display_name", m.run.display_name}, {"group", m.run.group}, {"job_type", m.run.job_type},
-          {"tags", m.run.tags},         {"config_json", m.run.config_json}, {"host", m.run.host},
-          {"program", m.run.program},   {"base_url", m.base_url},   {"mode", m.mode},
+  return {{"entity", m.run.entity},  {"project", m.run.project},
+          {"run_id", m.run.run_id},  {"display_name", m.run.display_name},
+          {"group", m.run.group},    {"job_type", m.run.job_type},
+          {"tags", m.run.tags},      {"config_json", m.run.config_json},
+          {"host", m.run.host},      {"program", m.run.program},
+          {"base_url", m.base_url},  {"mode", m.mode},
           {"dt_run_id", m.dt_run_id}};
 }
 
@@ -141,7 +143,8 @@ absl::Status Spool::Append(const std::vector<Point>& points) {
     ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return absl::ResourceExhaustedError(absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(errno)));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(errno)));
     }
     done += static_cast<size_t>(n);
   }
@@ -159,7 +162,8 @@ absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) 
   int64_t end = to < size() ? offsets_[to] : file_bytes_;
   std::string buf(static_cast<size_t>(end - begin), '\0');
   ssize_t n = ::pread(fd_, buf.data(), buf.size(), begin);
-  if (n != static_cast<ssize_t>(buf.size())) return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
+  if (n != static_cast<ssize_t>(buf.size()))
+    return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
   v1::MetricPoint record;
   for (size_t pos = 0; pos < buf.size();) {
     uint32_t len = 0;
@@ -181,9 +185,12 @@ absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) 
 absl::Status Spool::SaveState() {
   nlohmann::json summary = nlohmann::json::object();
   for (const auto& [k, v] : state_.summary) summary[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-  nlohmann::json s = {{"acked_points", state_.acked_points}, {"acked_lines", state_.acked_lines},
-                      {"last_step", state_.last_step},       {"runtime_base", state_.runtime_base},
-                      {"start_time", state_.start_time},     {"finished", state_.finished},
+  nlohmann::json s = {{"acked_points", state_.acked_points},
+                      {"acked_lines", state_.acked_lines},
+                      {"last_step", state_.last_step},
+                      {"runtime_base", state_.runtime_base},
+                      {"start_time", state_.start_time},
+                      {"finished", state_.finished},
                       {"exitcode", state_.exitcode ? nlohmann::json(*state_.exitcode) : nlohmann::json(nullptr)},
                       {"summary", summary}};
   return WriteFileAtomic(JoinPath(dir_, "state.json"), s.dump() + "\n", 0600);

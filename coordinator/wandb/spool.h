@@ -1,7 +1,7 @@
 // One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
 // dt.v1.MetricPoint records) before anything is sent (write(2) per batch, so a killed coordinator
-// loses nothing; fdatasync about once a second against power loss). state.json records what W&B has accepted — points, history lines, last
-// step — and is replaced atomically after each accepted post, so a restart resumes at the right
+// loses nothing; fdatasync about once a second against power loss). state.json records what W&B has accepted — points,
+// history lines, last step — and is replaced atomically after each accepted post, so a restart resumes at the right
 // offset and sends nothing twice. meta.json describes the W&B run.
 #pragma once
 
@@ -37,7 +37,7 @@ struct SpoolState {
 struct SpoolMeta {
   RunMeta run;
   std::string base_url;
-  std::string mode;       // online | offline
+  std::string mode;  // online | offline
   std::string dt_run_id;
 };
 

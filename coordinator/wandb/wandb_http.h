@@ -11,9 +11,9 @@
 namespace dt::wandb {
 
 struct HttpResult {
-  int code = 0;              // HTTP status; 0 when no response arrived
+  int code = 0;  // HTTP status; 0 when no response arrived
   std::string body;
-  std::string error;         // libcurl's message when code == 0
+  std::string error;                                  // libcurl's message when code == 0
   absl::Duration retry_after = absl::ZeroDuration();  // from Retry-After, when given
 };
 
@@ -41,7 +41,8 @@ class HttpClient : public HttpPoster {
 };
 
 // Makes a poster for one W&B run: Basic auth with `api_key`, and `timeout` per request.
-using HttpPosterFactory = std::function<std::unique_ptr<HttpPoster>(const std::string& api_key, absl::Duration timeout)>;
+using HttpPosterFactory =
+    std::function<std::unique_ptr<HttpPoster>(const std::string& api_key, absl::Duration timeout)>;
 
 // Whether a response should be retried with the identical body: 429, 5xx, no response.
 bool Retryable(const HttpResult& r);

@@ -34,8 +34,9 @@ nlohmann::json OrNull(const std::string& s) { return s.empty() ? nlohmann::json(
 }  // namespace
 
 std::string ResumeStatusBody(const RunMeta& meta) {
-  nlohmann::json body = {{"query", kResumeQuery},
-                         {"variables", {{"project", meta.project}, {"entity", OrNull(meta.entity)}, {"name", meta.run_id}}}};
+  nlohmann::json body = {
+      {"query", kResumeQuery},
+      {"variables", {{"project", meta.project}, {"entity", OrNull(meta.entity)}, {"name", meta.run_id}}}};
   return body.dump();
 }
 
@@ -56,8 +57,8 @@ absl::StatusOr<ResumeState> ParseResumeStatus(const std::string& body) {
   nlohmann::json tail = nlohmann::json::parse(tail_text, nullptr, false);
   if (tail.is_array() && !tail.empty()) {
     const nlohmann::json& last_line = tail.back();
-    nlohmann::json last = last_line.is_string() ? nlohmann::json::parse(last_line.get<std::string>(), nullptr, false)
-                                                : last_line;
+    nlohmann::json last =
+        last_line.is_string() ? nlohmann::json::parse(last_line.get<std::string>(), nullptr, false) : last_line;
     if (last.is_object()) {
       out.last_step = last.value("_step", int64_t{-1});
       out.runtime = last.value("_runtime", 0.0);

@@ -13,14 +13,14 @@ namespace dt::wandb {
 
 // What the W&B run is and how it is shown.
 struct RunMeta {
-  std::string entity;        // may be empty: W&B's default entity of the key
+  std::string entity;  // may be empty: W&B's default entity of the key
   std::string project;
-  std::string run_id;        // [a-z0-9_-]
+  std::string run_id;  // [a-z0-9_-]
   std::string display_name;
   std::string group;
   std::string job_type = "train";
   std::vector<std::string> tags;
-  std::string config_json;   // {"key": {"value": ...}, ..., "_wandb": {"value": {"t": {}}}}
+  std::string config_json;  // {"key": {"value": ...}, ..., "_wandb": {"value": {"t": {}}}}
   std::string host;
   std::string program = "dttrainer";
 };
@@ -28,8 +28,8 @@ struct RunMeta {
 struct ResumeState {
   bool exists = false;
   int64_t history_lines = 0;
-  int64_t last_step = -1;   // -1: no history
-  double runtime = 0;       // seconds, from the tail
+  int64_t last_step = -1;  // -1: no history
+  double runtime = 0;      // seconds, from the tail
 };
 
 std::string ResumeStatusBody(const RunMeta& meta);

@@ -2,9 +2,9 @@
 // `dtctl submit --exec -- train_cpp STEPS`: it acts for the rank dtrun registered, builds its Gloo
 // process group on the coordinator's store (no MASTER_ADDR/MASTER_PORT), averages gradients with
 // allreduce, reports its loss and progress, and checkpoints in rounds the coordinator commits.
+#include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/torch.h>
 
 #include <cstdlib>
 #include <fstream>
