@@ -7,8 +7,8 @@
 set -euo pipefail
 
 packages=(
-  # toolchain
-  build-essential cmake ninja-build ccache pkg-config git ca-certificates procps psmisc
+  # toolchain (clang-format: scripts/test.sh checks the house style)
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates procps psmisc clang-format
   # RPC and core libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
   libsqlite3-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev

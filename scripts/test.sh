@@ -9,6 +9,8 @@
 #       sanitizer in build-<KIND>/ and runs their unit and integration tests; any report fails the
 #       test (halt_on_error). ThreadSanitizer is not offered (Debian's Abseil is not built with it).
 #
+# The sources must be formatted (scripts/format.sh --check; scripts/format.sh fixes them).
+#
 # Labels: unit (no network), integration (gRPC on loopback), e2e (real trainer processes, Gloo,
 # W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root), slurm-soak (the
 # Slurm root-cause test 20 times in a row; only with -L slurm-soak).
@@ -29,6 +31,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
 fi
 
 scripts/build.sh
+scripts/format.sh --check
 cd build
 # The soak label runs only when asked for (scripts/test.sh -L slurm-soak).
 label_args=(-LE slurm-soak)
