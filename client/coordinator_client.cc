@@ -38,6 +38,16 @@ absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file) {
   return token.ok() ? token : ResolveToken("", "DT_TOKEN", "");
 }
 
+absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(const std::string& address,
+                                                                              const std::string& token,
+                                                                              const std::string& tls_ca_file) {
+  ClientOptions options;
+  options.address = address;
+  options.token = token;
+  options.tls_ca_file = tls_ca_file;
+  return Connect(options);
+}
+
 absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientOptions& options) {
   if (options.address.empty() || options.address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("coordinator address \"", options.address, "\" must be HOST:PORT"));

@@ -39,6 +39,10 @@ absl::StatusOr<std::string> ResolveRunToken(const std::string& token_file);
 class CoordinatorClient {
  public:
   static absl::StatusOr<std::shared_ptr<CoordinatorClient>> Connect(const ClientOptions& options);
+  // A shared connection to `address` with `token`, over TLS when `tls_ca_file` names PEM roots.
+  static absl::StatusOr<std::shared_ptr<CoordinatorClient>> Connect(const std::string& address,
+                                                                    const std::string& token,
+                                                                    const std::string& tls_ca_file);
 
   // A context with the token and a deadline `timeout` from now (InfiniteDuration: none).
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -93,24 +94,8 @@ int CheckpointDiff(const std::string& a, const std::string& b) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Before any thread exists: SIGTERM/SIGINT go to one watcher thread (see RunTrainer).
-  dt::BlockStopSignals();
-  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  dt::SetLogProgram("dttrainer");
-  CLI::App app{
-      "dttrainer: one GPT-2 training process per device, coordinated by dtcoord.\n"
-      "Usually started by `dtctl submit` (local or Slurm) with DT_COORDINATOR, DT_RUN_ID and\n"
-      "DT_RUN_TOKEN set. With your own sbatch script, give --experiment-name/--save-dir/--nnodes/\n"
-      "--nproc-per-node and DT_TOKEN: the tasks of one Slurm job create or join one run."};
-  app.set_version_flag("--version", std::string(dt::kVersion));
-  app.require_subcommand(0, 1);
-  // A later occurrence of a flag overrides an earlier one (launchers append to user arguments).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  dt::TrainerConfig c;
+// Who this process is and which run it joins; defaults from the environment a launcher sets.
+void DeclareIdentityFlags(CLI::App& app, dt::TrainerConfig& c, std::string& token_file) {
   c.coordinator = Env("DT_COORDINATOR");
   c.run_id = Env("DT_RUN_ID");
   c.tls_ca = Env("DT_TLS_CA");
@@ -118,9 +103,6 @@ int main(int argc, char** argv) {
   // Under srun: the task id srun names when it reports a failed task.
   if (int task = EnvInt("SLURM_PROCID", -1); task >= 0 && !Env("SLURM_STEP_ID").empty()) c.scheduler_task = task;
   c.node = dt::NodeName();
-  std::string token_file;
-  bool no_metrics = false;
-
   auto* id = "Identity";
   app.add_option("--coordinator", c.coordinator, "dtcoord address HOST:PORT (default: $DT_COORDINATOR)")->group(id);
   app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)")->group(id);
@@ -145,7 +127,9 @@ int main(int argc, char** argv) {
   app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "seconds to wait for every rank to register")
       ->group(id)
       ->capture_default_str();
+}
 
+void DeclareModelAndDataFlags(CLI::App& app, dt::TrainerConfig& c, const std::string& default_tokenizer) {
   auto* model = "Model";
   app.add_option("--model", c.model, "gpt2 (124M), gpt2-medium (350M) or tiny")->group(model)->capture_default_str();
   app.add_option("--config-overrides", c.config_overrides, "e.g. n_embd=128,n_layer=4,n_head=4,n_positions=256")
@@ -154,7 +138,6 @@ int main(int argc, char** argv) {
 
   auto* data = "Data";
   app.add_option("--dataset", c.dataset, "Alpaca .json/.jsonl, .jsonl with \"text\", or .txt")->group(data);
-  const std::string default_tokenizer = dt::FindDefaultTokenizerDir().value_or("");
   c.tokenizer_dir = default_tokenizer;
   app.add_option("--tokenizer-dir", c.tokenizer_dir,
                  "encoder.json + vocab.bpe (or vocab.json + merges.txt); default: the GPT-2 files shipped "
@@ -173,7 +156,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-batches", c.eval_batches, "batches per rank per evaluation")
       ->group(data)
       ->capture_default_str();
+}
 
+void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics) {
   auto* loop = "Training";
   app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-step")->group(loop)->capture_default_str();
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->group(loop)->capture_default_str();
@@ -200,20 +185,90 @@ int main(int argc, char** argv) {
   app.add_option("--exit-after-step", c.exit_after_step,
                  "testing: vanish without cleanup after this step, as a killed process would")
       ->group(loop);
+}
 
+// The debugging tools: tokenize, decode, ckpt-diff.
+struct Tools {
   std::string tok_dir, tok_file, tok_text, ids_text, diff_a, diff_b;
-  CLI::App* tokenize = app.add_subcommand("tokenize", "print the GPT-2 token ids of a text or file as JSON");
-  tok_dir = default_tokenizer;
-  tokenize->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
-  tokenize->add_option("--file", tok_file, "file to tokenize");
-  tokenize->add_option("text", tok_text, "text to tokenize");
-  CLI::App* decode = app.add_subcommand("decode", "print the text of a JSON array of token ids");
-  decode->add_option("--tokenizer-dir", tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
-  decode->add_option("ids", ids_text, "e.g. [15496, 995]")->required();
-  CLI::App* diff = app.add_subcommand("ckpt-diff", "largest absolute parameter difference of two checkpoints");
-  diff->add_option("a", diff_a, "checkpoint directory")->required();
-  diff->add_option("b", diff_b, "checkpoint directory")->required();
+  CLI::App *tokenize, *decode, *diff;
+};
 
+void DeclareTools(CLI::App& app, Tools& t, const std::string& default_tokenizer) {
+  t.tok_dir = default_tokenizer;
+  t.tokenize = app.add_subcommand("tokenize", "print the GPT-2 token ids of a text or file as JSON");
+  t.tokenize->add_option("--tokenizer-dir", t.tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
+  t.tokenize->add_option("--file", t.tok_file, "file to tokenize");
+  t.tokenize->add_option("text", t.tok_text, "text to tokenize");
+  t.decode = app.add_subcommand("decode", "print the text of a JSON array of token ids");
+  t.decode->add_option("--tokenizer-dir", t.tok_dir, "encoder.json + vocab.bpe directory")->capture_default_str();
+  t.decode->add_option("ids", t.ids_text, "e.g. [15496, 995]")->required();
+  t.diff = app.add_subcommand("ckpt-diff", "largest absolute parameter difference of two checkpoints");
+  t.diff->add_option("a", t.diff_a, "checkpoint directory")->required();
+  t.diff->add_option("b", t.diff_b, "checkpoint directory")->required();
+}
+
+constexpr char kNoTokenizer[] =
+    "--tokenizer-dir is required: no GPT-2 tokenizer files were found in dt's data/ folder (looked beside "
+    "this binary and in its source tree); pass the directory holding encoder.json and vocab.bpe";
+
+// The tool's exit code, or nullopt when no tool was asked for.
+std::optional<int> RunTool(const Tools& t) {
+  if ((t.tokenize->parsed() || t.decode->parsed()) && t.tok_dir.empty()) {
+    std::cerr << "dttrainer: " << kNoTokenizer << "\n";
+    return 2;
+  }
+  if (t.tokenize->parsed()) return Tokenize(t.tok_dir, t.tok_file, t.tok_text);
+  if (t.decode->parsed()) return Decode(t.tok_dir, t.ids_text);
+  if (t.diff->parsed()) return CheckpointDiff(t.diff_a, t.diff_b);
+  return std::nullopt;
+}
+
+// What is wrong with the configuration, in words a person can act on; "" when nothing.
+std::string ConfigProblem(const dt::TrainerConfig& c) {
+  if (c.coordinator.empty()) return "no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR";
+  if (c.run_id.empty() &&
+      (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 || c.expect_procs_per_node <= 0)) {
+    return "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to "
+           "create or join one";
+  }
+  if (c.dataset.empty()) return "--dataset is required";
+  if (c.tokenizer_dir.empty()) return kNoTokenizer;
+  if (c.max_steps <= 0 && c.num_epochs <= 0) return "give --max-steps or --num-epochs";
+  if (c.batch_size <= 0 || c.seq_len <= 1 || c.grad_accum <= 0) {
+    return "--batch-size and --grad-accum must be positive and --seq-len at least 2";
+  }
+  if (c.eval_split < 0 || c.eval_split >= 1) return "--eval-split must be in [0, 1)";
+  if (c.lr <= 0) return "--lr must be positive";
+  if (c.local_slot < 0) return "--local-rank must not be negative";
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists: SIGTERM/SIGINT go to one watcher thread (see RunTrainer).
+  dt::BlockStopSignals();
+  // absl's lock-order checking costs a graph update per lock; the tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  dt::SetLogProgram("dttrainer");
+  CLI::App app{
+      "dttrainer: one GPT-2 training process per device, coordinated by dtcoord.\n"
+      "Usually started by `dtctl submit` (local or Slurm) with DT_COORDINATOR, DT_RUN_ID and\n"
+      "DT_RUN_TOKEN set. With your own sbatch script, give --experiment-name/--save-dir/--nnodes/\n"
+      "--nproc-per-node and DT_TOKEN: the tasks of one Slurm job create or join one run."};
+  app.set_version_flag("--version", std::string(dt::kVersion));
+  app.require_subcommand(0, 1);
+  // A later occurrence of a flag overrides an earlier one (launchers append to user arguments).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  dt::TrainerConfig c;
+  std::string token_file;
+  bool no_metrics = false;
+  const std::string default_tokenizer = dt::FindDefaultTokenizerDir().value_or("");
+  DeclareIdentityFlags(app, c, token_file);
+  DeclareModelAndDataFlags(app, c, default_tokenizer);
+  DeclareTrainingFlags(app, c, no_metrics);
+  Tools tools;
+  DeclareTools(app, tools, default_tokenizer);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -221,40 +276,17 @@ int main(int argc, char** argv) {
   }
   dt::WatchStopSignals();       // with no handler installed a stop signal ends the process as usual
   dt::WatchPreemptionSignal();  // SIGUSR2: checkpoint at a step every rank agrees on, then stop
-  const char* no_tokenizer =
-      "--tokenizer-dir is required: no GPT-2 tokenizer files were found in dt's data/ folder (looked beside "
-      "this binary and in its source tree); pass the directory holding encoder.json and vocab.bpe";
-  if ((tokenize->parsed() || decode->parsed()) && tok_dir.empty()) {
-    std::cerr << "dttrainer: " << no_tokenizer << "\n";
-    return 2;
-  }
-  if (tokenize->parsed()) return Tokenize(tok_dir, tok_file, tok_text);
-  if (decode->parsed()) return Decode(tok_dir, ids_text);
-  if (diff->parsed()) return CheckpointDiff(diff_a, diff_b);
-
-  auto usage = [](const std::string& message) {
-    std::cerr << "dttrainer: " << message << " (see dttrainer --help)\n";
-    return 2;
-  };
-  if (c.coordinator.empty()) return usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
+  if (std::optional<int> code = RunTool(tools)) return *code;
+  std::string problem = ConfigProblem(c);
   absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
-  if (!token.ok()) return usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
+  if (problem.empty() && !token.ok()) {
+    problem = "no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file";
+  }
+  if (!problem.empty()) {
+    std::cerr << "dttrainer: " << problem << " (see dttrainer --help)\n";
+    return 2;
+  }
   c.token = *token;
-  if (c.run_id.empty() &&
-      (c.experiment_name.empty() || c.save_dir.empty() || c.expect_nodes <= 0 || c.expect_procs_per_node <= 0)) {
-    return usage(
-        "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir, --nnodes and --nproc-per-node to create "
-        "or join one");
-  }
-  if (c.dataset.empty()) return usage("--dataset is required");
-  if (c.tokenizer_dir.empty()) return usage(no_tokenizer);
-  if (c.max_steps <= 0 && c.num_epochs <= 0) return usage("give --max-steps or --num-epochs");
-  if (c.batch_size <= 0 || c.seq_len <= 1 || c.grad_accum <= 0) {
-    return usage("--batch-size and --grad-accum must be positive and --seq-len at least 2");
-  }
-  if (c.eval_split < 0 || c.eval_split >= 1) return usage("--eval-split must be in [0, 1)");
-  if (c.lr <= 0) return usage("--lr must be positive");
-  if (c.local_slot < 0) return usage("--local-rank must not be negative");
   c.report_metrics = !no_metrics;
   for (int i = 0; i < argc; ++i) c.argv.emplace_back(argv[i]);
   return dt::RunTrainer(c);

@@ -615,11 +615,8 @@ AgentOptions AgentIdentity(const TrainerConfig& cfg, const std::string& run_id) 
 }  // namespace
 
 int RunTrainer(const TrainerConfig& cfg) {
-  ClientOptions options;
-  options.address = cfg.coordinator;
-  options.token = cfg.token;
-  options.tls_ca_file = cfg.tls_ca;
-  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(cfg.coordinator, cfg.token, cfg.tls_ca);
   if (!client.ok()) {
     std::cerr << "dttrainer: " << client.status().message() << "\n";
     return kExitUsage;

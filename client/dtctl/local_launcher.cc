@@ -289,11 +289,8 @@ class Launcher {
 
 int RunLocalLauncher(const LocalLaunch& l) {
   SetLogProgram("dt-launcher");
-  ClientOptions options;
-  options.address = l.coordinator;
-  options.token = l.run_token;
-  options.tls_ca_file = l.tls_ca;
-  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(options);
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(l.coordinator, l.run_token, l.tls_ca);
   if (!client.ok()) {
     DT_LOG(Error) << client.status();
     return 1;

@@ -82,11 +82,8 @@ int Connect(Global& g) {
     std::cerr << "dtctl: " << token.status().message() << "\n";
     return kUsage;
   }
-  ClientOptions o;
-  o.address = g.coordinator;
-  o.token = *token;
-  o.tls_ca_file = g.tls_ca;
-  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client = CoordinatorClient::Connect(o);
+  absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
+      CoordinatorClient::Connect(g.coordinator, *token, g.tls_ca);
   if (!client.ok()) {
     std::cerr << "dtctl: " << client.status().message() << "\n";
     return kUsage;

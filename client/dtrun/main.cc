@@ -1,6 +1,7 @@
 // dtrun: the per-node agent that runs a user's own program under dt. See `dtrun --help`.
 
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +25,70 @@ int Usage(const std::string& message) {
   return dt::run::kExitUsage;
 }
 
+// What the command line sets beside the agent's configuration.
+struct Flags {
+  std::string token_file;
+  dt::JoinRunSpec join;
+  double rendezvous_timeout_s = 600;
+  double stop_grace_s = 10;
+};
+
+void DeclareFlags(CLI::App& app, dt::run::NodeAgentConfig& c, Flags& f) {
+  c.coordinator = dt::Env("DT_COORDINATOR");
+  c.run_id = dt::Env("DT_RUN_ID");
+  c.tls_ca = dt::Env("DT_TLS_CA");
+  c.node = dt::NodeName();
+  c.agent_store = dt::EnvInt("DT_AGENT_STORE", 0) == 1;
+  app.add_option("--coordinator", c.coordinator, "dtcoord address HOST:PORT (default: $DT_COORDINATOR)");
+  app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)");
+  app.add_option("--token-file", f.token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)");
+  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator (default: $DT_TLS_CA)");
+  app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)");
+  app.add_option("--nnodes", c.nodes, "nodes of the run; refused if the run disagrees (default: the run's)")
+      ->check(dt::AtLeast(1));
+  app.add_option("--nproc-per-node", c.procs_per_node, "processes to start on this node")
+      ->check(dt::AtLeast(1))
+      ->capture_default_str();
+  app.add_option("--master-addr", c.master_addr,
+                 "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
+                 "that reaches the coordinator)");
+  app.add_flag("--agent-store", c.agent_store,
+               "host the workers' c10d TCPStore in a helper, as torchrun's agent does "
+               "(TORCHELASTIC_USE_AGENT_STORE=True; also DT_AGENT_STORE=1): saves workers a one-second connect "
+               "retry, but only for workers that import the same torch version as the system LibTorch dt was built "
+               "with");
+  app.add_option("--rendezvous-timeout", f.rendezvous_timeout_s, "seconds to wait for every rank to register")
+      ->capture_default_str();
+  app.add_option("--stop-grace", f.stop_grace_s, "seconds between SIGTERM and SIGKILL when the children are stopped")
+      ->capture_default_str();
+  app.add_option("--experiment-name", f.join.experiment_name,
+                 "without --run: create or join the run of this experiment and Slurm job");
+  app.add_option("--save-dir", f.join.save_dir, "without --run: where the experiment directory goes");
+  app.add_option("--max-restarts", f.join.max_restarts, "without --run: restarts the created run allows");
+  app.add_option("command", c.command, "the program and its arguments, after --")->required();
+}
+
+// Without --run (the user's own sbatch script): the run of this experiment and Slurm job, created
+// by whichever node comes first. An exit code when there is none.
+std::optional<int> JoinRun(dt::CoordinatorClient& client, dt::run::NodeAgentConfig& c, dt::JoinRunSpec join) {
+  if (!c.run_id.empty()) return std::nullopt;
+  if (join.experiment_name.empty() || join.save_dir.empty() || c.nodes <= 0) {
+    return Usage(
+        "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
+  }
+  join.nodes = c.nodes;
+  join.procs_per_node = c.procs_per_node;
+  join.exec_command = c.command;
+  absl::StatusOr<std::string> run = dt::CreateOrJoinRun(client, join);
+  if (!run.ok()) {
+    std::cerr << "dtrun: cannot create or join the run for experiment " << join.experiment_name << ": " << run.status()
+              << "\n";
+    return run.status().code() == absl::StatusCode::kUnavailable ? dt::run::kExitFailed : dt::run::kExitUsage;
+  }
+  c.run_id = *run;
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,41 +106,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(dt::kVersion));
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   dt::run::NodeAgentConfig c;
-  c.coordinator = dt::Env("DT_COORDINATOR");
-  c.run_id = dt::Env("DT_RUN_ID");
-  c.tls_ca = dt::Env("DT_TLS_CA");
-  c.node = dt::NodeName();
-  std::string token_file;
-  dt::JoinRunSpec join;
-  double rendezvous_timeout_s = 600, stop_grace_s = 10;
-  app.add_option("--coordinator", c.coordinator, "dtcoord address HOST:PORT (default: $DT_COORDINATOR)");
-  app.add_option("--run", c.run_id, "run id (default: $DT_RUN_ID)");
-  app.add_option("--token-file", token_file, "file holding the token (default: $DT_RUN_TOKEN, else $DT_TOKEN)");
-  app.add_option("--tls-ca", c.tls_ca, "PEM roots to verify a TLS coordinator (default: $DT_TLS_CA)");
-  app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)");
-  app.add_option("--nnodes", c.nodes, "nodes of the run; refused if the run disagrees (default: the run's)")
-      ->check(dt::AtLeast(1));
-  app.add_option("--nproc-per-node", c.procs_per_node, "processes to start on this node")
-      ->check(dt::AtLeast(1))
-      ->capture_default_str();
-  app.add_option("--master-addr", c.master_addr,
-                 "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
-                 "that reaches the coordinator)");
-  c.agent_store = dt::EnvInt("DT_AGENT_STORE", 0) == 1;
-  app.add_flag("--agent-store", c.agent_store,
-               "host the workers' c10d TCPStore in a helper, as torchrun's agent does "
-               "(TORCHELASTIC_USE_AGENT_STORE=True; also DT_AGENT_STORE=1): saves workers a one-second connect "
-               "retry, but only for workers that import the same torch version as the system LibTorch dt was built "
-               "with");
-  app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "seconds to wait for every rank to register")
-      ->capture_default_str();
-  app.add_option("--stop-grace", stop_grace_s, "seconds between SIGTERM and SIGKILL when the children are stopped")
-      ->capture_default_str();
-  app.add_option("--experiment-name", join.experiment_name,
-                 "without --run: create or join the run of this experiment and Slurm job");
-  app.add_option("--save-dir", join.save_dir, "without --run: where the experiment directory goes");
-  app.add_option("--max-restarts", join.max_restarts, "without --run: restarts the created run allows");
-  app.add_option("command", c.command, "the program and its arguments, after --")->required();
+  Flags f;
+  DeclareFlags(app, c, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -84,39 +116,20 @@ int main(int argc, char** argv) {
   dt::WatchStopSignals();
   dt::WatchPreemptionSignal();  // SIGUSR2 reaches the children from Slurm itself; dtrun notes it
   if (c.coordinator.empty()) return Usage("no coordinator: pass --coordinator HOST:PORT or set DT_COORDINATOR");
-  if (rendezvous_timeout_s <= 0 || stop_grace_s < 0) {
+  if (f.rendezvous_timeout_s <= 0 || f.stop_grace_s < 0) {
     return Usage("--rendezvous-timeout must be positive and --stop-grace not negative");
   }
-  c.rendezvous_timeout = absl::Seconds(rendezvous_timeout_s);
-  c.stop_grace = absl::Seconds(stop_grace_s);
+  c.rendezvous_timeout = absl::Seconds(f.rendezvous_timeout_s);
+  c.stop_grace = absl::Seconds(f.stop_grace_s);
   if (absl::Status s = dt::CheckExecutable(c.command.front()); !s.ok()) {
     return Usage(absl::StrCat("cannot run the command: ", s.message()));
   }
-  absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
+  absl::StatusOr<std::string> token = dt::ResolveRunToken(f.token_file);
   if (!token.ok()) return Usage("no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file");
   c.run_token = *token;
-
-  dt::ClientOptions options;
-  options.address = c.coordinator;
-  options.token = c.run_token;
-  options.tls_ca_file = c.tls_ca;
-  absl::StatusOr<std::shared_ptr<dt::CoordinatorClient>> client = dt::CoordinatorClient::Connect(options);
+  absl::StatusOr<std::shared_ptr<dt::CoordinatorClient>> client =
+      dt::CoordinatorClient::Connect(c.coordinator, c.run_token, c.tls_ca);
   if (!client.ok()) return Usage(std::string(client.status().message()));
-  if (c.run_id.empty()) {
-    if (join.experiment_name.empty() || join.save_dir.empty() || c.nodes <= 0) {
-      return Usage(
-          "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
-    }
-    join.nodes = c.nodes;
-    join.procs_per_node = c.procs_per_node;
-    join.exec_command = c.command;
-    absl::StatusOr<std::string> run = dt::CreateOrJoinRun(**client, join);
-    if (!run.ok()) {
-      std::cerr << "dtrun: cannot create or join the run for experiment " << join.experiment_name << ": "
-                << run.status() << "\n";
-      return run.status().code() == absl::StatusCode::kUnavailable ? dt::run::kExitFailed : dt::run::kExitUsage;
-    }
-    c.run_id = *run;
-  }
+  if (std::optional<int> code = JoinRun(**client, c, f.join)) return *code;
   return dt::run::RunNodeAgent(*client, c);
 }
