@@ -11,6 +11,7 @@ grpc::ServerUnaryReactor* BarrierServiceImpl::Barrier(grpc::CallbackServerContex
     return reactor;
   }
   deps_.coordinator->Barrier(*req, reactor->pending());
+  reactor->HandedOver();
   return reactor;
 }
 

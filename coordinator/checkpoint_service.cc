@@ -12,6 +12,7 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::BeginCheckpoint(grpc::CallbackS
     return reactor;
   }
   deps_.coordinator->BeginCheckpoint(*req, reactor->pending());
+  reactor->HandedOver();
   return reactor;
 }
 
@@ -24,6 +25,7 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitCheckpoint(grpc::Callback
     return reactor;
   }
   deps_.coordinator->CommitCheckpoint(*req, reactor->pending());
+  reactor->HandedOver();
   return reactor;
 }
 

@@ -44,6 +44,7 @@ class Dtcoord {
   // "" without the exporter.
   std::string metrics_address() const { return exporter_ ? exporter_->address() : ""; }
   Coordinator& coordinator() { return *coordinator_; }
+  int64_t waiting_calls() const { return server_->waiting_calls(); }
 
   // Fails waiting calls (UNAVAILABLE), drains in-flight calls for up to `grace`, stops the
   // forwarder and the timers. Once; the destructor does it with a second's grace otherwise.

@@ -13,6 +13,7 @@ namespace dt {
 struct EmbeddedOptions {
   CoordinatorTimeouts timeouts;
   absl::Duration health_check_period = absl::Milliseconds(50);
+  int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;
 };
 
 class EmbeddedCoordinator {
@@ -24,6 +25,8 @@ class EmbeddedCoordinator {
   const std::string& address() const { return dtcoord_->address(); }
   const std::string& admin_token() const { return dtcoord_->admin_token(); }
   Coordinator& coordinator() { return dtcoord_->coordinator(); }
+  // Calls parked in the coordinator now (a test waits for its call to be waiting).
+  int64_t waiting_calls() const { return dtcoord_->waiting_calls(); }
   std::shared_ptr<CoordinatorClient> Client(const std::string& token, bool private_connection = false) const;
   std::shared_ptr<CoordinatorClient> AdminClient() const { return Client(admin_token()); }
 

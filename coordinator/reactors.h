@@ -2,6 +2,7 @@
 // may arrive later (waiting calls never pin a thread), and per-RPC accounting.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -23,6 +24,9 @@ struct ServiceDeps {
   Coordinator* coordinator = nullptr;
   const Authenticator* auth = nullptr;
   RpcObserver* rpc_observer = nullptr;  // may be null
+  // Calls parked in the coordinator waiting for others (registrations, barriers, checkpoint
+  // arrivals and commits, store gets and waits). Owned by the server.
+  std::atomic<int64_t>* waiting_calls = nullptr;
 };
 
 // Records the RPC's outcome when it finishes.
@@ -71,14 +75,22 @@ inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServer
 template <typename Response>
 class PendingUnaryReactor : public grpc::ServerUnaryReactor {
  public:
-  PendingUnaryReactor(const ServiceDeps& deps, const char* method, Response* out) : timer_(deps, method) {
+  PendingUnaryReactor(const ServiceDeps& deps, const char* method, Response* out)
+      : timer_(deps, method), waiting_calls_(deps.waiting_calls) {
     pending_ = MakePending<Response>([this, out](absl::StatusOr<Response> result) {
       if (result.ok()) *out = std::move(*result);
+      if (stage_.exchange(kDone) == kWaiting && waiting_calls_ != nullptr) --*waiting_calls_;
       timer_.Done(result.status().code());
       Finish(ToGrpcStatus(result.status()));
     });
   }
   const PendingPtr<Response>& pending() const { return pending_; }
+  // After the call was handed to the coordinator: counted as waiting unless it was answered at
+  // once.
+  void HandedOver() {
+    int running = kRunning;
+    if (stage_.compare_exchange_strong(running, kWaiting) && waiting_calls_ != nullptr) ++*waiting_calls_;
+  }
   void set_on_cancel(std::function<void()> fn) { on_cancel_ = std::move(fn); }
 
   void OnCancel() override {
@@ -89,7 +101,10 @@ class PendingUnaryReactor : public grpc::ServerUnaryReactor {
   void OnDone() override { delete this; }
 
  private:
+  static constexpr int kRunning = 0, kWaiting = 1, kDone = 2;
   RpcTimer timer_;
+  std::atomic<int64_t>* waiting_calls_;
+  std::atomic<int> stage_{kRunning};
   PendingPtr<Response> pending_;
   std::function<void()> on_cancel_;
 };

@@ -18,6 +18,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerCo
     coordinator->WithdrawRegistration(run_id, node, slot, incarnation, call);
   });
   coordinator->Register(*req, reactor->pending());
+  reactor->HandedOver();
   return reactor;
 }
 

@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coor
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->coordinator_ = coordinator;
-  ServiceDeps deps{coordinator, auth, rpc_observer};
+  ServiceDeps deps{coordinator, auth, rpc_observer, &server->waiting_calls_};
   server->services_.push_back(std::make_unique<RunServiceImpl>(deps));
   server->services_.push_back(std::make_unique<RendezvousServiceImpl>(deps));
   auto store = std::make_unique<StoreServiceImpl>(deps);

@@ -2,6 +2,7 @@
 // on one listening address, with optional TLS.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ class CoordinatorServer {
 
   // "host:port" actually bound.
   const std::string& address() const { return address_; }
+  // Calls parked in the coordinator now, waiting for other ranks or keys.
+  int64_t waiting_calls() const { return waiting_calls_.load(); }
 
   // Fails waiting calls (UNAVAILABLE), stops accepting, lets in-flight calls finish until
   // `grace` has passed, then cancels what is left.
@@ -45,6 +48,7 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   bool shut_down_ = false;
+  std::atomic<int64_t> waiting_calls_{0};
 };
 
 }  // namespace dt

@@ -290,19 +290,22 @@ grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackSe
     return reactor;
   }
   PendingPtr<Response> reply = reactor->pending();
-  Deferred deferred;
-  ApplyStoreOp(
-      **store, *deps.coordinator, request,
-      [reply, fill](v1::StoreResponse r) {
-        if (r.has_status()) {
-          reply->Complete(FromStoreStatus(r.status()));
-          return;
-        }
-        Response response;
-        fill(r, response);
-        reply->Complete(std::move(response));
-      },
-      deferred);
+  {
+    Deferred deferred;  // an answer known now is delivered before the call counts as waiting
+    ApplyStoreOp(
+        **store, *deps.coordinator, request,
+        [reply, fill](v1::StoreResponse r) {
+          if (r.has_status()) {
+            reply->Complete(FromStoreStatus(r.status()));
+            return;
+          }
+          Response response;
+          fill(r, response);
+          reply->Complete(std::move(response));
+        },
+        deferred);
+  }
+  reactor->HandedOver();
   return reactor;
 }
 
