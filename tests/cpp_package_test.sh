@@ -3,7 +3,9 @@
 # with its own model) configured with find_package(dt CONFIG) and built out of tree against the
 # prefix, run under `dtctl submit --exec` on 2 local ranks: its Gloo group starts on the
 # coordinator's store, its rounds are committed; after kill -9 of rank 1 it resumes and succeeds
-# with the same parameters on both ranks.
+# with the same parameters on both ranks. The program pauses 20 ms a step (about 4 s in all), so
+# the kill lands mid-run: unpaced, 200 steps took under a second and retention had removed step-10
+# before the test looked for it.
 set -euo pipefail
 build_dir="$1"
 source_dir="$2"
@@ -32,9 +34,10 @@ for _ in $(seq 100); do [[ -s "$work/coord/dtcoord.addr" ]] && break; sleep 0.1;
 export DT_COORDINATOR=$(cat "$work/coord/dtcoord.addr") DT_TOKEN=$(cat "$work/coord/admin.token") HOME="$work"
 dtctl="$work/prefix/bin/dtctl"
 run=$("$dtctl" submit -o json --name cpp --save-dir "$work/runs" --nproc-per-node 2 --max-restarts 1 \
-      --exec -- "$work/example/train_cpp" 200 | json 'd["run_id"]')
-for _ in $(seq 600); do [[ -d "$work/runs/cpp/checkpoints/step-10" ]] && break; sleep 0.1; done
-[[ -d "$work/runs/cpp/checkpoints/step-10" ]] || fail "no checkpoint round committed"
+      --exec -- "$work/example/train_cpp" 200 20 | json 'd["run_id"]')
+committed() { [[ $("$dtctl" status "$run" -o json | json 'd["latest_checkpoint_step"]') != None ]]; }
+for _ in $(seq 600); do committed && break; sleep 0.1; done
+committed || fail "no checkpoint round committed"
 victim=$("$dtctl" status "$run" -o json | json 'd["ranks"][1]["pid"]')
 grep -q train_cpp "/proc/$victim/cmdline" || fail "rank 1's pid $victim is not the program"
 kill -9 "$victim"

@@ -1,14 +1,17 @@
 // A LibTorch program with its own model (a linear fit of y = 3x - 2), run under dt by
-// `dtctl submit --exec -- train_cpp STEPS`: it acts for the rank dtrun registered, builds its Gloo
+// `dtctl submit --exec -- train_cpp STEPS [PAUSE_MS]` (PAUSE_MS after each step paces a demo or a
+// test that acts mid-run; the model takes under 5 ms a step): it acts for the rank dtrun registered, builds its Gloo
 // process group on the coordinator's store (no MASTER_ADDR/MASTER_PORT), averages gradients with
 // allreduce, reports its loss and progress, and checkpoints in rounds the coordinator commits.
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <thread>
 
 #include "client/agent.h"
 #include "client/checkpoint_manifest.h"
@@ -39,6 +42,7 @@ absl::Status Checkpoint(dt::Agent& agent, torch::nn::Linear& model, int64_t step
 
 int main(int argc, char** argv) {
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 100;
+  const int64_t pause_ms = argc > 2 ? std::atoll(argv[2]) : 0;
   const int64_t checkpoint_every = 10;
   absl::StatusOr<std::unique_ptr<dt::Agent>> attached = dt::Agent::AttachToDtrun();
   if (!attached.ok()) return Fail("attach", attached.status());
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
     if (step % checkpoint_every == 0) {
       if (absl::Status s = Checkpoint(agent, model, step); !s.ok()) return Fail("checkpoint", s);
     }
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }
   (void)metrics.Flush(absl::Seconds(10));
   agent.StopHeartbeats();
