@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -178,6 +179,30 @@ absl::StatusOr<std::string> DirFd::ReadFile(absl::string_view name, size_t max_b
     return absl::FailedPreconditionError(absl::StrCat(path, " grew past ", max_bytes, " bytes while read"));
   }
   return out;
+}
+
+absl::StatusOr<DirFd::Tail> DirFd::ReadTail(absl::string_view name, size_t max_bytes) const {
+  absl::StatusOr<UniqueFd> fd = OpenRegularFile(name);
+  if (!fd.ok()) return fd.status();
+  std::string path = PathOf(name);
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return ErrnoStatus("stat", path, errno);
+  Tail tail;
+  tail.file_size = st.st_size;
+  off_t from = std::max<off_t>(0, st.st_size - static_cast<off_t>(max_bytes));
+  tail.bytes.resize(static_cast<size_t>(st.st_size - from));
+  size_t got = 0;
+  while (got < tail.bytes.size()) {
+    ssize_t n = ::pread(fd->get(), tail.bytes.data() + got, tail.bytes.size() - got, from + static_cast<off_t>(got));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read", path, errno);
+    }
+    if (n == 0) break;  // truncated meanwhile
+    got += static_cast<size_t>(n);
+  }
+  tail.bytes.resize(got);
+  return tail;
 }
 
 absl::Status DirFd::WriteFileAtomic(absl::string_view name, absl::string_view contents, mode_t mode) const {

@@ -66,6 +66,13 @@ class DirFd {
   // A regular file's contents; FAILED_PRECONDITION when it is larger than `max_bytes`.
   absl::StatusOr<std::string> ReadFile(absl::string_view name, size_t max_bytes) const;
 
+  // The last `max_bytes` of a regular file (a log being appended to), and its size then.
+  struct Tail {
+    std::string bytes;
+    int64_t file_size = 0;
+  };
+  absl::StatusOr<Tail> ReadTail(absl::string_view name, size_t max_bytes) const;
+
   // Writes a temporary file here, fsyncs it, renames it over `name` and fsyncs this directory.
   absl::Status WriteFileAtomic(absl::string_view name, absl::string_view contents, mode_t mode = 0644) const;
   // Points the symbolic link `name` at `target` atomically (a link is only ever created, never

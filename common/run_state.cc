@@ -4,6 +4,8 @@
 
 namespace dt {
 
+std::string StateName(v1::RunState state) { return v1::RunState_Name(state); }
+
 int WorldSize(const v1::RunSpec& spec) { return spec.nodes() * spec.procs_per_node(); }
 
 bool IsTerminal(v1::RunState state) { return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED; }

@@ -12,6 +12,9 @@ namespace dt {
 // nodes × processes per node (the spec is validated: the product fits, at most 65,536).
 int WorldSize(const v1::RunSpec& spec);
 
+// "RUNNING", "SUCCEEDED", …: the enum's own name, as logs, dtctl and the console show it.
+std::string StateName(v1::RunState state);
+
 // SUCCEEDED, FAILED or CANCELLED: the run does nothing more.
 bool IsTerminal(v1::RunState state);
 

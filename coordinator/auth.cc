@@ -53,7 +53,11 @@ absl::StatusOr<Principal> Authenticator::Authenticate(const grpc::ServerContextB
   if (!absl::StartsWithIgnoreCase(value, "bearer ")) {
     return absl::UnauthenticatedError("the authorization metadata must be 'Bearer <token>'");
   }
-  absl::string_view token = absl::StripAsciiWhitespace(value.substr(7));
+  return AuthenticateToken(value.substr(7));
+}
+
+absl::StatusOr<Principal> Authenticator::AuthenticateToken(absl::string_view token) const {
+  token = absl::StripAsciiWhitespace(token);
   if (token.empty() || token.size() > 256) {
     return absl::UnauthenticatedError("the bearer token is empty or too long");
   }

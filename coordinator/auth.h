@@ -22,6 +22,9 @@ class Authenticator {
   // UNAUTHENTICATED when the `authorization: Bearer <token>` metadata is missing, malformed, or
   // names no token the coordinator issued.
   absl::StatusOr<Principal> Authenticate(const grpc::ServerContextBase& context) const;
+  // The token itself (the web console's login form and its Authorization header): UNAUTHENTICATED
+  // when it is empty, too long, or not a token the coordinator issued.
+  absl::StatusOr<Principal> AuthenticateToken(absl::string_view token) const;
 
  private:
   std::string admin_sha256_;

@@ -34,8 +34,6 @@ constexpr int kMaxExcludedNodes = 1024;
 
 }  // namespace
 
-std::string StateName(v1::RunState state) { return v1::RunState_Name(state); }
-
 google::protobuf::Timestamp ToProtoTime(absl::Time t) {
   google::protobuf::Timestamp ts;
   int64_t nanos = absl::ToUnixNanos(t);

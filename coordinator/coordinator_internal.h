@@ -72,7 +72,6 @@ struct Coordinator::RunEntry {
   std::shared_ptr<const v1::Run> observed;
 };
 
-std::string StateName(v1::RunState state);
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
 

@@ -53,6 +53,20 @@ absl::Status Dtcoord::StartParts() {
       CoordinatorServer::Start(coordinator_.get(), auth_.get(), options_.server, exporter_.get());
   if (!server.ok()) return server.status();
   server_ = std::move(*server);
+  if (options_.http_listen != "off") {
+    ConsoleOptions co;
+    co.listen = options_.http_listen;
+    wandb::Forwarder* forwarder = forwarder_.get();
+    WandbRunsOf wandb_runs;
+    if (forwarder != nullptr) wandb_runs = [forwarder](const std::string& run) { return forwarder->RunsOf(run); };
+    absl::StatusOr<std::unique_ptr<ConsoleServer>> console =
+        ConsoleServer::Start(co, coordinator_.get(), auth_.get(), std::move(wandb_runs));
+    if (!console.ok()) return console.status();
+    console_ = std::move(*console);
+    if (absl::Status s = WriteFileAtomic(JoinPath(dir, "console.addr"), console_->address() + "\n"); !s.ok()) {
+      DT_LOG(Warning) << s.message();
+    }
+  }
   if (absl::Status s = state_dir_->Publish(address()); !s.ok()) DT_LOG(Warning) << s.message();
   if (absl::Status s = WriteFileAtomic(JoinPath(dir, "dtcoord.addr"), address() + "\n"); !s.ok()) {
     DT_LOG(Warning) << s.message();
@@ -63,6 +77,7 @@ absl::Status Dtcoord::StartParts() {
 void Dtcoord::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (console_) console_->Stop();
   if (server_) server_->Shutdown(grace);
   if (forwarder_) forwarder_->Stop();
   if (timers_) timers_->Stop();

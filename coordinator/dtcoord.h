@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "coordinator/auth.h"
+#include "coordinator/console/console_server.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/prometheus_exporter.h"
 #include "coordinator/server.h"
@@ -25,6 +26,7 @@ struct DtcoordOptions {
   CoordinatorOptions coordinator;
   ServerOptions server;
   std::string metrics_listen = "off";  // Prometheus /metrics HOST:PORT, or "off"
+  std::string http_listen = "off";     // the web console's HOST:PORT, or "off"
   // W&B forwarding; its spool_dir defaults to <state_dir>/wandb. nullopt: no forwarder.
   std::optional<wandb::ForwarderOptions> wandb;
 };
@@ -32,7 +34,8 @@ struct DtcoordOptions {
 class Dtcoord {
  public:
   // Holds the state dir (refused while another dtcoord holds it), loads every run, and serves.
-  // Writes <state_dir>/dtcoord.addr (and metrics.addr) with the addresses actually bound.
+  // Writes <state_dir>/dtcoord.addr (and metrics.addr, console.addr) with the addresses actually
+  // bound.
   static absl::StatusOr<std::unique_ptr<Dtcoord>> Start(DtcoordOptions options);
   ~Dtcoord();
   Dtcoord(const Dtcoord&) = delete;
@@ -43,6 +46,8 @@ class Dtcoord {
   const std::string& state_dir() const { return options_.state_dir; }
   // "" without the exporter.
   std::string metrics_address() const { return exporter_ ? exporter_->address() : ""; }
+  // The web console's URL; "" without it.
+  std::string console_url() const { return console_ ? console_->url() : ""; }
   Coordinator& coordinator() { return *coordinator_; }
   int64_t waiting_calls() const { return server_->waiting_calls(); }
 
@@ -64,6 +69,7 @@ class Dtcoord {
   std::unique_ptr<wandb::Forwarder> forwarder_;
   std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<ConsoleServer> console_;
   bool shut_down_ = false;
 };
 

@@ -14,6 +14,7 @@ struct EmbeddedOptions {
   CoordinatorTimeouts timeouts;
   absl::Duration health_check_period = absl::Milliseconds(50);
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;
+  std::string http_listen = "off";  // the web console, e.g. "127.0.0.1:0"
 };
 
 class EmbeddedCoordinator {
@@ -25,6 +26,7 @@ class EmbeddedCoordinator {
   const std::string& address() const { return dtcoord_->address(); }
   const std::string& admin_token() const { return dtcoord_->admin_token(); }
   Coordinator& coordinator() { return dtcoord_->coordinator(); }
+  std::string console_url() const { return dtcoord_->console_url(); }
   // Calls parked in the coordinator now (a test waits for its call to be waiting).
   int64_t waiting_calls() const { return dtcoord_->waiting_calls(); }
   std::shared_ptr<CoordinatorClient> Client(const std::string& token, bool private_connection = false) const;

@@ -41,11 +41,17 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
   dt::ServerOptions server_options;
   std::string state_dir = DefaultStateDir();
   std::string metrics_listen = "127.0.0.1:9464";
+  std::string http_listen = "off";
   std::string heartbeat_interval = "2s", heartbeat_timeout = "30s", hang_timeout = "10m", rendezvous_timeout = "10m";
   app.add_option("--listen", server_options.listen, "gRPC address HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--state-dir", state_dir, "where the SQLite state and admin.token live")->capture_default_str();
   app.add_option("--metrics-listen", metrics_listen, "Prometheus /metrics address HOST:PORT; 'off' disables it")
+      ->capture_default_str();
+  app.add_option("--http-listen", http_listen,
+                 "the read-only web console HOST:PORT (runs, ranks, charts, checkpoints, logs; sign in with the admin "
+                 "or a run token); off by default; loopback addresses only (reach it from elsewhere through an SSH "
+                 "tunnel)")
       ->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat_interval, "how often trainers heartbeat")->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout, "a rank silent this long is declared dead")
@@ -116,6 +122,7 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
   out.coordinator = options;
   out.server = server_options;
   out.metrics_listen = metrics_listen;
+  out.http_listen = http_listen;
   dt::wandb::ForwarderOptions& fo = out.wandb.emplace();
   fo.env = dt::wandb::WandbEnvironment();
   fo.workers = std::max(1, wandb_workers);
@@ -146,13 +153,15 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<dt::Dtcoord>> server = dt::Dtcoord::Start(dtcoord);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   std::string metrics = (*server)->metrics_address();
+  std::string console = (*server)->console_url();
   DT_LOG(Info) << "dtcoord " << dt::kVersion << " serving on " << (*server)->address() << " (state dir " << state_dir
                << ", admin token in " << dt::JoinPath(state_dir, "admin.token") << "; heartbeat "
                << absl::FormatDuration(timeouts.heartbeat_interval) << "/"
                << absl::FormatDuration(timeouts.heartbeat_timeout) << ", hang "
                << absl::FormatDuration(timeouts.hang_timeout) << ", rendezvous "
                << absl::FormatDuration(timeouts.rendezvous_timeout) << ")"
-               << (metrics.empty() ? "" : absl::StrCat("; Prometheus metrics on http://", metrics, "/metrics"));
+               << (metrics.empty() ? "" : absl::StrCat("; Prometheus metrics on http://", metrics, "/metrics"))
+               << (console.empty() ? "" : absl::StrCat("; web console on ", console));
 
   int sig = dt::WaitForStopSignal();
   DT_LOG(Info) << "received " << dt::SignalName(sig) << ": draining in-flight calls (up to 5s)";

@@ -19,6 +19,8 @@ packages=(
   openssl
   # tests
   libgtest-dev libgmock-dev googletest libbenchmark-dev python3 curl
+  # the web console's browser test: headless Chromium driven through chromedriver (WebDriver)
+  chromium chromium-driver
   # users' own programs under dtrun: PyTorch (Gloo) scripts, and the dt Python module's gRPC
   python3-torch python3-grpcio python3-protobuf
   # real servers the integration tests run

@@ -448,6 +448,34 @@ void Forwarder::OnRunChanged(const v1::Run& run) {
   work_.SignalAll();
 }
 
+std::vector<WandbRunInfo> Forwarder::RunsOf(const std::string& dt_run_id) const {
+  std::vector<Target*> mine;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, t] : targets_) {
+      if (t->dt_run_id == dt_run_id) mine.push_back(t.get());
+    }
+  }
+  // Targets live as long as the forwarder; their own lock comes before mu_, so it is taken after.
+  std::vector<WandbRunInfo> out;
+  for (Target* t : mine) {
+    absl::MutexLock lock(&t->mu);
+    const SpoolMeta& meta = t->spool->meta();
+    WandbRunInfo info;
+    info.base_url = meta.base_url;
+    info.entity = t->entity.empty() ? meta.run.entity : t->entity;
+    info.project = t->project.empty() ? meta.run.project : t->project;
+    info.run_id = meta.run.run_id;
+    info.display_name = meta.run.display_name;
+    info.mode = meta.mode;
+    info.spooled = t->spooled.load();
+    info.accepted = t->acked.load();
+    info.finished = t->finished.load();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 int64_t Forwarder::QueueDepth() const {
   absl::MutexLock lock(&mu_);
   int64_t depth = 0;

@@ -42,6 +42,19 @@ struct ForwarderOptions {
 // Reads WANDB_API_KEY, WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE, WANDB_HTTP_TIMEOUT.
 std::map<std::string, std::string> WandbEnvironment();
 
+// A W&B run that a dt run's metrics go to, as the web console links it.
+struct WandbRunInfo {
+  std::string base_url;  // the API's, e.g. https://api.wandb.ai
+  std::string entity;    // empty until W&B named the key's default entity
+  std::string project;
+  std::string run_id;
+  std::string display_name;
+  std::string mode;       // online | offline
+  int64_t spooled = 0;    // points spooled for it
+  int64_t accepted = 0;   // points W&B has accepted
+  bool finished = false;  // its final post was accepted
+};
+
 class Forwarder : public RunObserver {
  public:
   Forwarder(ForwarderOptions options, Coordinator* coordinator, ForwarderStats* stats);
@@ -54,6 +67,9 @@ class Forwarder : public RunObserver {
 
   void OnRunChanged(const v1::Run& run) override;
   void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) override;
+
+  // The W&B runs of dt run `dt_run_id` (none when its metrics do not go to W&B).
+  std::vector<WandbRunInfo> RunsOf(const std::string& dt_run_id) const;
 
   // Points spooled and not yet accepted by W&B, over every W&B run.
   int64_t QueueDepth() const;

@@ -1,0 +1,103 @@
+#include "common/run_json.h"
+
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/run_state.h"
+
+namespace dt {
+
+std::string Iso8601(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "";
+  absl::Time at = absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", at, absl::UTCTimeZone());
+}
+
+nlohmann::json FailureJson(const v1::Failure& f) {
+  return {{"kind", v1::Failure::Kind_Name(f.kind())},
+          {"rank", f.rank()},
+          {"host", f.host()},
+          {"node", f.node()},
+          {"generation", f.generation()},
+          {"step", f.step()},
+          {"message", f.message()},
+          {"exception_type", f.exception_type()},
+          {"stack", f.stack()},
+          {"summary", DescribeFailure(f)},
+          {"stopped_ranks", std::vector<int>(f.stopped_ranks().begin(), f.stopped_ranks().end())},
+          {"fatal", f.fatal()},
+          {"time", Iso8601(f.time())}};
+}
+
+namespace {
+
+nlohmann::json RankJson(const v1::RankStatus& rank) {
+  nlohmann::json j = {{"rank", rank.rank()},
+                      {"local_rank", rank.local_rank()},
+                      {"node", rank.node()},
+                      {"host", rank.host()},
+                      {"pid", rank.pid()},
+                      {"state", v1::RankStatus::State_Name(rank.state())},
+                      {"step", rank.step()},
+                      {"generation", rank.generation()},
+                      {"last_heartbeat", Iso8601(rank.last_heartbeat())}};
+  if (rank.has_scheduler_task()) j["scheduler_task"] = rank.scheduler_task();
+  if (rank.has_preflight()) {
+    const v1::DevicePreflight& p = rank.preflight();
+    j["preflight"] = {{"device", p.device()},
+                      {"matmul_size", p.matmul_size()},
+                      {"matmul_seconds", p.matmul_seconds()},
+                      {"allreduce_seconds", p.allreduce_seconds()},
+                      {"error", p.error()}};
+  }
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json RunJson(const v1::Run& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rank : r.ranks()) ranks.push_back(RankJson(rank));
+  nlohmann::json failures = nlohmann::json::array();
+  for (const auto& f : r.failures()) failures.push_back(FailureJson(f));
+  nlohmann::json reason = nullptr;
+  if (r.has_reason() && r.reason().kind() != v1::Failure::KIND_UNSPECIFIED) reason = FailureJson(r.reason());
+  std::string ended = Iso8601(r.ended_at());
+  return {{"run_id", r.run_id()},
+          {"name", r.spec().experiment_name()},
+          {"state", StateName(r.state())},
+          {"world_size", r.world_size()},
+          {"nodes", r.spec().nodes()},
+          {"procs_per_node", r.spec().procs_per_node()},
+          {"generation", r.generation()},
+          {"restarts", r.restarts()},
+          {"max_restarts", r.spec().max_restarts()},
+          {"preemptions", r.preemptions()},
+          {"max_requeues", r.spec().max_requeues()},
+          {"excluded_nodes", std::vector<std::string>(r.excluded_nodes().begin(), r.excluded_nodes().end())},
+          {"step", r.step()},
+          {"total_steps", r.total_steps()},
+          {"exp_dir", r.exp_dir()},
+          {"latest_checkpoint_step",
+           r.latest_checkpoint_step() >= 0 ? nlohmann::json(r.latest_checkpoint_step()) : nlohmann::json(nullptr)},
+          {"resumed_from_step", r.resumed_from_step()},
+          {"reason", reason},
+          {"created_at", Iso8601(r.created_at())},
+          {"ended_at", ended.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended)},
+          {"scheduler", v1::Scheduler_Name(r.spec().scheduler())},
+          {"scheduler_job_id", r.scheduler_job_id()},
+          {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
+          {"ranks", ranks},
+          {"failures", failures}};
+}
+
+nlohmann::json CheckpointJson(const v1::CheckpointInfo& c) {
+  return {{"step", c.step()}, {"size", c.bytes()},          {"time", Iso8601(c.committed_at())},
+          {"path", c.path()}, {"committed", c.committed()}, {"generation", c.generation()}};
+}
+
+nlohmann::json MetricJson(const v1::MetricRecord& m) {
+  return {{"step", m.step()}, {"rank", m.rank()}, {"name", m.name()}, {"value", m.value()}, {"time", m.time()}};
+}
+
+}  // namespace dt

@@ -1,0 +1,36 @@
+// The JSON shapes of runs, failures, checkpoints and metric records: what `dtctl -o json` prints
+// and what dtcoord's web console serves, so scripts and the page read one format.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dt/v1/checkpoint.pb.h"
+#include "dt/v1/common.pb.h"
+#include "dt/v1/metrics.pb.h"
+#include "dt/v1/runs.pb.h"
+
+namespace dt {
+
+// {"run_id","name","state","world_size","nodes","procs_per_node","generation","restarts",
+//  "max_restarts","preemptions","max_requeues","excluded_nodes","step","total_steps","exp_dir",
+//  "latest_checkpoint_step","resumed_from_step","reason","created_at","ended_at","scheduler",
+//  "scheduler_job_id","trainer_args",
+//  "ranks":[{"rank","local_rank","node","host","pid","state","step","generation","last_heartbeat",
+//            "scheduler_task"?,"preflight"?:{"device","matmul_size","matmul_seconds",
+//            "allreduce_seconds","error"}}],
+//  "failures": [FailureJson...]}
+nlohmann::json RunJson(const v1::Run& run);
+// {"kind","rank","host","node","generation","step","message","exception_type","stack",
+//  "summary" (DescribeFailure's line),"stopped_ranks","fatal","time"}
+nlohmann::json FailureJson(const v1::Failure& f);
+// {"step","size","time","path","committed","generation"}
+nlohmann::json CheckpointJson(const v1::CheckpointInfo& c);
+// {"step","rank","name","value","time"}
+nlohmann::json MetricJson(const v1::MetricRecord& m);
+
+// "2026-11-24T10:00:00.000Z"; "" when unset.
+std::string Iso8601(const google::protobuf::Timestamp& t);
+
+}  // namespace dt
