@@ -9,6 +9,8 @@
 #include "common/dir_fd.h"
 #include "common/fs.h"
 
+#include <nlohmann/json.hpp>
+
 namespace dt {
 
 absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir) {
@@ -39,6 +41,41 @@ absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint writer saved nothing into ", dir));
   }
   return manifest;
+}
+
+absl::StatusOr<int64_t> VerifyCheckpointDirectory(const std::string& dir) {
+  absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "manifest.json"));
+  if (!text.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has no readable manifest.json"));
+  nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
+  if (m.is_discarded() || !m.contains("files") || !m["files"].is_array()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
+  }
+  int64_t total = 0;
+  for (const auto& f : m["files"]) {
+    if (!f.is_object()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
+    std::string name = f.value("name", "");
+    if (absl::Status s = ValidatePathComponent(name); !s.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json lists a bad file name"));
+    }
+    std::string path = JoinPath(dir, name);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0)
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is missing"));
+    int64_t size = f.value("size", int64_t{-1});
+    if (st.st_size != size) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size, " bytes on disk but ", size,
+                                              " in its manifest; the checkpoint is corrupt"));
+    }
+    absl::StatusOr<std::string> digest = Sha256File(path);
+    if (!digest.ok()) return absl::DataLossError(digest.status().message());
+    if (*digest != f.value("sha256", "")) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " does not match its manifest (SHA-256 ",
+                                              *digest, ", written as ", f.value("sha256", ""),
+                                              "); the checkpoint is corrupt"));
+    }
+    total += size;
+  }
+  return total;
 }
 
 }  // namespace dt

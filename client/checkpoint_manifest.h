@@ -1,5 +1,6 @@
 // The manifest a checkpoint writer commits for a directory its program saved into (a LibTorch
-// program under dtrun: torch::save into BeginCheckpoint's partial_dir, then this).
+// program under dtrun: torch::save into BeginCheckpoint's partial_dir, then this), and the check
+// of a published checkpoint against the manifest.json the coordinator wrote into it.
 #pragma once
 
 #include <string>
@@ -13,5 +14,11 @@ namespace dt {
 // subdirectory, a link or anything else that is not a regular file (the coordinator publishes
 // plain files only), or for an empty directory.
 absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir);
+
+// Re-reads every file a published checkpoint's manifest.json lists and checks its size and the
+// SHA-256 its writer computed while writing it. DATA_LOSS naming the first file that differs (or a
+// missing or malformed manifest). The rank that loads a checkpoint runs this first; so does
+// `dtctl checkpoints RUN --verify`. Returns the bytes checked.
+absl::StatusOr<int64_t> VerifyCheckpointDirectory(const std::string& dir);
 
 }  // namespace dt

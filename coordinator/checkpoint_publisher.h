@@ -29,12 +29,21 @@ absl::Status ValidateManifest(const v1::Manifest& manifest);
 // it: a planted link is refused (FAILED_PRECONDITION or DATA_LOSS naming the entry), never read,
 // written through or deleted through.
 
+// How much the coordinator checks before it publishes a round. The writer hashed every file as it
+// wrote it; the digests go into manifest.json either way, and the rank that loads a checkpoint
+// verifies them (as does `dtctl checkpoints RUN --verify`).
+enum class CheckpointVerification {
+  kSizes,    // each listed file present, a regular file, of the manifest's size (no read)
+  kDigests,  // also re-read and hash every byte (the coordinator's own check of the writer)
+};
+
 // Verifies that the partial directory `partial_name` holds exactly the manifest's files, each a
-// regular file with the manifest's size and SHA-256 (DATA_LOSS naming the first mismatch), writes
-// manifest.json, renames the directory to step-<step>, fsyncs, and points `latest` at it.
-// Returns the published checkpoint.
+// regular file with the manifest's size (and, with kDigests, its SHA-256; DATA_LOSS naming the
+// first mismatch), writes manifest.json, renames the directory to step-<step>, fsyncs, and points
+// `latest` at it. Returns the published checkpoint.
 absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, const std::string& partial_name,
-                                                    int64_t step, const v1::Manifest& manifest);
+                                                    int64_t step, const v1::Manifest& manifest,
+                                                    CheckpointVerification verification);
 
 // Removes every step-<N> directory whose step is not in `keep`.
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep);

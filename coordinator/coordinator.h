@@ -24,6 +24,7 @@
 #include "common/limits.h"
 #include "common/timeout_policy.h"
 #include "coordinator/barrier_table.h"
+#include "coordinator/checkpoint_publisher.h"
 #include "coordinator/clock.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/file_work.h"
@@ -51,6 +52,9 @@ struct CoordinatorOptions {
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
   int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
   PreflightPolicy preflight;                               // when a rank's device pre-flight makes it unhealthy
+  // What a commit checks before publishing: sizes (the writer's digests are recorded and checked
+  // by whoever loads the checkpoint), or a full re-read of every byte.
+  CheckpointVerification checkpoint_verification = CheckpointVerification::kSizes;
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);

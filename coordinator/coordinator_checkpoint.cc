@@ -231,8 +231,8 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     v1::Manifest manifest = request.manifest();
     file_work_->Post(run->stored.run.run_id(), [this, run, round, manifest] {
       absl::Time start = absl::Now();
-      absl::StatusOr<v1::CheckpointInfo> result =
-          VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest);
+      absl::StatusOr<v1::CheckpointInfo> result = VerifyAndPublish(
+          *round->checkpoints, round->partial_name, round->step, manifest, options_.checkpoint_verification);
       if (result.ok()) {
         DT_LOG(Info) << "run " << run->stored.run.run_id() << ": checkpoint step " << round->step
                      << " verified and published (" << result->bytes() << " bytes, "

@@ -86,6 +86,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
                  "this many times the median of the run's ranks is unhealthy: on Slurm its node is excluded")
       ->check(dt::NumberAtLeast(1.5))
       ->capture_default_str();
+  std::string checkpoint_verify = "sizes";
+  app.add_option("--checkpoint-verify", checkpoint_verify,
+                 "what a checkpoint commit checks before publishing: 'sizes' (each listed file present at its size; "
+                 "the SHA-256 digests its writer computed are recorded and checked by the rank that loads it and by "
+                 "dtctl checkpoints --verify) or 'digests' (also re-read and hash every byte here, on this machine)")
+      ->capture_default_str();
   app.add_option("--tls-cert", server_options.tls_cert, "PEM certificate (with --tls-key: serve TLS)");
   app.add_option("--tls-key", server_options.tls_key, "PEM private key");
   try {
@@ -115,6 +121,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
     std::cerr << "dtcoord: " << s.message() << "\n";
     return 2;
   }
+  if (checkpoint_verify != "sizes" && checkpoint_verify != "digests") {
+    std::cerr << "dtcoord: --checkpoint-verify must be 'sizes' or 'digests', got '" << checkpoint_verify << "'\n";
+    return 2;
+  }
+  options.checkpoint_verification =
+      checkpoint_verify == "digests" ? dt::CheckpointVerification::kDigests : dt::CheckpointVerification::kSizes;
   options.health_check_period =
       std::clamp(options.timeouts.heartbeat_interval / 4, absl::Milliseconds(20), absl::Seconds(1));
 

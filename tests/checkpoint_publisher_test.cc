@@ -40,8 +40,9 @@ class PublisherTest : public ::testing::Test {
     EXPECT_TRUE(d.ok()) << d.status();
     return std::move(*d);
   }
-  absl::StatusOr<v1::CheckpointInfo> Publish(const std::string& partial_name, int64_t step, const v1::Manifest& m) {
-    return VerifyAndPublish(Dir(), partial_name, step, m);
+  absl::StatusOr<v1::CheckpointInfo> Publish(const std::string& partial_name, int64_t step, const v1::Manifest& m,
+                                             CheckpointVerification v = CheckpointVerification::kDigests) {
+    return VerifyAndPublish(Dir(), partial_name, step, m, v);
   }
   std::string LatestTarget() {
     char buf[256];
@@ -76,6 +77,27 @@ TEST_F(PublisherTest, ChecksumMismatchIsDataLossAndLatestStays) {
   EXPECT_NE(bad.status().message().find("SHA-256"), std::string::npos);
   EXPECT_EQ(LatestTarget(), "step-5");
   EXPECT_FALSE(fs::exists(JoinPath(ckpt_, "step-10")));
+}
+
+// By default the coordinator does not re-read what the writer hashed: sizes, types and the listing
+// are checked, and the writer's digests go into manifest.json for whoever loads the checkpoint.
+TEST_F(PublisherTest, SizesOnlyVerificationRecordsTheWritersDigestsWithoutReadingTheFiles) {
+  std::string p = JoinPath(ckpt_, PartialDirName(10, "dddd"));
+  v1::Manifest m = WritePartial(p, {{"model.pt", "good"}});
+  std::ofstream(JoinPath(p, "model.pt"), std::ios::binary) << "evil";  // same size, other bytes
+  auto info = Publish(PartialDirName(10, "dddd"), 10, m, CheckpointVerification::kSizes);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(LatestTarget(), "step-10");
+  std::string manifest = testing::Slurp(JoinPath(ckpt_, "step-10/manifest.json"));
+  EXPECT_NE(manifest.find(Sha256Hex("good")), std::string::npos) << manifest;  // what the writer hashed
+  // Sizes, types and the listing are still checked.
+  std::string q = JoinPath(ckpt_, PartialDirName(11, "eeee"));
+  v1::Manifest short_file = WritePartial(q, {{"model.pt", "12345"}});
+  short_file.mutable_files(0)->set_size(4);
+  auto r = Publish(PartialDirName(11, "eeee"), 11, short_file, CheckpointVerification::kSizes);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("5 bytes on disk but 4"), std::string::npos) << r.status();
+  EXPECT_EQ(LatestTarget(), "step-10");
 }
 
 TEST_F(PublisherTest, SizeMismatchMissingAndExtraFilesAreNamed) {

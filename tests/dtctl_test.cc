@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -218,6 +219,45 @@ TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
   CommandResult cancel = Dtctl({"cancel", run});
   EXPECT_EQ(cancel.exit_code, 0);
   EXPECT_NE(cancel.output.find("already ended SUCCEEDED"), std::string::npos) << cancel.output;
+}
+
+// The coordinator publishes a round after checking sizes; the digests the writer computed are
+// checked by `dtctl checkpoints --verify` (reading every byte again, here) and by the rank that
+// loads a checkpoint to resume, which refuses a corrupted one naming the file.
+TEST_F(DtctlTest, ACorruptedCheckpointIsFoundByVerifyAndRefusedOnResume) {
+  std::string run = Submit("verify", 2, 0, TrainerArgs(6, {"--ckpt-freq", "3"}));
+  ASSERT_FALSE(run.empty());
+  ASSERT_EQ(Dtctl({"watch", run}).exit_code, 0);
+  CommandResult ok = Dtctl({"checkpoints", run, "--verify", "-o", "json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  nlohmann::json listed = Json(ok);
+  ASSERT_EQ(listed.size(), 2u);
+  for (const auto& c : listed) EXPECT_EQ(c["verified"], "ok") << c;
+
+  // One byte of the latest checkpoint's model flipped: same size, other content.
+  std::string model = listed[1]["path"].get<std::string>() + "/model.pt";
+  {
+    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  CommandResult bad = Dtctl({"checkpoints", run, "--verify"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find(model + " does not match its manifest"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("do not resume from it"), std::string::npos) << bad.output;
+
+  std::string again = Submit("verify", 2, 0, TrainerArgs(8));
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(Dtctl({"watch", again}).exit_code, 1);
+  nlohmann::json s = Status(again);
+  EXPECT_EQ(s["state"], "FAILED");
+  std::string cause = s["reason"].value("message", "");
+  EXPECT_NE(cause.find("does not match its manifest"), std::string::npos) << s["reason"];
+  EXPECT_NE(cause.find("model.pt"), std::string::npos) << s["reason"];
 }
 
 // systemd restarts dtcoord with SIGTERM: while it drains, calls end CANCELLED. A local run, its

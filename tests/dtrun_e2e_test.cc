@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/crypto.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
@@ -313,6 +314,29 @@ TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
   EXPECT_NE(out.find("not initialized: call dt.init() first"), std::string::npos) << out;
   EXPECT_NE(out.find("under dt: False None None"), std::string::npos) << out;
   EXPECT_NE(out.find("writer: True"), std::string::npos) << out;
+
+  // verify_checkpoint against a published manifest: whole, then with one byte changed.
+  std::string ckpt = tmp_.Sub("published");
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(ckpt, "state.pt"), "weights").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(ckpt, "manifest.json"),
+                              absl::StrCat(R"({"step": 4, "files": [{"name": "state.pt", "size": 7, "sha256": ")",
+                                           Sha256Hex("weights"), R"("}]})"))
+                  .ok());
+  std::string verify = absl::StrCat(
+      "import dt\n"
+      "try:\n"
+      "    dt.verify_checkpoint('",
+      ckpt,
+      "')\n"
+      "    print('verified')\n"
+      "except dt.DtError as e:\n"
+      "    print('corrupt:', e)\n");
+  EXPECT_NE(python(verify, {}).find("verified"), std::string::npos);
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(ckpt, "state.pt"), "weighTs").ok());
+  out = python(verify, {});
+  EXPECT_NE(out.find("corrupt: checkpoint file " + JoinPath(ckpt, "state.pt") + " does not match its manifest"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

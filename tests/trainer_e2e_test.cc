@@ -150,6 +150,55 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   EXPECT_EQ(MaxAbsDiff(Ckpt("straight", 20), Ckpt("crashed", 20)), 0.0);
 }
 
+// Asynchronous rounds (the default): the writer copies the state at the step boundary and writes
+// it in the background. A writer that dies after writing its files but before the commit leaves
+// `latest` on the previous checkpoint (the coordinator removes the half-done round); the next run
+// resumes there and ends with the parameters of a run that never crashed.
+TEST_F(TrainerE2ETest, AWriterThatDiesBeforeItsCommitLeavesLatestOnThePreviousCheckpoint) {
+  std::vector<std::string> args = {"--max-steps",  "20", "--ckpt-freq", "5",    "--batch-size",   "2",
+                                   "--seed",       "7",  "--lr",        "1e-3", "--warmup-steps", "3",
+                                   "--eval-split", "0",  "--dropout",   "0.1"};
+  auto straight = Submit("async-straight", 2);
+  auto ps = Start(straight, 2, args);
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(straight, ps, 0));
+
+  auto crashed = Submit("async-crash", 2);
+  auto crash_args = args;
+  crash_args.insert(crash_args.end(), {"--exit-while-checkpointing", "10"});
+  auto pc = Start(crashed, 2, crash_args);
+  int writer = pc[0]->Wait(absl::Minutes(2));
+  ASSERT_TRUE(WIFEXITED(writer) && WEXITSTATUS(writer) == 137) << testing::Slurp(Log(crashed, 0));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
+  pc[1]->Wait(absl::Minutes(1));
+  std::string ckpts = JoinPath(save_dir_, "async-crash/checkpoints");
+  char target[64] = {};
+  ASSERT_GT(::readlink(JoinPath(ckpts, "latest").c_str(), target, sizeof(target) - 1), 0);
+  EXPECT_STREQ(target, "step-5");
+  EXPECT_FALSE(std::filesystem::exists(JoinPath(ckpts, "step-10")));
+  // The coordinator aborted the round with the generation and removed what the writer wrote.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(ckpts)) {
+          if (e.path().filename().string().find(".partial-") != std::string::npos) return false;
+        }
+        return true;
+      },
+      absl::Seconds(10)));
+
+  auto resumed = Submit("async-crash", 2);
+  EXPECT_EQ(resumed.resume_step(), 5);
+  auto pr = Start(resumed, 2, args);
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(resumed, pr, 0));
+  auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
+  ASSERT_EQ(got.size(), 15u);  // steps 6..20
+  EXPECT_EQ(got[0].step(), 6);
+  EXPECT_EQ(MaxAbsDiff(Ckpt("async-straight", 20), Ckpt("async-crash", 20)), 0.0);
+  // The pause of an asynchronous round is reported beside its duration.
+  EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_pause_seconds", 0).empty());
+  EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_seconds", 0).empty());
+}
+
 TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
   // A learning rate too small to move the model makes every step's loss a function of its data
   // alone, so the loss tells which samples a step saw.

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "client/checkpoint_manifest.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 
@@ -97,19 +99,165 @@ std::string DescribeConfig(const Gpt2Config& c) {
                       ",n_layer=", c.n_layer, ",n_head=", c.n_head);
 }
 
-absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
-                                             const TrainState& state) {
+namespace {
+
+torch::Tensor CpuRngState() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+// Copies tensors into host memory that training cannot change (device tensors come to the CPU),
+// into kept buffers when there is a staging area.
+struct Copier {
+  SnapshotStaging* staging = nullptr;
+  int64_t bytes = 0;
+  torch::Tensor operator()(const torch::Tensor& t) {
+    bytes += static_cast<int64_t>(t.numel() * t.element_size());
+    if (staging != nullptr) return staging->CopyOf(t);
+    return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  }
+};
+
+// What Module::save writes — parameters, buffers, then each serialisable child as a nested
+// archive — with copies of the tensors, so that loading it is loading a Module::save archive.
+void SnapshotModule(const torch::nn::Module& module, torch::serialize::OutputArchive& archive, Copier& copy) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) archive.write(p.key(), copy(p.value()));
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) {
+    archive.write(b.key(), copy(b.value()), /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive nested(archive.compilation_unit());
+    SnapshotModule(*child.value(), nested, copy);
+    archive.write(child.key(), nested);
+  }
+}
+
+// What torch::optim::AdamW::save writes, with copies of the moments. The parameter groups name
+// their parameters by the live tensors' identities, as the state keys do, so the archive loads
+// into the live optimizer like one it saved itself.
+torch::serialize::OutputArchive SnapshotAdamW(const torch::optim::AdamW& optimizer, Copier& copy) {
+  ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>> copies;
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    auto copied = std::make_unique<torch::optim::AdamWParamState>();
+    copied->step(s.step());
+    copied->exp_avg(copy(s.exp_avg()));
+    copied->exp_avg_sq(copy(s.exp_avg_sq()));
+    if (s.max_exp_avg_sq().defined()) copied->max_exp_avg_sq(copy(s.max_exp_avg_sq()));
+    copies[key] = std::move(copied);
+  }
+  torch::serialize::OutputArchive archive;
+  archive.write("pytorch_version", c10::IValue("1.5.0"));
+  torch::serialize::OutputArchive state_archive(archive.compilation_unit());
+  torch::optim::detail::serialize<torch::optim::AdamWParamState>(state_archive, copies);
+  archive.write("state", state_archive);
+  torch::serialize::OutputArchive groups(archive.compilation_unit());
+  torch::optim::detail::serialize<torch::optim::AdamWOptions>(groups, optimizer.param_groups());
+  archive.write("param_groups", groups);
+  return archive;
+}
+
+}  // namespace
+
+CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state) {
+  CheckpointArchives a;
+  model->save(a.model);
+  optimizer.save(a.optimizer);
+  a.rng = CpuRngState();
+  a.state = state;
+  return a;
+}
+
+namespace {
+
+bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes().equals(b.sizes()) && a.scalar_type() == b.scalar_type();
+}
+
+}  // namespace
+
+void SnapshotStaging::Reserve(const std::vector<torch::Tensor>& like) {
+  for (const torch::Tensor& t : like) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool have = false;
+      for (Buffer& b : buffers_) {
+        if (!b.used && SameShape(b.host, t)) b.used = have = true;  // claimed for this reservation
+        if (have) break;
+      }
+      if (have) continue;
+    }
+    // Only the shape and type of `t` are read: it may be changing on the training thread.
+    torch::Tensor host = torch::zeros(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()));
+    std::lock_guard<std::mutex> lock(mu_);
+    buffers_.push_back({host, true});
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Buffer& b : buffers_) b.used = false;
+}
+
+void SnapshotStaging::BeginSnapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Buffer& b : buffers_) b.used = false;
+}
+
+torch::Tensor SnapshotStaging::CopyOf(const torch::Tensor& t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Buffer& b : buffers_) {
+    if (!b.used && SameShape(b.host, t)) {
+      b.used = true;
+      b.host.copy_(t.detach());
+      return b.host;
+    }
+  }
+  buffers_.push_back({t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), true});
+  return buffers_.back().host;
+}
+
+void SnapshotStaging::EndSnapshot() {
+  std::lock_guard<std::mutex> lock(mu_);
+  buffers_.erase(std::remove_if(buffers_.begin(), buffers_.end(), [](const Buffer& b) { return !b.used; }),
+                 buffers_.end());
+}
+
+int64_t SnapshotStaging::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const Buffer& b : buffers_) total += static_cast<int64_t>(b.host.numel() * b.host.element_size());
+  return total;
+}
+
+absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,
+                                                    const TrainState& state, SnapshotStaging* staging) {
+  const auto* adamw = dynamic_cast<const torch::optim::AdamW*>(&optimizer);
+  if (adamw == nullptr) return absl::UnimplementedError("asynchronous checkpoints snapshot AdamW only");
+  CheckpointArchives a;
+  Copier copy{staging};
+  if (staging != nullptr) staging->BeginSnapshot();
+  try {
+    SnapshotModule(*model, a.model, copy);
+    a.optimizer = SnapshotAdamW(*adamw, copy);
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot copy the training state for a checkpoint: ", e.what()));
+  }
+  if (staging != nullptr) staging->EndSnapshot();
+  a.tensor_bytes = copy.bytes;
+  a.rng = CpuRngState();
+  a.state = state;
+  return a;
+}
+
+absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives) {
   // The large files are serialised straight to disk (no in-memory copy) and hashed on the way,
   // model and optimizer on two threads.
-  auto save_archive =
-      [&](const std::string& name,
-          const std::function<void(torch::serialize::OutputArchive&)>& fill) -> absl::StatusOr<v1::ManifestFile> {
+  auto save_archive = [&](const std::string& name,
+                          torch::serialize::OutputArchive& archive) -> absl::StatusOr<v1::ManifestFile> {
     std::string path = JoinPath(dir, name);
     HashingFileWriter writer(path);
     try {
-      torch::serialize::OutputArchive a;
-      fill(a);
-      a.save_to([&writer](const void* data, size_t n) { return writer.Write(data, n); });
+      archive.save_to([&writer](const void* data, size_t n) { return writer.Write(data, n); });
     } catch (const std::exception& e) {
       absl::StatusOr<v1::ManifestFile> first = writer.Finish(name);  // a write error explains it better
       if (!first.ok()) return first.status();
@@ -118,8 +266,8 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
     return writer.Finish(name);
   };
   absl::StatusOr<v1::ManifestFile> model_file = absl::UnknownError("not written");
-  std::thread model_writer([&] { model_file = save_archive("model.pt", [&](auto& a) { model->save(a); }); });
-  absl::StatusOr<v1::ManifestFile> optimizer_file = save_archive("optimizer.pt", [&](auto& a) { optimizer.save(a); });
+  std::thread model_writer([&] { model_file = save_archive("model.pt", archives.model); });
+  absl::StatusOr<v1::ManifestFile> optimizer_file = save_archive("optimizer.pt", archives.optimizer);
   model_writer.join();
   if (!model_file.ok()) return model_file.status();
   if (!optimizer_file.ok()) return optimizer_file.status();
@@ -128,19 +276,14 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
   *manifest.add_files() = *optimizer_file;
   try {
     torch::serialize::OutputArchive a;
-    auto gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor rng;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      rng = gen.get_state();
-    }
-    a.write("cpu", rng);
+    a.write("cpu", archives.rng);
     absl::StatusOr<v1::ManifestFile> f = WriteHashed(dir, "rng.pt", ArchiveBytes(a));
     if (!f.ok()) return f.status();
     *manifest.add_files() = *f;
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("cannot serialise the RNG state: ", e.what()));
   }
+  const TrainState& state = archives.state;
   nlohmann::json s = {{"step", state.step},
                       {"epoch", state.epoch},
                       {"batch", state.batch},
@@ -158,28 +301,15 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
   return manifest;
 }
 
-absl::Status VerifyCheckpointFiles(const std::string& dir) {
-  absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "manifest.json"));
-  if (!text.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has no manifest.json"));
-  nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
-  if (m.is_discarded() || !m.contains("files")) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
-  }
-  for (const auto& f : m["files"]) {
-    std::string path = JoinPath(dir, f.value("name", ""));
-    absl::StatusOr<std::string> digest = Sha256File(path);
-    if (!digest.ok()) return absl::DataLossError(digest.status().message());
-    if (*digest != f.value("sha256", "")) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " does not match its manifest (SHA-256 ",
-                                              *digest, "); the checkpoint is corrupt"));
-    }
-  }
-  return absl::OkStatus();
+absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
+                                             const TrainState& state) {
+  CheckpointArchives live = LiveArchives(model, optimizer, state);
+  return WriteArchives(dir, live);
 }
 
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                           torch::Device device) {
-  if (absl::Status s = VerifyCheckpointFiles(dir); !s.ok()) return s;
+  if (absl::StatusOr<int64_t> verified = VerifyCheckpointDirectory(dir); !verified.ok()) return verified.status();
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
   if (!text.ok()) return text.status();
   nlohmann::json s = nlohmann::json::parse(*text, nullptr, false);

@@ -177,13 +177,23 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--beta2", c.beta2, "AdamW beta2")->group(loop)->capture_default_str();
   app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
   app.add_option("--ckpt-freq", c.ckpt_freq, "checkpoint every N steps (0: only at the end)")->group(loop);
+  app.add_flag("--async-checkpoint,!--sync-checkpoint", c.async_checkpoint,
+               "write checkpoints in the background: training pauses only while the writer copies the model and "
+               "optimizer into host memory, which needs that much memory again (--sync-checkpoint: pause for the "
+               "whole write and commit)")
+      ->group(loop)
+      ->capture_default_str();
   app.add_option("--log-freq", c.log_freq, "report metrics every N steps")->group(loop)->capture_default_str();
   app.add_option("--seed", c.seed, "seed of the model init and the data order")->group(loop)->capture_default_str();
   app.add_option("--threads", c.threads, "intra-op threads (default: $OMP_NUM_THREADS, else 1)")->group(loop);
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl when CUDA is available, else gloo)")->group(loop);
   app.add_flag("--no-metrics", no_metrics, "do not report metrics to the coordinator")->group(loop);
   app.add_option("--exit-after-step", c.exit_after_step,
-                 "testing: vanish without cleanup after this step, as a killed process would")
+                 "testing: vanish without cleanup after this step (and its checkpoint round), as a killed process "
+                 "would")
+      ->group(loop);
+  app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
+                 "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);
 }
 

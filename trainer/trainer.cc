@@ -34,6 +34,7 @@
 #include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
+#include "trainer/checkpoint_rounds.h"
 #include "trainer/ddp.h"
 #include "trainer/device_preflight.h"
 #include "trainer/gpt2_model.h"
@@ -155,12 +156,15 @@ class Trainer {
     StartDataParallel();
     agent_.ReportProgress(state_.step, total_steps_);
     current_step_ = state_.step;
-    last_checkpoint_ = state_.step;
+    last_checkpoint_ = checkpoint_started_ = state_.step;
+    rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing);
+    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes());
     model_->train();
     while (state_.step < total_steps_) {
       TrainStep();
       if (state_.step < total_steps_ && PreemptionAgreed()) return LeaveForPreemption();
       if (cfg_.exit_after_step > 0 && state_.step == cfg_.exit_after_step) {
+        CollectCheckpoint(rounds_->Wait());
         DT_LOG(Warning) << "--exit-after-step " << state_.step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);
       }
@@ -397,7 +401,8 @@ class Trainer {
       Log(absl::StrFormat("step %d eval_loss %.4f perplexity %.2f", step, eval_loss, std::exp(eval_loss)));
     }
     if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
-    if (step == total_steps_ && last_checkpoint_ != step) Checkpoint(step);
+    if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
+    CollectCheckpoint(rounds_->Poll());
     // Everything a step reports goes out as one point (W&B wants one history row per step).
     if (reporter_ && !step_metrics_.empty()) reporter_->Add(step, step_metrics_);
     step_metrics_.clear();
@@ -434,40 +439,46 @@ class Trainer {
     });
   }
 
-  // A checkpoint round at `step`: every rank arrives, the coordinator's writer writes, every rank
-  // waits for the commit. A round that fails leaves training going (the coordinator stops this
-  // process through the heartbeat if the generation is over); a full disk ends the run.
+  // A checkpoint round at `step` (CheckpointRounds: asynchronous unless --sync-checkpoint). A round
+  // that fails leaves training going (the coordinator stops this process through the heartbeat if
+  // the generation is over); a full disk ends the run.
   void Checkpoint(int64_t step) {
-    absl::Time t0 = absl::Now();
-    absl::StatusOr<v1::BeginCheckpointResponse> round = agent_.BeginCheckpoint(step);
-    if (!round.ok()) {
-      throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", round.status().ToString()));
+    CollectCheckpoint(rounds_->Wait());  // at most one round in flight
+    absl::StatusOr<absl::Duration> paused = rounds_->Start(model_, *optimizer_, state_);
+    if (!paused.ok()) {
+      throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", paused.status().ToString()));
     }
-    absl::StatusOr<v1::CheckpointInfo> done;
-    if (round->writer_rank() == rank_) {
-      absl::StatusOr<v1::Manifest> manifest = WriteCheckpoint(round->partial_dir(), model_, *optimizer_, state_);
-      if (!manifest.ok()) {
-        (void)agent_.AbortCheckpoint(round->round_id(), manifest.status().ToString());
-        DT_LOG(Error) << "checkpoint at step " << step << " not written: " << manifest.status();
-        if (absl::IsResourceExhausted(manifest.status())) {
-          throw StorageFullError(
-              absl::StrCat("checkpoint at step ", step, " not written: ", manifest.status().message()));
-        }
-        return;
-      }
-      done = agent_.CommitCheckpoint(round->round_id(), &*manifest);
-    } else {
-      done = agent_.CommitCheckpoint(round->round_id(), nullptr);
+    checkpoint_started_ = step;
+    step_metrics_["checkpoint_pause_seconds"] = absl::ToDoubleSeconds(*paused);
+    if (!rounds_->async()) CollectCheckpoint(rounds_->Wait());
+  }
+
+  // The tensors an asynchronous round copies: parameters, buffers and AdamW's two moments per
+  // parameter (not created until the first step; they have their parameter's shape).
+  std::vector<torch::Tensor> StagingShapes() {
+    std::vector<torch::Tensor> like;
+    for (const torch::Tensor& p : model_->parameters()) like.insert(like.end(), {p, p, p});
+    for (const torch::Tensor& b : model_->buffers()) like.push_back(b);
+    return like;
+  }
+
+  // What a finished round came to: logged and reported; a full disk is thrown.
+  void CollectCheckpoint(std::optional<CheckpointRounds::Outcome> outcome) {
+    if (!outcome) return;
+    if (outcome->disk_full) {
+      throw StorageFullError(
+          absl::StrCat("checkpoint at step ", outcome->step, " not written: ", outcome->committed.status().message()));
     }
-    if (!done.ok()) {
-      DT_LOG(Warning) << "checkpoint at step " << step << " was not committed: " << done.status();
+    if (!outcome->committed.ok()) {
+      DT_LOG(Warning) << "checkpoint at step " << outcome->step
+                      << " was not committed: " << outcome->committed.status();
       return;
     }
-    last_checkpoint_ = step;
-    Log(absl::StrCat("checkpoint step-", step, " committed (", done->bytes(), " bytes, ",
-                     absl::FormatDuration(absl::Now() - t0), ")"));
-    step_metrics_["checkpoint_seconds"] = absl::ToDoubleSeconds(absl::Now() - t0);
-    step_metrics_["checkpoint_bytes"] = static_cast<double>(done->bytes());
+    last_checkpoint_ = outcome->step;
+    Log(absl::StrCat("checkpoint step-", outcome->step, " committed (", outcome->committed->bytes(), " bytes, ",
+                     absl::FormatDuration(outcome->took), ")"));
+    step_metrics_["checkpoint_seconds"] = absl::ToDoubleSeconds(outcome->took);
+    step_metrics_["checkpoint_bytes"] = static_cast<double>(outcome->committed->bytes());
   }
 
   // Whether any rank was asked to stop by the scheduler (SIGUSR2 reaches the ranks moments apart,
@@ -485,7 +496,8 @@ class Trainer {
   // A preemption or the time limit: checkpoint this step and leave; the run is requeued and the
   // next job resumes here.
   int LeaveForPreemption() {
-    if (last_checkpoint_ != state_.step) Checkpoint(state_.step);
+    if (checkpoint_started_ != state_.step) Checkpoint(state_.step);
+    CollectCheckpoint(rounds_->Wait());
     if (reporter_) (void)reporter_->Flush(absl::Seconds(10));
     agent_.StopHeartbeats();
     CheckOk(agent_.Leave(state_.step, SIGUSR2));
@@ -497,7 +509,8 @@ class Trainer {
 
   // Done: the last checkpoint (for a run resumed at its end), the summary metrics, Leave.
   int Finish() {
-    if (last_checkpoint_ != state_.step && state_.step > 0) Checkpoint(state_.step);
+    if (checkpoint_started_ != state_.step && state_.step > 0) Checkpoint(state_.step);
+    CollectCheckpoint(rounds_->Wait());
     if (reporter_) {
       std::map<std::string, double> summary = {{"final_step", static_cast<double>(state_.step)},
                                                {"tokens_seen", static_cast<double>(state_.tokens_seen)}};
@@ -541,7 +554,9 @@ class Trainer {
   LrSchedule schedule_;
 
   TrainState state_;
-  int64_t last_checkpoint_ = 0;
+  std::unique_ptr<CheckpointRounds> rounds_;
+  int64_t checkpoint_started_ = 0;  // the step of the last round started
+  int64_t last_checkpoint_ = 0;     // the step of the last round committed
   double last_loss_ = std::nan("");
   double best_eval_ = std::numeric_limits<double>::infinity();
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it

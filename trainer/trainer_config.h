@@ -53,12 +53,17 @@ struct TrainerConfig {
   int64_t warmup_steps = 0;
   double grad_clip = 1.0;
   int64_t ckpt_freq = 0;
+  // Asynchronous checkpoint rounds: training pauses only while the writer copies the state into
+  // host memory (twice the model and optimizer's memory for that while); false: it waits for the
+  // whole write and commit.
+  bool async_checkpoint = true;
   int64_t log_freq = 10;
   uint64_t seed = 1337;
   int threads = 0;      // 0: OMP_NUM_THREADS, else 1
   std::string backend;  // "" = nccl with CUDA, else gloo
   bool report_metrics = true;
-  int64_t exit_after_step = 0;  // fault injection: vanish (no cleanup) after this step
+  int64_t exit_after_step = 0;           // fault injection: vanish (no cleanup) after this step and its round
+  int64_t exit_while_checkpointing = 0;  // fault injection: the writer vanishes before this round's commit
   int64_t rendezvous_timeout_s = 900;
   std::string log_dir;  // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
 };

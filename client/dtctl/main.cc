@@ -1,5 +1,6 @@
 // dtctl: the dt command line. Exit codes: 0 ok, 1 the operation failed (the message says why),
 // 2 usage error, 3 the coordinator cannot be reached.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -23,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/checkpoint_manifest.h"
 #include "client/coordinator_client.h"
 #include "client/dtctl/local_launcher.h"
 #include "client/dtctl/node_failure.h"
@@ -263,24 +265,55 @@ int Metrics(Global& g, const std::string& run_id, const std::string& key, std::o
   return kOk;
 }
 
-int Checkpoints(Global& g, const std::string& run_id) {
+// With `verify`, every committed checkpoint's files are read again here and checked against the
+// sizes and SHA-256 digests its writer recorded (exit 1 if one differs).
+int Checkpoints(Global& g, const std::string& run_id, bool verify) {
   v1::ListCheckpointsRequest req;
   req.set_run_id(run_id);
   auto list =
       Call(*g.client, &v1::CheckpointService::Stub::ListCheckpoints, g.client->checkpoints(), req, absl::Seconds(30));
   if (!list.ok()) return Fail(g, list.status(), absl::StrCat("checkpoints of ", run_id));
+  std::vector<std::string> verdicts;
+  bool corrupt = false;
+  for (const auto& c : list->checkpoints()) {
+    if (!verify || !c.committed()) {
+      verdicts.push_back("");
+      continue;
+    }
+    struct stat st;
+    if (::stat(c.path().c_str(), &st) != 0) {
+      verdicts.push_back("gone (removed by retention since it was listed)");
+      continue;
+    }
+    absl::StatusOr<int64_t> checked = VerifyCheckpointDirectory(c.path());
+    corrupt = corrupt || !checked.ok();
+    verdicts.push_back(checked.ok() ? "ok" : PrintableForTerminal(checked.status().message()));
+  }
   if (g.output == "json") {
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& c : list->checkpoints()) all.push_back(CheckpointJson(c));
+    for (int i = 0; i < list->checkpoints_size(); ++i) {
+      all.push_back(CheckpointJson(list->checkpoints(i)));
+      if (verify && list->checkpoints(i).committed()) all.back()["verified"] = verdicts[i];
+    }
     PrintJson(all);
-    return kOk;
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (int i = 0; i < list->checkpoints_size(); ++i) {
+      const v1::CheckpointInfo& c = list->checkpoints(i);
+      rows.push_back({absl::StrCat(c.step()), HumanBytes(c.bytes()), Iso8601(c.committed_at()), c.path(),
+                      c.committed() ? "yes" : "no"});
+      if (verify) rows.back().push_back(verdicts[i]);
+    }
+    std::vector<std::string> header = {"STEP", "SIZE", "TIME", "PATH", "COMMITTED"};
+    if (verify) header.push_back("VERIFIED");
+    std::cout << Table(header, rows);
   }
-  std::vector<std::vector<std::string>> rows;
-  for (const auto& c : list->checkpoints()) {
-    rows.push_back({absl::StrCat(c.step()), HumanBytes(c.bytes()), Iso8601(c.committed_at()), c.path(),
-                    c.committed() ? "yes" : "no"});
+  if (corrupt) {
+    std::cerr << "dtctl: a checkpoint of " << run_id
+              << " does not match what its writer recorded: do not resume from it (delete it, and `latest` "
+                 "if it names it, to resume from an earlier one)\n";
+    return kFailed;
   }
-  std::cout << Table({"STEP", "SIZE", "TIME", "PATH", "COMMITTED"}, rows);
   return kOk;
 }
 
@@ -602,6 +635,7 @@ struct RunCommands {
   std::string run_id;
   std::optional<int> rank;
   bool follow_logs = false;
+  bool verify = false;
   std::string key;
   CLI::App *list, *status, *watch, *logs, *metrics, *checkpoints, *cancel;
 };
@@ -617,6 +651,9 @@ void DeclareRunCommands(CLI::App& app, RunCommands& c) {
   c.metrics->add_option("--key", c.key, "only this metric (e.g. loss)");
   c.metrics->add_option("--rank", c.rank, "only this rank");
   c.checkpoints = app.add_subcommand("checkpoints", "committed checkpoints of a run");
+  c.checkpoints->add_flag("--verify", c.verify,
+                          "read every file again and check its size and SHA-256 against what the writer recorded "
+                          "(from a machine that sees the save dir; exit 1 if one differs)");
   c.cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
   for (CLI::App* sub : {c.status, c.watch, c.logs, c.metrics, c.checkpoints, c.cancel}) {
     sub->add_option("run", c.run_id, "run id")->required();
@@ -630,7 +667,7 @@ int RunSubcommand(Global& g, const RunCommands& c) {
   if (c.watch->parsed()) return Watch(g.client, c.run_id, ::isatty(STDOUT_FILENO) != 0, std::cout);
   if (c.logs->parsed()) return Logs(g, c.run_id, c.rank, c.follow_logs);
   if (c.metrics->parsed()) return Metrics(g, c.run_id, c.key, c.rank);
-  if (c.checkpoints->parsed()) return Checkpoints(g, c.run_id);
+  if (c.checkpoints->parsed()) return Checkpoints(g, c.run_id, c.verify);
   if (c.cancel->parsed()) return Cancel(g, c.run_id);
   return kUsage;
 }

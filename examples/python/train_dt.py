@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The model of train_ddp.py, using the dt module: metrics through dt.log (Prometheus, W&B,
 `dtctl metrics`, the hang watchdog) and checkpoint rounds through dt.checkpoint (one writer,
-committed with sizes and SHA-256 by the coordinator, resumed from dt.latest_checkpoint()).
+committed by the coordinator with their sizes and SHA-256, verified and resumed from dt.latest_checkpoint()).
 
     dtctl submit --name dt-ddp --save-dir /tmp/runs --nproc-per-node 2 --max-restarts 2 \\
         --exec -- python3 examples/python/train_dt.py --steps 100
@@ -49,6 +49,7 @@ def main():
     start = 0
     latest = dt.latest_checkpoint()
     if latest:
+        dt.verify_checkpoint(latest)  # sizes and SHA-256 against what the writer recorded
         state = torch.load(os.path.join(latest, "state.pt"))
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])

@@ -27,6 +27,7 @@ barrier whose ranks did not all arrive (the message names the missing ones), and
 """
 import contextlib
 import hashlib
+import json
 import os
 import re
 import signal
@@ -35,7 +36,8 @@ import time
 
 __all__ = [
     "DtError", "NotInitialized", "CoordinatorUnavailable", "BarrierTimeout", "Checkpoint",
-    "init", "active", "rank", "world_size", "experiment_dir", "latest_checkpoint", "log", "barrier",
+    "init", "active", "rank", "world_size", "experiment_dir", "latest_checkpoint", "verify_checkpoint", "log",
+    "barrier",
     "checkpoint", "stop_requested", "should_stop",
 ]
 
@@ -220,6 +222,38 @@ def latest_checkpoint():
     return info.path or None
 
 
+def verify_checkpoint(path):
+    """Re-reads every file a published checkpoint's manifest.json lists and checks its size and
+    SHA-256 against what its writer recorded: call it before loading a checkpoint you do not trust
+    (as dttrainer does on every resume). Raises DtError naming the first file that differs."""
+    try:
+        with open(os.path.join(path, "manifest.json")) as f:
+            manifest = json.load(f)
+        listed = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise DtError(f"checkpoint {path} has no readable manifest.json ({e})") from None
+    for entry in listed:
+        name = entry.get("name", "") if isinstance(entry, dict) else ""
+        if not name or "/" in name or name in (".", ".."):
+            raise DtError(f"checkpoint {path}: manifest.json lists a bad file name")
+        file = os.path.join(path, name)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with open(file, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as e:
+            raise DtError(f"checkpoint file {file} cannot be read: {e.strerror}") from None
+        if size != entry.get("size"):
+            raise DtError(f"checkpoint file {file} is {size} bytes but {entry.get('size')} in its manifest; "
+                          "the checkpoint is corrupt")
+        if digest.hexdigest() != entry.get("sha256"):
+            raise DtError(f"checkpoint file {file} does not match its manifest (SHA-256 {digest.hexdigest()}, "
+                          f"written as {entry.get('sha256')}); the checkpoint is corrupt")
+
+
 def _check_step(step):
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ValueError(f"step must be a non-negative int, got {step!r}")
@@ -282,9 +316,11 @@ def barrier(name, timeout=None):
 
 class Checkpoint:
     """One checkpoint round, as `with dt.checkpoint(step) as ck` yields it. The writer (`is_writer`)
-    saves its files into `dir` (plain files, no subdirectories); when the block ends the coordinator
-    verifies their sizes and SHA-256 and publishes them as `path`. Every rank's block ends once the
-    round is committed; an exception in any rank's block aborts the round (`latest` is unchanged)."""
+    saves its files into `dir` (plain files, no subdirectories); when the block ends their sizes and
+    SHA-256 digests go to the coordinator, which checks the sizes, records the digests in the
+    published `manifest.json` and publishes them as `path` (`verify_checkpoint(path)` re-reads them
+    against it). Every rank's block ends once the round is committed; an exception in any rank's
+    block aborts the round (`latest` is unchanged)."""
 
     def __init__(self, step, is_writer, directory, path):
         self.step = step

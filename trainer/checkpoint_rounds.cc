@@ -1,0 +1,97 @@
+#include "trainer/checkpoint_rounds.h"
+
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace dt {
+
+CheckpointRounds::~CheckpointRounds() {
+  if (preparing_.joinable()) preparing_.join();
+  if (in_flight_.valid()) in_flight_.wait();
+}
+
+void CheckpointRounds::PrepareStaging(std::vector<torch::Tensor> like) {
+  if (!async_ || preparing_.joinable()) return;
+  preparing_ = std::thread([this, like = std::move(like)] { staging_.Reserve(like); });
+}
+
+absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim::Optimizer& optimizer,
+                                                       const TrainState& state) {
+  if (in_flight_.valid()) finished_ = in_flight_.get();
+  if (preparing_.joinable()) preparing_.join();
+  absl::Time start = absl::Now();
+  absl::StatusOr<v1::BeginCheckpointResponse> round = agent_.BeginCheckpoint(state.step);
+  if (!round.ok()) return round.status();
+  bool writer = round->writer_rank() == agent_.rank();
+  if (!async_) {
+    std::unique_ptr<CheckpointArchives> live;
+    if (writer) live = std::make_unique<CheckpointArchives>(LiveArchives(model, optimizer, state));
+    std::promise<Outcome> done;
+    done.set_value(Finish(*round, state.step, live.get(), start));
+    in_flight_ = done.get_future();
+    return absl::Now() - start;
+  }
+  std::shared_ptr<CheckpointArchives> snapshot;
+  if (writer) {
+    absl::StatusOr<CheckpointArchives> copied = SnapshotArchives(model, optimizer, state, &staging_);
+    if (!copied.ok()) {
+      // No room for a copy (or an optimizer without one): this round is written in place.
+      DT_LOG(Warning) << "checkpoint at step " << state.step << " written synchronously: " << copied.status();
+      copied = LiveArchives(model, optimizer, state);
+      std::promise<Outcome> done;
+      done.set_value(Finish(*round, state.step, &*copied, start));
+      in_flight_ = done.get_future();
+      return absl::Now() - start;
+    }
+    snapshot = std::make_shared<CheckpointArchives>(std::move(*copied));
+  }
+  absl::Duration paused = absl::Now() - start;
+  in_flight_ = std::async(std::launch::async, [this, round = *round, step = state.step, snapshot, start] {
+    return Finish(round, step, snapshot.get(), start);
+  });
+  return paused;
+}
+
+CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResponse& round, int64_t step,
+                                                   CheckpointArchives* archives, absl::Time start) {
+  Outcome out;
+  out.step = step;
+  if (archives == nullptr) {
+    out.committed = agent_.CommitCheckpoint(round.round_id(), nullptr);
+  } else {
+    absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives);
+    if (!manifest.ok()) {
+      (void)agent_.AbortCheckpoint(round.round_id(), manifest.status().ToString());
+      out.disk_full = absl::IsResourceExhausted(manifest.status());
+      out.committed = manifest.status();
+    } else {
+      if (step == exit_before_commit_at_) {
+        DT_LOG(Warning) << "--exit-while-checkpointing " << step << ": vanishing before the commit (fault injection)";
+        std::_Exit(137);
+      }
+      out.committed = agent_.CommitCheckpoint(round.round_id(), &*manifest);
+    }
+  }
+  out.took = absl::Now() - start;
+  return out;
+}
+
+std::optional<CheckpointRounds::Outcome> CheckpointRounds::Poll() {
+  if (finished_) return std::exchange(finished_, std::nullopt);
+  if (in_flight_.valid() && in_flight_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    return in_flight_.get();
+  }
+  return std::nullopt;
+}
+
+std::optional<CheckpointRounds::Outcome> CheckpointRounds::Wait() {
+  if (finished_) return std::exchange(finished_, std::nullopt);
+  if (in_flight_.valid()) return in_flight_.get();
+  return std::nullopt;
+}
+
+}  // namespace dt

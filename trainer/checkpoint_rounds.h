@@ -1,0 +1,71 @@
+// One rank's part in checkpoint rounds. A round starts at a step boundary with BeginCheckpoint
+// (every rank arrives; the coordinator names the writer). Synchronous rounds then write and commit
+// while training waits. Asynchronous rounds (the default, as torch.distributed.checkpoint's
+// async_save) pause training only while the writer copies the model and optimizer into host
+// memory; a thread writes, hashes, fsyncs and commits the copy while training goes on, and the
+// other ranks wait for the commit on a thread as well. At most one round is in flight: starting
+// the next waits for it. The host copy's buffers are kept for the next round (the memory of the
+// model and optimizer once more, for the run's life). A crash mid-write leaves `latest` on the
+// previous complete checkpoint.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <future>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/agent.h"
+#include "trainer/checkpoint_io.h"
+
+namespace dt {
+
+class CheckpointRounds {
+ public:
+  struct Outcome {
+    int64_t step = 0;
+    absl::StatusOr<v1::CheckpointInfo> committed = absl::UnknownError("not committed");
+    absl::Duration took;     // from the round's start to its commit
+    bool disk_full = false;  // the writer ran out of space: the run must stop
+  };
+
+  // `exit_before_commit_at`: fault injection: the writer of the round at that step vanishes
+  // (exit 137, no cleanup) after writing every file, before the commit (0: never).
+  CheckpointRounds(Agent& agent, bool async, int64_t exit_before_commit_at = 0)
+      : agent_(agent), async_(async), exit_before_commit_at_(exit_before_commit_at) {}
+  ~CheckpointRounds();  // waits for the round in flight
+
+  // Starts a round at `state.step` (waiting first for the one in flight, whose outcome is then
+  // returned by the next Poll or Wait). Returns how long training was paused. A BeginCheckpoint
+  // failure is returned (the generation is failing).
+  absl::StatusOr<absl::Duration> Start(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
+  // Maps the host buffers of asynchronous rounds on a thread, ahead of the first round (which
+  // would otherwise pay for it): one for each of `like`'s shapes. Call on the rank that will
+  // likely write (the lowest); no-op for synchronous rounds.
+  void PrepareStaging(std::vector<torch::Tensor> like);
+  // The outcome of a round that has finished, without waiting; nullopt when none has.
+  std::optional<Outcome> Poll();
+  // The outcome of the round in flight (or of one that finished unseen), waiting for it.
+  std::optional<Outcome> Wait();
+
+  bool async() const { return async_; }
+
+ private:
+  // Writes (the writer) and commits; runs on the round's thread when asynchronous.
+  Outcome Finish(const v1::BeginCheckpointResponse& round, int64_t step, CheckpointArchives* archives,
+                 absl::Time start);
+
+  Agent& agent_;
+  const bool async_;
+  const int64_t exit_before_commit_at_;
+  SnapshotStaging staging_;  // used by one round at a time: the next starts after it
+  std::thread preparing_;    // PrepareStaging's; joined before the first round
+  std::future<Outcome> in_flight_;
+  std::optional<Outcome> finished_;  // a round waited for by Start, not yet handed out
+};
+
+}  // namespace dt
