@@ -964,7 +964,7 @@ TEST_F(CheckpointRoundTest, CorruptFilesAbortTheRoundAndLatestStays) {
   ASSERT_NO_FATAL_FAILURE(CommitStep(10, "ok"));
   v1::BeginCheckpointResponse bad = Begin(20);
   v1::Manifest lie = WriteFiles(bad.partial_dir(), "real");
-  lie.mutable_files(0)->set_sha256(Sha256Hex("claimed"));
+  lie.mutable_files(0)->set_size(lie.files(0).size() + 1);  // the coordinator checks sizes
   Reply<v1::CommitCheckpointResponse> b0, b1;
   Commit(1, bad, nullptr, &b1);
   Commit(0, bad, &lie, &b0);

@@ -226,7 +226,8 @@ v1::BeginCheckpointResponse OpenRound(Env& e) {
   return r.ok() ? *r : writer;
 }
 
-// The writer's manifest of one file it wrote into the round's directory.
+// The writer's manifest of one file it wrote into the round's directory; `corrupt`: the manifest's
+// size does not match the file (what the coordinator checks by default).
 v1::Manifest WriteOneFile(const v1::BeginCheckpointResponse& round, bool corrupt = false) {
   const std::string content = "weights";
   EXPECT_TRUE(WriteFileAtomic(JoinPath(round.partial_dir(), "model.pt"), content).ok());
@@ -234,7 +235,8 @@ v1::Manifest WriteOneFile(const v1::BeginCheckpointResponse& round, bool corrupt
   v1::ManifestFile* f = m.add_files();
   f->set_name("model.pt");
   f->set_size(static_cast<int64_t>(content.size()));
-  f->set_sha256(corrupt ? Sha256Hex("something else") : Sha256Hex(content));
+  if (corrupt) f->set_size(f->size() + 1);
+  f->set_sha256(Sha256Hex(content));
   return m;
 }
 
