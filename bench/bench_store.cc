@@ -307,11 +307,12 @@ c10::intrusive_ptr<c10d::TCPStore> StartTcpStoreServer() {
   return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_opts);
 }
 
-void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std::string& token) {
+void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std::string& token,
+                const std::vector<int>& sizes) {
   auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
 
-  for (int clients : {1, 8, 64}) {
+  for (int clients : sizes) {
     int iterations = (Quick() ? 300 : 3000) / std::max(1, clients / 8);
     ClientPool pool("store", coord, run_id, token, port, clients, iterations);
     // Interleave repeats so both see the same machine noise; keep the best median.
@@ -342,10 +343,9 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
   }
 }
 
-void BarrierBench(EmbeddedCoordinator& coord) {
+void BarrierBench(EmbeddedCoordinator& coord, const std::vector<int>& sizes) {
   auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
-  std::vector<int> sizes = Quick() ? std::vector<int>{2, 8, 64} : std::vector<int>{2, 8, 64, 256};
   for (int n : sizes) {
     int rounds = Quick() ? 10 : (n >= 64 ? 20 : 40);
     // The coordinator: a run of n ranks, each a client process registered as one rank.
@@ -379,6 +379,15 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt::bench;
   if (argc > 1 && std::string(argv[1]) == "client") return ClientMain(argc - 1, argv + 1);
+  // bench_store [store|barrier [SIZES...]]: one part only, at the given client counts (for
+  // investigating one row; scripts/bench.sh runs both parts at their default sizes).
+  std::string only = argc > 1 ? argv[1] : "";
+  std::vector<int> sizes;
+  for (int i = 2; i < argc; ++i) sizes.push_back(std::stoi(argv[i]));
+  if (!only.empty() && only != "store" && only != "barrier") {
+    std::cerr << "usage: bench_store [store|barrier [SIZES...]]\n";
+    return 2;
+  }
   std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a "
                "process, loopback)\n";
   dt::EmbeddedOptions opts;
@@ -396,7 +405,12 @@ int main(int argc, char** argv) {
     std::cerr << run.status() << "\n";
     return 1;
   }
-  StoreBench(coord, run->run_id(), run->run_token());
-  BarrierBench(coord);
+  if (only.empty() || only == "store") {
+    StoreBench(coord, run->run_id(), run->run_token(), sizes.empty() ? std::vector<int>{1, 8, 64} : sizes);
+  }
+  if (only.empty() || only == "barrier") {
+    std::vector<int> n = Quick() ? std::vector<int>{2, 8, 64} : std::vector<int>{2, 8, 64, 256};
+    BarrierBench(coord, sizes.empty() ? n : sizes);
+  }
   return 0;
 }

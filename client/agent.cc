@@ -185,18 +185,25 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
     absl::MutexLock lock(&barrier_mu_);
     sequence = ++barrier_sequences_[name];
   }
-  v1::BarrierRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_generation(generation());
-  request.set_rank(rank());
-  request.set_name(name);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  request.set_sequence(sequence);
   // The server enforces the timeout; the client allows a little more for the reply to arrive.
   return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5),
-                          [&](absl::Duration left) {
-                            return Call(*client_, &v1::BarrierService::Stub::Barrier, client_->barriers(), request,
-                                        left);
+                          [&](absl::Duration left) -> absl::StatusOr<uint64_t> {
+                            std::shared_ptr<StoreSession> session;
+                            {
+                              absl::MutexLock lock(&barrier_mu_);
+                              if (!barrier_session_) {
+                                absl::StatusOr<std::unique_ptr<StoreSession>> opened = OpenStore();
+                                if (!opened.ok()) return opened.status();
+                                barrier_session_ = std::move(*opened);
+                              }
+                              session = barrier_session_;
+                            }
+                            absl::StatusOr<uint64_t> released = session->Barrier(name, sequence, timeout);
+                            if (absl::IsUnavailable(released.status())) {
+                              absl::MutexLock lock(&barrier_mu_);
+                              if (barrier_session_ == session) barrier_session_.reset();  // broken: open anew
+                            }
+                            return released;
                           })
       .status();
 }

@@ -69,7 +69,9 @@ class Agent {
   // heartbeat so `dtctl status` shows the pid to look at.
   void SetWorkerPid(int pid) { worker_pid_ = pid; }
 
-  // Zero timeouts mean the run's policy.
+  // Zero timeouts mean the run's policy. Barriers travel on a store session this agent keeps open
+  // for them (the release is a write on an open stream, not a call's completion); a session broken
+  // by a coordinator restart is opened again and the arrival repeated with the same sequence.
   absl::Status Barrier(const std::string& name, absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<v1::BeginCheckpointResponse> BeginCheckpoint(int64_t step,
                                                               absl::Duration timeout = absl::ZeroDuration());
@@ -113,6 +115,7 @@ class Agent {
   std::atomic<int> worker_pid_{0};
   absl::Mutex barrier_mu_;
   std::map<std::string, uint64_t> barrier_sequences_ ABSL_GUARDED_BY(barrier_mu_);
+  std::shared_ptr<StoreSession> barrier_session_ ABSL_GUARDED_BY(barrier_mu_);
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_thread_;
 };

@@ -75,6 +75,10 @@ absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(co
   // stuck on a dying server's listening socket holds the rank for that long.
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1'000);
   if (options.private_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // No bandwidth-delay probing: its pings ride on small messages (store operations, heartbeats),
+  // each costing the peer a wake-up, and the default 64 KiB window already covers dt's largest
+  // messages on a cluster's network.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   std::shared_ptr<CoordinatorClient> client(new CoordinatorClient(options));
   client->channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   client->runs_ = v1::RunService::NewStub(client->channel_);

@@ -226,4 +226,15 @@ absl::StatusOr<int64_t> StoreSession::NumKeys() {
   return a->number();
 }
 
+absl::StatusOr<uint64_t> StoreSession::Barrier(const std::string& name, uint64_t sequence, absl::Duration timeout) {
+  v1::StoreRequest r;
+  r.mutable_barrier()->set_name(name);
+  r.mutable_barrier()->set_sequence(sequence);
+  r.mutable_barrier()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  absl::StatusOr<v1::StoreResponse> a = Call(std::move(r));
+  if (!a.ok()) return a.status();
+  if (absl::Status s = StatusOf(*a); !s.ok()) return s;
+  return static_cast<uint64_t>(a->number());
+}
+
 }  // namespace dt

@@ -38,6 +38,9 @@ class StoreSession {
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<bool> DeleteKey(const std::string& key);
   absl::StatusOr<int64_t> NumKeys();
+  // The session's rank arrives at barrier `name` (its `sequence`-th arrival there; see
+  // BarrierRequest) and waits for the release. Returns the released sequence.
+  absl::StatusOr<uint64_t> Barrier(const std::string& name, uint64_t sequence, absl::Duration timeout);
 
   // Sends a request and returns its answer (the id is assigned here).
   absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);

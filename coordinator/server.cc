@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coor
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // No bandwidth-delay probing: its pings cost a wake-up per small message on both sides (server
+  // CPU per store operation 11.6 -> 10.1 us at 8 clients, bench_store).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<UnparsableRequestInterceptorFactory>());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

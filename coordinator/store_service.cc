@@ -100,6 +100,9 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
     case v1::StoreRequest::kOpen:
       status = absl::InvalidArgumentError("the store session is already open");
       break;
+    case v1::StoreRequest::kBarrier:  // handled by the session, which knows its rank
+      status = absl::InvalidArgumentError("a barrier goes through a store session (or BarrierService.Barrier)");
+      break;
     default:
       status = absl::InvalidArgumentError("store request without an operation");
       break;
@@ -199,6 +202,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     }
     const v1::StoreScope& scope = request_.open();
     if (absl::Status s = Coordinator::Authorize(who_, scope.run_id()); !s.ok()) return s;
+    scope_ = scope;
     absl::StatusOr<std::shared_ptr<KvStore>> store = deps_.coordinator->OpenStore(scope);
     if (!store.ok()) return store.status();
     store_ = *store;
@@ -209,6 +213,10 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   }
 
   void Handle() {
+    if (request_.has_barrier()) {
+      HandleBarrier();
+      return;
+    }
     uint64_t id = request_.id();
     bool quiet_set = request_.has_set() && request_.set().answer_only_on_error();
     std::weak_ptr<State> weak = state_;
@@ -221,6 +229,30 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
           if (auto st = weak.lock()) Send(st, std::move(r));
         },
         deferred);
+  }
+
+  // The stream's rank arrives at a barrier; the release (or the failure) is written to the stream.
+  void HandleBarrier() {
+    uint64_t id = request_.id();
+    const v1::StoreBarrierRequest& b = request_.barrier();
+    v1::BarrierRequest req;
+    req.set_run_id(scope_.run_id());
+    req.set_generation(scope_.generation());
+    req.set_rank(scope_.rank());
+    req.set_name(b.name());
+    req.set_sequence(b.sequence());
+    req.set_timeout_ms(b.timeout_ms());
+    std::weak_ptr<State> weak = state_;
+    deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([weak, id](absl::StatusOr<v1::BarrierResponse> r) {
+                                 v1::StoreResponse out;
+                                 out.set_id(id);
+                                 if (r.ok()) {
+                                   out.set_number(static_cast<int64_t>(r->sequence()));
+                                 } else {
+                                   *out.mutable_status() = ToStoreStatus(r.status());
+                                 }
+                                 if (auto st = weak.lock()) Send(st, std::move(out));
+                               }));
   }
 
   static void Send(const std::shared_ptr<State>& st, v1::StoreResponse response) {
@@ -269,6 +301,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   std::shared_ptr<StoreServiceImpl::Sessions> sessions_;
   uint64_t session_id_ = 0;
   Principal who_;
+  v1::StoreScope scope_;  // the open request's
   std::shared_ptr<KvStore> store_;
   v1::StoreRequest request_;
 };
