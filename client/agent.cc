@@ -88,6 +88,12 @@ auto Agent::RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl:
     if (status.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff >= deadline) {
       return result;
     }
+    if (backoff == absl::Milliseconds(100)) {  // said once per call
+      DT_LOG(Warning) << "the coordinator at " << client_->address() << " cannot be reached now (" << status.message()
+                      << "); retrying for up to "
+                      << absl::FormatDuration(absl::Trunc(deadline - absl::Now(), absl::Seconds(1)))
+                      << " (is dtcoord running? a restarting one is back within seconds)";
+    }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(2));
   }

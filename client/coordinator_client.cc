@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fs.h"
 #include "common/limits.h"
+#include "common/names.h"
 
 namespace dt {
 
@@ -49,8 +50,8 @@ absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(co
 }
 
 absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ClientOptions& options) {
-  if (options.address.empty() || options.address.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("coordinator address \"", options.address, "\" must be HOST:PORT"));
+  if (absl::Status s = ValidateHostPort("coordinator address", options.address, /*port_zero_ok=*/false); !s.ok()) {
+    return s;
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty()) {

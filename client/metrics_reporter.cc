@@ -65,7 +65,8 @@ void MetricsReporter::Loop() {
     absl::Status s = SendQueued(flush_interval_ * 5);
     absl::MutexLock lock(&mu_);
     if (!s.ok() && last_error_.ok()) {
-      DT_LOG(Warning) << "metrics delivery failed (will retry): " << s.message();
+      DT_LOG(Warning) << "metrics not delivered yet (" << s.message()
+                      << "): they are kept and sent again; training goes on";
     }
     last_error_ = s;
   }

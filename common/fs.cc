@@ -40,6 +40,8 @@ absl::Status FsyncFd(const std::string& path, int flags) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return ErrnoStatus("read", path, EISDIR);
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus("read", path, errno ? errno : ENOENT);
   std::ostringstream out;

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/limits.h"
@@ -58,6 +59,31 @@ absl::Status ValidateNodeName(absl::string_view node) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
       return Invalid(kField, node, "may hold only letters, digits, '.', '_' and '-'");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHostPort(absl::string_view flag, absl::string_view address, bool port_zero_ok) {
+  std::string example = port_zero_ok ? " (e.g. 127.0.0.1:8080; port 0: any free port)" : " (e.g. login1:50051)";
+  size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", Quote(address), " is not HOST:PORT", example));
+  }
+  absl::string_view host = address.substr(0, colon), port_text = address.substr(colon + 1);
+  if (absl::StrContains(host, "://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", Quote(address), " is not HOST:PORT: drop the scheme (no http:// or grpc://)"));
+  }
+  bool v6 = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
+  if (!v6 && absl::StrContains(host, ':')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", Quote(address), " is not HOST:PORT: write an IPv6 host in brackets, e.g. [::1]:8080"));
+  }
+  int port = -1;
+  if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535 ||
+      (port == 0 && !port_zero_ok)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", Quote(address), ": the port must be a number in ",
+                                                   port_zero_ok ? "0" : "1", "..65535", example));
   }
   return absl::OkStatus();
 }

@@ -37,6 +37,11 @@ absl::Status ValidateMetricName(absl::string_view name);
 absl::Status ValidateSlurmJobId(absl::string_view id);
 absl::Status ValidateLocalJobId(absl::string_view id);
 
+// A listening or connecting address "HOST:PORT" ("[V6]:PORT" for IPv6): a host and a port of
+// 0..65535 (1..65535 unless `port_zero_ok`, which means "any free port" to a listener).
+// INVALID_ARGUMENT naming `flag` and what was wrong, with an example.
+absl::Status ValidateHostPort(absl::string_view flag, absl::string_view address, bool port_zero_ok);
+
 // A printable, bounded rendering of user input for error messages.
 std::string Quote(absl::string_view value);
 

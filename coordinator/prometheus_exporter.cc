@@ -140,9 +140,12 @@ absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(co
   e->census_ = std::make_shared<CensusCollectable>(coordinator);
   try {
     e->exposer_ = std::make_unique<prometheus::Exposer>(options.listen, 2);
-  } catch (const std::exception& ex) {
+  } catch (const std::exception&) {
+    // CivetWeb's own text ("null context when constructing CivetServer") says nothing more.
     return absl::UnavailableError(
-        absl::StrCat("cannot serve /metrics on ", options.listen, ": ", ex.what(), " (use --metrics-listen)"));
+        absl::StrCat("cannot serve /metrics on ", options.listen,
+                     ": the port is in use (another dtcoord?) or the address is not this "
+                     "host's; choose another --metrics-listen (port 0: any free one) or off"));
   }
   std::vector<int> ports = e->exposer_->GetListeningPorts();
   std::string host = options.listen.substr(0, options.listen.rfind(':'));

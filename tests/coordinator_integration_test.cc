@@ -14,6 +14,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
 #include "client/metrics_reporter.h"
@@ -764,6 +765,61 @@ TEST(CoordinatorRestartTest, KillNineKeepsRunsAndRunningTrainersCarryOn) {
   int status = coord->Wait(absl::Seconds(10));
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);  // SIGTERM drains and exits 0
+}
+
+}  // namespace
+}  // namespace dt
+
+namespace dt {
+namespace {
+
+// dtcoord's command line: each mistake named with what to do, before anything is created; a
+// second dtcoord on a port one already serves fails instead of sharing it.
+TEST(DtcoordFlagsTest, MistakesAreNamedAndNothingIsCreated) {
+  testing::TempDir tmp;
+  auto run = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {testing::BinaryPath("dtcoord"), "--state-dir", JoinPath(tmp.path(), "unused")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(20));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
+  };
+  std::string cert = JoinPath(tmp.path(), "not-a-cert.pem");
+  ASSERT_TRUE(WriteFileAtomic(cert, "hello\n").ok());
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--listen", "garbage"}, "--listen: \"garbage\" is not HOST:PORT"},
+      {{"--listen", "127.0.0.1:99999"}, "the port must be a number in 0..65535"},
+      {{"--listen", "127.0.0.1:"}, "the port must be a number in 0..65535"},
+      {{"--metrics-listen", "9464"}, "--metrics-listen: \"9464\" is not HOST:PORT"},
+      {{"--http-listen", "0.0.0.0:0"}, "is not a loopback address"},
+      {{"--wandb-workers", "0"}, "--wandb-workers: must be ≥ 1, got 0"},
+      {{"--heartbeat-timeout", "abc"}, "--heartbeat-timeout"},
+      {{"--checkpoint-verify", "all"}, "--checkpoint-verify must be 'sizes' or 'digests', got 'all'"},
+      {{"--bogus"}, "unknown argument --bogus"},
+      {{"--listen"}, "--listen needs a value"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = run(c.args);
+    EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << absl::StrJoin(c.args, " ") << " exit " << r.exit_code << "\n"
+                                                      << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << absl::StrJoin(c.args, " ") << "\n" << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(JoinPath(tmp.path(), "unused")));  // refused before the state dir
+  CommandResult tls =
+      run({"--listen", "127.0.0.1:0", "--metrics-listen", "off", "--tls-cert", cert, "--tls-key", cert});
+  EXPECT_EQ(tls.exit_code, 1) << tls.output;
+  EXPECT_NE(tls.output.find("holds no PEM certificate"), std::string::npos) << tls.output;
+
+  testing::CoordinatorProcess first(tmp.Sub("first"));
+  absl::StatusOr<CommandResult> second = RunCommand({testing::BinaryPath("dtcoord"), "--listen", first.address(),
+                                                     "--state-dir", tmp.Sub("second"), "--metrics-listen", "off"},
+                                                    absl::Seconds(20));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->exit_code, 1) << second->output;  // not a crash, and not a second server on the port
+  EXPECT_NE(second->output.find("the port is in use (another dtcoord?)"), std::string::npos) << second->output;
 }
 
 }  // namespace

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
@@ -99,15 +101,60 @@ TEST_F(DtctlTest, UsageErrorsExitTwo) {
   r = Dtctl({"submit", "--name", "bad/name", "--save-dir", save_dir_, "--", "--dataset", "x"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/'"), std::string::npos) << r.output;
-  // Numeric flags say the allowed value in words, not the validator's range to 1.8e308.
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--nproc-per-node", "0"}, {"--nodes", "-1"}, {"--max-restarts", "-2"}}) {
+  // Numeric flags say the allowed values in words, not the validator's range to 1.8e308.
+  for (const auto& [flag, value, range] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"--nproc-per-node", "0", "1..65536"},
+                                                                      {"--nodes", "-1", "1..65536"},
+                                                                      {"--max-restarts", "-2", "0..1000"},
+                                                                      {"--max-restarts", "5000", "0..1000"}}) {
     r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, flag, value, "--", "--dataset", "x"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    std::string want = absl::StrCat(flag, ": must be ≥ ", flag == "--max-restarts" ? "0" : "1", ", got ", value);
+    std::string want = absl::StrCat(flag, ": must be in ", range, ", got ", value);
     EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("179769"), std::string::npos) << r.output;
   }
+}
+
+// What a new user gets wrong, answered with what was wrong and what to do (and nothing launched).
+TEST_F(DtctlTest, UsageMessagesNameTheCauseAndTheFix) {
+  std::string dir = tmp_.Sub("runfiles");
+  auto file = [&](const std::string& name, const std::string& text) {
+    std::string path = JoinPath(dir, name);
+    EXPECT_TRUE(WriteFileAtomic(path, text).ok());
+    return path;
+  };
+  std::string base = "name: x\nsave_dir: " + save_dir_ + "\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"frobnicate"}, "unknown command \"frobnicate\" (commands: submit, list, status"},
+      {{"status"}, "needs a run id"},
+      {{"logs", "r-0000000000000000", "--rank", "abc"}, "--rank: must be a whole number, got \"abc\""},
+      {{"list", "--coordinator"}, "--coordinator needs a value"},
+      {{"--coordinator", "127.0.0.1:99999", "list"}, "the port must be a number in 1..65535"},
+      {{"--coordinator", "http://host:1", "list"}, "drop the scheme"},
+      {{"list", "--bogus"}, "unknown argument --bogus"},
+      {{"submit", "--name", "x", "--save-dir", save_dir_, "--dataset", "d.json"},
+       "--dataset is a trainer argument: put it after --"},
+      {{"submit", "--name", "x", "--save-dir", save_dir_, "--", "--dataset", "d.json", "--dry-run"},
+       "--dry-run comes after --, so it would go to dttrainer"},
+      {{"submit", "--name", "x"}, "--save-dir is required"},
+      {{"submit", "-f", dir}, "is not a regular file; give a YAML file"},
+      {{"submit", "-f", JoinPath(dir, "missing.yaml")}, "No such file or directory"},
+      {{"submit", "-f", file("a.yaml", base + "nodes: two\n")}, "line 3: nodes must be a whole number, got \"two\""},
+      {{"submit", "-f", file("b.yaml", base + "trainer_args: --dataset foo\n")}, "trainer_args must be a list"},
+      {{"submit", "-f", file("c.yaml", base + "wandb: p\n")}, "wandb must be a mapping"},
+      {{"submit", "-f", file("d.yaml", base + "wandb: {projekt: p}\n")}, "wandb has an unknown field \"projekt\""},
+      {{"submit", "-f", file("e.yaml", base + "max_restarts: -5\n")}, "max_restarts must be in 0..1000, got -5"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = Dtctl(c.args);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(c.args, " ") << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << absl::StrJoin(c.args, " ") << "\n" << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(JoinPath(save_dir_, "x")));  // nothing was created or launched
 }
 
 TEST_F(DtctlTest, UnreachableCoordinatorExitsThree) {

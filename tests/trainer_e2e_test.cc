@@ -15,10 +15,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "tests/test_util.h"
@@ -348,6 +350,58 @@ TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {
 // A checkpoint file system that fills up mid-run: the round aborts cleanly (no SIGABRT from
 // torch's writer), the run fails at once with its restarts unspent, the failure names the full
 // disk and the file, and `latest` still names a complete checkpoint that verifies.
+// dttrainer's command line and its first contact: each mistake named with what to do, no
+// LibTorch backtrace.
+TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
+  auto trainer = [&](std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {testing::BinaryPath("dttrainer")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(60), env);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : CommandResult{};
+  };
+  std::vector<std::string> base = {"--coordinator", coord_.address(),
+                                   "--run",         "r-0000000000000000",
+                                   "--dataset",     JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                   "--max-steps",   "1"};
+  std::map<std::string, std::string> token = {{"DT_TOKEN", coord_.admin_token()}};
+  struct Case {
+    std::vector<std::string> extra;
+    std::string says;
+  } cases[] = {
+      {{"--batch-size", "0"}, "--batch-size must be ≥ 1, got 0"},
+      {{"--dropout", "2"}, "--dropout must be in [0, 1), got 2"},
+      {{"--beta1", "5"}, "--beta1 must be in [0, 1), got 5"},
+      {{"--eval-batches", "0"}, "--eval-batches must be ≥ 1, got 0"},
+      {{"--rendezvous-timeout", "0"}, "--rendezvous-timeout: must be in 1..604800, got 0"},
+      {{"--bogus"}, "dttrainer: unknown argument --bogus"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    CommandResult r = trainer(args, token);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(c.extra, " ") << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << absl::StrJoin(c.extra, " ") << "\n" << r.output;
+  }
+  CommandResult diff = trainer({"ckpt-diff", "/nonexistent", tmp_.path()});
+  EXPECT_NE(diff.exit_code, 0);
+  EXPECT_NE(diff.output.find("/nonexistent is not a checkpoint directory (no model.pt)"), std::string::npos)
+      << diff.output;
+  EXPECT_EQ(diff.output.find("frame #"), std::string::npos) << diff.output;  // no C++ backtrace
+  // A coordinator that is not there: said while waiting, and at the end what to check.
+  std::vector<std::string> away = base;
+  away[1] = "127.0.0.1:1";
+  away.insert(away.end(), {"--rendezvous-timeout", "2"});
+  CommandResult unreachable = trainer(away, token);
+  EXPECT_EQ(unreachable.exit_code, 1) << unreachable.output;
+  EXPECT_NE(unreachable.output.find("cannot be reached now"), std::string::npos) << unreachable.output;
+  EXPECT_NE(unreachable.output.find("is dtcoord running? check --coordinator/DT_COORDINATOR"), std::string::npos)
+      << unreachable.output;
+  // An unknown token: where the right one comes from.
+  CommandResult bad_token = trainer(base, {{"DT_TOKEN", "not-a-token"}});
+  EXPECT_NE(bad_token.output.find("set DT_RUN_TOKEN from dtctl submit"), std::string::npos) << bad_token.output;
+}
+
 TEST_F(TrainerE2ETest, AFullDiskStopsTheRunWithTheCauseNamedAndLatestIntact) {
   std::string small = tmp_.Sub("small-fs");
   if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=64m,mode=0755") != 0) {

@@ -94,6 +94,11 @@ std::string ArchiveBytes(torch::serialize::OutputArchive& archive) {
 
 }  // namespace
 
+std::string ExceptionText(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
 std::string DescribeConfig(const Gpt2Config& c) {
   return absl::StrCat("vocab_size=", c.vocab_size, ",n_positions=", c.n_positions, ",n_embd=", c.n_embd,
                       ",n_layer=", c.n_layer, ",n_head=", c.n_head);
@@ -240,7 +245,8 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
     SnapshotModule(*model, a.model, copy);
     a.optimizer = SnapshotAdamW(*adamw, copy);
   } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot copy the training state for a checkpoint: ", e.what()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot copy the training state for a checkpoint: ", ExceptionText(e)));
   }
   if (staging != nullptr) staging->EndSnapshot();
   a.tensor_bytes = copy.bytes;
@@ -261,7 +267,7 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
     } catch (const std::exception& e) {
       absl::StatusOr<v1::ManifestFile> first = writer.Finish(name);  // a write error explains it better
       if (!first.ok()) return first.status();
-      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", e.what()));
+      return absl::InternalError(absl::StrCat("cannot write ", path, ": ", ExceptionText(e)));
     }
     return writer.Finish(name);
   };
@@ -281,7 +287,7 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
     if (!f.ok()) return f.status();
     *manifest.add_files() = *f;
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("cannot serialise the RNG state: ", e.what()));
+    return absl::InternalError(absl::StrCat("cannot serialise the RNG state: ", ExceptionText(e)));
   }
   const TrainState& state = archives.state;
   nlohmann::json s = {{"step", state.step},
@@ -352,7 +358,7 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
       gen.set_state(rng);
     }
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("cannot load checkpoint ", dir, ": ", e.what()));
+    return absl::DataLossError(absl::StrCat("cannot load checkpoint ", dir, ": ", ExceptionText(e)));
   }
   return state;
 }
@@ -392,6 +398,13 @@ absl::Status CompareArchives(torch::serialize::InputArchive& a, torch::serialize
 
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CompareModels(const std::string& dir_a,
                                                                           const std::string& dir_b) {
+  for (const std::string& dir : {dir_a, dir_b}) {
+    struct stat st;
+    if (::stat(JoinPath(dir, "model.pt").c_str(), &st) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, " is not a checkpoint directory (no model.pt): give two <exp dir>/checkpoints/step-N directories"));
+    }
+  }
   try {
     torch::serialize::InputArchive a, b;
     a.load_from(JoinPath(dir_a, "model.pt"));
@@ -400,7 +413,7 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CompareModels(const 
     if (absl::Status s = CompareArchives(a, b, "", &out); !s.ok()) return s;
     return out;
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot compare checkpoints: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("cannot compare checkpoints: ", ExceptionText(e)));
   }
 }
 

@@ -90,6 +90,9 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
 
 std::string DescribeConfig(const Gpt2Config& c);
 
+// An exception's message without LibTorch's C++ backtrace (c10::Error appends one to what()).
+std::string ExceptionText(const std::exception& e);
+
 // Largest absolute difference between the parameters of two checkpoints' model.pt (for
 // `dttrainer ckpt-diff`): per tensor and overall.
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CompareModels(const std::string& dir_a,

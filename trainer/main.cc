@@ -7,6 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "common/cli_checks.h"
+
 #include <nlohmann/json.hpp>
 #include "absl/synchronization/mutex.h"
 
@@ -125,6 +128,7 @@ void DeclareIdentityFlags(CLI::App& app, dt::TrainerConfig& c, std::string& toke
   app.add_option("--log-dir", c.log_dir, "after registering, write output to <dir>/rank-<R>.log (default: $DT_LOG_DIR)")
       ->group(id);
   app.add_option("--rendezvous-timeout", c.rendezvous_timeout_s, "seconds to wait for every rank to register")
+      ->check(dt::InRange(1, 7 * 24 * 3600))
       ->group(id)
       ->capture_default_str();
 }
@@ -244,11 +248,18 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
   if (c.dataset.empty()) return "--dataset is required";
   if (c.tokenizer_dir.empty()) return kNoTokenizer;
   if (c.max_steps <= 0 && c.num_epochs <= 0) return "give --max-steps or --num-epochs";
-  if (c.batch_size <= 0 || c.seq_len <= 1 || c.grad_accum <= 0) {
-    return "--batch-size and --grad-accum must be positive and --seq-len at least 2";
-  }
-  if (c.eval_split < 0 || c.eval_split >= 1) return "--eval-split must be in [0, 1)";
-  if (c.lr <= 0) return "--lr must be positive";
+  if (c.batch_size <= 0) return absl::StrCat("--batch-size must be ≥ 1, got ", c.batch_size);
+  if (c.grad_accum <= 0) return absl::StrCat("--grad-accum must be ≥ 1, got ", c.grad_accum);
+  if (c.seq_len <= 1) return absl::StrCat("--seq-len must be ≥ 2, got ", c.seq_len);
+  if (c.eval_split < 0 || c.eval_split >= 1) return absl::StrCat("--eval-split must be in [0, 1), got ", c.eval_split);
+  if (c.eval_batches <= 0) return absl::StrCat("--eval-batches must be ≥ 1, got ", c.eval_batches);
+  if (!(c.lr > 0)) return absl::StrCat("--lr must be positive, got ", c.lr);
+  if (!(c.dropout >= 0 && c.dropout < 1)) return absl::StrCat("--dropout must be in [0, 1), got ", c.dropout);
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) return absl::StrCat("--beta1 must be in [0, 1), got ", c.beta1);
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) return absl::StrCat("--beta2 must be in [0, 1), got ", c.beta2);
+  if (!(c.weight_decay >= 0)) return absl::StrCat("--weight-decay must not be negative, got ", c.weight_decay);
+  if (!(c.grad_clip > 0)) return absl::StrCat("--grad-clip must be positive, got ", c.grad_clip);
+  if (c.warmup_steps < 0) return absl::StrCat("--warmup-steps must not be negative, got ", c.warmup_steps);
   if (c.local_slot < 0) return "--local-rank must not be negative";
   return "";
 }
@@ -282,7 +293,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help and --version exit 0; a usage error 2
+    return dt::ExitOnParseError(app, e, "dttrainer");
   }
   dt::WatchStopSignals();       // with no handler installed a stop signal ends the process as usual
   dt::WatchPreemptionSignal();  // SIGUSR2: checkpoint at a step every rank agrees on, then stop
@@ -290,7 +301,8 @@ int main(int argc, char** argv) {
   std::string problem = ConfigProblem(c);
   absl::StatusOr<std::string> token = dt::ResolveRunToken(token_file);
   if (problem.empty() && !token.ok()) {
-    problem = "no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file";
+    problem = token_file.empty() ? "no token: set DT_RUN_TOKEN (from dtctl submit) or DT_TOKEN, or pass --token-file"
+                                 : std::string(token.status().message());
   }
   if (!problem.empty()) {
     std::cerr << "dttrainer: " << problem << " (see dttrainer --help)\n";

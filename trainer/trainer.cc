@@ -66,6 +66,13 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The checkpoint to resume from does not match what its writer recorded: reported as fatal (every
+// restart would load the same bytes).
+class CorruptCheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The checkpoint file system is full: reported as fatal, so the run stops instead of spending
 // its restarts on the same full disk. `latest` still names the last complete checkpoint.
 class StorageFullError : public std::runtime_error {
@@ -296,7 +303,15 @@ class Trainer {
     if (a.has_resume() && !a.resume().path().empty()) {
       absl::Time t0 = absl::Now();
       absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model_, *optimizer_, device_);
-      if (!loaded.ok()) throw std::runtime_error(loaded.status().ToString());
+      if (absl::IsFailedPrecondition(loaded.status())) throw ConfigError(std::string(loaded.status().message()));
+      if (absl::IsDataLoss(loaded.status())) {
+        // Every restart would load the same bytes: the run stops instead of spending its budget.
+        throw CorruptCheckpointError(absl::StrCat(
+            loaded.status().message(), ". Delete ", a.resume().path(),
+            " (and checkpoints/latest when it names it) to resume from an earlier checkpoint; dtctl checkpoints RUN "
+            "--verify checks the others"));
+      }
+      if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().message()));
       state_ = *loaded;
       // The sampler position counts micro-batches of world × batch samples: carry it over in
       // samples when the shape changed.
@@ -585,6 +600,10 @@ int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_
     message = e.what();
     type = "StorageFullError";
     fatal = true;
+  } catch (const CorruptCheckpointError& e) {
+    message = e.what();
+    type = "CorruptCheckpointError";
+    fatal = true;
   } catch (const c10::Error& e) {
     message = e.what_without_backtrace();
     type = "c10::Error";
@@ -608,6 +627,26 @@ int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_
   if (!reported.ok()) DT_LOG(Warning) << "could not report the error: " << reported;
   agent.StopHeartbeats();
   return code;
+}
+
+// Why registration failed, and what to do about it.
+std::string DescribeRegistrationFailure(const absl::Status& status, const TrainerConfig& cfg) {
+  std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+      return absl::StrCat("the coordinator could not be reached for ", cfg.rendezvous_timeout_s, "s (", message,
+                          "): is dtcoord running? check --coordinator/DT_COORDINATOR");
+    case absl::StatusCode::kDeadlineExceeded:
+      return absl::StrCat(message == "Deadline Exceeded" ? "" : message + "; ", "not every rank registered within ",
+                          cfg.rendezvous_timeout_s,
+                          "s: start the missing ranks (dtctl status shows who came) or raise --rendezvous-timeout");
+    case absl::StatusCode::kUnauthenticated:
+      return absl::StrCat(message,
+                          " (set DT_RUN_TOKEN from dtctl submit, or DT_TOKEN to the admin token, or pass "
+                          "--token-file)");
+    default:
+      return message;
+  }
 }
 
 AgentOptions AgentIdentity(const TrainerConfig& cfg, const std::string& run_id) {
@@ -644,7 +683,7 @@ int RunTrainer(const TrainerConfig& cfg) {
     absl::StatusOr<std::string> run = CreateOrJoinRun(**client, join);
     if (!run.ok()) {
       std::cerr << "dttrainer: cannot create or join the run for experiment " << cfg.experiment_name << ": "
-                << run.status() << "\n";
+                << DescribeRegistrationFailure(run.status(), cfg) << "\n";
       return run.status().code() == absl::StatusCode::kUnavailable ? kExitFailed : kExitUsage;
     }
     run_id = *run;
@@ -666,7 +705,8 @@ int RunTrainer(const TrainerConfig& cfg) {
   absl::StatusOr<v1::RegisterResponse> assigned = agent.Register(absl::Seconds(cfg.rendezvous_timeout_s));
   if (!assigned.ok()) {
     std::cerr << "dttrainer (node " << cfg.node << ", slot " << cfg.local_slot << "): registration with run " << run_id
-              << " at " << cfg.coordinator << " failed: " << assigned.status() << "\n";
+              << " at " << cfg.coordinator << " failed: " << DescribeRegistrationFailure(assigned.status(), cfg)
+              << "\n";
     return assigned.status().code() == absl::StatusCode::kFailedPrecondition ||
                    assigned.status().code() == absl::StatusCode::kInvalidArgument
                ? kExitUsage

@@ -36,6 +36,7 @@
 #include "common/cli_checks.h"
 #include "common/fs.h"
 #include "common/host.h"
+#include "common/limits.h"
 #include "common/run_state.h"
 #include "common/subprocess.h"
 #include "common/utf8.h"
@@ -526,8 +527,9 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
   SubmitFlags& f = *cli.flags;
   f.Add("--name", &SubmitOptions::name, "experiment name (the directory under --save-dir)");
   f.Add("--save-dir", &SubmitOptions::save_dir, "where experiment directories go");
-  f.Add("--nodes", &SubmitOptions::nodes, "nodes")->check(dt::AtLeast(1));
-  f.Add("--nproc-per-node", &SubmitOptions::nproc_per_node, "trainers per node (one per GPU)")->check(dt::AtLeast(1));
+  f.Add("--nodes", &SubmitOptions::nodes, "nodes")->check(dt::InRange(1, dt::kMaxWorldSize));
+  f.Add("--nproc-per-node", &SubmitOptions::nproc_per_node, "trainers per node (one per GPU)")
+      ->check(dt::InRange(1, dt::kMaxWorldSize));
   f.Add("--scheduler", &SubmitOptions::scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
   f.Add("--log-strategy", &SubmitOptions::log_strategy, "W&B: main, node or all")
       ->check(CLI::IsMember({"main", "node", "all"}));
@@ -536,19 +538,21 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
   f.Add("--wandb-mode", &SubmitOptions::wandb_mode, "online, offline or disabled")
       ->check(CLI::IsMember({"online", "offline", "disabled"}));
   f.Add("--max-restarts", &SubmitOptions::max_restarts, "restarts of the whole group the run may use")
-      ->check(dt::AtLeast(0));
-  f.Add("--keep-checkpoints", &SubmitOptions::keep_checkpoints, "committed checkpoints to keep")->check(dt::AtLeast(1));
+      ->check(dt::InRange(0, 1000));
+  f.Add("--keep-checkpoints", &SubmitOptions::keep_checkpoints, "committed checkpoints to keep")
+      ->check(dt::InRange(1, 1000));
   f.Add("--max-requeues", &SubmitOptions::max_requeues,
         "Slurm: requeues after a preemption or the time limit the run may use (apart from --max-restarts)")
-      ->check(dt::AtLeast(0));
+      ->check(dt::InRange(0, 1000));
   f.Add("--preempt-grace", &SubmitOptions::preempt_grace_s,
         "Slurm: seconds before a preemption or the time limit at which Slurm sends SIGUSR2 "
         "(#SBATCH --signal=USR2@N): the trainers checkpoint at a step they agree on and the job is "
         "requeued. Must cover a checkpoint round of your model (default 120 s: GPT-2 124M with AdamW "
         "is ~1.5 GB; raise it for larger models or slow file systems)")
-      ->check(dt::AtLeast(10));
-  f.Add("--gpus-per-node", &SubmitOptions::gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::AtLeast(0));
-  f.Add("--omp-threads", &SubmitOptions::omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)");
+      ->check(dt::InRange(10, 86400));
+  f.Add("--gpus-per-node", &SubmitOptions::gpus_per_node, "Slurm: request --gres=gpu:N")->check(dt::InRange(0, 1024));
+  f.Add("--omp-threads", &SubmitOptions::omp_threads, "OMP_NUM_THREADS per trainer (local default: cores / trainers)")
+      ->check(dt::InRange(1, 1024));
   f.Add("--sbatch-arg", &SubmitOptions::sbatch_args,
         "extra #SBATCH option, e.g. --sbatch-arg=--partition=gpu (repeatable)")
       ->expected(1)
@@ -565,6 +569,23 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
                         "directory");
   cli.command->add_option("trainer_args", cli.words, "arguments for dttrainer (or, with --exec, the command), after --")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+// A `dtctl submit` flag that dttrainer does not take, among the words after -- (a --dry-run there
+// would launch the run instead of printing it).
+std::optional<std::string> DtctlFlagAmong(const std::vector<std::string>& words) {
+  static const char* const kSubmitOnly[] = {
+      "--dry-run",       "--exec",          "--follow",    "--gpus-per-node", "--keep-checkpoints",
+      "--log-strategy",  "--max-requeues",  "--name",      "--nodes",         "--omp-threads",
+      "--preempt-grace", "--sbatch-arg",    "--scheduler", "--trainer",       "--wandb-entity",
+      "--wandb-mode",    "--wandb-project", "-f",          "--file"};
+  for (const std::string& w : words) {
+    std::string flag = w.substr(0, w.find('='));
+    for (const char* f : kSubmitOnly) {
+      if (flag == f) return flag;
+    }
+  }
+  return std::nullopt;
 }
 
 // The run file, then the flags given, then the words after --; paths made absolute.
@@ -585,8 +606,16 @@ absl::StatusOr<SubmitOptions> SubmitOptionsOf(const SubmitCli& cli) {
   }
   if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
   AbsolutizeTrainerPaths(&merged);
-  if (merged.name.empty() || merged.save_dir.empty()) {
-    return absl::InvalidArgumentError("--name and --save-dir are required (flags or run file)");
+  if (merged.name.empty()) return absl::InvalidArgumentError("--name is required (the experiment's name)");
+  if (merged.save_dir.empty()) {
+    return absl::InvalidArgumentError("--save-dir is required (where experiment directories go)");
+  }
+  if (!cli.exec) {
+    if (std::optional<std::string> misplaced = DtctlFlagAmong(merged.trainer_args)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          *misplaced,
+          " comes after --, so it would go to dttrainer, which does not take it: put dtctl's flags before --"));
+    }
   }
   return merged;
 }
@@ -645,18 +674,18 @@ void DeclareRunCommands(CLI::App& app, RunCommands& c) {
   c.status = app.add_subcommand("status", "one run: state, ranks, root cause, Slurm job");
   c.watch = app.add_subcommand("watch", "live progress until the run ends; exit 0 only if it SUCCEEDED");
   c.logs = app.add_subcommand("logs", "trainer output (<exp_dir>/logs/rank-<R>.log)");
-  c.logs->add_option("--rank", c.rank, "only this rank");
+  c.logs->add_option("--rank", c.rank, "only this rank")->check(dt::InRange(0, dt::kMaxWorldSize - 1));
   c.logs->add_flag("-f,--follow", c.follow_logs, "keep printing until the run ends");
   c.metrics = app.add_subcommand("metrics", "metric history (-o json|csv|table)");
   c.metrics->add_option("--key", c.key, "only this metric (e.g. loss)");
-  c.metrics->add_option("--rank", c.rank, "only this rank");
+  c.metrics->add_option("--rank", c.rank, "only this rank")->check(dt::InRange(0, dt::kMaxWorldSize - 1));
   c.checkpoints = app.add_subcommand("checkpoints", "committed checkpoints of a run");
   c.checkpoints->add_flag("--verify", c.verify,
                           "read every file again and check its size and SHA-256 against what the writer recorded "
                           "(from a machine that sees the save dir; exit 1 if one differs)");
   c.cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
   for (CLI::App* sub : {c.status, c.watch, c.logs, c.metrics, c.checkpoints, c.cancel}) {
-    sub->add_option("run", c.run_id, "run id")->required();
+    sub->add_option("RUN_ID", c.run_id, "run id (dtctl list shows them)")->required();
   }
 }
 
@@ -695,7 +724,7 @@ void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
   c.report_step->add_option("--exit-code", c.step_exit_code, "srun's exit code")->required();
   c.report_step->add_option("--srun-log", c.srun_log, "srun's stderr")->required();
   for (CLI::App* sub : {c.await_restart, c.requeue_wanted, c.exclude_failed, c.await_silent, c.report_step}) {
-    sub->add_option("run", c.run_id, "run id")->required();
+    sub->add_option("RUN_ID", c.run_id, "run id (dtctl list shows them)")->required();
     sub->group("");
   }
 }
@@ -732,6 +761,39 @@ int Launch(const Global& g, LocalLaunch launch) {
   return RunLocalLauncher(launch);
 }
 
+// A usage error in dtctl's words: an unknown command is named with the list, a missing run id
+// points at dtctl list, a trainer flag given before -- says where it goes.
+int ExitOnUsageError(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  std::string what = e.what();
+  std::vector<std::string> names;  // the commands --help lists (the batch script's are hidden)
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+    if (!sub->get_group().empty()) names.push_back(sub->get_name());
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::cerr << "dtctl: unknown command \"" << argv[1] << "\" (commands: " << absl::StrJoin(names, ", ")
+              << "; see dtctl --help)\n";
+    return kUsage;
+  }
+  if (what == "RUN_ID is required") {
+    std::cerr << "dtctl: this command needs a run id, e.g. dtctl status r-0123456789abcdef (dtctl list shows them)\n";
+    return kUsage;
+  }
+  static const char* const kTrainerFlags[] = {
+      "--dataset", "--model",     "--max-steps", "--epochs",    "--batch-size", "--seq-len", "--tokenizer-dir",
+      "--lr",      "--ckpt-freq", "--log-freq",  "--eval-freq", "--grad-accum", "--seed"};
+  for (const char* flag : kTrainerFlags) {
+    if (absl::StrContains(what, "not expected") && absl::StrContains(what, flag)) {
+      std::cerr << "dtctl: " << flag
+                << " is a trainer argument: put it after --, e.g. dtctl submit --name N --save-dir D -- " << flag
+                << " VALUE\n";
+      return kUsage;
+    }
+  }
+  return dt::ExitOnParseError(app, e, "dtctl", kUsage);
+}
+
 }  // namespace
 }  // namespace dt::ctl
 
@@ -748,7 +810,8 @@ int main(int argc, char** argv) {
   Global g;
   const char* env_coord = std::getenv("DT_COORDINATOR");
   g.coordinator = env_coord != nullptr && *env_coord != '\0' ? env_coord : "127.0.0.1:50051";
-  app.add_option("--coordinator", g.coordinator, "dtcoord address (default: $DT_COORDINATOR, else 127.0.0.1:50051)");
+  app.add_option("--coordinator", g.coordinator, "dtcoord address (default: $DT_COORDINATOR, else 127.0.0.1:50051)")
+      ->check(dt::HostPort(/*port_zero_ok=*/false));
   app.add_option("--token-file", g.token_file, "token file (default: $DT_TOKEN, else ~/.dt/coord/admin.token)");
   app.add_option("--tls-ca", g.tls_ca, "PEM roots when dtcoord serves TLS");
   app.add_option("-o,--output", g.output, "table or json (metrics: also csv)")
@@ -764,8 +827,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : kUsage;
+    return ExitOnUsageError(app, e, argc, argv);
   }
   if (launcher->parsed()) return Launch(g, launch);
   if (submit.command->parsed()) return Submit(g, submit);

@@ -5,9 +5,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/agent.h"
@@ -16,6 +20,7 @@
 #include "common/crypto.h"
 #include "common/data_dir.h"
 #include "common/fs.h"
+#include "common/limits.h"
 #include "common/names.h"
 #include "common/subprocess.h"
 
@@ -53,51 +58,140 @@ absl::Status PreflightExec(const std::vector<std::string>& command) {
 
 }  // namespace
 
-absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
+namespace {
+
+// Reads a run file's fields, each with its type and range: a message names the file, the line,
+// the field and what it should hold.
+class RunFileReader {
+ public:
+  explicit RunFileReader(std::string path) : path_(std::move(path)) {}
+
+  absl::Status Error(const YAML::Node& node, const std::string& field, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run file ", path_, " line ", node.Mark().line + 1, ": ", field, " ", what));
+  }
+
+  absl::Status Text(const YAML::Node& doc, const std::string& field, std::string* out) const {
+    const YAML::Node n = doc[field];
+    if (!n) return absl::OkStatus();
+    if (!n.IsScalar()) return Error(n, field, "must be a single value, e.g. " + field + ": value");
+    *out = n.Scalar();
+    return absl::OkStatus();
+  }
+
+  absl::Status Number(const YAML::Node& doc, const std::string& field, int64_t min, int64_t max, int* out) const {
+    const YAML::Node n = doc[field];
+    if (!n) return absl::OkStatus();
+    int64_t value = 0;
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &value)) {
+      return Error(n, field, absl::StrCat("must be a whole number, got ", Describe(n)));
+    }
+    if (value < min || value > max)
+      return Error(n, field, absl::StrCat("must be in ", min, "..", max, ", got ", value));
+    *out = static_cast<int>(value);
+    return absl::OkStatus();
+  }
+
+  absl::Status List(const YAML::Node& doc, const std::string& field, std::vector<std::string>* out) const {
+    const YAML::Node n = doc[field];
+    if (!n) return absl::OkStatus();
+    if (!n.IsSequence()) {
+      return Error(n, field, "must be a list, e.g. " + field + ": [--dataset, data.json] (one word per item)");
+    }
+    out->clear();
+    for (const YAML::Node& item : n) {
+      if (!item.IsScalar()) return Error(item, field, "must hold single words, not lists or mappings");
+      out->push_back(item.Scalar());
+    }
+    return absl::OkStatus();
+  }
+
+  // Every key of `map` is one of `known`.
+  absl::Status KnownKeys(const YAML::Node& map, const std::string& where, const std::vector<std::string>& known) const {
+    for (const auto& kv : map) {
+      std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return Error(kv.first, where,
+                     absl::StrCat("has an unknown field \"", key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static std::string Describe(const YAML::Node& n) {
+    if (n.IsScalar()) return absl::StrCat("\"", n.Scalar(), "\"");
+    return n.IsSequence() ? "a list" : "a mapping";
+  }
+  std::string path_;
+};
+
+// The file itself: present, a regular file, YAML, a mapping.
+absl::StatusOr<YAML::Node> LoadRunFileDocument(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run file ", path, " is not a regular file; give a YAML file (-f run.yaml)"));
+  }
   YAML::Node doc;
   try {
     doc = YAML::LoadFile(path);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " is not valid YAML: ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " cannot be read: ", e.what()));
   }
-  if (!doc.IsMap()) return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping"));
+  if (!doc.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping (field: value lines)"));
+  }
+  return doc;
+}
+
+}  // namespace
+
+absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
+  absl::StatusOr<YAML::Node> loaded = LoadRunFileDocument(path);
+  if (!loaded.ok()) return loaded.status();
+  const YAML::Node& doc = *loaded;
+  RunFileReader r(path);
   static const std::vector<std::string> known = {
       "name",         "save_dir",     "nodes",        "nproc_per_node",   "scheduler",
       "log_strategy", "wandb",        "max_restarts", "keep_checkpoints", "gpus_per_node",
       "omp_threads",  "sbatch_args",  "trainer",      "trainer_args",     "exec",
       "max_requeues", "preempt_grace"};
-  try {
-    for (const auto& kv : doc) {
-      std::string key = kv.first.as<std::string>();
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("run file ", path, ": unknown field \"", key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
-      }
+  // The same ranges as the flags (and the coordinator's limits).
+  std::vector<absl::Status> checks = {
+      r.KnownKeys(doc, "the run file", known),
+      r.Text(doc, "name", &o->name),
+      r.Text(doc, "save_dir", &o->save_dir),
+      r.Number(doc, "nodes", 1, kMaxWorldSize, &o->nodes),
+      r.Number(doc, "nproc_per_node", 1, kMaxWorldSize, &o->nproc_per_node),
+      r.Text(doc, "scheduler", &o->scheduler),
+      r.Text(doc, "log_strategy", &o->log_strategy),
+      r.Number(doc, "max_restarts", 0, 1000, &o->max_restarts),
+      r.Number(doc, "keep_checkpoints", 1, 1000, &o->keep_checkpoints),
+      r.Number(doc, "max_requeues", 0, 1000, &o->max_requeues),
+      r.Number(doc, "preempt_grace", 10, 86400, &o->preempt_grace_s),
+      r.Number(doc, "gpus_per_node", 0, 1024, &o->gpus_per_node),
+      r.Number(doc, "omp_threads", 1, 1024, &o->omp_threads),
+      r.Text(doc, "trainer", &o->trainer),
+      r.List(doc, "sbatch_args", &o->sbatch_args),
+      r.List(doc, "trainer_args", &o->trainer_args),
+      r.List(doc, "exec", &o->exec_command),
+  };
+  for (const absl::Status& s : checks) {
+    if (!s.ok()) return s;
+  }
+  if (const YAML::Node w = doc["wandb"]) {
+    if (!w.IsMap()) return r.Error(w, "wandb", "must be a mapping (project:, entity:, mode:, tags:)");
+    for (absl::Status s : {r.KnownKeys(w, "wandb", {"project", "entity", "mode", "tags"}),
+                           r.Text(w, "project", &o->wandb_project), r.Text(w, "entity", &o->wandb_entity),
+                           r.Text(w, "mode", &o->wandb_mode), r.List(w, "tags", &o->wandb_tags)}) {
+      if (!s.ok()) return s;
     }
-    if (doc["name"]) o->name = doc["name"].as<std::string>();
-    if (doc["save_dir"]) o->save_dir = doc["save_dir"].as<std::string>();
-    if (doc["nodes"]) o->nodes = doc["nodes"].as<int>();
-    if (doc["nproc_per_node"]) o->nproc_per_node = doc["nproc_per_node"].as<int>();
-    if (doc["scheduler"]) o->scheduler = doc["scheduler"].as<std::string>();
-    if (doc["log_strategy"]) o->log_strategy = doc["log_strategy"].as<std::string>();
-    if (doc["max_restarts"]) o->max_restarts = doc["max_restarts"].as<int>();
-    if (doc["keep_checkpoints"]) o->keep_checkpoints = doc["keep_checkpoints"].as<int>();
-    if (doc["max_requeues"]) o->max_requeues = doc["max_requeues"].as<int>();
-    if (doc["preempt_grace"]) o->preempt_grace_s = doc["preempt_grace"].as<int>();
-    if (doc["gpus_per_node"]) o->gpus_per_node = doc["gpus_per_node"].as<int>();
-    if (doc["omp_threads"]) o->omp_threads = doc["omp_threads"].as<int>();
-    if (doc["trainer"]) o->trainer = doc["trainer"].as<std::string>();
-    if (doc["sbatch_args"]) o->sbatch_args = doc["sbatch_args"].as<std::vector<std::string>>();
-    if (doc["trainer_args"]) o->trainer_args = doc["trainer_args"].as<std::vector<std::string>>();
-    if (doc["exec"]) o->exec_command = doc["exec"].as<std::vector<std::string>>();
-    if (const YAML::Node w = doc["wandb"]) {
-      if (w["project"]) o->wandb_project = w["project"].as<std::string>();
-      if (w["entity"]) o->wandb_entity = w["entity"].as<std::string>();
-      if (w["mode"]) o->wandb_mode = w["mode"].as<std::string>();
-      if (w["tags"]) o->wandb_tags = w["tags"].as<std::vector<std::string>>();
-    }
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", e.what()));
   }
   return absl::OkStatus();
 }

@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : dt::run::kExitUsage;
+    return dt::ExitOnParseError(app, e, "dtrun", dt::run::kExitUsage);
   }
   dt::WatchStopSignals();
   dt::WatchPreemptionSignal();  // SIGUSR2 reaches the children from Slurm itself; dtrun notes it

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "coordinator/console/console_assets.h"
 
 namespace dt {
@@ -79,13 +80,10 @@ Reply LoginPage(int status, const std::string& error) {
 
 // host and port of "HOST:PORT" / "[V6]:PORT".
 absl::Status SplitListen(const std::string& listen, std::string& host, int& port) {
+  if (absl::Status s = ValidateHostPort("--http-listen", listen, /*port_zero_ok=*/true); !s.ok()) return s;
   size_t colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--http-listen ", listen, " is not HOST:PORT (e.g. 127.0.0.1:8080; port 0: any free port)"));
-  }
   host = listen.substr(0, colon);
+  port = std::stoi(listen.substr(colon + 1));
   return absl::OkStatus();
 }
 
@@ -98,6 +96,20 @@ bool IsLoopbackHost(const std::string& host_in) {
   if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6;
   return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+absl::Status ValidateConsoleListen(const std::string& listen) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = SplitListen(listen, host, port); !s.ok()) return s;
+  if (!IsLoopbackHost(host)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http-listen ", listen,
+        " is not a loopback address: the console takes tokens and serves plain HTTP, so it listens on this "
+        "machine only (e.g. 127.0.0.1:8080); from elsewhere use an SSH tunnel: ssh -L 8080:127.0.0.1:8080 <this "
+        "host>"));
+  }
+  return absl::OkStatus();
 }
 
 class ConsoleServer::Handler : public CivetHandler {
@@ -225,16 +237,10 @@ class ConsoleServer::Handler : public CivetHandler {
 absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(const ConsoleOptions& options,
                                                                     Coordinator* coordinator, const Authenticator* auth,
                                                                     WandbRunsOf wandb_runs) {
+  if (absl::Status s = ValidateConsoleListen(options.listen); !s.ok()) return s;
   std::string host;
   int port = 0;
   if (absl::Status s = SplitListen(options.listen, host, port); !s.ok()) return s;
-  if (!IsLoopbackHost(host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--http-listen ", options.listen,
-        " is not a loopback address: the console takes tokens and serves plain HTTP, so it listens on this "
-        "machine only (e.g. 127.0.0.1:8080); from elsewhere use an SSH tunnel: ssh -L 8080:127.0.0.1:8080 <this "
-        "host>"));
-  }
   std::unique_ptr<ConsoleServer> s(new ConsoleServer());
   s->api_ = std::make_unique<ConsoleApi>(coordinator, std::move(wandb_runs));
   s->sessions_ = std::make_unique<ConsoleSessions>(kSessionTtl);
@@ -243,9 +249,11 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(const Consol
                                    "request_timeout_ms", "10000"};
   try {
     s->server_ = std::make_unique<CivetServer>(opts);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve the console on ", options.listen, ": ", e.what(), " (use another --http-listen)"));
+  } catch (const std::exception&) {
+    // CivetWeb's own text ("null context when constructing CivetServer") says nothing more.
+    return absl::UnavailableError(absl::StrCat("cannot serve the console on ", options.listen,
+                                               ": the port is in use or the address is not this host's; choose "
+                                               "another --http-listen (port 0: any free one)"));
   }
   s->server_->addHandler("/", s->handler_.get());
   std::vector<int> ports = s->server_->getListeningPorts();

@@ -33,6 +33,10 @@ struct ConsoleOptions {
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool IsLoopbackHost(const std::string& host);
 
+// INVALID_ARGUMENT unless `listen` is HOST:PORT on a loopback address (saying why, and the SSH
+// tunnel to use instead).
+absl::Status ValidateConsoleListen(const std::string& listen);
+
 class ConsoleServer {
  public:
   //   INVALID_ARGUMENT     a malformed address, or one that is not loopback
