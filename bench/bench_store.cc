@@ -6,6 +6,11 @@
 //   per operation (the servers' share is what bounds a coordinator whose ranks run elsewhere).
 //   Barriers: last arrival to release for 2, 8, 64, 256 participants; the TCPStore barrier is
 //   add + wait, as torch does it.
+//   Process groups: a Gloo process group of 8 and 32 ranks (each a process) built on the
+//   coordinator's store and on a TCPStore, from the first rank's first store operation to the
+//   group ready on every rank.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
@@ -17,11 +22,13 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
@@ -89,6 +96,83 @@ ClientRound RunClient(c10d::Store& store, int id, int iterations) {
   return out;
 }
 
+// The simulated ranks of one barrier client process: one, or `threads` ranks each on a thread of
+// its own with its own connections (for worlds too large for a process per rank on this machine).
+class BarrierRanks {
+ public:
+  BarrierRanks(const std::string& address, const std::string& run, const std::string& token, int tcp_port, int id,
+               int threads) {
+    for (int t = 0; t < threads; ++t) {
+      ClientOptions options;
+      options.address = address;
+      options.token = token;
+      options.private_connection = threads > 1;  // a connection per rank, as separate processes have
+      auto client = CoordinatorClient::Connect(options);
+      if (!client.ok()) throw std::runtime_error(client.status().ToString());
+      AgentOptions o;
+      o.run_id = run;
+      o.node = "bench";
+      o.host = "bench";
+      o.local_slot = id * threads + t;
+      agents_.push_back(std::make_unique<Agent>(*client, o));
+      c10d::TCPStoreOptions tcp;
+      tcp.port = tcp_port;
+      tcp.isServer = false;
+      tcp.waitWorkers = false;
+      tcp_.push_back(c10::make_intrusive<c10d::TCPStore>("127.0.0.1", tcp));
+    }
+    Each([&](int t) {
+      if (auto r = agents_[t]->Register(absl::Minutes(5)); !r.ok()) throw std::runtime_error(r.status().ToString());
+    });
+  }
+
+  // `iterations` barriers on every rank here; per barrier, the latest arrival and release among them.
+  std::vector<std::pair<int64_t, int64_t>> Round(char kind, const std::string& run, int round, int iterations) {
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> per(agents_.size());
+    Each([&](int t) {
+      Agent& agent = *agents_[t];
+      for (int i = 0; i < iterations; ++i) {
+        // Stagger arrivals a little so the last one is a real straggler.
+        std::this_thread::sleep_for(std::chrono::microseconds((agent.rank() * 37 + i * 11) % 200));
+        int64_t arrived = MonotonicNs();
+        if (kind == 'd') {
+          if (absl::Status s = agent.Barrier("bench", absl::Seconds(60)); !s.ok())
+            throw std::runtime_error(s.ToString());
+        } else {
+          // torch's store barrier: add, the last arrival sets "done", everyone waits for it.
+          std::string key = absl::StrCat("barrier-", run, "-", round, "-", i);
+          if (tcp_[t]->add(key, 1) == agent.world_size()) tcp_[t]->set(key + "/done", Bytes("1"));
+          tcp_[t]->wait({key + "/done"});
+        }
+        per[t].emplace_back(arrived, MonotonicNs());
+      }
+    });
+    std::vector<std::pair<int64_t, int64_t>> latest(iterations, {0, 0});
+    for (const auto& rank : per) {
+      for (int i = 0; i < iterations; ++i) {
+        latest[i].first = std::max(latest[i].first, rank[i].first);
+        latest[i].second = std::max(latest[i].second, rank[i].second);
+      }
+    }
+    return latest;
+  }
+
+ private:
+  // fn(t) for every rank here, each on its own thread when there are several.
+  void Each(const std::function<void(int)>& fn) {
+    if (agents_.size() == 1) {
+      fn(0);
+      return;
+    }
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < agents_.size(); ++t) threads.emplace_back(fn, static_cast<int>(t));
+    for (auto& th : threads) th.join();
+  }
+
+  std::vector<std::unique_ptr<Agent>> agents_;
+  std::vector<c10::intrusive_ptr<c10d::TCPStore>> tcp_;
+};
+
 // Every simulated rank is a process of its own, as trainers are:
 //   bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO GO_FIFO OUT
 // holds a coordinator client (a store session, or a registered rank of RUN for barriers) and a
@@ -98,39 +182,34 @@ ClientRound RunClient(c10d::Store& store, int id, int iterations) {
 // the kind, the client's CPU microseconds, then the round's figures.
 int ClientMain(int argc, char** argv) {
   if (argc != 11) {
-    std::cerr << "usage: bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO "
-                 "GO_FIFO OUT\n";
+    std::cerr << "usage: bench_store client store|pg|barrier[:THREADS] ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS "
+                 "READY_FIFO GO_FIFO OUT\n";
     return 2;
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
   std::string mode = argv[1], address = argv[2], run = argv[3], token = argv[4];
   int tcp_port = std::stoi(argv[5]), id = std::stoi(argv[6]), iterations = std::stoi(argv[7]);
-  ClientOptions options;
-  options.address = address;
-  options.token = token;
-  auto client = CoordinatorClient::Connect(options);
-  if (!client.ok()) throw std::runtime_error(client.status().ToString());
-  if (absl::Status s = (*client)->WaitConnected(absl::Seconds(60)); !s.ok()) throw std::runtime_error(s.ToString());
-  std::unique_ptr<CoordinatorStore> dt_store;
-  std::unique_ptr<Agent> agent;
-  if (mode == "store") {
+  c10::intrusive_ptr<CoordinatorStore> dt_store;
+  c10::intrusive_ptr<c10d::TCPStore> tcp_store;
+  std::unique_ptr<BarrierRanks> barrier_ranks;
+  if (mode == "store" || mode == "pg") {
+    ClientOptions options;
+    options.address = address;
+    options.token = token;
+    auto client = CoordinatorClient::Connect(options);
+    if (!client.ok()) throw std::runtime_error(client.status().ToString());
     auto session = StoreSession::Open(*client, run, 0, -1);
     if (!session.ok()) throw std::runtime_error(session.status().ToString());
-    dt_store = std::make_unique<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
+    dt_store = c10::make_intrusive<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
+    c10d::TCPStoreOptions o;
+    o.port = tcp_port;
+    o.isServer = false;
+    o.waitWorkers = false;
+    tcp_store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
   } else {
-    AgentOptions o;
-    o.run_id = run;
-    o.node = "bench";
-    o.host = "bench";
-    o.local_slot = id;
-    agent = std::make_unique<Agent>(*client, o);
-    if (auto r = agent->Register(absl::Minutes(5)); !r.ok()) throw std::runtime_error(r.status().ToString());
+    int threads = absl::StartsWith(mode, "barrier:") ? std::stoi(mode.substr(8)) : 1;
+    barrier_ranks = std::make_unique<BarrierRanks>(address, run, token, tcp_port, id, threads);
   }
-  c10d::TCPStoreOptions o;
-  o.port = tcp_port;
-  o.isServer = false;
-  o.waitWorkers = false;
-  c10d::TCPStore tcp_store("127.0.0.1", o);
   int ready = ::open(argv[8], O_WRONLY);
   int go = ::open(argv[9], O_RDONLY);
   std::ofstream out(argv[10]);
@@ -141,26 +220,29 @@ int ClientMain(int argc, char** argv) {
     double cpu0 = ProcessCpuMicros();
     std::ostringstream figures;
     if (mode == "store") {
-      ClientRound r = RunClient(c == 'd' ? static_cast<c10d::Store&>(*dt_store) : tcp_store, id, iterations);
+      ClientRound r = RunClient(c == 'd' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations);
       figures << r.start_ns << " " << r.end_ns;
       for (const auto* v : {&r.set, &r.get, &r.add}) {
         for (double x : *v) figures << " " << x;
       }
+    } else if (mode == "pg") {
+      // `iterations` is the group's size; each round of each size its own key prefix, as a new
+      // generation's (a group of another size must not read this one's addresses).
+      c10::intrusive_ptr<c10d::Store> base =
+          c == 'd' ? c10::intrusive_ptr<c10d::Store>(dt_store) : c10::intrusive_ptr<c10d::Store>(tcp_store);
+      auto store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg-", iterations, "-", round), base);
+      auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      int64_t start = MonotonicNs();
+      {
+        c10d::ProcessGroupGloo group(store, id, iterations, options);
+        figures << start << " " << MonotonicNs();
+      }
     } else {
-      for (int i = 0; i < iterations; ++i) {
-        // Stagger arrivals a little so the last one is a real straggler.
-        std::this_thread::sleep_for(std::chrono::microseconds((id * 37 + i * 11) % 200));
-        int64_t arrived = MonotonicNs();
-        if (c == 'd') {
-          if (absl::Status s = agent->Barrier("bench", absl::Seconds(60)); !s.ok())
-            throw std::runtime_error(s.ToString());
-        } else {
-          // torch's store barrier: add, the last arrival sets "done", everyone waits for it.
-          std::string key = absl::StrCat("barrier-", run, "-", round, "-", i);
-          if (tcp_store.add(key, 1) == agent->assignment().world_size()) tcp_store.set(key + "/done", Bytes("1"));
-          tcp_store.wait({key + "/done"});
-        }
-        figures << (i ? " " : "") << arrived << " " << MonotonicNs();
+      bool first = true;
+      for (auto [arrived, released] : barrier_ranks->Round(c, run, round, iterations)) {
+        figures << (first ? "" : " ") << arrived << " " << released;
+        first = false;
       }
     }
     out << c << " " << ProcessCpuMicros() - cpu0 << " " << figures.str() << "\n" << std::flush;
@@ -281,8 +363,11 @@ OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
 }
 
 // Last arrival → last release, per barrier of a round.
-std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations) {
+// `server_cpu_us`: the servers' CPU over the round (this process: the coordinator, or the TCPStore
+// server).
+std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations, double* server_cpu_us) {
   ClientPool::Lines lines = pool.Round(kind);
+  *server_cpu_us += lines.server_cpu_us;
   std::vector<int64_t> last_arrival(iterations, 0), last_release(iterations, 0);
   for (auto& fields : lines.figures) {
     for (int i = 0; i < iterations; ++i) {
@@ -295,6 +380,19 @@ std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations) {
   std::vector<double> ms;
   for (int i = 0; i < iterations; ++i) ms.push_back((last_release[i] - last_arrival[i]) / 1e6);
   return ms;
+}
+
+// First store operation of any rank → the group ready on every rank, in ms.
+double ProcessGroupRound(ClientPool& pool, char kind) {
+  ClientPool::Lines lines = pool.Round(kind);
+  int64_t first = INT64_MAX, last = 0;
+  for (auto& fields : lines.figures) {
+    int64_t start, ready;
+    fields >> start >> ready;
+    first = std::min(first, start);
+    last = std::max(last, ready);
+  }
+  return (last - first) / 1e6;
 }
 
 // The TCPStore server lives in this process, as the coordinator does; clients connect to its port.
@@ -347,6 +445,11 @@ void BarrierBench(EmbeddedCoordinator& coord, const std::vector<int>& sizes) {
   auto server = StartTcpStoreServer();
   uint16_t port = server->getPort();
   for (int n : sizes) {
+    // Up to 256 every participant is a process; beyond, 16 processes of n/16 threads, each thread a
+    // rank with connections of its own (a process per rank does not fit this machine's memory).
+    int processes = n <= 256 ? n : 16;
+    int threads = n / processes;
+    std::string how = threads == 1 ? "" : absl::StrCat(", ", processes, " processes x ", threads, " threads");
     int rounds = Quick() ? 10 : (n >= 64 ? 20 : 40);
     // The coordinator: a run of n ranks, each a client process registered as one rank.
     v1::SubmitRunRequest req;
@@ -358,17 +461,40 @@ void BarrierBench(EmbeddedCoordinator& coord, const std::vector<int>& sizes) {
     auto admin = coord.AdminClient();
     auto run = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
     if (!run.ok()) throw std::runtime_error(run.status().ToString());
-    ClientPool pool("barrier", coord, run->run_id(), run->run_token(), port, n, rounds);
+    ClientPool pool(threads == 1 ? "barrier" : absl::StrCat("barrier:", threads), coord, run->run_id(),
+                    run->run_token(), port, processes, rounds);
     std::vector<double> dt_rounds, tcp_rounds;
-    for (int r = 0; r < (Quick() ? 1 : 2); ++r) {  // interleaved, so both see the same machine noise
-      for (double ms : BarrierRound(pool, 'd', rounds)) dt_rounds.push_back(ms);
-      for (double ms : BarrierRound(pool, 't', rounds)) tcp_rounds.push_back(ms);
+    double dt_cpu = 0, tcp_cpu = 0;
+    int repeats = Quick() ? 1 : 2;
+    for (int r = 0; r < repeats; ++r) {  // interleaved, so both see the same machine noise
+      for (double ms : BarrierRound(pool, 'd', rounds, &dt_cpu)) dt_rounds.push_back(ms);
+      for (double ms : BarrierRound(pool, 't', rounds, &tcp_cpu)) tcp_rounds.push_back(ms);
     }
     Summary d = Summarize(dt_rounds), t = Summarize(tcp_rounds);
-    Report({absl::StrCat("barrier release, ", n, " participants (p50)"), d.p50, "ms", "TCPStore add+wait", t.p50,
-            n >= 64 ? "<= 1x" : "", false, n >= 64 ? 1.0 : 0});
-    Report({absl::StrCat("barrier release, ", n, " participants (p90)"), d.p90, "ms", "TCPStore add+wait", t.p90, "",
-            false, 0});
+    double released = static_cast<double>(n) * rounds * repeats;
+    Report({absl::StrCat("barrier release, ", n, " participants", how, " (p50)"), d.p50, "ms", "TCPStore add+wait",
+            t.p50, n >= 64 ? "<= 1x" : "", false, n >= 64 ? 1.0 : 0});
+    Report({absl::StrCat("barrier release, ", n, " participants", how, " (p90)"), d.p90, "ms", "TCPStore add+wait",
+            t.p90, "", false, 0});
+    Report({absl::StrCat("barrier server CPU per released participant, ", n, " participants"), dt_cpu / released, "us",
+            "TCPStore add+wait", tcp_cpu / released, "", false, 0});
+  }
+}
+
+void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, const std::string& token,
+                       const std::vector<int>& sizes) {
+  auto server = StartTcpStoreServer();
+  uint16_t port = server->getPort();
+  for (int n : sizes) {
+    ClientPool pool("pg", coord, run_id, token, port, n, n);
+    std::vector<double> dt_ms, tcp_ms;
+    for (int r = 0; r < (Quick() ? 2 : 4); ++r) {  // interleaved, so both see the same machine noise
+      dt_ms.push_back(ProcessGroupRound(pool, 'd'));
+      tcp_ms.push_back(ProcessGroupRound(pool, 't'));
+    }
+    Summary d = Summarize(dt_ms), t = Summarize(tcp_ms);
+    Report({absl::StrCat("Gloo process group ready, ", n, " ranks (processes, p50)"), d.p50, "ms", "on a TCPStore",
+            t.p50, "<= 1x", false, 1.0});
   }
 }
 
@@ -379,13 +505,13 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt::bench;
   if (argc > 1 && std::string(argv[1]) == "client") return ClientMain(argc - 1, argv + 1);
-  // bench_store [store|barrier [SIZES...]]: one part only, at the given client counts (for
-  // investigating one row; scripts/bench.sh runs both parts at their default sizes).
+  // bench_store [store|barrier|pg [SIZES...]]: one part only, at the given client counts (for
+  // investigating one row; scripts/bench.sh runs every part at its default sizes).
   std::string only = argc > 1 ? argv[1] : "";
   std::vector<int> sizes;
   for (int i = 2; i < argc; ++i) sizes.push_back(std::stoi(argv[i]));
-  if (!only.empty() && only != "store" && only != "barrier") {
-    std::cerr << "usage: bench_store [store|barrier [SIZES...]]\n";
+  if (!only.empty() && only != "store" && only != "barrier" && only != "pg") {
+    std::cerr << "usage: bench_store [store|barrier|pg [SIZES...]]\n";
     return 2;
   }
   std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a "
@@ -408,8 +534,11 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "store") {
     StoreBench(coord, run->run_id(), run->run_token(), sizes.empty() ? std::vector<int>{1, 8, 64} : sizes);
   }
+  if (only.empty() || only == "pg") {
+    ProcessGroupBench(coord, run->run_id(), run->run_token(), sizes.empty() ? std::vector<int>{8, 32} : sizes);
+  }
   if (only.empty() || only == "barrier") {
-    std::vector<int> n = Quick() ? std::vector<int>{2, 8, 64} : std::vector<int>{2, 8, 64, 256};
+    std::vector<int> n = Quick() ? std::vector<int>{2, 8, 64, 256, 1024} : std::vector<int>{2, 8, 64, 256, 1024};
     BarrierBench(coord, sizes.empty() ? n : sizes);
   }
   return 0;

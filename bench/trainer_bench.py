@@ -142,7 +142,7 @@ def launch_to_first_step():
     coord.stop()
     print("launch to first step: dt %s, torchrun %s" % (["%.2f" % t for t in dt_times], ["%.2f" % t for t in py_times]))
     report("launch to first step, 2 local ranks (median)", statistics.median(dt_times), "s",
-           "torchrun --standalone", statistics.median(py_times), "<= 0.5x", 0.5)
+           "torchrun --standalone", statistics.median(py_times), "<= 0.2x", 0.2)
 
 
 def time_to_line(cmd, env, needle, timeout=120):
