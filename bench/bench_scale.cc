@@ -4,6 +4,10 @@
 //   Heartbeat load: 1,000 registered ranks heartbeat every 2 s (own connections) while 8 clients
 //   drive store traffic (~800 set/get per second in all); the coordinator's CPU share and the
 //   heartbeat RPC p99. Goals: p99 < 50 ms, CPU < 25% of one core.
+//   Mixed load: one run of 1,000 ranks and 50 runs of 8 (1,400 ranks, each its own connection)
+//   heartbeating every 2 s and sending a metric batch every second, with store traffic in every
+//   run, for 2 minutes (20 s quick): each method's p50/p99 as the ranks see it, errors, and
+//   dtcoord's CPU and memory. The simulated ranks share this machine's two cores with dtcoord.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,7 +17,9 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -36,13 +42,14 @@ struct Coordinator {
   int pid() const { return process->pid(); }
 };
 
-Coordinator StartCoordinator(const std::string& dir) {
+// `metrics_listen`: "off", or an address for the Prometheus exporter (whose cost is then counted).
+Coordinator StartCoordinator(const std::string& dir, const std::string& metrics_listen = "off") {
   Coordinator c;
   std::string state = JoinPath(dir, "state");
   c.process = std::make_unique<Subprocess>(
       std::vector<std::string>{JoinPath(ExecutableDir(), "dtcoord"), "--listen", "127.0.0.1:0", "--state-dir", state,
-                               "--metrics-listen", "off", "--heartbeat-interval", "2s", "--heartbeat-timeout", "60s",
-                               "--hang-timeout", "30m", "--rendezvous-timeout", "10m"},
+                               "--metrics-listen", metrics_listen, "--heartbeat-interval", "2s", "--heartbeat-timeout",
+                               "60s", "--hang-timeout", "30m", "--rendezvous-timeout", "10m"},
       std::map<std::string, std::string>{{"DT_LOG_LEVEL", "warning"}}, JoinPath(dir, "dtcoord.log"));
   for (int i = 0; i < 200 && ReadFile(JoinPath(state, "dtcoord.addr")).value_or("").empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
@@ -232,6 +239,171 @@ void HeartbeatBench(const std::string& dir) {
   if (errors.load() > 0) std::cout << "WARNING: " << errors.load() << " heartbeats failed or were told to stop\n";
 }
 
+// A resident-set figure of a process from /proc (VmRSS, VmHWM), in MiB.
+double MemoryMiB(int pid, const std::string& field) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, field + ":")) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  }
+  return 0;
+}
+
+// Latencies of one kind of call, and its failures.
+struct Calls {
+  absl::Mutex mu;
+  std::vector<double> ms ABSL_GUARDED_BY(mu);
+  std::atomic<int64_t> errors{0};
+  void Add(double v) {
+    absl::MutexLock lock(&mu);
+    ms.push_back(v);
+  }
+  Summary Take() {
+    absl::MutexLock lock(&mu);
+    return Summarize(ms);
+  }
+};
+
+// Every simulated rank of the load: its run, its seat and its connection.
+struct LoadRank {
+  std::string run_id;
+  std::shared_ptr<CoordinatorClient> client;
+  v1::RegisterResponse seat;
+  std::string incarnation;
+};
+
+std::vector<LoadRank> RegisterLoad(const Coordinator& c, const std::string& dir, std::vector<std::string>* run_ids) {
+  std::vector<LoadRank> ranks;
+  std::vector<std::pair<int, int>> shapes = {{125, 8}};  // 1,000 ranks
+  for (int i = 0; i < 50; ++i) shapes.push_back({1, 8});
+  for (auto [nodes, ppn] : shapes) {
+    v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
+    Registered r = RegisterAll(c, run, nodes, ppn);
+    run_ids->push_back(run.run_id());
+    for (size_t i = 0; i < r.clients.size(); ++i)
+      ranks.push_back({run.run_id(), r.clients[i], r.seats[i], r.incarnations[i]});
+  }
+  return ranks;
+}
+
+// One metric batch of `rank` for `step`, sent as the trainers' reporter sends one.
+void SendBatch(const LoadRank& rank, int64_t step, Calls& calls) {
+  v1::MetricBatch batch;
+  batch.set_run_id(rank.run_id);
+  batch.set_generation(0);
+  batch.set_rank(rank.seat.rank());
+  v1::MetricPoint* p = batch.add_points();
+  p->set_step(step);
+  p->set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  for (const char* name : {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s"}) {
+    (*p->mutable_values())[name] = 1.0 / static_cast<double>(step);
+  }
+  auto t0 = Clock::now();
+  std::unique_ptr<grpc::ClientContext> ctx = rank.client->Context(absl::Seconds(10));
+  v1::ReportMetricsResponse response;
+  auto writer = rank.client->metrics().ReportMetrics(ctx.get(), &response);
+  bool ok = writer->Write(batch);
+  writer->WritesDone();
+  ok = writer->Finish().ok() && ok;
+  calls.Add(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  if (!ok) ++calls.errors;
+}
+
+void LoadBench(const std::string& dir) {
+  Coordinator c = StartCoordinator(TempDir("load"), "127.0.0.1:0");
+  std::vector<std::string> run_ids;
+  std::vector<LoadRank> ranks = RegisterLoad(c, dir, &run_ids);
+  const int n = static_cast<int>(ranks.size());
+  absl::Duration window = Quick() ? absl::Seconds(20) : absl::Minutes(2);
+  Calls heartbeats, batches, store;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  // Store traffic: a set and a get every 100 ms in every run.
+  for (size_t r = 0; r < run_ids.size(); ++r) {
+    threads.emplace_back([&, r] {
+      auto session = StoreSession::Open(Connect(c, true), run_ids[r], 0, -1);
+      if (!session.ok()) {
+        ++store.errors;
+        return;
+      }
+      for (int64_t i = 0; !stop; ++i) {
+        auto t0 = Clock::now();
+        std::string key = absl::StrCat("k", i % 50);
+        bool ok = (*session)->Set(key, std::string(256, 'x')).ok() && (*session)->Get(key).ok();
+        store.Add(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        if (!ok) ++store.errors;
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    });
+  }
+  // Metric batches: every rank one a second, from 8 sender threads.
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      absl::Time start = absl::Now();
+      for (int64_t second = 1; !stop; ++second) {
+        for (int i = t; i < n && !stop; i += 8) SendBatch(ranks[i], second, batches);
+        absl::Time next = start + absl::Seconds(second);
+        if (absl::Now() < next) absl::SleepFor(next - absl::Now());
+      }
+    });
+  }
+  // Heartbeats: every rank every 2 s, spread evenly, asynchronous.
+  double cpu0 = CpuSeconds(c.pid());
+  absl::Time start = absl::Now();
+  std::vector<v1::HeartbeatRequest> reqs(n);
+  for (int i = 0; i < n; ++i) {
+    reqs[i].set_run_id(ranks[i].run_id);
+    reqs[i].set_rank(ranks[i].seat.rank());
+    reqs[i].set_incarnation(ranks[i].incarnation);
+  }
+  std::atomic<int> in_flight{0};
+  for (int64_t sent = 0; absl::Now() - start < window;) {
+    absl::Time due = start + absl::Seconds(2) * (static_cast<double>(sent) / n);
+    if (absl::Now() < due) {
+      absl::SleepFor(std::min(due - absl::Now(), absl::Milliseconds(5)));
+      continue;
+    }
+    int i = static_cast<int>(sent % n);
+    reqs[i].set_step(sent / n + 1);
+    auto* ctx = ranks[i].client->Context(absl::Seconds(10)).release();
+    auto* resp = new v1::HeartbeatResponse();
+    auto t0 = Clock::now();
+    ++in_flight;
+    ranks[i].client->rendezvous().async()->Heartbeat(ctx, &reqs[i], resp, [&, ctx, resp, t0](grpc::Status s) {
+      heartbeats.Add(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (!s.ok() || resp->directive() != v1::HeartbeatResponse::CONTINUE) ++heartbeats.errors;
+      delete ctx;
+      delete resp;
+      --in_flight;
+    });
+    ++sent;
+  }
+  double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  double cpu = CpuSeconds(c.pid()) - cpu0;
+  double rss = MemoryMiB(c.pid(), "VmRSS"), peak = MemoryMiB(c.pid(), "VmHWM");
+  stop = true;
+  for (auto& t : threads) t.join();
+  while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
+  std::string load = absl::StrCat(n, " ranks in ", run_ids.size(), " runs");
+  int64_t errors = heartbeats.errors + batches.errors + store.errors;
+  for (auto [name, calls, goal] :
+       {std::tuple{"heartbeat", &heartbeats, 50.0}, std::tuple{"metric batch", &batches, 100.0},
+        std::tuple{"store set+get", &store, 50.0}}) {
+    Summary s = calls->Take();
+    std::cout << name << ": " << s.n << " calls, " << calls->errors.load() << " errors\n";
+    Report({absl::StrCat("load, ", load, ": ", name, " p50"), s.p50, "ms", absl::StrCat("goal ", goal, " ms"), goal, "",
+            false, 0});
+    Report({absl::StrCat("load, ", load, ": ", name, " p99"), s.p99, "ms", absl::StrCat("goal ", goal, " ms"), goal,
+            "< 1x", false, 1.0});
+  }
+  Report({absl::StrCat("load, ", load, ": dtcoord CPU"), 100.0 * cpu / wall, "% core", "goal 100%", 100.0, "< 1x",
+          false, 1.0});
+  Report({absl::StrCat("load, ", load, ": dtcoord memory (RSS at the end, peak ", static_cast<int>(peak), " MiB)"), rss,
+          "MiB", "goal 1 GiB", 1024.0, "< 1x", false, 1.0});
+  Report({absl::StrCat("load, ", load, ": failed calls"), static_cast<double>(errors), "calls", "goal 0 (of 1)", 1.0,
+          "< 1x", false, 1.0});
+}
+
 }  // namespace
 }  // namespace dt::bench
 
@@ -245,5 +417,6 @@ int main() {
   std::cout << "== coordinator scale: rendezvous and heartbeat load (dtcoord process, loopback)\n";
   dt::bench::RendezvousBench(dir);
   dt::bench::HeartbeatBench(dir);
+  dt::bench::LoadBench(dir);
   return 0;
 }

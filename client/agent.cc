@@ -158,8 +158,10 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     // While the coordinator is away, give each attempt time to connect and handshake with a
     // coordinator that is just starting on a busy machine (a heartbeat interval can be 200 ms).
     absl::Duration deadline = reconnecting ? std::max(interval, absl::Seconds(2)) : interval;
+    // Reconnecting, the heartbeat waits for the channel and so drives its reconnection: the rank is
+    // heard from within moments of the coordinator's return.
     absl::StatusOr<v1::HeartbeatResponse> reply =
-        Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline);
+        Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline, reconnecting);
     reconnecting = !reply.ok();
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {

@@ -76,10 +76,11 @@ class CoordinatorClient {
 };
 
 // Calls a unary stub method with a fresh context: `Call(client, &Stub::Method, request, timeout)`.
+// `wait_for_ready`: see coordinator_client_inl.h.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> Call(const CoordinatorClient& client,
                               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*), Stub& stub,
-                              const Request& request, absl::Duration timeout);
+                              const Request& request, absl::Duration timeout, bool wait_for_ready = false);
 
 // Every stored record `request` selects, page after page (its `after` is advanced; a `limit`
 // in it bounds the total). Each page gets `timeout`.

@@ -180,7 +180,10 @@ std::string FindOnPath(const std::string& name) {
 }
 
 std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace) {
-  for (Subprocess* p : processes) p->Signal(SIGTERM);
+  for (Subprocess* p : processes) {
+    p->Signal(SIGTERM);
+    p->Signal(SIGCONT);  // a stopped process takes its SIGTERM now, not after the grace (as systemd does)
+  }
   absl::Time deadline = absl::Now() + grace;
   std::vector<int> statuses;
   for (Subprocess* p : processes) {

@@ -48,7 +48,8 @@ class Subprocess {
   int status_ = 0;
 };
 
-// SIGTERM to every process, then SIGKILL to each still running `grace` later (logged); returns
+// SIGTERM (and SIGCONT, for a stopped one) to every process, then SIGKILL to each still running
+// `grace` later (logged); returns
 // each one's wait status (-1 if it could not be reaped). For launchers stopping their children.
 std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace);
 

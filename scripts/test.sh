@@ -13,7 +13,8 @@
 #
 # Labels: unit (no network), integration (gRPC on loopback), e2e (real trainer processes, Gloo,
 # W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root), slurm-soak (the
-# Slurm root-cause test 20 times in a row; only with -L slurm-soak).
+# Slurm root-cause test 20 times in a row; only with -L slurm-soak), chaos (every fault of
+# scripts/chaos.py, about 3 minutes; only with -L chaos; four of them run in e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +34,7 @@ fi
 scripts/build.sh
 scripts/format.sh --check
 cd build
-# The soak label runs only when asked for (scripts/test.sh -L slurm-soak).
-label_args=(-LE slurm-soak)
+# The soak and chaos labels run only when asked for (scripts/test.sh -L slurm-soak, -L chaos).
+label_args=(-LE 'slurm-soak|chaos')
 for a in "$@"; do [[ "$a" == -L || "$a" == -L* || "$a" == --label-regex* ]] && label_args=(); done
 ctest --output-on-failure --no-tests=error -j "$(nproc)" "${label_args[@]}" "$@"

@@ -256,6 +256,32 @@ TEST_F(ForwarderTest, TheNewestStepIsHeldBackBrieflyThenTheEndedRunGetsItsFinalP
   EXPECT_EQ(Streams().size(), 2u);  // nothing after the final post, not even a heartbeat
 }
 
+// A rank's last points can arrive after the run ended and W&B saw it complete (found by
+// scripts/chaos.sh: a full disk failed the run while the other rank still flushed): the W&B run
+// is resumed before they are streamed, then finished again; nothing is posted to a complete run.
+TEST_F(ForwarderTest, PointsAfterTheFinalPostResumeTheRunBeforeTheyAreStreamed) {
+  Log(1, 3);
+  run_.set_state(v1::FAILED);
+  forwarder_->OnRunChanged(run_);
+  RunFor(absl::Seconds(5));
+  ASSERT_EQ(Streams().back().body["complete"], true);
+  size_t before = wandb_.posts().size();
+  wandb_.ExistingRun(/*lines=*/3, /*step=*/3, /*runtime=*/1);
+  Log(4, 5);
+  RunFor(absl::Seconds(5));
+  std::vector<Posted> posts = wandb_.posts();
+  ASSERT_GE(posts.size(), before + 4u);
+  EXPECT_THAT(posts[before].raw, HasSubstr("RunResumeStatus"));  // resumed first
+  EXPECT_THAT(posts[before + 1].raw, HasSubstr("upsertBucket"));
+  std::vector<Posted> streams = Streams();
+  const Posted& rows = streams[streams.size() - 2];
+  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["offset"], 3);
+  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
+  EXPECT_EQ(streams.back().body["complete"], true);
+  EXPECT_EQ(streams.back().body["exitcode"], 1);
+  EXPECT_TRUE(forwarder_->Idle());
+}
+
 TEST_F(ForwarderTest, AnIdleRunIsKeptAliveWithHeartbeats) {
   Log(1, 1);
   RunFor(absl::Seconds(1));

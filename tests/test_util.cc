@@ -73,9 +73,10 @@ CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::
   Launch("127.0.0.1:0");
 }
 
-void CoordinatorProcess::StopAndRestart(int signal) {
+void CoordinatorProcess::StopAndRestart(int signal, absl::Duration away) {
   process_->Signal(signal);
   if (process_->Wait(absl::Seconds(20)) == -1) throw std::runtime_error("dtcoord did not stop: " + Slurp(log_));
+  absl::SleepFor(away);
   ::unlink(JoinPath(state_dir_, "dtcoord.addr").c_str());
   Launch(address_);
 }

@@ -64,9 +64,9 @@ class CoordinatorProcess {
                      std::map<std::string, std::string> env = {});
   // kill -9, then start again on the same state dir and address (trainers reconnect).
   void KillAndRestart() { StopAndRestart(SIGKILL); }
-  // Sends `signal` (SIGTERM: the graceful drain of a systemd restart), waits for the exit, then
-  // starts again on the same state dir and address.
-  void StopAndRestart(int signal);
+  // Sends `signal` (SIGTERM: the graceful drain of a systemd restart), waits for the exit, stays
+  // away for `away`, then starts again on the same state dir and address.
+  void StopAndRestart(int signal, absl::Duration away = absl::ZeroDuration());
   // "host:port" of /metrics, when started with --metrics-listen.
   std::string metrics_address() const;
   ~CoordinatorProcess();

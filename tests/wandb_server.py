@@ -6,7 +6,10 @@ Basic auth, the RunResumeStatus query, the UpsertBucket mutation, and file_strea
 offsets. Every deviation from the protocol is recorded as an error; tests fail on any. It records
 everything it accepted, and can inject faults (429, 5xx, dropped connections) into file_stream.
 
-  wandb_server.py --port-file F --api-key KEY [--state-file S]
+  wandb_server.py --port-file F --api-key KEY [--port P] [--state-file S]
+
+--state-file keeps what it accepted across a restart (saved on SIGTERM, loaded at start), so a
+test can take W&B away for a while and bring it back on the same --port.
 
 Control endpoints (no auth): GET /_control/state, POST /_control/faults {"faults": [...]}
 with faults from "429", "500", "503", "drop" (close before applying), "drop-after" (apply, then
@@ -269,13 +272,33 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--api-key", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--state-file")
     args = ap.parse_args()
     API_KEY = args.api_key
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    import os
+    import signal
+    if args.state_file and os.path.exists(args.state_file):
+        with open(args.state_file) as f:
+            saved = json.load(f)
+        RUNS.update(saved["runs"])
+        ERRORS.extend(saved["errors"])
+        COUNTS.update(saved["counts"])
+
+    def save_and_exit(signum, frame):
+        if args.state_file:
+            with LOCK:
+                with open(args.state_file + ".tmp", "w") as f:
+                    json.dump({"runs": RUNS, "errors": ERRORS, "counts": COUNTS}, f)
+                os.rename(args.state_file + ".tmp", args.state_file)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, save_and_exit)
+    ThreadingHTTPServer.allow_reuse_address = True
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
-    import os
     os.rename(args.port_file + ".tmp", args.port_file)
     server.serve_forever()
 

@@ -415,12 +415,13 @@ class Trainer {
       step_metrics_["perplexity"] = std::exp(eval_loss);
       Log(absl::StrFormat("step %d eval_loss %.4f perplexity %.2f", step, eval_loss, std::exp(eval_loss)));
     }
-    if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
-    if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
-    CollectCheckpoint(rounds_->Poll());
-    // Everything a step reports goes out as one point (W&B wants one history row per step).
+    CollectCheckpoint(rounds_->Poll());  // a finished round's figures ride on this step's point
+    // Everything a step reports goes out as one point (W&B wants one history row per step), queued
+    // before a checkpoint at this step, which delivers it first.
     if (reporter_ && !step_metrics_.empty()) reporter_->Add(step, step_metrics_);
     step_metrics_.clear();
+    if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
+    if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
   }
 
   double AllReduceMean(double value) {
@@ -457,8 +458,17 @@ class Trainer {
   // A checkpoint round at `step` (CheckpointRounds: asynchronous unless --sync-checkpoint). A round
   // that fails leaves training going (the coordinator stops this process through the heartbeat if
   // the generation is over); a full disk ends the run.
+  // A round's pause is reported with the next step's point.
   void Checkpoint(int64_t step) {
     CollectCheckpoint(rounds_->Wait());  // at most one round in flight
+    // Every point up to this step is stored before the round begins, so a checkpoint at S means
+    // the history holds every step to S: a rank killed later resumes from S and logs only what
+    // comes after it again (a failed delivery is said, and the round goes on).
+    if (reporter_) {
+      if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
+        DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
+      }
+    }
     absl::StatusOr<absl::Duration> paused = rounds_->Start(model_, *optimizer_, state_);
     if (!paused.ok()) {
       throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", paused.status().ToString()));

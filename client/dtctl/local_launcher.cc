@@ -48,6 +48,11 @@ void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_
   if (!r.ok()) DT_LOG(Warning) << "could not report the failure: " << r.status();
 }
 
+// How long the ranks of a failed generation get to leave by themselves before they are stopped.
+// (It was 30 s: a rank still registering when its peer died waited that long, found by
+// scripts/chaos.sh.)
+constexpr absl::Duration kOldGenerationGrace = absl::Seconds(5);
+
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   std::vector<Subprocess*> running;
   for (auto& c : children) {
@@ -238,9 +243,10 @@ class Launcher {
   // An exit code when a process cannot be started.
   std::optional<int> StartNextGeneration() {
     if (AnyAlive()) {
-      // They are told to stop through their heartbeat; do not wait forever for a stuck one.
+      // Ranks of the old generation are told to stop through their heartbeat and leave within
+      // moments; one that never heartbeats (still registering, stopped, hung) is stopped here.
       if (stop_waiting_since_ == absl::InfiniteFuture()) stop_waiting_since_ = absl::Now();
-      if (absl::Now() - stop_waiting_since_ > absl::Seconds(30)) {
+      if (absl::Now() - stop_waiting_since_ > kOldGenerationGrace) {
         StopAll(children_, absl::Seconds(5));
         stop_waiting_since_ = absl::InfiniteFuture();
       }

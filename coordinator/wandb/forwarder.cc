@@ -417,7 +417,14 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
       return;
     }
     target->spooled = target->spool->size();
-    if (target->finished) target->finished = false;  // more points for a run W&B saw end
+    if (target->finished) {
+      // Points after the final post (a rank's last flush once the run had ended): W&B takes no
+      // more history for a run it saw complete, so the run is resumed first, as the SDK resumes
+      // one (check, upsert), then streamed, then finished again.
+      target->finished = false;
+      target->checked = false;
+      target->upserted = false;
+    }
   }
   absl::MutexLock lock(&mu_);
   work_.Signal();
