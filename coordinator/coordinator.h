@@ -163,7 +163,27 @@ class Coordinator {
  private:
   struct CheckpointRound;
   struct Generation;
-  struct RunEntry;
+  // One run's state; every field but the mutex is guarded by it. Defined here (not with the other
+  // parts in coordinator_internal.h) so clang's thread-safety analysis sees `mu` in the
+  // ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu) contracts below.
+  struct RunEntry {
+    absl::Mutex mu;
+    StoredRun stored ABSL_GUARDED_BY(mu);
+    std::vector<v1::Failure> failures ABSL_GUARDED_BY(mu);
+    std::vector<v1::CheckpointInfo> checkpoints ABSL_GUARDED_BY(mu);  // committed by this run, by step
+    std::unique_ptr<Generation> gen ABSL_GUARDED_BY(mu);
+    std::map<int64_t, std::string> ended_generations ABSL_GUARDED_BY(mu);  // generation → why it ended
+    struct Watcher {
+      bool metrics = false;
+      WatchCallback callback;
+    };
+    std::map<uint64_t, Watcher> watchers ABSL_GUARDED_BY(mu);
+    // Counts the changes announced to watchers and observers (v1::Run.revision): events are
+    // delivered after the lock is released and may overtake each other.
+    uint64_t revision ABSL_GUARDED_BY(mu) = 0;
+    // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
+    std::shared_ptr<const v1::Run> observed ABSL_GUARDED_BY(mu);
+  };
   using RunPtr = std::shared_ptr<RunEntry>;
 
   absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const;

@@ -229,14 +229,14 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     round->state = CheckpointRound::State::kVerifying;
     if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
     v1::Manifest manifest = request.manifest();
-    file_work_->Post(run->stored.run.run_id(), [this, run, round, manifest] {
+    const std::string run_id = run->stored.run.run_id();
+    file_work_->Post(run_id, [this, run, run_id, round, manifest] {
       absl::Time start = absl::Now();
       absl::StatusOr<v1::CheckpointInfo> result = VerifyAndPublish(
           *round->checkpoints, round->partial_name, round->step, manifest, options_.checkpoint_verification);
       if (result.ok()) {
-        DT_LOG(Info) << "run " << run->stored.run.run_id() << ": checkpoint step " << round->step
-                     << " verified and published (" << result->bytes() << " bytes, "
-                     << absl::FormatDuration(absl::Now() - start) << ")";
+        DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
+                     << result->bytes() << " bytes, " << absl::FormatDuration(absl::Now() - start) << ")";
       }
       FinishPublish(run, round, std::move(result));
     });

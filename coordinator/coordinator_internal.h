@@ -53,25 +53,6 @@ struct Coordinator::Generation {
   int preflights_reported = 0;  // ranks whose RankStatus.preflight is set
 };
 
-struct Coordinator::RunEntry {
-  absl::Mutex mu;
-  StoredRun stored;
-  std::vector<v1::Failure> failures;
-  std::vector<v1::CheckpointInfo> checkpoints;  // committed by this run, by step
-  std::unique_ptr<Generation> gen;
-  std::map<int64_t, std::string> ended_generations;  // generation → why it ended
-  struct Watcher {
-    bool metrics = false;
-    WatchCallback callback;
-  };
-  std::map<uint64_t, Watcher> watchers;
-  // Counts the changes announced to watchers and observers (v1::Run.revision): events are
-  // delivered after the lock is released and may overtake each other.
-  uint64_t revision = 0;
-  // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
-  std::shared_ptr<const v1::Run> observed;
-};
-
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
 

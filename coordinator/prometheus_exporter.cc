@@ -64,7 +64,7 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
 };
 
 PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coordinator* coordinator)
-    : options_(options), coordinator_(coordinator), registry_(std::make_shared<prometheus::Registry>()) {
+    : options_(options), registry_(std::make_shared<prometheus::Registry>()) {
   using prometheus::BuildCounter;
   using prometheus::BuildGauge;
   using prometheus::BuildHistogram;

@@ -84,7 +84,6 @@ class PrometheusExporter : public RunObserver, public RpcObserver, public Coordi
   class CensusCollectable;
 
   ExporterOptions options_;
-  const Coordinator* coordinator_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<CensusCollectable> census_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -104,7 +104,9 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
       StartWrite(&ch.queue.front());
       return;
     }
-    if (ch.done) FinishLocked(ToGrpcStatus(ch.end));
+    if (!ch.done) return;
+    channel_->mu.AssertHeld();  // `ch` is *channel_: tells the analysis so
+    FinishLocked(ToGrpcStatus(ch.end));
   }
 
   void FinishOnce(grpc::Status status) {

@@ -6,110 +6,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "coordinator/services.h"
+#include "coordinator/store_ops.h"
 
 namespace dt {
 namespace {
-
-v1::StoreStatus ToStoreStatus(const absl::Status& s) {
-  v1::StoreStatus out;
-  out.set_code(static_cast<int>(s.code()));
-  out.set_message(std::string(s.message()));
-  return out;
-}
-
-absl::Status FromStoreStatus(const v1::StoreStatus& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
-}
-
-// The one place a store request is interpreted, for the session and the unary RPCs alike: applies
-// the operation of `request` to `store` and gives `done` the answer (without the id) — at once, or
-// for get and wait once the keys appear or the timeout passes (on whichever thread that happens).
-void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
-                  std::function<void(v1::StoreResponse)> done, Deferred& deferred) {
-  v1::StoreResponse out;
-  absl::Status status;
-  auto blocking_timeout = [&](int64_t ms) -> std::optional<absl::Duration> {
-    absl::StatusOr<absl::Duration> timeout = coordinator.StoreTimeout(ms);
-    if (timeout.ok()) return *timeout;
-    status = timeout.status();
-    return std::nullopt;
-  };
-  switch (request.op_case()) {
-    case v1::StoreRequest::kSet:
-      status = store.Set(request.set().key(), std::move(*request.mutable_set()->mutable_value()), deferred);
-      break;
-    case v1::StoreRequest::kGet: {
-      std::optional<absl::Duration> timeout = blocking_timeout(request.get().timeout_ms());
-      if (!timeout) break;
-      store.Get(request.get().key(), *timeout, MakePending<std::string>([done](absl::StatusOr<std::string> v) {
-                  v1::StoreResponse r;
-                  if (v.ok()) {
-                    r.set_value(std::move(*v));
-                  } else {
-                    *r.mutable_status() = ToStoreStatus(v.status());
-                  }
-                  done(std::move(r));
-                }),
-                deferred);
-      return;
-    }
-    case v1::StoreRequest::kAdd: {
-      absl::StatusOr<int64_t> v = store.Add(request.add().key(), request.add().delta(), deferred);
-      status = v.status();
-      if (v.ok()) out.set_number(*v);
-      break;
-    }
-    case v1::StoreRequest::kCompareSet: {
-      const auto& cs = request.compare_set();
-      absl::StatusOr<std::string> v = store.CompareSet(cs.key(), cs.expected(), cs.desired(), deferred);
-      status = v.status();
-      if (v.ok()) out.set_value(std::move(*v));
-      break;
-    }
-    case v1::StoreRequest::kCheck: {
-      std::vector<std::string> keys(request.check().keys().begin(), request.check().keys().end());
-      absl::StatusOr<bool> v = store.Check(keys);
-      status = v.status();
-      if (v.ok()) out.set_flag(*v);
-      break;
-    }
-    case v1::StoreRequest::kWait: {
-      std::optional<absl::Duration> timeout = blocking_timeout(request.wait().timeout_ms());
-      if (!timeout) break;
-      std::vector<std::string> keys(request.wait().keys().begin(), request.wait().keys().end());
-      store.Wait(keys, *timeout, MakePending<Unit>([done](absl::StatusOr<Unit> v) {
-                   v1::StoreResponse r;
-                   if (!v.ok()) *r.mutable_status() = ToStoreStatus(v.status());
-                   done(std::move(r));
-                 }),
-                 deferred);
-      return;
-    }
-    case v1::StoreRequest::kDeleteKey: {
-      absl::StatusOr<bool> v = store.DeleteKey(request.delete_key().key());
-      status = v.status();
-      if (v.ok()) out.set_flag(*v);
-      break;
-    }
-    case v1::StoreRequest::kNumKeys: {
-      absl::StatusOr<int64_t> v = store.NumKeys();
-      status = v.status();
-      if (v.ok()) out.set_number(*v);
-      break;
-    }
-    case v1::StoreRequest::kOpen:
-      status = absl::InvalidArgumentError("the store session is already open");
-      break;
-    case v1::StoreRequest::kBarrier:  // handled by the session, which knows its rank
-      status = absl::InvalidArgumentError("a barrier goes through a store session (or BarrierService.Barrier)");
-      break;
-    default:
-      status = absl::InvalidArgumentError("store request without an operation");
-      break;
-  }
-  if (!status.ok()) *out.mutable_status() = ToStoreStatus(status);
-  done(std::move(out));
-}
 
 // One client's stream. Requests are handled as they arrive; answers to blocking gets and waits
 // are written when their keys appear, so responses may overtake each other (ids tell them apart).
@@ -126,7 +26,9 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
       session_id_ = sessions_->next_id++;
       sessions_->closers[session_id_] = [state = state_](const absl::Status& status) {
         absl::MutexLock lock(&state->mu);
-        if (state->reactor != nullptr) state->reactor->FinishLocked(status);
+        if (state->reactor == nullptr) return;
+        state->reactor->state_->mu.AssertHeld();  // the same State: tells the analysis so
+        state->reactor->FinishLocked(status);
       };
     }
     absl::StatusOr<Principal> who = deps_.auth->Authenticate(*ctx);
@@ -259,6 +161,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     absl::MutexLock lock(&st->mu);
     if (st->reactor == nullptr || st->finished) return;
     st->queue.push_back(std::move(response));
+    st->reactor->state_->mu.AssertHeld();  // the same State: tells the analysis so
     st->reactor->PumpLocked();
   }
 

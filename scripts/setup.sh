@@ -9,6 +9,8 @@ set -euo pipefail
 packages=(
   # toolchain (clang-format: scripts/test.sh checks the house style)
   build-essential cmake ninja-build ccache pkg-config git ca-certificates procps psmisc clang-format
+  # clang with libFuzzer and the sanitizer runtimes: the fuzz targets and the thread-safety check
+  clang libclang-rt-14-dev
   # RPC and core libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libabsl-dev
   libsqlite3-dev libssl-dev libcurl4-openssl-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev

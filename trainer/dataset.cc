@@ -59,15 +59,19 @@ absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::string& path) 
   if (!content.ok()) {
     return absl::NotFoundError(absl::StrCat("cannot read dataset ", path, ": ", content.status().message()));
   }
+  return ParseDocuments(path, std::move(*content));
+}
+
+absl::StatusOr<std::vector<std::string>> ParseDocuments(const std::string& path, std::string content) {
   std::vector<std::string> docs;
   if (absl::EndsWith(path, ".txt")) {
-    if (content->empty()) return Malformed(path, "file", "is empty");
-    docs.push_back(std::move(*content));
+    if (content.empty()) return Malformed(path, "file", "is empty");
+    docs.push_back(std::move(content));
     return docs;
   }
   if (absl::EndsWith(path, ".jsonl")) {
     int line_no = 0;
-    for (absl::string_view line : absl::StrSplit(*content, '\n')) {
+    for (absl::string_view line : absl::StrSplit(content, '\n')) {
       ++line_no;
       if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
       nlohmann::json r = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
@@ -78,7 +82,7 @@ absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::string& path) 
       docs.push_back(std::move(*doc));
     }
   } else if (absl::EndsWith(path, ".json")) {
-    nlohmann::json all = nlohmann::json::parse(*content, nullptr, false);
+    nlohmann::json all = nlohmann::json::parse(content, nullptr, false);
     if (all.is_discarded()) return Malformed(path, "file", "not valid JSON");
     if (!all.is_array()) return Malformed(path, "file", "expected a JSON array of records");
     for (size_t i = 0; i < all.size(); ++i) {

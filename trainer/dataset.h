@@ -16,5 +16,7 @@ namespace dt {
 std::string RenderAlpaca(const std::string& instruction, const std::string& input, const std::string& output);
 
 absl::StatusOr<std::vector<std::string>> LoadDocuments(const std::string& path);
+// The same from the file's content; `path` picks the format by its ending and names it in messages.
+absl::StatusOr<std::vector<std::string>> ParseDocuments(const std::string& path, std::string content);
 
 }  // namespace dt

@@ -15,6 +15,7 @@
 #include "common/fs.h"
 #include "common/names.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 
 namespace dt::ctl {
 
@@ -67,9 +68,22 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::m
 }
 
 absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p) {
+  // What lands in an #SBATCH line is one line: a line break (or any control character) in a value
+  // would end sbatch's header early or add an option of its own. The run id goes in unquoted.
+  auto one_line = [](const std::string& value, const std::string& what) -> absl::Status {
+    for (char c : value) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " \"", PrintableForTerminal(value), "\" contains a control character (a line break?)"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = one_line(p.job_name, "the job name"); !s.ok()) return s;
+  if (absl::Status s = ValidateRunId(p.run_id); !s.ok()) return s;
   std::string extra;
   for (const auto& arg : p.sbatch_args) {
-    if (arg.find('\n') != std::string::npos) return absl::InvalidArgumentError("an --sbatch-arg contains a newline");
+    if (absl::Status s = one_line(arg, "the --sbatch-arg"); !s.ok()) return s;
     absl::StrAppend(&extra, "#SBATCH ", arg, "\n");
   }
   std::vector<std::string> args;
@@ -96,9 +110,10 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"TRAINER_ARGS", absl::StrJoin(args, " ")},
       {"DTCTL", ShellQuote(p.dtctl)},
   };
-  if (p.logs_dir.find_first_of(" '\"\n$`") != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the logs directory ", p.logs_dir, " contains characters #SBATCH --output cannot take"));
+  if (absl::Status s = one_line(p.logs_dir, "the logs directory"); !s.ok()) return s;
+  if (p.logs_dir.find_first_of(" '\"$`") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("the logs directory ", PrintableForTerminal(p.logs_dir),
+                                                   " contains characters #SBATCH --output cannot take"));
   }
   return RenderTemplate(template_text, values);
 }

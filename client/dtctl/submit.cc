@@ -23,6 +23,7 @@
 #include "common/limits.h"
 #include "common/names.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 
 namespace dt::ctl {
 namespace {
@@ -112,7 +113,8 @@ class RunFileReader {
       std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         return Error(kv.first, where,
-                     absl::StrCat("has an unknown field \"", key, "\" (known: ", absl::StrJoin(known, ", "), ")"));
+                     absl::StrCat("has an unknown field \"", PrintableForTerminal(key),
+                                  "\" (known: ", absl::StrJoin(known, ", "), ")"));
       }
     }
     return absl::OkStatus();
@@ -120,29 +122,23 @@ class RunFileReader {
 
  private:
   static std::string Describe(const YAML::Node& n) {
-    if (n.IsScalar()) return absl::StrCat("\"", n.Scalar(), "\"");
+    if (n.IsScalar()) return absl::StrCat("\"", PrintableForTerminal(n.Scalar()), "\"");
     return n.IsSequence() ? "a list" : "a mapping";
   }
   std::string path_;
 };
 
-// The file itself: present, a regular file, YAML, a mapping.
-absl::StatusOr<YAML::Node> LoadRunFileDocument(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("run file ", path, " is not a regular file; give a YAML file (-f run.yaml)"));
-  }
+// The text: YAML, a mapping.
+absl::StatusOr<YAML::Node> ParseRunFileDocument(const std::string& path, const std::string& text) {
   YAML::Node doc;
   try {
-    doc = YAML::LoadFile(path);
+    doc = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " is not valid YAML: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("run file ", path, " is not valid YAML: ", PrintableForTerminal(e.what())));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " cannot be read: ", e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("run file ", path, " cannot be read: ", PrintableForTerminal(e.what())));
   }
   if (!doc.IsMap()) {
     return absl::InvalidArgumentError(absl::StrCat("run file ", path, " must be a YAML mapping (field: value lines)"));
@@ -152,8 +148,24 @@ absl::StatusOr<YAML::Node> LoadRunFileDocument(const std::string& path) {
 
 }  // namespace
 
-absl::Status LoadRunFile(const std::string& path, SubmitOptions* o) {
-  absl::StatusOr<YAML::Node> loaded = LoadRunFileDocument(path);
+absl::Status LoadRunFile(const std::string& path, SubmitOptions* options) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("run file ", path, " is not a regular file; give a YAML file (-f run.yaml)"));
+  }
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("run file ", path, " cannot be read: ", text.status().message()));
+  }
+  return ParseRunFile(path, *text, options);
+}
+
+absl::Status ParseRunFile(const std::string& path, const std::string& text, SubmitOptions* o) {
+  absl::StatusOr<YAML::Node> loaded = ParseRunFileDocument(path, text);
   if (!loaded.ok()) return loaded.status();
   const YAML::Node& doc = *loaded;
   RunFileReader r(path);

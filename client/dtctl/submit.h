@@ -42,6 +42,8 @@ struct SubmitOptions {
 // max_requeues, preempt_grace (seconds).
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
+// The same from the file's text (`path` names it in messages).
+absl::Status ParseRunFile(const std::string& path, const std::string& text, SubmitOptions* options);
 
 // Makes --dataset and --tokenizer-dir among the trainer arguments, and the trainer path, absolute;
 // adds --tokenizer-dir naming the GPT-2 files shipped in dt's data/ when none is given. An --exec

@@ -164,42 +164,6 @@ std::map<std::string, std::string> WandbEnvironment() {
   return env;
 }
 
-struct Forwarder::Request {
-  enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat };
-  Request(Kind k, std::string u, std::string b) : kind(k), url(std::move(u)), body(std::move(b)) {}
-  Kind kind;
-  std::string url, body;
-  int64_t points = 0, rows = 0, last_step = -1;
-  std::map<std::string, double> values;  // what the summary gains on success
-};
-
-struct Forwarder::Target {
-  absl::Mutex mu;  // the spool and the session; never held across HTTP
-  std::unique_ptr<Spool> spool;
-  std::string api_key;
-  std::unique_ptr<HttpPoster> http;
-  // Session state of this coordinator process.
-  bool checked = false;
-  std::atomic<bool> upserted{false};  // also read by the scheduler
-  std::string entity, project;
-  std::optional<Request> inflight;  // resent byte for byte until it is accepted
-  // Unix nanoseconds of the last accepted post; read by the scheduler without `mu`.
-  std::atomic<int64_t> last_post_ns{std::numeric_limits<int64_t>::min()};
-  absl::Time last_post() const { return absl::FromUnixNanos(last_post_ns.load()); }
-  // Read by the scheduler without `mu`.
-  std::atomic<int64_t> spooled{0};
-  std::atomic<int64_t> acked{0};
-  std::atomic<bool> ended{false};
-  std::atomic<bool> finished{false};
-  bool offline = false;
-  std::string name;  // for logs
-  // Scheduling and routing (guarded by the forwarder's mu_).
-  std::string dt_run_id;  // the dt run this W&B run belongs to now (the spool's copy is under `mu`)
-  bool busy = false;
-  absl::Time due = absl::InfinitePast();
-  absl::Duration backoff = absl::ZeroDuration();
-};
-
 Forwarder::Forwarder(ForwarderOptions options, Coordinator* coordinator, ForwarderStats* stats)
     : options_(std::move(options)), coordinator_(coordinator), stats_(stats) {
   auto timeout = options_.env.find("WANDB_HTTP_TIMEOUT");
@@ -232,7 +196,7 @@ Forwarder::Target* Forwarder::AddTarget(std::unique_ptr<Spool> spool) {
   t->dt_run_id = m.dt_run_id;
   t->spool = std::move(spool);
   Target* raw = t.get();
-  targets_[absl::StrCat(raw->spool->meta().run.project, "/", raw->spool->meta().run.run_id)] = std::move(t);
+  targets_[absl::StrCat(m.run.project, "/", m.run.run_id)] = std::move(t);  // `m` lives in the spool
   return raw;
 }
 

@@ -7,6 +7,8 @@
 // a 429 or a coordinator restart loses nothing and sends nothing twice.
 #pragma once
 
+#include <atomic>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,7 +82,43 @@ class Forwarder : public RunObserver {
   bool ServeDue();
 
  private:
-  struct Target;
+  struct Request {
+    enum Kind { kResume, kUpsert, kStream, kFinal, kHeartbeat };
+    Request(Kind k, std::string u, std::string b) : kind(k), url(std::move(u)), body(std::move(b)) {}
+    Kind kind;
+    std::string url, body;
+    int64_t points = 0, rows = 0, last_step = -1;
+    std::map<std::string, double> values;  // what the summary gains on success
+  };
+
+  // One W&B run's session. Defined in the class (not in the .cc) so clang's thread-safety analysis
+  // sees `mu` in the ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) contracts below.
+  struct Target {
+    absl::Mutex mu;  // the spool and the session; never held across HTTP
+    std::unique_ptr<Spool> spool ABSL_PT_GUARDED_BY(mu);
+    std::string api_key;
+    std::unique_ptr<HttpPoster> http;
+    // Session state of this coordinator process.
+    bool checked ABSL_GUARDED_BY(mu) = false;
+    std::atomic<bool> upserted{false};  // also read by the scheduler
+    std::string entity ABSL_GUARDED_BY(mu), project ABSL_GUARDED_BY(mu);
+    std::optional<Request> inflight ABSL_GUARDED_BY(mu);  // resent byte for byte until it is accepted
+    // Unix nanoseconds of the last accepted post; read by the scheduler without `mu`.
+    std::atomic<int64_t> last_post_ns{std::numeric_limits<int64_t>::min()};
+    absl::Time last_post() const { return absl::FromUnixNanos(last_post_ns.load()); }
+    // Read by the scheduler without `mu`.
+    std::atomic<int64_t> spooled{0};
+    std::atomic<int64_t> acked{0};
+    std::atomic<bool> ended{false};
+    std::atomic<bool> finished{false};
+    bool offline = false;  // decided when the target is added, never changed
+    std::string name;      // for logs
+    // Scheduling and routing (guarded by the forwarder's mu_).
+    std::string dt_run_id;  // the dt run this W&B run belongs to now (the spool's copy is under `mu`)
+    bool busy = false;
+    absl::Time due = absl::InfinitePast();
+    absl::Duration backoff = absl::ZeroDuration();
+  };
   struct Route {
     bool enabled = false;
     std::string reason;  // why not, for the log
@@ -91,7 +129,6 @@ class Forwarder : public RunObserver {
   Route& RouteFor(const v1::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Target* TargetFor(const v1::Run& run, Route& route, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Target* AddTarget(std::unique_ptr<Spool> spool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  struct Request;
   void WorkerLoop();
   // The due target with the earliest due time, marked busy; nullptr when none is due.
   Target* TakeDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

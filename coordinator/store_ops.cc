@@ -1,0 +1,105 @@
+#include "coordinator/store_ops.h"
+
+#include <optional>
+
+namespace dt {
+
+v1::StoreStatus ToStoreStatus(const absl::Status& s) {
+  v1::StoreStatus out;
+  out.set_code(static_cast<int>(s.code()));
+  out.set_message(std::string(s.message()));
+  return out;
+}
+
+absl::Status FromStoreStatus(const v1::StoreStatus& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
+}
+
+void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
+                  std::function<void(v1::StoreResponse)> done, Deferred& deferred) {
+  v1::StoreResponse out;
+  absl::Status status;
+  auto blocking_timeout = [&](int64_t ms) -> std::optional<absl::Duration> {
+    absl::StatusOr<absl::Duration> timeout = coordinator.StoreTimeout(ms);
+    if (timeout.ok()) return *timeout;
+    status = timeout.status();
+    return std::nullopt;
+  };
+  switch (request.op_case()) {
+    case v1::StoreRequest::kSet:
+      status = store.Set(request.set().key(), std::move(*request.mutable_set()->mutable_value()), deferred);
+      break;
+    case v1::StoreRequest::kGet: {
+      std::optional<absl::Duration> timeout = blocking_timeout(request.get().timeout_ms());
+      if (!timeout) break;
+      store.Get(request.get().key(), *timeout, MakePending<std::string>([done](absl::StatusOr<std::string> v) {
+                  v1::StoreResponse r;
+                  if (v.ok()) {
+                    r.set_value(std::move(*v));
+                  } else {
+                    *r.mutable_status() = ToStoreStatus(v.status());
+                  }
+                  done(std::move(r));
+                }),
+                deferred);
+      return;
+    }
+    case v1::StoreRequest::kAdd: {
+      absl::StatusOr<int64_t> v = store.Add(request.add().key(), request.add().delta(), deferred);
+      status = v.status();
+      if (v.ok()) out.set_number(*v);
+      break;
+    }
+    case v1::StoreRequest::kCompareSet: {
+      const auto& cs = request.compare_set();
+      absl::StatusOr<std::string> v = store.CompareSet(cs.key(), cs.expected(), cs.desired(), deferred);
+      status = v.status();
+      if (v.ok()) out.set_value(std::move(*v));
+      break;
+    }
+    case v1::StoreRequest::kCheck: {
+      std::vector<std::string> keys(request.check().keys().begin(), request.check().keys().end());
+      absl::StatusOr<bool> v = store.Check(keys);
+      status = v.status();
+      if (v.ok()) out.set_flag(*v);
+      break;
+    }
+    case v1::StoreRequest::kWait: {
+      std::optional<absl::Duration> timeout = blocking_timeout(request.wait().timeout_ms());
+      if (!timeout) break;
+      std::vector<std::string> keys(request.wait().keys().begin(), request.wait().keys().end());
+      store.Wait(keys, *timeout, MakePending<Unit>([done](absl::StatusOr<Unit> v) {
+                   v1::StoreResponse r;
+                   if (!v.ok()) *r.mutable_status() = ToStoreStatus(v.status());
+                   done(std::move(r));
+                 }),
+                 deferred);
+      return;
+    }
+    case v1::StoreRequest::kDeleteKey: {
+      absl::StatusOr<bool> v = store.DeleteKey(request.delete_key().key());
+      status = v.status();
+      if (v.ok()) out.set_flag(*v);
+      break;
+    }
+    case v1::StoreRequest::kNumKeys: {
+      absl::StatusOr<int64_t> v = store.NumKeys();
+      status = v.status();
+      if (v.ok()) out.set_number(*v);
+      break;
+    }
+    case v1::StoreRequest::kOpen:
+      status = absl::InvalidArgumentError("the store session is already open");
+      break;
+    case v1::StoreRequest::kBarrier:  // handled by the session, which knows its rank
+      status = absl::InvalidArgumentError("a barrier goes through a store session (or BarrierService.Barrier)");
+      break;
+    default:
+      status = absl::InvalidArgumentError("store request without an operation");
+      break;
+  }
+  if (!status.ok()) *out.mutable_status() = ToStoreStatus(status);
+  done(std::move(out));
+}
+
+}  // namespace dt

@@ -1,0 +1,32 @@
+// What a fuzz target asserts: a broken property aborts with the reason, which libFuzzer records
+// as a crash (and the replay test as a failure) with the input that broke it.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "common/utf8.h"
+
+namespace dt::fuzz {
+
+[[noreturn]] inline void Fail(const std::string& what) {
+  std::fprintf(stderr, "fuzz property broken: %s\n", what.c_str());
+  std::abort();
+}
+
+inline void Check(bool ok, const std::string& what) {
+  if (!ok) Fail(what);
+}
+
+// A refusal a person can act on: not OK means a message, valid UTF-8, of bounded size.
+inline void CheckRefusal(const absl::Status& s, const std::string& where) {
+  if (s.ok()) return;
+  Check(!s.message().empty(), where + ": an error without a message (" + s.ToString() + ")");
+  Check(IsValidUtf8(s.message()), where + ": an error message that is not UTF-8: " + absl::CHexEscape(s.message()));
+  Check(s.message().size() <= 70 * 1024, where + ": an error message over 70 KiB");
+}
+
+}  // namespace dt::fuzz
