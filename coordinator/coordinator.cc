@@ -129,8 +129,8 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
           absl::StatusOr<RunPtr> found = FindRun(run_id);
           if (!found.ok()) return;
           RunPtr r = *found;
-          Deferred deferred;
-          absl::MutexLock lock(&r->mu);
+          LockedRun locked(*r);
+          Deferred& deferred = locked.deferred();
           if (r->gen && r->gen->number == number) r->gen->barriers->Expire(name, sequence, deferred);
         });
       });
@@ -648,8 +648,8 @@ absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const 
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   if (!IsTerminal(run->stored.run.state())) {
     v1::Failure failure;
     failure.set_kind(v1::Failure::CANCELLED);
@@ -667,8 +667,8 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   // The admin's dtctl passes this id to scancel/squeue: only the scheduler's own form is taken.
   absl::Status id_ok = r.spec().scheduler() == v1::SLURM ? ValidateSlurmJobId(request.scheduler_job_id())
@@ -714,8 +714,8 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) {
     return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
@@ -896,8 +896,8 @@ void Coordinator::Shutdown() {
   }
   absl::Status unavailable = absl::UnavailableError("the coordinator is shutting down; retry against its replacement");
   for (const RunPtr& run : AllRuns()) {
-    Deferred deferred;
-    absl::MutexLock lock(&run->mu);
+    LockedRun locked(*run);
+    Deferred& deferred = locked.deferred();
     if (run->gen) {
       Generation& g = *run->gen;
       g.rendezvous.FailAll(unavailable, deferred);

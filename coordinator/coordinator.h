@@ -184,6 +184,26 @@ class Coordinator {
     // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
     std::shared_ptr<const v1::Run> observed ABSL_GUARDED_BY(mu);
   };
+
+  // A run's lock and the replies decided under it. The destructor releases the lock first and
+  // then delivers, so a reply (or an observer it wakes) never runs under the run's lock — the rule
+  // as a type rather than a declaration order.
+  class ABSL_SCOPED_LOCKABLE LockedRun {
+   public:
+    explicit LockedRun(RunEntry& run) ABSL_EXCLUSIVE_LOCK_FUNCTION(run.mu) : run_(run) { run_.mu.Lock(); }
+    ~LockedRun() ABSL_UNLOCK_FUNCTION() {
+      run_.mu.Unlock();
+      deferred_.RunNow();
+    }
+    LockedRun(const LockedRun&) = delete;
+    LockedRun& operator=(const LockedRun&) = delete;
+    Deferred& deferred() { return deferred_; }
+
+   private:
+    RunEntry& run_;
+    Deferred deferred_;
+  };
+
   using RunPtr = std::shared_ptr<RunEntry>;
 
   absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const;

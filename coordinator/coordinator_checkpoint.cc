@@ -52,8 +52,8 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
     return;
   }
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
     reply->Complete(live.status());
@@ -117,8 +117,8 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
 
 void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
                                       const PendingPtr<v1::BeginCheckpointResponse>& reply) {
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   if (g.number != generation || !g.stopped.ok()) {
     deferred.Complete<v1::BeginCheckpointResponse>(
@@ -182,8 +182,8 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     return;
   }
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   std::shared_ptr<CheckpointRound> round = g.round;
   if (request.generation() != g.number || !round || round->id != request.round_id()) {
@@ -356,8 +356,8 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
   if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
   AbortRound(*run, *round,
@@ -371,8 +371,8 @@ absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& requ
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) return live.status();
   std::shared_ptr<CheckpointRound> round = (*live)->round;

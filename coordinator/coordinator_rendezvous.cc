@@ -163,8 +163,8 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
     return;
   }
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   if (absl::Status s = CheckRunAcceptsRegistration(*run, request); !s.ok()) {
     deferred.Complete<v1::RegisterResponse>(reply, s);
     return;
@@ -272,8 +272,8 @@ void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generat
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   if (g.number != generation || g.assigned || !g.stopped.ok() || IsTerminal(run->stored.run.state())) {
     return;
@@ -364,8 +364,8 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::Repor
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::ReportErrorResponse out;
   if (IsTerminal(r.state())) {
@@ -467,8 +467,8 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::ReportStoppedResponse out;
   out.set_run_state(r.state());
@@ -506,8 +506,8 @@ absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) {
     return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
@@ -582,8 +582,8 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::LeaveResponse out;
   if (r.state() == v1::SUCCEEDED && request.generation() == run->gen->number) {
@@ -694,8 +694,8 @@ void Coordinator::CheckHealth() {
   HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
                         options_.timeouts.rendezvous_timeout};
   for (const RunPtr& run : AllRuns()) {
-    Deferred deferred;
-    absl::MutexLock lock(&run->mu);
+    LockedRun locked(*run);
+    Deferred& deferred = locked.deferred();
     if (IsTerminal(run->stored.run.state()) || !run->gen) continue;
     Generation& g = *run->gen;
     if (!g.assigned || !g.stopped.ok()) continue;

@@ -52,8 +52,8 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
     return;
   }
   RunPtr run = *found;
-  Deferred deferred;
-  absl::MutexLock lock(&run->mu);
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) {
     reply->Complete(g.status());

@@ -50,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.exp_dir = in.String(128);
   for (int n = in.Int(0, 3); n > 0; --n) p.sbatch_args.push_back(in.String(64));
   p.coordinator = in.String(64);
-  p.run_id = in.Bool() ? std::string("r-0123456789abcdef") : in.String(40);  // mostly a valid one
+  p.run_id = in.String(40);
   p.run_token = in.String(80);
   p.tls_ca = in.String(64);
   p.omp_threads = in.Int(0, 64);

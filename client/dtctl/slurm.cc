@@ -69,7 +69,7 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::m
 
 absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p) {
   // What lands in an #SBATCH line is one line: a line break (or any control character) in a value
-  // would end sbatch's header early or add an option of its own. The run id goes in unquoted.
+  // would end sbatch's header early or add an option of its own. Everything else is shell-quoted.
   auto one_line = [](const std::string& value, const std::string& what) -> absl::Status {
     for (char c : value) {
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
@@ -80,7 +80,6 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
     return absl::OkStatus();
   };
   if (absl::Status s = one_line(p.job_name, "the job name"); !s.ok()) return s;
-  if (absl::Status s = ValidateRunId(p.run_id); !s.ok()) return s;
   std::string extra;
   for (const auto& arg : p.sbatch_args) {
     if (absl::Status s = one_line(arg, "the --sbatch-arg"); !s.ok()) return s;
@@ -100,7 +99,7 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"EXP_DIR", ShellQuote(p.exp_dir)},
       {"EXTRA_SBATCH", extra},
       {"COORDINATOR", ShellQuote(p.coordinator)},
-      {"RUN_ID", p.run_id},
+      {"RUN_ID", ShellQuote(p.run_id)},
       {"RUN_TOKEN", ShellQuote(p.run_token)},
       {"TLS_CA", ShellQuote(p.tls_ca)},
       {"OMP_THREADS", p.omp_threads > 0
