@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -156,6 +157,23 @@ void RendezvousBench(const std::string& dir) {
   }
 }
 
+// One asynchronous heartbeat; `done` gets its latency and whether the rank may go on. `in_flight`
+// counts it until then (the caller waits for zero before it tears the clients down).
+void SendHeartbeat(CoordinatorClient& client, const v1::HeartbeatRequest& req, std::atomic<int>& in_flight,
+                   std::function<void(double ms, bool ok)> done) {
+  auto* ctx = client.Context(absl::Seconds(10)).release();
+  auto* resp = new v1::HeartbeatResponse();
+  auto t0 = Clock::now();
+  ++in_flight;
+  client.rendezvous().async()->Heartbeat(ctx, &req, resp, [&in_flight, done, ctx, resp, t0](grpc::Status s) {
+    done(std::chrono::duration<double, std::milli>(Clock::now() - t0).count(),
+         s.ok() && resp->directive() == v1::HeartbeatResponse::CONTINUE);
+    delete ctx;
+    delete resp;
+    --in_flight;
+  });
+}
+
 void HeartbeatBench(const std::string& dir) {
   const int nodes = 10, ppn = 100, n = nodes * ppn;
   Coordinator c = StartCoordinator(TempDir("hb"));
@@ -203,20 +221,10 @@ void HeartbeatBench(const std::string& dir) {
     }
     int i = static_cast<int>(sent % n);
     reqs[i].set_step(sent / n + 1);
-    auto* ctx = r.clients[i]->Context(absl::Seconds(10)).release();
-    auto* resp = new v1::HeartbeatResponse();
-    auto t0 = Clock::now();
-    ++in_flight;
-    r.clients[i]->rendezvous().async()->Heartbeat(ctx, &reqs[i], resp, [&, ctx, resp, t0](grpc::Status s) {
-      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (!s.ok() || resp->directive() != v1::HeartbeatResponse::CONTINUE) ++errors;
-      {
-        absl::MutexLock lock(&mu);
-        latencies_ms.push_back(ms);
-      }
-      delete ctx;
-      delete resp;
-      --in_flight;
+    SendHeartbeat(*r.clients[i], reqs[i], in_flight, [&](double ms, bool ok) {
+      if (!ok) ++errors;
+      absl::MutexLock lock(&mu);
+      latencies_ms.push_back(ms);
     });
     ++sent;
   }
@@ -365,16 +373,9 @@ void LoadBench(const std::string& dir) {
     }
     int i = static_cast<int>(sent % n);
     reqs[i].set_step(sent / n + 1);
-    auto* ctx = ranks[i].client->Context(absl::Seconds(10)).release();
-    auto* resp = new v1::HeartbeatResponse();
-    auto t0 = Clock::now();
-    ++in_flight;
-    ranks[i].client->rendezvous().async()->Heartbeat(ctx, &reqs[i], resp, [&, ctx, resp, t0](grpc::Status s) {
-      heartbeats.Add(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-      if (!s.ok() || resp->directive() != v1::HeartbeatResponse::CONTINUE) ++heartbeats.errors;
-      delete ctx;
-      delete resp;
-      --in_flight;
+    SendHeartbeat(*ranks[i].client, reqs[i], in_flight, [&](double ms, bool ok) {
+      heartbeats.Add(ms);
+      if (!ok) ++heartbeats.errors;
     });
     ++sent;
   }
