@@ -41,10 +41,12 @@ absl::Status ValidateLabel(absl::string_view field, absl::string_view value) {
   if (static_cast<size_t>(chars) > kMaxNameChars) {
     return Invalid(field, value, absl::StrCat(chars, " characters exceeds the limit of ", kMaxNameChars));
   }
+  return ValidateSingleLine(field, value);
+}
+
+absl::Status ValidateSingleLine(absl::string_view field, absl::string_view value) {
   for (char c : value) {
-    if (IsControl(static_cast<unsigned char>(c))) {
-      return Invalid(field, value, "contains a control character");
-    }
+    if (IsControl(static_cast<unsigned char>(c))) return Invalid(field, value, "contains a control character");
   }
   return absl::OkStatus();
 }
@@ -128,12 +130,8 @@ absl::Status ValidateAbsolutePath(absl::string_view field, absl::string_view pat
     return Invalid(field, path, absl::StrCat("longer than ", kMaxPathBytes, " bytes"));
   }
   if (path.front() != '/') return Invalid(field, path, "must be an absolute path");
-  for (char c : path) {
-    if (c == '\0') return Invalid(field, path, "contains NUL");
-    if (IsControl(static_cast<unsigned char>(c))) {
-      return Invalid(field, path, "contains a control character");
-    }
-  }
+  if (path.find('\0') != absl::string_view::npos) return Invalid(field, path, "contains NUL");
+  if (absl::Status s = ValidateSingleLine(field, path); !s.ok()) return s;
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") return Invalid(field, path, "contains a \"..\" component");
   }

@@ -16,6 +16,10 @@ absl::Status ValidateExperimentName(absl::string_view name);
 // Barrier names, node names, metric names: non-empty, ≤128 characters, no control characters.
 absl::Status ValidateLabel(absl::string_view field, absl::string_view value);
 
+// One line of text: no control character (a line break, ESC, ...), e.g. a value that lands in a
+// batch script's #SBATCH line. Empty is fine.
+absl::Status ValidateSingleLine(absl::string_view field, absl::string_view value);
+
 // Scheduler node names, which dtctl passes to scontrol (ExcNodeList, show node): ≤128 characters
 // of [A-Za-z0-9._-], starting with a letter or digit.
 absl::Status ValidateNodeName(absl::string_view node);

@@ -70,19 +70,10 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::m
 absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p) {
   // What lands in an #SBATCH line is one line: a line break (or any control character) in a value
   // would end sbatch's header early or add an option of its own. Everything else is shell-quoted.
-  auto one_line = [](const std::string& value, const std::string& what) -> absl::Status {
-    for (char c : value) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " \"", PrintableForTerminal(value), "\" contains a control character (a line break?)"));
-      }
-    }
-    return absl::OkStatus();
-  };
-  if (absl::Status s = one_line(p.job_name, "the job name"); !s.ok()) return s;
+  if (absl::Status s = ValidateSingleLine("the job name", p.job_name); !s.ok()) return s;
   std::string extra;
   for (const auto& arg : p.sbatch_args) {
-    if (absl::Status s = one_line(arg, "the --sbatch-arg"); !s.ok()) return s;
+    if (absl::Status s = ValidateSingleLine("the --sbatch-arg", arg); !s.ok()) return s;
     absl::StrAppend(&extra, "#SBATCH ", arg, "\n");
   }
   std::vector<std::string> args;
@@ -109,7 +100,7 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"TRAINER_ARGS", absl::StrJoin(args, " ")},
       {"DTCTL", ShellQuote(p.dtctl)},
   };
-  if (absl::Status s = one_line(p.logs_dir, "the logs directory"); !s.ok()) return s;
+  if (absl::Status s = ValidateSingleLine("the logs directory", p.logs_dir); !s.ok()) return s;
   if (p.logs_dir.find_first_of(" '\"$`") != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("the logs directory ", PrintableForTerminal(p.logs_dir),
                                                    " contains characters #SBATCH --output cannot take"));
