@@ -778,11 +778,8 @@ namespace {
 TEST(DtcoordFlagsTest, MistakesAreNamedAndNothingIsCreated) {
   testing::TempDir tmp;
   auto run = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {testing::BinaryPath("dtcoord"), "--state-dir", JoinPath(tmp.path(), "unused")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(20));
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : CommandResult{};
+    args.insert(args.begin(), {"--state-dir", JoinPath(tmp.path(), "unused")});
+    return testing::RunBinary("dtcoord", args, {}, absl::Seconds(20));
   };
   std::string cert = JoinPath(tmp.path(), "not-a-cert.pem");
   ASSERT_TRUE(WriteFileAtomic(cert, "hello\n").ok());

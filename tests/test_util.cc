@@ -196,15 +196,20 @@ v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int n
   return spec;
 }
 
-CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::string>& args,
-                       std::map<std::string, std::string> env) {
-  std::vector<std::string> argv = {BinaryPath("dtctl")};
+CommandResult RunBinary(const std::string& name, const std::vector<std::string>& args,
+                        const std::map<std::string, std::string>& env, absl::Duration timeout) {
+  std::vector<std::string> argv = {BinaryPath(name)};
   argv.insert(argv.end(), args.begin(), args.end());
-  env.try_emplace("DT_COORDINATOR", coord.address());
-  env.try_emplace("DT_TOKEN", coord.admin_token());
-  absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Minutes(4), env);
+  absl::StatusOr<CommandResult> r = RunCommand(argv, timeout, env);
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? *r : CommandResult{};
+}
+
+CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::string>& args,
+                       std::map<std::string, std::string> env) {
+  env.try_emplace("DT_COORDINATOR", coord.address());
+  env.try_emplace("DT_TOKEN", coord.admin_token());
+  return RunBinary("dtctl", args, env);
 }
 
 nlohmann::json DtctlJson(const CommandResult& r) {

@@ -50,6 +50,11 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
 class CoordinatorProcess;
 
+// Runs a binary of this build (dtctl, dtcoord, dttrainer) with `args` and `env` added to the
+// environment; fails the test when it cannot be run at all (a timeout included).
+CommandResult RunBinary(const std::string& name, const std::vector<std::string>& args,
+                        const std::map<std::string, std::string>& env = {}, absl::Duration timeout = absl::Minutes(4));
+
 // Runs dtctl (of this build) against `coord` with its admin token; `env` adds or overrides
 // variables (HOME, another token). Fails the test when dtctl cannot be run at all.
 CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::string>& args,

@@ -347,18 +347,11 @@ TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {
   EXPECT_EQ(s.ranks(0).state(), v1::RankStatus::FAILED);
 }
 
-// A checkpoint file system that fills up mid-run: the round aborts cleanly (no SIGABRT from
-// torch's writer), the run fails at once with its restarts unspent, the failure names the full
-// disk and the file, and `latest` still names a complete checkpoint that verifies.
 // dttrainer's command line and its first contact: each mistake named with what to do, no
 // LibTorch backtrace.
 TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
   auto trainer = [&](std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv = {testing::BinaryPath("dttrainer")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(60), env);
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? *r : CommandResult{};
+    return testing::RunBinary("dttrainer", args, env, absl::Seconds(60));
   };
   std::vector<std::string> base = {"--coordinator", coord_.address(),
                                    "--run",         "r-0000000000000000",
@@ -402,6 +395,9 @@ TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
   EXPECT_NE(bad_token.output.find("set DT_RUN_TOKEN from dtctl submit"), std::string::npos) << bad_token.output;
 }
 
+// A checkpoint file system that fills up mid-run: the round aborts cleanly (no SIGABRT from
+// torch's writer), the run fails at once with its restarts unspent, the failure names the full
+// disk and the file, and `latest` still names a complete checkpoint that verifies.
 TEST_F(TrainerE2ETest, AFullDiskStopsTheRunWithTheCauseNamedAndLatestIntact) {
   std::string small = tmp_.Sub("small-fs");
   if (::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=64m,mode=0755") != 0) {
