@@ -337,16 +337,25 @@ class ClientPool {
   std::vector<std::unique_ptr<Subprocess>> procs_;
 };
 
-// A store round's figures from every client.
-OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
-  ClientPool::Lines lines = pool.Round(kind);
-  OpStats all;
+// Each client's line starts with when its part began and ended (ns): reads both from every line
+// and returns the span from the earliest start to the latest end.
+int64_t SpanNs(ClientPool::Lines& lines) {
   int64_t first = INT64_MAX, last = 0;
   for (auto& fields : lines.figures) {
     int64_t start, end;
     fields >> start >> end;
     first = std::min(first, start);
     last = std::max(last, end);
+  }
+  return last - first;
+}
+
+// A store round's figures from every client.
+OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
+  ClientPool::Lines lines = pool.Round(kind);
+  OpStats all;
+  int64_t span_ns = SpanNs(lines);
+  for (auto& fields : lines.figures) {
     for (auto* v : {&all.set, &all.get, &all.add}) {
       for (int i = 0; i < iterations; ++i) {
         double x;
@@ -356,7 +365,7 @@ OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
     }
   }
   double ops = 3.0 * lines.figures.size() * iterations;
-  all.ops_per_s = ops / ((last - first) / 1e9);
+  all.ops_per_s = ops / (span_ns / 1e9);
   all.server_cpu_us_per_op = lines.server_cpu_us / ops;
   all.client_cpu_us_per_op = lines.client_cpu_us / ops;
   return all;
@@ -385,14 +394,7 @@ std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations, do
 // First store operation of any rank → the group ready on every rank, in ms.
 double ProcessGroupRound(ClientPool& pool, char kind) {
   ClientPool::Lines lines = pool.Round(kind);
-  int64_t first = INT64_MAX, last = 0;
-  for (auto& fields : lines.figures) {
-    int64_t start, ready;
-    fields >> start >> ready;
-    first = std::min(first, start);
-    last = std::max(last, ready);
-  }
-  return (last - first) / 1e6;
+  return SpanNs(lines) / 1e6;  // each line: first store operation, group ready
 }
 
 // The TCPStore server lives in this process, as the coordinator does; clients connect to its port.

@@ -64,14 +64,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   // The template's own options, the optional CPU and GPU lines, one per --sbatch-arg.
-  static const int kTemplateOptions = [] {
-    std::istringstream lines(Template());
-    std::string line;
-    int n = 0;
-    while (std::getline(lines, line) && (line.empty() || line[0] == '#' || line[0] == '{')) {
-      n += absl::StartsWith(line, "#SBATCH");
-    }
-    return n;
+  static const int kTemplateOptions = [] {  // a script from plain values: the template's own
+    dt::ctl::SbatchParams plain;
+    plain.job_name = "job";
+    plain.logs_dir = "/logs";
+    absl::StatusOr<std::string> script = dt::ctl::RenderSbatch(Template(), plain);
+    if (!script.ok()) dt::fuzz::Fail("plain values refused: " + script.status().ToString());
+    return HeaderOptions(*script);
   }();
   int want = kTemplateOptions + (p.cpus_per_task > 0) + (p.gpus_per_node > 0) + static_cast<int>(p.sbatch_args.size());
   int got = HeaderOptions(*script);
