@@ -19,9 +19,15 @@
 namespace dt {
 
 Agent::Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options)
-    : client_(std::move(client)), options_(std::move(options)), incarnation_(RandomHex(8)) {}
+    : client_(std::move(client)), options_(std::move(options)), incarnation_(RandomHex(8)) {
+  if (Env("DT_NODE_RELAY") == "0") options_.node_relay = false;
+}
 
-Agent::~Agent() { StopHeartbeats(); }
+Agent::~Agent() {
+  StopHeartbeats();
+  absl::MutexLock lock(&barrier_mu_);
+  if (relay_) relay_->Unlink();  // when not every rank of the node opened it
+}
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::AttachToDtrun() {
   std::vector<std::string> missing;
@@ -43,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::AttachToDtrun() {
   AgentOptions options;
   options.run_id = need("DT_RUN_ID");
   options.host = HostName();
+  options.node = options.host;  // for the node relay: the ranks on this host
   options.pid = ::getpid();
   v1::RegisterResponse a;
   a.set_run_id(options.run_id);
@@ -166,17 +173,21 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {
+        stopped_ = true;
         on_stop(reply->reason());
         return;
       }
       last_ok = absl::Now();
     } else {
       absl::StatusCode code = reply.status().code();
+      ++link_breaks_;
       if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+        stopped_ = true;
         on_stop(absl::StrCat("the coordinator refused this rank: ", reply.status().message()));
         return;
       }
       if (absl::Now() - last_ok > limit) {
+        stopped_ = true;
         on_stop(absl::StrCat("lost the coordinator at ", client_->address(), " for ",
                              absl::FormatDuration(absl::Now() - last_ok), ": ", reply.status().message()));
         return;
@@ -194,7 +205,10 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
     sequence = ++barrier_sequences_[name];
   }
   // The server enforces the timeout; the client allows a little more for the reply to arrive.
-  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5),
+  absl::Time deadline = absl::Now() + timeout + absl::Seconds(5);
+  NodeRelay* relay = nullptr;
+  NodeRelay::Ticket ticket;  // this rank's role on its node, kept across retries
+  return RetryUnavailable(deadline,
                           [&](absl::Duration left) -> absl::StatusOr<uint64_t> {
                             std::shared_ptr<StoreSession> session;
                             {
@@ -205,15 +219,57 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
                                 barrier_session_ = std::move(*opened);
                               }
                               session = barrier_session_;
+                              if (relay == nullptr && (relay = RelayLocked()) != nullptr) {
+                                ticket = relay->Arrive(name, sequence);
+                              }
                             }
-                            absl::StatusOr<uint64_t> released = session->Barrier(name, sequence, timeout);
+                            absl::StatusOr<uint64_t> released =
+                                ticket.role == NodeRelay::Role::kMember
+                                    ? AwaitRelay(*session, *relay, ticket, name, sequence, timeout, deadline)
+                                    : session->Barrier(name, sequence, timeout);
                             if (absl::IsUnavailable(released.status())) {
+                              // The holder's members are told to arrive again, as it will.
+                              if (ticket.role == NodeRelay::Role::kHolder) relay->InterruptWaiters();
                               absl::MutexLock lock(&barrier_mu_);
                               if (barrier_session_ == session) barrier_session_.reset();  // broken: open anew
+                            } else if (ticket.role == NodeRelay::Role::kHolder) {
+                              relay->Publish(ticket, RelayOutcome{released.status(), released.value_or(0)});
                             }
                             return released;
                           })
       .status();
+}
+
+NodeRelay* Agent::RelayLocked() {
+  if (relay_tried_) return relay_.get();
+  relay_tried_ = true;
+  if (assignment_.local_world_size() <= 1 || options_.node.empty() || !options_.node_relay) return nullptr;
+  absl::StatusOr<std::unique_ptr<NodeRelay>> opened =
+      NodeRelay::Open(options_.run_id, generation(), options_.node, assignment_.local_world_size());
+  if (!opened.ok()) {
+    DT_LOG(Warning) << "barriers go without a node relay: " << opened.status().message();
+    return nullptr;
+  }
+  relay_ = std::move(*opened);
+  return relay_.get();
+}
+
+absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& relay, const NodeRelay::Ticket& ticket,
+                                           const std::string& name, uint64_t sequence, absl::Duration timeout,
+                                           absl::Time deadline) {
+  uint64_t breaks = link_breaks_.load();
+  if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
+  std::string what = absl::StrCat("barrier \"", name, "\" (instance ", sequence, ")");
+  absl::StatusOr<RelayOutcome> outcome = relay.Wait(ticket, deadline, what, [&]() -> absl::Status {
+    if (stopped_.load()) return absl::AbortedError(absl::StrCat(what, ": this rank was told to stop"));
+    if (link_breaks_.load() != breaks) {
+      return absl::UnavailableError(absl::StrCat(what, ": the coordinator was unreachable; arriving again"));
+    }
+    return absl::OkStatus();
+  });
+  if (!outcome.ok()) return outcome.status();
+  if (!outcome->status.ok()) return outcome->status;
+  return outcome->sequence;
 }
 
 absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step, absl::Duration timeout) {
@@ -339,6 +395,11 @@ absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
   request.set_generation(generation());
   request.set_incarnation(incarnation_);
   request.set_final_step(final_step);
+  {
+    // The generation's barriers are over for this rank; ranks still in one keep their mapping.
+    absl::MutexLock lock(&barrier_mu_);
+    if (relay_) relay_->Unlink();
+  }
   return RetryUnavailable(absl::Now() + absl::Seconds(30),
                           [&](absl::Duration left) {
                             return Call(*client_, &v1::RendezvousService::Stub::Leave, client_->rendezvous(), request,

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "client/node_relay.h"
 #include "client/store_session.h"
 #include "common/host.h"
 
@@ -31,6 +32,9 @@ struct AgentOptions {
   std::string version;
   v1::WorldView expected;             // all zero: accept the run's shape
   std::optional<int> scheduler_task;  // SLURM_PROCID under srun
+  // Ranks of one node share barrier outcomes in memory (client/node_relay.h); DT_NODE_RELAY=0 in
+  // the environment turns it off.
+  bool node_relay = true;
 };
 
 class Agent {
@@ -72,6 +76,8 @@ class Agent {
   // Zero timeouts mean the run's policy. Barriers travel on a store session this agent keeps open
   // for them (the release is a write on an open stream, not a call's completion); a session broken
   // by a coordinator restart is opened again and the arrival repeated with the same sequence.
+  // With more than one rank on the node, the node's ranks share the outcome through a NodeRelay:
+  // the coordinator answers the node's first arrival, which wakes the others.
   absl::Status Barrier(const std::string& name, absl::Duration timeout = absl::ZeroDuration());
   absl::StatusOr<v1::BeginCheckpointResponse> BeginCheckpoint(int64_t step,
                                                               absl::Duration timeout = absl::ZeroDuration());
@@ -101,6 +107,12 @@ class Agent {
                                       const std::string& stack, int64_t step) const;
   absl::Status SendError(const v1::ReportErrorRequest& request);
   void HeartbeatLoop(std::function<void(const std::string&)> on_stop);
+  // This node's relay, opened on first use; null without one.
+  NodeRelay* RelayLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(barrier_mu_);
+  // A relay member's arrival: counted by the coordinator, the outcome from the node's holder.
+  absl::StatusOr<uint64_t> AwaitRelay(StoreSession& session, NodeRelay& relay, const NodeRelay::Ticket& ticket,
+                                      const std::string& name, uint64_t sequence, absl::Duration timeout,
+                                      absl::Time deadline);
   // Repeats `call` while it returns UNAVAILABLE, until `deadline`.
   template <typename F>
   auto RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl::Duration()));
@@ -116,6 +128,10 @@ class Agent {
   absl::Mutex barrier_mu_;
   std::map<std::string, uint64_t> barrier_sequences_ ABSL_GUARDED_BY(barrier_mu_);
   std::shared_ptr<StoreSession> barrier_session_ ABSL_GUARDED_BY(barrier_mu_);
+  std::unique_ptr<NodeRelay> relay_ ABSL_GUARDED_BY(barrier_mu_);
+  bool relay_tried_ ABSL_GUARDED_BY(barrier_mu_) = false;
+  std::atomic<bool> stopped_{false};      // the heartbeat loop was told to stop
+  std::atomic<uint64_t> link_breaks_{0};  // failed heartbeats: a relay waiter arrives again
   absl::Notification stop_heartbeats_;
   std::thread heartbeat_thread_;
 };

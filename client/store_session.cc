@@ -237,4 +237,24 @@ absl::StatusOr<uint64_t> StoreSession::Barrier(const std::string& name, uint64_t
   return static_cast<uint64_t>(a->number());
 }
 
+absl::Status StoreSession::ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout) {
+  v1::StoreRequest r;
+  r.mutable_barrier()->set_name(name);
+  r.mutable_barrier()->set_sequence(sequence);
+  r.mutable_barrier()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  r.mutable_barrier()->set_relay_member(true);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return broken_;
+    r.set_id(next_id_++);
+  }
+  absl::MutexLock lock(&write_mu_);
+  if (!stream_->Write(r)) {
+    absl::MutexLock l(&mu_);
+    Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
+    return broken_;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace dt

@@ -1,5 +1,7 @@
 #include "coordinator/barrier_table.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
@@ -119,11 +121,20 @@ void BarrierTable::Abort(const absl::Status& cause, Deferred& deferred) {
   }
 }
 
-std::vector<std::pair<std::string, int>> BarrierTable::Open() const {
-  std::vector<std::pair<std::string, int>> out;
+std::vector<v1::OpenBarrier> BarrierTable::Open() const {
+  std::vector<v1::OpenBarrier> out;
   for (const auto& [name, b] : barriers_) {
-    if (b.open) out.emplace_back(name, static_cast<int>(b.pending.arrived.size()));
+    if (!b.open) continue;
+    v1::OpenBarrier& o = out.emplace_back();
+    o.set_name(name);
+    o.set_sequence(b.pending.sequence);
+    o.set_arrived(static_cast<int>(b.pending.arrived.size()));
+    for (int r = 0; r < world_size_ && o.missing_ranks_size() < 16; ++r) {
+      if (!b.pending.arrived.count(r)) o.add_missing_ranks(r);
+    }
+    o.mutable_first_arrival()->set_seconds(absl::ToUnixSeconds(b.pending.first_arrival));
   }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) { return x.name() < y.name(); });
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "coordinator/pending.h"
 #include "coordinator/timer_queue.h"
+#include "dt/v1/runs.pb.h"
 
 namespace dt {
 
@@ -45,8 +46,8 @@ class BarrierTable {
   void Expire(const std::string& name, uint64_t sequence, Deferred& deferred);
   void Abort(const absl::Status& cause, Deferred& deferred);
 
-  // Names of barriers with arrivals, with how many arrived (for status and metrics).
-  std::vector<std::pair<std::string, int>> Open() const;
+  // Barriers with arrivals, with who is still missing (for status), by name.
+  std::vector<v1::OpenBarrier> Open() const;
 
  private:
   struct Instance {

@@ -200,6 +200,9 @@ v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
   if (!with_ranks) return r;
   for (const auto& f : run.failures) *r.add_failures() = f;
   if (g == nullptr) return r;
+  if (g->barriers) {
+    for (v1::OpenBarrier& b : g->barriers->Open()) *r.add_open_barriers() = std::move(b);
+  }
   if (g->assigned) {
     for (const auto& rank : g->ranks) {
       v1::RankStatus* out = r.add_ranks();

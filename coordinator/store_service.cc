@@ -133,7 +133,8 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
         deferred);
   }
 
-  // The stream's rank arrives at a barrier; the release (or the failure) is written to the stream.
+  // The stream's rank arrives at a barrier; the release (or the failure) is written to the stream,
+  // unless a node relay member: then nothing is.
   void HandleBarrier() {
     uint64_t id = request_.id();
     const v1::StoreBarrierRequest& b = request_.barrier();
@@ -144,6 +145,12 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     req.set_name(b.name());
     req.set_sequence(b.sequence());
     req.set_timeout_ms(b.timeout_ms());
+    if (b.relay_member()) {
+      // Its node's first arrival learns the outcome, this one and publishes it (answering the
+      // member too would cost the write the relay exists to save).
+      deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([](absl::StatusOr<v1::BarrierResponse>) {}));
+      return;
+    }
     std::weak_ptr<State> weak = state_;
     deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([weak, id](absl::StatusOr<v1::BarrierResponse> r) {
                                  v1::StoreResponse out;

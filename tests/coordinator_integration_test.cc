@@ -859,5 +859,51 @@ TEST(CoordinatorRestartTest, RanksReconnectWithinAShortHeartbeatTimeout) {
   }
 }
 
+// Ranks of one node share barrier outcomes through the node relay: the coordinator answers the
+// node's first arrival only. A kill -9 of the coordinator while two of three ranks wait must not
+// strand the member waiting in shared memory: both arrive again and every rank is released.
+TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
+  testing::TempDir tmp;
+  testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s"});
+  v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("relay-restart", tmp.Sub("runs"), 1, 3));
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int s = 0; s < 3; ++s) {
+    AgentOptions id;
+    id.run_id = run.run_id();
+    id.node = "n1";
+    id.local_slot = s;
+    id.host = "h";
+    agents.push_back(std::make_unique<Agent>(coord.Client(run.run_token()), id));
+  }
+  {
+    std::vector<std::thread> registering;
+    for (auto& a : agents) registering.emplace_back([&a] { EXPECT_TRUE(a->Register(absl::Seconds(10)).ok()); });
+    for (auto& t : registering) t.join();
+  }
+  std::atomic<int> stops{0};
+  for (auto& a : agents) a->StartHeartbeats([&](const std::string&) { ++stops; });
+  std::vector<absl::Status> results(3);
+  std::vector<std::thread> waiting;
+  for (int r = 0; r < 2; ++r) {
+    waiting.emplace_back([&, r] { results[r] = agents[r]->Barrier("after-restart", absl::Seconds(60)); });
+  }
+  // Both arrivals are counted (one holds, one is a member waiting in shared memory), then the kill.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        v1::Run now = coord.GetRun(run.run_id());
+        return now.open_barriers_size() == 1 && now.open_barriers(0).arrived() == 2 &&
+               now.open_barriers(0).missing_ranks_size() == 1 && now.open_barriers(0).missing_ranks(0) == 2;
+      },
+      absl::Seconds(10)));
+  absl::Time start = absl::Now();
+  coord.StopAndRestart(SIGKILL);
+  results[2] = agents[2]->Barrier("after-restart", absl::Seconds(60));
+  for (auto& t : waiting) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "released by arriving again, not by a timeout";
+  EXPECT_EQ(stops.load(), 0);
+  for (auto& a : agents) a->StopHeartbeats();
+}
+
 }  // namespace
 }  // namespace dt
