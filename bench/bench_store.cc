@@ -195,8 +195,8 @@ class BarrierRanks {
 // holds a coordinator client (a store session, or a registered rank of RUN for barriers) and a
 // TCPStore client, and runs a round on whichever the parent names. Rounds are gated through
 // FIFOs: the client writes a byte to the shared `ready` when it is idle and reads one from its own
-// `go` ('d': the coordinator, 't': TCPStore, 'a'/'b': the same with adds only, 'q': quit) to start the next. Each round appends one line to OUT:
-// the kind, the client's CPU microseconds, then the round's figures.
+// `go` ('d': the coordinator, 't': TCPStore, 'a'/'b': the same with adds only, 'q': quit) to start the next. Each round
+// appends one line to OUT: the kind, the client's CPU microseconds, then the round's figures.
 int ClientMain(int argc, char** argv) {
   if (argc != 11) {
     std::cerr << "usage: bench_store client store|pg|barrier:THREADS:PER_NODE ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS "
@@ -478,8 +478,8 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
       Report({absl::StrCat("store ", op, " p99, ", who, how), d.p99, "us", "TCPStore", t.p99, "", false, 0});
     }
     Summary dl = Summarize(dt_best.add), tl = Summarize(tcp_best.add);
-    Report({absl::StrCat("store add p50 in the set/get/add loop, ", who), dl.p50, "us", "TCPStore", tl.p50, "", false,
-            0});
+    Report(
+        {absl::StrCat("store add p50 in the set/get/add loop, ", who), dl.p50, "us", "TCPStore", tl.p50, "", false, 0});
     Report({absl::StrCat("store throughput, ", who), dt_best.ops_per_s, "ops/s", "TCPStore", tcp_best.ops_per_s,
             clients == 64 ? ">= 1x" : "", true, clients == 64 ? 1.0 : 0});
     Report({absl::StrCat("store server CPU per op, ", who), dt_best.server_cpu_us_per_op, "us", "TCPStore",

@@ -16,6 +16,7 @@ Results go to $DT_BENCH_OUT as JSON lines (see bench/bench_util.h); DT_BENCH_QUI
 """
 import json
 import os
+import signal
 import re
 import shutil
 import statistics
@@ -93,19 +94,53 @@ def dt_wait(coord, run_id):
         raise RuntimeError("run %s did not succeed: %s" % (run_id, r.stdout[-2000:]))
 
 
+def stop_session(p):
+    """SIGKILL to every process of `p`'s session; returns once none is left."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline:
+        if not live_members(p.pid):
+            return
+        time.sleep(0.01)
+    raise RuntimeError("torchrun's workers outlived SIGKILL for 30 s")
+
+
+def live_members(pgid):
+    """Processes of process group `pgid` that are not zombies (a zombie waits for its reaper)."""
+    live = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open("/proc/%s/stat" % pid).read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(pid))
+    return live
+
+
 def torchrun(procs, args, first_step_only=False):
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), "--redirects", "1",
            "--tee", "1", ANCHOR] + args
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # A session of its own: stopping it at the first step must stop its workers too, or they would
+    # still be running (on the same two cores) when the next measurement starts.
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         start_new_session=True)
     first = None
     result = None
     for line in p.stdout:
         if "DT_BENCH_FIRST_STEP" in line and first is None:
             first = time.perf_counter() - start
             if first_step_only:
-                p.kill()
+                stop_session(p)
                 break
         m = re.search(r"DT_BENCH_RESULT (\{.*\})", line)
         if m:
