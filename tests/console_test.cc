@@ -51,22 +51,7 @@ class ConsoleTest : public ::testing::Test {
   }
 
   // Both ranks of `run_` registered; agents_[r] holds rank r.
-  void RegisterRanks() {
-    auto client = coord_->Client(run_.run_token());
-    for (int slot = 0; slot < 2; ++slot) {
-      AgentOptions o;
-      o.run_id = run_.run_id();
-      o.node = "n1";
-      o.local_slot = slot;
-      o.host = "host";
-      o.pid = 100 + slot;
-      agents_.push_back(std::make_unique<Agent>(client, o));
-    }
-    std::thread second([&] { EXPECT_TRUE(agents_[1]->Register(absl::Seconds(10)).ok()); });
-    EXPECT_TRUE(agents_[0]->Register(absl::Seconds(10)).ok());
-    second.join();
-    if (agents_[0]->rank() != 0) std::swap(agents_[0], agents_[1]);
-  }
+  void RegisterRanks() { agents_ = testing::RegisterAgents(coord_->Client(run_.run_token()), run_.run_id(), "n1", 2); }
 
   // `steps` points of loss and step_time_s for each rank; rank 1 is three times slower.
   void ReportMetrics(int steps) {

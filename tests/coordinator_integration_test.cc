@@ -834,18 +834,7 @@ TEST(CoordinatorRestartTest, RanksReconnectWithinAShortHeartbeatTimeout) {
     testing::TempDir tmp;
     testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"});
     v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("reconnect", tmp.Sub("runs"), 1, 2));
-    std::vector<std::unique_ptr<Agent>> agents;
-    for (int s = 0; s < 2; ++s) {
-      AgentOptions id;
-      id.run_id = run.run_id();
-      id.node = "n1";
-      id.local_slot = s;
-      id.host = "h";
-      agents.push_back(std::make_unique<Agent>(coord.Client(run.run_token()), id));
-    }
-    std::thread other([&] { EXPECT_TRUE(agents[1]->Register(absl::Seconds(10)).ok()); });
-    ASSERT_TRUE(agents[0]->Register(absl::Seconds(10)).ok());
-    other.join();
+    auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 2);
     std::atomic<int> stops{0};
     for (auto& a : agents) a->StartHeartbeats([&](const std::string&) { ++stops; });
     ASSERT_TRUE(testing::WaitFor([&] { return coord.GetRun(run.run_id()).state() == v1::RUNNING; }, absl::Seconds(5)));
@@ -866,20 +855,7 @@ TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
   testing::TempDir tmp;
   testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s"});
   v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("relay-restart", tmp.Sub("runs"), 1, 3));
-  std::vector<std::unique_ptr<Agent>> agents;
-  for (int s = 0; s < 3; ++s) {
-    AgentOptions id;
-    id.run_id = run.run_id();
-    id.node = "n1";
-    id.local_slot = s;
-    id.host = "h";
-    agents.push_back(std::make_unique<Agent>(coord.Client(run.run_token()), id));
-  }
-  {
-    std::vector<std::thread> registering;
-    for (auto& a : agents) registering.emplace_back([&a] { EXPECT_TRUE(a->Register(absl::Seconds(10)).ok()); });
-    for (auto& t : registering) t.join();
-  }
+  auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 3);
   std::atomic<int> stops{0};
   for (auto& a : agents) a->StartHeartbeats([&](const std::string&) { ++stops; });
   std::vector<absl::Status> results(3);

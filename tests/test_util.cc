@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -194,6 +196,25 @@ v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int n
   spec.set_procs_per_node(procs_per_node);
   spec.set_max_restarts(max_restarts);
   return spec;
+}
+
+std::vector<std::unique_ptr<Agent>> RegisterAgents(const std::shared_ptr<CoordinatorClient>& client,
+                                                   const std::string& run_id, const std::string& node, int count) {
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int slot = 0; slot < count; ++slot) {
+    AgentOptions o;
+    o.run_id = run_id;
+    o.node = node;
+    o.local_slot = slot;
+    o.host = "host";
+    o.pid = 100 + slot;
+    agents.push_back(std::make_unique<Agent>(client, o));
+  }
+  std::vector<std::thread> registering;
+  for (auto& a : agents) registering.emplace_back([&a] { EXPECT_TRUE(a->Register(absl::Seconds(10)).ok()); });
+  for (auto& t : registering) t.join();
+  std::sort(agents.begin(), agents.end(), [](const auto& x, const auto& y) { return x->rank() < y->rank(); });
+  return agents;
 }
 
 CommandResult RunBinary(const std::string& name, const std::vector<std::string>& args,

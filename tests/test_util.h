@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
+#include "client/agent.h"
 #include "client/coordinator_client.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
@@ -49,6 +50,11 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
 class CoordinatorProcess;
+
+// `count` ranks of `run_id` on one node (`node`, host "host", slots 0..count-1, pid 100 + slot),
+// registered concurrently; ordered by rank.
+std::vector<std::unique_ptr<Agent>> RegisterAgents(const std::shared_ptr<CoordinatorClient>& client,
+                                                   const std::string& run_id, const std::string& node, int count);
 
 // Runs a binary of this build (dtctl, dtcoord, dttrainer) with `args` and `env` added to the
 // environment; fails the test when it cannot be run at all (a timeout included).
