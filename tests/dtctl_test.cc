@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -215,6 +216,31 @@ TEST_F(DtctlTest, PreflightCatchesWhatWouldFailInTheQueue) {
   EXPECT_NE(r.exit_code, 0);
   // Nothing was submitted by any of these.
   EXPECT_TRUE(Json(Dtctl({"list", "-o", "json"})).empty());
+}
+
+// A run that seems stuck: status says at which barrier it waits and for which ranks.
+TEST_F(DtctlTest, StatusShowsTheBarrierARunWaitsAtAndForWhom) {
+  v1::SubmitRunResponse run = coord_.Submit(testing::MakeSpec("stuck", save_dir_, 1, 3));
+  auto agents = testing::RegisterAgents(coord_.Client(run.run_token()), run.run_id(), "n1", 3);
+  std::vector<std::thread> waiting;
+  std::vector<absl::Status> results(3);
+  for (int r = 0; r < 2; ++r) {
+    waiting.emplace_back([&, r] { results[r] = agents[r]->Barrier("epoch-end", absl::Seconds(60)); });
+  }
+  std::string shown;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        shown = Dtctl({"status", run.run_id()}).output;
+        return shown.find("2 of 3 arrived") != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << shown;
+  EXPECT_NE(shown.find("barrier    epoch-end (instance 1): 2 of 3 arrived"), std::string::npos) << shown;
+  EXPECT_NE(shown.find("waiting for rank 2\n"), std::string::npos) << shown;
+  results[2] = agents[2]->Barrier("epoch-end", absl::Seconds(60));
+  for (auto& t : waiting) t.join();
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Dtctl({"status", run.run_id()}).output.find("epoch-end"), std::string::npos) << "released: no longer shown";
 }
 
 TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
