@@ -114,8 +114,11 @@ def main():
         seen = {k: os.environ.get(k) for k in TORCHRUN_VARIABLES}
         seen["pid"] = os.getpid()
         seen["token_in_environment"] = bool(os.environ.get("DT_RUN_TOKEN"))
-        with open(os.path.join(args.env_out, f"env-rank-{rank}.json"), "w") as f:
+        # Whole or not at all: a reader polling for the file must never see half of it.
+        path = os.path.join(args.env_out, f"env-rank-{rank}.json")
+        with open(path + ".tmp", "w") as f:
             json.dump(seen, f)
+        os.replace(path + ".tmp", path)
     dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
 
     data, vocab = load_text(args.data)
