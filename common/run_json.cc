@@ -62,6 +62,14 @@ nlohmann::json RunJson(const v1::Run& r) {
   for (const auto& f : r.failures()) failures.push_back(FailureJson(f));
   nlohmann::json reason = nullptr;
   if (r.has_reason() && r.reason().kind() != v1::Failure::KIND_UNSPECIFIED) reason = FailureJson(r.reason());
+  nlohmann::json barriers = nlohmann::json::array();
+  for (const auto& b : r.open_barriers()) {
+    barriers.push_back({{"name", b.name()},
+                        {"sequence", b.sequence()},
+                        {"arrived", b.arrived()},
+                        {"missing_ranks", std::vector<int>(b.missing_ranks().begin(), b.missing_ranks().end())},
+                        {"first_arrival", Iso8601(b.first_arrival())}});
+  }
   std::string ended = Iso8601(r.ended_at());
   return {{"run_id", r.run_id()},
           {"name", r.spec().experiment_name()},
@@ -88,7 +96,8 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"scheduler_job_id", r.scheduler_job_id()},
           {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
           {"ranks", ranks},
-          {"failures", failures}};
+          {"failures", failures},
+          {"open_barriers", barriers}};
 }
 
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c) {

@@ -241,6 +241,30 @@ TEST_F(ConsoleTest, ARunShowsItsRanksStepTimesAndMetricSeries) {
   EXPECT_EQ(next["records"][0]["step"], 3);
 }
 
+TEST_F(ConsoleTest, ARunWaitingAtABarrierShowsWhereAndForWhichRanks) {
+  RegisterRanks();
+  absl::Status first;
+  std::thread waiting([&] { first = agents_[0]->Barrier("eval-done", absl::Seconds(60)); });
+  nlohmann::json run;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        run = Json(Get("/api/v1/runs/" + run_.run_id(), run_.run_token()));
+        return run["open_barriers"].size() == 1;
+      },
+      absl::Seconds(10)))
+      << run;
+  const nlohmann::json& b = run["open_barriers"][0];
+  EXPECT_EQ(b["name"], "eval-done");
+  EXPECT_EQ(b["sequence"], 1);
+  EXPECT_EQ(b["arrived"], 1);
+  EXPECT_EQ(b["missing_ranks"], nlohmann::json::array({1}));
+  EXPECT_FALSE(b["first_arrival"].get<std::string>().empty());
+  EXPECT_TRUE(agents_[1]->Barrier("eval-done", absl::Seconds(60)).ok());
+  waiting.join();
+  EXPECT_TRUE(first.ok()) << first;
+  EXPECT_EQ(Json(Get("/api/v1/runs/" + run_.run_id(), run_.run_token()))["open_barriers"], nlohmann::json::array());
+}
+
 TEST_F(ConsoleTest, ALogTailStartsAtALineAndAPlantedLinkIsNotFollowed) {
   std::string logs = JoinPath(run_.exp_dir(), "logs");
   std::string text;

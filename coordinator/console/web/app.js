@@ -384,12 +384,21 @@ function runView(runId) {
   };
 
   const drawCause = (run) => {
-    if (!run.reason) { cause.replaceChildren(); return; }
+    // Where a run that seems stuck waits, and for whom.
+    const waits = (run.open_barriers || []).map((b) => {
+      const missing = run.world_size - b.arrived;
+      return el("div", { class: "card warn barrier-wait" },
+        el("h2", {}, "Waiting at barrier " + b.name + " (instance " + b.sequence + ")"),
+        el("div", {}, b.arrived + " of " + run.world_size + " ranks arrived, the first " + ago(b.first_arrival) +
+          "; waiting for rank" + (missing === 1 ? " " : "s ") + b.missing_ranks.join(", ") +
+          (missing > b.missing_ranks.length ? ", …" : "")));
+    });
+    if (!run.reason) { cause.replaceChildren(...waits); return; }
     const failed = run.state === "FAILED";
     cause.replaceChildren(el("div", { class: "card alert" + (failed ? "" : " warn") },
       el("h2", {}, failed ? "Root cause" : "Last failure"),
       el("div", {}, run.reason.summary),
-      run.reason.stack ? el("pre", {}, run.reason.stack) : null));
+      run.reason.stack ? el("pre", {}, run.reason.stack) : null), ...waits);
   };
 
   const drawRanks = (run) => {
