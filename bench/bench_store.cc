@@ -3,9 +3,11 @@
 // Both servers live in this process; every simulated rank is a client process of its own (as
 // trainers are), holding one connection to each server.
 //   Store: set/get/add p50/p99 and throughput with 1, 8, 64 clients, and the CPU each side spends
-//   per operation (the servers' share is what bounds a coordinator whose ranks run elsewhere).
-//   Barriers: last arrival to release for 2, 8, 64, 256 participants; the TCPStore barrier is
-//   add + wait, as torch does it.
+//   per operation (the servers' share is what bounds a coordinator whose ranks run elsewhere);
+//   `add` latency also from a round in which every client only adds.
+//   Barriers: last arrival to release for 2, 8, 64, 256 and 1,024 participants, 8 ranks to a
+//   simulated node (sharing the node relay), and 64 again with the relay off; the TCPStore
+//   barrier is add + wait, as torch does it.
 //   Process groups: a Gloo process group of 8 and 32 ranks (each a process) built on the
 //   coordinator's store and on a TCPStore, from the first rank's first store operation to the
 //   group ready on every rank.

@@ -127,7 +127,12 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
 }
 
 void Agent::StartHeartbeats(std::function<void(const std::string& reason)> on_stop) {
-  heartbeat_thread_ = std::thread([this, on_stop = std::move(on_stop)] { HeartbeatLoop(on_stop); });
+  heartbeat_thread_ = std::thread([this, on_stop = std::move(on_stop)] {
+    HeartbeatLoop([this, &on_stop](const std::string& reason) {
+      stopped_ = true;  // ends a barrier waiting in the node relay
+      on_stop(reason);
+    });
+  });
 }
 
 void Agent::StopHeartbeats() {
@@ -173,7 +178,6 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {
-        stopped_ = true;
         on_stop(reply->reason());
         return;
       }
@@ -182,12 +186,10 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
       absl::StatusCode code = reply.status().code();
       ++link_breaks_;
       if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
-        stopped_ = true;
         on_stop(absl::StrCat("the coordinator refused this rank: ", reply.status().message()));
         return;
       }
       if (absl::Now() - last_ok > limit) {
-        stopped_ = true;
         on_stop(absl::StrCat("lost the coordinator at ", client_->address(), " for ",
                              absl::FormatDuration(absl::Now() - last_ok), ": ", reply.status().message()));
         return;
@@ -395,11 +397,6 @@ absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
   request.set_generation(generation());
   request.set_incarnation(incarnation_);
   request.set_final_step(final_step);
-  {
-    // The generation's barriers are over for this rank; ranks still in one keep their mapping.
-    absl::MutexLock lock(&barrier_mu_);
-    if (relay_) relay_->Unlink();
-  }
   return RetryUnavailable(absl::Now() + absl::Seconds(30),
                           [&](absl::Duration left) {
                             return Call(*client_, &v1::RendezvousService::Stub::Leave, client_->rendezvous(), request,

@@ -12,12 +12,14 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/fs.h"
 #include "common/utf8.h"
 
 namespace dt {
@@ -81,14 +83,16 @@ uint64_t Fnv1a(const std::string& s) {
 
 std::string SegmentPrefix(const std::string& run_id) { return absl::StrCat("dt-relay-", Sanitized(run_id), "-g"); }
 
+std::string NodeSuffix(const std::string& node) { return absl::StrCat("-", absl::Hex(Fnv1a(node), absl::kZeroPad16)); }
+
 std::string SegmentName(const std::string& run_id, int64_t generation, const std::string& node) {
-  return absl::StrCat(SegmentPrefix(run_id), generation, "-", absl::Hex(Fnv1a(node), absl::kZeroPad16));
+  return absl::StrCat(SegmentPrefix(run_id), generation, NodeSuffix(node));
 }
 
 // Segments of this run's earlier generations on this node: their ranks are gone.
 void RemoveEarlierGenerations(const std::string& run_id, int64_t generation, const std::string& node) {
   std::string prefix = SegmentPrefix(run_id);
-  std::string suffix = absl::StrCat("-", absl::Hex(Fnv1a(node), absl::kZeroPad16));
+  std::string suffix = NodeSuffix(node);
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return;
   while (dirent* e = ::readdir(dir)) {
@@ -100,8 +104,11 @@ void RemoveEarlierGenerations(const std::string& run_id, int64_t generation, con
   ::closedir(dir);
 }
 
-absl::Status Errno(const std::string& what) {
-  return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
+// Waits up to 2 s for `done()`: another opener creating the segment is that far behind at most.
+bool AwaitCreator(const std::function<bool()>& done) {
+  absl::Time give_up = absl::Now() + absl::Seconds(2);
+  while (!done() && absl::Now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return done();
 }
 
 void FreeSlot(Slot& slot) {
@@ -131,30 +138,30 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& ru
     creator = false;
     fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0600);
   }
-  if (fd < 0) return Errno(absl::StrCat("shared memory ", path));
+  if (fd < 0) return ErrnoStatus("open shared memory", path, errno);
   if (creator) {
     RemoveEarlierGenerations(run_id, generation, node);
     if (::ftruncate(fd, sizeof(Segment)) != 0) {
-      absl::Status s = Errno(absl::StrCat("sizing shared memory ", path));
+      absl::Status s = ErrnoStatus("size shared memory", path, errno);
       ::close(fd);
       ::shm_unlink(path.c_str());
       return s;
     }
   } else {
     // The creator sizes it right after creating it.
-    absl::Time give_up = absl::Now() + absl::Seconds(2);
-    struct stat st {};
-    while (::fstat(fd, &st) == 0 && st.st_size < static_cast<off_t>(sizeof(Segment)) && absl::Now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (st.st_size < static_cast<off_t>(sizeof(Segment))) {
+    bool sized = AwaitCreator([fd] {
+      struct stat st {};
+      return ::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(Segment));
+    });
+    if (!sized) {
       ::close(fd);
       return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never sized by its creator"));
     }
   }
   void* mem = ::mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int map_errno = errno;
   ::close(fd);
-  if (mem == MAP_FAILED) return Errno(absl::StrCat("mapping shared memory ", path));
+  if (mem == MAP_FAILED) return ErrnoStatus("map shared memory", path, map_errno);
   relay->segment_ = static_cast<Segment*>(mem);
   Segment* seg = relay->segment_;
   if (creator) {
@@ -165,14 +172,8 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& ru
     pthread_mutex_init(&seg->mu, &attr);
     pthread_mutexattr_destroy(&attr);
     seg->magic.store(kMagic, std::memory_order_release);
-  } else {
-    absl::Time give_up = absl::Now() + absl::Seconds(2);
-    while (seg->magic.load(std::memory_order_acquire) != kMagic && absl::Now() < give_up) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (seg->magic.load(std::memory_order_acquire) != kMagic) {
-      return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never initialised by its creator"));
-    }
+  } else if (!AwaitCreator([seg] { return seg->magic.load(std::memory_order_acquire) == kMagic; })) {
+    return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never initialised by its creator"));
   }
   // Every rank of the node has it mapped: the name is no longer needed.
   if (static_cast<int>(seg->attached.fetch_add(1, std::memory_order_acq_rel)) + 1 >= ranks_on_node) relay->Unlink();

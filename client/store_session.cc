@@ -66,13 +66,7 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     answers_.emplace(id, std::nullopt);
   }
   request.set_id(id);
-  {
-    absl::MutexLock lock(&write_mu_);
-    if (!stream_->Write(request)) {
-      absl::MutexLock l(&mu_);
-      Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
-    }
-  }
+  Write(request).IgnoreError();  // a broken stream is answered below, as every waiter's
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = answers_.find(id);
@@ -141,14 +135,7 @@ absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) 
     r.set_id(next_id_++);
     drain = ++unwaited_ >= kMaxUnanswered;
   }
-  {
-    absl::MutexLock lock(&write_mu_);
-    if (!stream_->Write(r)) {
-      absl::MutexLock l(&mu_);
-      Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
-      return broken_;
-    }
-  }
+  if (absl::Status written = Write(r); !written.ok()) return written;
   if (drain) {
     // A cheap synchronous call: its answer comes after every earlier set was handled.
     v1::StoreRequest sync;
@@ -226,35 +213,38 @@ absl::StatusOr<int64_t> StoreSession::NumKeys() {
   return a->number();
 }
 
-absl::StatusOr<uint64_t> StoreSession::Barrier(const std::string& name, uint64_t sequence, absl::Duration timeout) {
+absl::Status StoreSession::Write(const v1::StoreRequest& request) {
+  absl::MutexLock lock(&write_mu_);
+  if (stream_->Write(request)) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
+  return broken_;
+}
+
+v1::StoreRequest StoreSession::BarrierRequest(const std::string& name, uint64_t sequence, absl::Duration timeout) {
   v1::StoreRequest r;
   r.mutable_barrier()->set_name(name);
   r.mutable_barrier()->set_sequence(sequence);
   r.mutable_barrier()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-  absl::StatusOr<v1::StoreResponse> a = Call(std::move(r));
+  return r;
+}
+
+absl::StatusOr<uint64_t> StoreSession::Barrier(const std::string& name, uint64_t sequence, absl::Duration timeout) {
+  absl::StatusOr<v1::StoreResponse> a = Call(BarrierRequest(name, sequence, timeout));
   if (!a.ok()) return a.status();
   if (absl::Status s = StatusOf(*a); !s.ok()) return s;
   return static_cast<uint64_t>(a->number());
 }
 
 absl::Status StoreSession::ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout) {
-  v1::StoreRequest r;
-  r.mutable_barrier()->set_name(name);
-  r.mutable_barrier()->set_sequence(sequence);
-  r.mutable_barrier()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::StoreRequest r = BarrierRequest(name, sequence, timeout);
   r.mutable_barrier()->set_relay_member(true);
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     r.set_id(next_id_++);
   }
-  absl::MutexLock lock(&write_mu_);
-  if (!stream_->Write(r)) {
-    absl::MutexLock l(&mu_);
-    Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));
-    return broken_;
-  }
-  return absl::OkStatus();
+  return Write(r);
 }
 
 }  // namespace dt

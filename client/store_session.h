@@ -56,6 +56,9 @@ class StoreSession {
  private:
   StoreSession() = default;
   void Break(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends `request`; a failed write breaks the session, and its status is returned.
+  absl::Status Write(const v1::StoreRequest& request) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  static v1::StoreRequest BarrierRequest(const std::string& name, uint64_t sequence, absl::Duration timeout);
 
   std::shared_ptr<CoordinatorClient> client_;
   std::unique_ptr<grpc::ClientContext> context_;

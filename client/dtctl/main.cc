@@ -181,7 +181,7 @@ int Status(Global& g, const std::string& run_id) {
   for (const v1::OpenBarrier& b : r->open_barriers()) {
     std::vector<std::string> missing;
     for (int rank : b.missing_ranks()) missing.push_back(absl::StrCat(rank));
-    int missing_count = std::max(1, r->world_size()) - b.arrived();
+    int missing_count = r->world_size() - b.arrived();
     std::cout << "barrier    " << PrintableForTerminal(b.name()) << " (instance " << b.sequence()
               << "): " << b.arrived() << " of " << r->world_size() << " arrived, the first " << Ago(b.first_arrival())
               << "; waiting for rank" << (missing_count == 1 ? " " : "s ") << absl::StrJoin(missing, ", ")
