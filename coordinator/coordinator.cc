@@ -928,4 +928,6 @@ void Coordinator::Shutdown() {
   file_work_->Drain();
 }
 
+void Coordinator::AwaitFileWork() { file_work_->Drain(); }
+
 }  // namespace dt

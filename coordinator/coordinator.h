@@ -82,6 +82,9 @@ class Coordinator {
   // Fails every waiting call with UNAVAILABLE (the server is going away), stops the checks, and
   // waits for checkpoint verifications in flight (they notify observers when they finish).
   void Shutdown();
+  // Returns once the file work posted so far has run: checkpoint publication, the removal of
+  // retired checkpoints and aborted rounds, run.json.
+  void AwaitFileWork();
 
   const CoordinatorOptions& options() const { return options_; }
   v1::TimeoutPolicy policy() const { return policy_; }

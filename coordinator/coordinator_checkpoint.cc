@@ -251,7 +251,7 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
 
 void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                                 absl::StatusOr<v1::CheckpointInfo> result) {
-  Deferred deferred;  // runs last, after the retention pass and the replies
+  Deferred deferred;  // runs last, after the replies and the retention pass
   std::vector<int64_t> keep;
   std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
   v1::CommitCheckpointResponse out;
@@ -296,12 +296,13 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
     Persist(*run);
     Notify(*run, deferred);
   }
-  // This runs on the run's file-work sequence: no other file work of the run runs meanwhile.
-  // The ranks hear of the commit once retention is done, as they always have.
+  // The ranks hear of the commit first: removing the checkpoints it retires (tens of milliseconds
+  // per 200 MB on ext4) is not part of their round. This runs on the run's file-work sequence, so
+  // the run's next publication waits for it: the retired ones are gone before a newer one lands.
+  for (auto& reply : replies) reply->Complete(out);
   if (absl::Status s = ApplyRetention(*round->checkpoints, keep); !s.ok()) {
     DT_LOG(Warning) << "retention in " << round->checkpoints->path() << ": " << s.message();
   }
-  for (auto& reply : replies) reply->Complete(out);
 }
 
 std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run) {

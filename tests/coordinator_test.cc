@@ -952,6 +952,7 @@ TEST_F(CheckpointRoundTest, OneWriterCommitsAndEveryRankIsReleased) {
 
 TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
   for (int64_t step : {10, 20, 30}) ASSERT_NO_FATAL_FAILURE(CommitStep(step, "w" + std::to_string(step)));
+  coord_->AwaitFileWork();  // the retired checkpoint is removed after the ranks heard of the commit
   EXPECT_FALSE(fs::exists(ckpt_dir() + "/step-10"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-20"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-30"));

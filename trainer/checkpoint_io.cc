@@ -17,74 +17,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/checkpoint_manifest.h"
-#include "common/crypto.h"
+#include "client/hashing_file_writer.h"
 #include "common/fs.h"
 
 namespace dt {
 namespace {
-
-// A checkpoint file written through one descriptor, hashed as it is written (no second pass).
-// It never fails a write towards its caller — torch's archive writer throws from a destructor
-// when a write comes up short, which ends the process (SIGABRT) — but keeps the first error,
-// which Finish() returns: "no space left on device" with the path, RESOURCE_EXHAUSTED.
-class HashingFileWriter {
- public:
-  explicit HashingFileWriter(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) error_ = ErrnoStatus("create", path_, errno);
-  }
-  ~HashingFileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  HashingFileWriter(const HashingFileWriter&) = delete;
-  HashingFileWriter& operator=(const HashingFileWriter&) = delete;
-
-  size_t Write(const void* data, size_t n) {
-    if (!error_.ok()) return n;
-    hash_.Update(data, n);
-    if (int err = WriteFully(fd_, data, n); err != 0) {
-      Fail(err);
-      return n;
-    }
-    bytes_ += static_cast<int64_t>(n);
-    return n;
-  }
-
-  // fsyncs and describes the file for the manifest, or returns the first error.
-  absl::StatusOr<v1::ManifestFile> Finish(const std::string& name) {
-    if (error_.ok() && ::fsync(fd_) != 0) Fail(errno);
-    if (!error_.ok()) return error_;
-    v1::ManifestFile f;
-    f.set_name(name);
-    f.set_size(bytes_);
-    f.set_sha256(hash_.HexDigest());
-    return f;
-  }
-
- private:
-  void Fail(int err) {
-    if (err == ENOSPC || err == EDQUOT) {
-      error_ = absl::ResourceExhaustedError(
-          absl::StrCat("no space left on device writing ", path_, " (", bytes_,
-                       " bytes written): free space there, or keep fewer checkpoints (--keep-checkpoints)"));
-    } else {
-      error_ = ErrnoStatus("write", path_, err);
-    }
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  absl::Status error_;
-  Sha256 hash_;
-  int64_t bytes_ = 0;
-};
-
-// Writes `data` to dir/name, hashing as it goes, fsyncs, and describes it for the manifest.
-absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name, const std::string& data) {
-  HashingFileWriter writer(JoinPath(dir, name));
-  writer.Write(data.data(), data.size());
-  return writer.Finish(name);
-}
 
 std::string ArchiveBytes(torch::serialize::OutputArchive& archive) {
   std::ostringstream out;

@@ -1,0 +1,142 @@
+#include "client/hashing_file_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/crypto.h"
+#include "common/fs.h"
+
+namespace dt {
+
+// SHA-256 of a sequence of pieces, each hashed on a thread of its own while the caller does
+// something else with it (writes it). One piece at a time: the hash stays in order.
+class BackgroundSha256 {
+ public:
+  BackgroundSha256() : worker_([this] { Work(); }) {}
+  ~BackgroundSha256() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    worker_.join();
+  }
+  BackgroundSha256(const BackgroundSha256&) = delete;
+  BackgroundSha256& operator=(const BackgroundSha256&) = delete;
+
+  // Starts hashing [data, data + n); the bytes must stay valid until AwaitPiece returns.
+  void StartPiece(const void* data, size_t n) {
+    absl::MutexLock lock(&mu_);
+    piece_ = data;
+    piece_size_ = n;
+  }
+  void AwaitPiece() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](const void** piece) { return *piece == nullptr; }, &piece_));
+  }
+  // Hashes on the caller's thread (small pieces, where a hand-over costs more than the hash);
+  // only between pieces.
+  void Update(const void* data, size_t n) { hash_.Update(data, n); }
+  std::string HexDigest() { return hash_.HexDigest(); }
+
+ private:
+  void Work() {
+    for (;;) {
+      const void* piece;
+      size_t size;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &BackgroundSha256::HasWork));
+        if (piece_ == nullptr) return;  // stopping
+        piece = piece_;
+        size = piece_size_;
+      }
+      hash_.Update(piece, size);  // the mutex hands `hash_` over: only one side touches it at a time
+      absl::MutexLock lock(&mu_);
+      piece_ = nullptr;
+    }
+  }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return piece_ != nullptr || stopping_; }
+
+  Sha256 hash_;
+  absl::Mutex mu_;
+  const void* piece_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t piece_size_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;  // last: starts once the fields above exist
+};
+
+namespace {
+// Pieces small enough that the hash and the write of one share it in the CPU's cache, large
+// enough that handing each over (two wake-ups) costs well under 1% of hashing it.
+constexpr size_t kPiece = 1 << 20;
+// Below this, the caller hashes itself: archive headers and small records.
+constexpr size_t kHandOverAtLeast = 64 << 10;
+}  // namespace
+
+HashingFileWriter::HashingFileWriter(std::string path)
+    : path_(std::move(path)), hash_(std::make_unique<BackgroundSha256>()) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) error_ = ErrnoStatus("create", path_, errno);
+}
+
+HashingFileWriter::~HashingFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+size_t HashingFileWriter::Write(const void* data, size_t n) {
+  const auto* bytes = static_cast<const char*>(data);
+  for (size_t done = 0; done < n && error_.ok();) {
+    size_t piece = std::min(kPiece, n - done);
+    bool hand_over = piece >= kHandOverAtLeast;
+    if (hand_over) {
+      hash_->StartPiece(bytes + done, piece);
+    } else {
+      hash_->Update(bytes + done, piece);
+    }
+    int err = WriteFully(fd_, bytes + done, piece);
+    if (hand_over) hash_->AwaitPiece();
+    if (err != 0) {
+      Fail(err);
+      break;
+    }
+    bytes_ += static_cast<int64_t>(piece);
+    done += piece;
+  }
+  return n;
+}
+
+absl::StatusOr<v1::ManifestFile> HashingFileWriter::Finish(const std::string& name) {
+  if (error_.ok() && ::fsync(fd_) != 0) Fail(errno);
+  if (!error_.ok()) return error_;
+  v1::ManifestFile f;
+  f.set_name(name);
+  f.set_size(bytes_);
+  f.set_sha256(hash_->HexDigest());
+  return f;
+}
+
+void HashingFileWriter::Fail(int err) {
+  if (err == ENOSPC || err == EDQUOT) {
+    error_ = absl::ResourceExhaustedError(
+        absl::StrCat("no space left on device writing ", path_, " (", bytes_,
+                     " bytes written): free space there, or keep fewer checkpoints (--keep-checkpoints)"));
+  } else {
+    error_ = ErrnoStatus("write", path_, err);
+  }
+}
+
+absl::StatusOr<v1::ManifestFile> WriteHashed(const std::string& dir, const std::string& name, const std::string& data) {
+  HashingFileWriter writer(JoinPath(dir, name));
+  writer.Write(data.data(), data.size());
+  return writer.Finish(name);
+}
+
+}  // namespace dt
