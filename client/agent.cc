@@ -17,6 +17,13 @@
 #include "common/log.h"
 
 namespace dt {
+namespace {
+
+// How long a held-back relay member waits for its node's last arrival to carry its arrival before
+// sending it itself (never more than a quarter of the barrier's timeout).
+constexpr absl::Duration kSendHeldBackAfter = absl::Seconds(1);
+
+}  // namespace
 
 Agent::Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options)
     : client_(std::move(client)), options_(std::move(options)), incarnation_(RandomHex(8)) {
@@ -210,6 +217,7 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout + absl::Seconds(5);
   NodeRelay* relay = nullptr;
   NodeRelay::Ticket ticket;  // this rank's role on its node, kept across retries
+  bool again = false;
   return RetryUnavailable(deadline,
                           [&](absl::Duration left) -> absl::StatusOr<uint64_t> {
                             std::shared_ptr<StoreSession> session;
@@ -222,14 +230,15 @@ absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
                               }
                               session = barrier_session_;
                               if (relay == nullptr && (relay = RelayLocked()) != nullptr) {
-                                ticket = relay->Arrive(name, sequence);
+                                ticket = relay->Arrive(name, sequence, rank());
                               }
                             }
                             absl::StatusOr<uint64_t> released =
                                 ticket.role == NodeRelay::Role::kMember
-                                    ? AwaitRelay(*session, *relay, ticket, name, sequence, timeout, deadline)
+                                    ? AwaitRelay(*session, *relay, ticket, name, sequence, timeout, deadline, again)
                                     : session->Barrier(name, sequence, timeout);
                             if (absl::IsUnavailable(released.status())) {
+                              again = true;
                               // The holder's members are told to arrive again, as it will.
                               if (ticket.role == NodeRelay::Role::kHolder) relay->InterruptWaiters();
                               absl::MutexLock lock(&barrier_mu_);
@@ -258,17 +267,39 @@ NodeRelay* Agent::RelayLocked() {
 
 absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& relay, const NodeRelay::Ticket& ticket,
                                            const std::string& name, uint64_t sequence, absl::Duration timeout,
-                                           absl::Time deadline) {
+                                           absl::Time deadline, bool again) {
   uint64_t breaks = link_breaks_.load();
-  if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
   std::string what = absl::StrCat("barrier \"", name, "\" (instance ", sequence, ")");
-  absl::StatusOr<RelayOutcome> outcome = relay.Wait(ticket, deadline, what, [&]() -> absl::Status {
+  auto interrupted = [&]() -> absl::Status {
     if (stopped_.load()) return absl::AbortedError(absl::StrCat(what, ": this rank was told to stop"));
     if (link_breaks_.load() != breaks) {
       return absl::UnavailableError(absl::StrCat(what, ": the coordinator was unreachable; arriving again"));
     }
     return absl::OkStatus();
-  });
+  };
+  bool held_back = ticket.held_back && !again;
+  if (again) relay.SendHeldBack(ticket, rank());  // no longer the last arrival's to carry
+  if (!held_back) {
+    const std::vector<int32_t> none;
+    const std::vector<int32_t>& carried = again ? none : ticket.carry;
+    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, carried); !sent.ok()) return sent;
+  }
+  absl::StatusOr<RelayOutcome> outcome = absl::UnknownError("not waited");
+  if (held_back) {
+    // Until the node's last rank arrives (and carries this arrival) the coordinator does not know
+    // this one is here; if it is late, this rank tells it itself, well before any timeout, so that
+    // `dtctl status` and a timeout name exactly the missing ranks.
+    absl::Time send_myself_at = std::min(deadline, absl::Now() + std::min(kSendHeldBackAfter, timeout / 4));
+    outcome = relay.Wait(ticket, send_myself_at, what, interrupted);
+    if (absl::IsDeadlineExceeded(outcome.status()) && absl::Now() < deadline) {
+      if (relay.SendHeldBack(ticket, rank())) {
+        if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
+      }
+      outcome = relay.Wait(ticket, deadline, what, interrupted);
+    }
+  } else {
+    outcome = relay.Wait(ticket, deadline, what, interrupted);
+  }
   if (!outcome.ok()) return outcome.status();
   if (!outcome->status.ok()) return outcome->status;
   return outcome->sequence;

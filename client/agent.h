@@ -110,9 +110,10 @@ class Agent {
   // This node's relay, opened on first use; null without one.
   NodeRelay* RelayLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(barrier_mu_);
   // A relay member's arrival: counted by the coordinator, the outcome from the node's holder.
+  // `again`: a retry after the store session broke, so the arrival is sent whatever the ticket says.
   absl::StatusOr<uint64_t> AwaitRelay(StoreSession& session, NodeRelay& relay, const NodeRelay::Ticket& ticket,
                                       const std::string& name, uint64_t sequence, absl::Duration timeout,
-                                      absl::Time deadline);
+                                      absl::Time deadline, bool again);
   // Repeats `call` while it returns UNAVAILABLE, until `deadline`.
   template <typename F>
   auto RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl::Duration()));

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -28,6 +29,8 @@ namespace {
 constexpr uint64_t kMagic = 0x796c616c65722d74;  // "t-relay" (and a version, were it to change)
 constexpr int kSlots = 64;
 constexpr size_t kMessageBytes = 1024;
+// Members whose arrival a slot holds back for the node's last arrival to carry.
+constexpr int kMaxHeldBack = 64;
 // A published outcome nobody read for this long is abandoned (its readers gave up): reusable.
 constexpr int64_t kAbandonedAfterSeconds = 600;
 
@@ -43,12 +46,15 @@ struct Slot {
   int64_t published_at_s;
   uint32_t message_len;
   char message[kMessageBytes];
+  int32_t held_back_count;  // members whose arrival is not yet sent (the last arrival carries them)
+  int32_t held_back[kMaxHeldBack];
 };
 
 struct NodeRelay::Segment {
   std::atomic<uint64_t> magic;     // set last by the creator: the rest is initialised
   std::atomic<uint32_t> epoch;     // bumped by InterruptWaiters
   std::atomic<uint32_t> attached;  // processes (agents) that opened it
+  int32_t ranks_on_node;           // set by the creator
   pthread_mutex_t mu;              // process-shared and robust: a rank killed while holding it does not block the node
   Slot slots[kSlots];
 };
@@ -171,6 +177,7 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& ru
     pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
     pthread_mutex_init(&seg->mu, &attr);
     pthread_mutexattr_destroy(&attr);
+    seg->ranks_on_node = ranks_on_node;
     seg->magic.store(kMagic, std::memory_order_release);
   } else if (!AwaitCreator([seg] { return seg->magic.load(std::memory_order_acquire) == kMagic; })) {
     return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never initialised by its creator"));
@@ -191,7 +198,7 @@ void NodeRelay::InterruptWaiters() {
 
 void NodeRelay::Unlink() { ::shm_unlink(("/" + name_).c_str()); }
 
-NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence) {
+NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence, int rank) {
   uint64_t key = Fnv1a(absl::StrCat(name, "#", sequence)) | 1;
   int64_t now_s = absl::ToUnixSeconds(absl::Now());
   SegmentLock lock(&segment_->mu);
@@ -200,9 +207,23 @@ NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence) 
     Slot& slot = segment_->slots[i];
     if (slot.key == key) {
       ++slot.arrived;
-      // Came after the publication (a failed instance): one more reader before the slot is free.
-      if (slot.published.load(std::memory_order_relaxed) == 1) ++slot.readers_left;
-      return Ticket{Role::kMember, i};
+      Ticket member{Role::kMember, i};
+      if (slot.published.load(std::memory_order_relaxed) == 1) {
+        // Came after the publication (a failed instance): one more reader before the slot is free.
+        ++slot.readers_left;
+        return member;
+      }
+      // Every rank of the node uses this relay: hold the arrival back for the node's last arrival,
+      // which then sends all of them in one message.
+      bool whole_node = static_cast<int>(segment_->attached.load(std::memory_order_acquire)) >= segment_->ranks_on_node;
+      if (whole_node && slot.arrived == segment_->ranks_on_node) {
+        member.carry.assign(slot.held_back, slot.held_back + slot.held_back_count);
+        slot.held_back_count = 0;
+      } else if (whole_node && slot.held_back_count < kMaxHeldBack) {
+        slot.held_back[slot.held_back_count++] = rank;
+        member.held_back = true;
+      }
+      return member;
     }
     bool abandoned = slot.key != 0 && slot.published.load(std::memory_order_relaxed) == 1 &&
                      now_s - slot.published_at_s > kAbandonedAfterSeconds;
@@ -217,7 +238,20 @@ NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence) 
   slot.code = 0;
   slot.sequence = 0;
   slot.message_len = 0;
+  slot.held_back_count = 0;
   return Ticket{Role::kHolder, free_slot};
+}
+
+bool NodeRelay::SendHeldBack(const Ticket& ticket, int rank) {
+  if (!ticket.held_back) return false;
+  Slot& slot = segment_->slots[ticket.slot];
+  SegmentLock lock(&segment_->mu);
+  int32_t* end = slot.held_back + slot.held_back_count;
+  int32_t* it = std::find(slot.held_back, end, rank);
+  if (it == end) return false;  // the node's last arrival carried it
+  *it = end[-1];
+  --slot.held_back_count;
+  return true;
 }
 
 void NodeRelay::Publish(const Ticket& ticket, const RelayOutcome& outcome) {

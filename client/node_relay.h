@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -49,10 +50,21 @@ class NodeRelay {
   struct Ticket {
     Role role = Role::kDirect;
     int slot = -1;
+    // A member whose arrival the node's last arrival will carry: it sends nothing now.
+    bool held_back = false;
+    // The node's last arrival: the held-back members it sends with its own arrival.
+    std::vector<int32_t> carry;
   };
-  // This rank arrives at instance `sequence` of barrier `name` on this node: the first is the
-  // holder; kDirect when every slot is taken (then the rank goes without the relay).
-  Ticket Arrive(const std::string& name, uint64_t sequence);
+  // `rank` arrives at instance `sequence` of barrier `name` on this node: the first is the holder;
+  // kDirect when every slot is taken (then the rank goes without the relay). When every rank of
+  // the node opened this relay, the members' arrivals are held back and the node's last arrival
+  // carries them (one message per node, plus the holder's); otherwise each member sends its own.
+  Ticket Arrive(const std::string& name, uint64_t sequence, int rank);
+
+  // A held-back member whose node's last arrival is late (a slow or dead rank): takes its arrival
+  // back, so that it sends it itself and the coordinator sees who is here. False when it was
+  // carried already (or never held back): nothing to send.
+  bool SendHeldBack(const Ticket& ticket, int rank);
 
   // The holder: makes `outcome` visible to the members (those arrived and any still to come) and
   // wakes them.

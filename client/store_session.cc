@@ -236,9 +236,11 @@ absl::StatusOr<uint64_t> StoreSession::Barrier(const std::string& name, uint64_t
   return static_cast<uint64_t>(a->number());
 }
 
-absl::Status StoreSession::ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout) {
+absl::Status StoreSession::ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout,
+                                               const std::vector<int32_t>& carried) {
   v1::StoreRequest r = BarrierRequest(name, sequence, timeout);
   r.mutable_barrier()->set_relay_member(true);
+  r.mutable_barrier()->mutable_relayed_ranks()->Add(carried.begin(), carried.end());
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;

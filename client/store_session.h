@@ -43,8 +43,10 @@ class StoreSession {
   absl::StatusOr<uint64_t> Barrier(const std::string& name, uint64_t sequence, absl::Duration timeout);
 
   // The same arrival for a node relay member (client/node_relay.h): sent without waiting, and the
-  // coordinator never answers it; the rank learns the outcome from its node's relay.
-  absl::Status ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout);
+  // coordinator never answers it; the rank learns the outcome from its node's relay. `carried`:
+  // the held-back arrivals of other ranks of the node that this one sends with its own.
+  absl::Status ArriveAsRelayMember(const std::string& name, uint64_t sequence, absl::Duration timeout,
+                                   const std::vector<int32_t>& carried = {});
 
   // Sends a request and returns its answer (the id is assigned here).
   absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);

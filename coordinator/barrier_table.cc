@@ -80,6 +80,16 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence, 
   b.pending = Instance{};
 }
 
+void BarrierTable::ArriveRelayed(int rank, const std::string& name, uint64_t sequence, absl::Duration timeout,
+                                 Deferred& deferred) {
+  auto b = barriers_.find(name);
+  if (b != barriers_.end() && b->second.open && b->second.pending.sequence == sequence &&
+      b->second.pending.arrived.count(rank) != 0) {
+    return;  // its own arrival (perhaps one it waits on for an answer) stays
+  }
+  Arrive(rank, name, sequence, timeout, MakePending<BarrierRelease>([](absl::StatusOr<BarrierRelease>) {}), deferred);
+}
+
 void BarrierTable::Expire(const std::string& name, uint64_t sequence, Deferred& deferred) {
   auto found = barriers_.find(name);
   if (found == barriers_.end()) return;

@@ -43,6 +43,9 @@ class BarrierTable {
   // once (the caller's earlier reply was lost).
   void Arrive(int rank, const std::string& name, uint64_t sequence, absl::Duration timeout,
               PendingPtr<BarrierRelease> reply, Deferred& deferred);
+  // An arrival a node relay carries for `rank` (it waits on its node, not here): counted like
+  // Arrive's, never answered; if `rank` already arrived at that instance, its own arrival stays.
+  void ArriveRelayed(int rank, const std::string& name, uint64_t sequence, absl::Duration timeout, Deferred& deferred);
   void Expire(const std::string& name, uint64_t sequence, Deferred& deferred);
   void Abort(const absl::Status& cause, Deferred& deferred);
 

@@ -151,6 +151,12 @@ class Coordinator {
   // bound Barrier has too).
   absl::StatusOr<absl::Duration> StoreTimeout(int64_t timeout_ms) const;
   void Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply);
+  // Arrivals at `request`'s barrier instance that the sender's node relay carries for `ranks`,
+  // other ranks of the sender's node (StoreBarrierRequest.relayed_ranks): counted, never answered;
+  // a rank that already arrived keeps its own arrival. INVALID_ARGUMENT, counting none, for a rank
+  // outside the generation, on another node, the sender itself, a repeat, or more than 256; the
+  // codes of Barrier for the request itself.
+  absl::Status ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks);
 
   // ---- Checkpoints ------------------------------------------------------------------------
   void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);

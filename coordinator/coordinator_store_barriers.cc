@@ -1,6 +1,8 @@
 // The key-value store and barriers of a run's current generation.
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/names.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 
@@ -13,6 +15,43 @@ absl::Status ValidateTimeoutMs(int64_t timeout_ms) {
   if (timeout_ms < 0 || timeout_ms > kMaxWaitMs) {
     return absl::InvalidArgumentError(
         absl::StrCat("timeout_ms must be within 0..", kMaxWaitMs, " (0: the run's default), not ", timeout_ms));
+  }
+  return absl::OkStatus();
+}
+
+// What every arrival is checked for before its run is looked up.
+absl::Status ValidateBarrierRequest(const v1::BarrierRequest& request) {
+  if (absl::Status s = ValidateTimeoutMs(request.timeout_ms()); !s.ok()) return s;
+  if (absl::StartsWith(request.name(), "dt.") && request.name() != "dt.data-ready") {
+    // dt's own barriers (checkpoint rounds) must not be joined by name from outside.
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt"));
+  }
+  return absl::OkStatus();
+}
+
+// The ranks a node relay may carry for `sender`: other ranks of its node, each once.
+absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int sender,
+                                  const std::vector<int32_t>& relayed) {
+  constexpr size_t kMaxRelayed = 256;
+  if (relayed.size() > kMaxRelayed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a barrier arrival carries at most ", kMaxRelayed, " other ranks, not ", relayed.size()));
+  }
+  const std::string& node = ranks[sender].node();
+  absl::flat_hash_set<int32_t> seen;
+  for (int32_t r : relayed) {
+    if (r < 0 || r >= static_cast<int32_t>(ranks.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("relayed rank ", r, " is outside 0..", ranks.size() - 1, " of this generation"));
+    }
+    if (r == sender) return absl::InvalidArgumentError(absl::StrCat("rank ", r, " cannot relay its own arrival"));
+    if (!seen.insert(r).second) return absl::InvalidArgumentError(absl::StrCat("relayed rank ", r, " is repeated"));
+    if (ranks[r].node() != node) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", sender, " on node ", Quote(node),
+                                                     " cannot carry the arrival of rank ", r, " on node ",
+                                                     Quote(ranks[r].node()), ": a node relay carries its own node's"));
+    }
   }
   return absl::OkStatus();
 }
@@ -36,14 +75,8 @@ absl::StatusOr<absl::Duration> Coordinator::StoreTimeout(int64_t timeout_ms) con
 }
 
 void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply) {
-  if (absl::Status s = ValidateTimeoutMs(request.timeout_ms()); !s.ok()) {
+  if (absl::Status s = ValidateBarrierRequest(request); !s.ok()) {
     reply->Complete(s);
-    return;
-  }
-  if (absl::StartsWith(request.name(), "dt.") && request.name() != "dt.data-ready") {
-    // dt's own barriers (checkpoint rounds) must not be joined by name from outside.
-    reply->Complete(absl::InvalidArgumentError(
-        absl::StrCat("barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt")));
     return;
   }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
@@ -74,6 +107,23 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
     reply->Complete(out);
   });
   (*g)->barriers->Arrive(request.rank(), request.name(), request.sequence(), timeout, released, deferred);
+}
+
+absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks) {
+  if (absl::Status s = ValidateBarrierRequest(request); !s.ok()) return s;
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  LockedRun locked(*run);
+  absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
+  if (!g.ok()) return g.status();
+  if (absl::Status s = ValidateRelayedRanks((*g)->ranks, request.rank(), ranks); !s.ok()) return s;
+  absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
+                                                    : absl::Milliseconds(policy_.barrier_timeout_ms());
+  for (int32_t r : ranks) {
+    (*g)->barriers->ArriveRelayed(r, request.name(), request.sequence(), timeout, locked.deferred());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace dt

@@ -145,13 +145,27 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     req.set_name(b.name());
     req.set_sequence(b.sequence());
     req.set_timeout_ms(b.timeout_ms());
+    std::weak_ptr<State> weak = state_;
+    auto answer_error = [weak, id](const absl::Status& s) {
+      v1::StoreResponse out;
+      out.set_id(id);
+      *out.mutable_status() = ToStoreStatus(s);
+      if (auto st = weak.lock()) Send(st, std::move(out));
+    };
+    if (b.relayed_ranks_size() > 0 && !b.relay_member()) {
+      answer_error(absl::InvalidArgumentError("relayed_ranks come only with a relay_member arrival"));
+      return;
+    }
     if (b.relay_member()) {
       // Its node's first arrival learns the outcome, this one and publishes it (answering the
       // member too would cost the write the relay exists to save).
       deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([](absl::StatusOr<v1::BarrierResponse>) {}));
+      if (b.relayed_ranks_size() > 0) {
+        std::vector<int32_t> relayed(b.relayed_ranks().begin(), b.relayed_ranks().end());
+        if (absl::Status s = deps_.coordinator->ArriveRelayed(req, relayed); !s.ok()) answer_error(s);
+      }
       return;
     }
-    std::weak_ptr<State> weak = state_;
     deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([weak, id](absl::StatusOr<v1::BarrierResponse> r) {
                                  v1::StoreResponse out;
                                  out.set_id(id);

@@ -136,6 +136,61 @@ TEST_F(IntegrationTest, BarrierWithAMissingRankTimesOutAndNamesIt) {
   }
 }
 
+// A node's last arrival carries the arrivals its node relay held back, so one message counts the
+// node's ranks; a carry the coordinator cannot trust is refused and counts none of them.
+TEST_F(IntegrationTest, ANodesLastArrivalCarriesItsNodesHeldBackArrivals) {
+  auto run = Submit("carried", 2, 3);
+  auto agents = RegisterAll(run, 2, 3);  // ranks 0-2 on node0, 3-5 on node1
+  std::vector<std::unique_ptr<StoreSession>> sessions;
+  for (int r = 0; r < 6; ++r) {
+    auto s = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), agents[r]->generation(), r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    sessions.push_back(std::move(*s));
+  }
+  // Each node's holder arrives and waits for its answer.
+  absl::StatusOr<uint64_t> held0, held3;
+  std::thread t0([&] { held0 = sessions[0]->Barrier("sync", 1, absl::Seconds(20)); });
+  std::thread t3([&] { held3 = sessions[3]->Barrier("sync", 1, absl::Seconds(20)); });
+  auto carry = [](std::vector<int32_t> ranks, bool relay_member = true) {
+    v1::StoreRequest r;
+    r.mutable_barrier()->set_name("sync");
+    r.mutable_barrier()->set_sequence(1);
+    r.mutable_barrier()->set_timeout_ms(20000);
+    r.mutable_barrier()->set_relay_member(relay_member);
+    r.mutable_barrier()->mutable_relayed_ranks()->Add(ranks.begin(), ranks.end());
+    return r;
+  };
+  const std::vector<std::pair<v1::StoreRequest, std::string>> refused = {
+      {carry({1}), "rank 4 on node \"node1\" cannot carry the arrival of rank 1 on node \"node0\""},
+      {carry({4}), "rank 4 cannot relay its own arrival"},
+      {carry({5, 5}), "relayed rank 5 is repeated"},
+      {carry({6}), "relayed rank 6 is outside 0..5"},
+      {carry({5}, false), "relayed_ranks come only with a relay_member arrival"},
+  };
+  for (const auto& [request, message] : refused) {
+    absl::StatusOr<v1::StoreResponse> answer = sessions[4]->Call(request);
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << message;
+    EXPECT_NE(answer->status().message().find(message), std::string::npos) << answer->status().message();
+  }
+  // Ranks 0 and 3 arrived, and rank 4 itself (its own arrival is counted): nobody it tried to carry.
+  ASSERT_TRUE(testing::WaitFor([&] { return GetRun(run.run_id()).open_barriers_size() == 1; }, absl::Seconds(10)));
+  v1::OpenBarrier open = GetRun(run.run_id()).open_barriers(0);
+  EXPECT_EQ(open.arrived(), 3);
+  EXPECT_EQ(std::vector<int>(open.missing_ranks().begin(), open.missing_ranks().end()), (std::vector<int>{1, 2, 5}));
+
+  // Node 0's last arrival carries rank 1, and rank 0, which arrived itself and keeps its answer;
+  // node 1's carries rank 5. Everybody is counted: the holders are released.
+  ASSERT_TRUE(sessions[2]->ArriveAsRelayMember("sync", 1, absl::Seconds(20), {1, 0}).ok());
+  ASSERT_TRUE(sessions[4]->ArriveAsRelayMember("sync", 1, absl::Seconds(20), {5}).ok());
+  t0.join();
+  t3.join();
+  ASSERT_TRUE(held0.ok()) << held0.status();
+  ASSERT_TRUE(held3.ok()) << held3.status();
+  EXPECT_EQ(*held0, 1u);
+  EXPECT_EQ(*held3, 1u);
+}
+
 TEST_F(IntegrationTest, ARankThatStopsHeartbeatingFailsTheOthersBarrier) {
   auto run = Submit("dead-rank", 1, 3);
   auto agents = RegisterAll(run, 1, 3);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -36,7 +37,7 @@ std::pair<pid_t, int> ForkMember(const std::string& run, int* arrived) {
     std::string out;
     auto relay = NodeRelay::Open(run, 0, "node-a", 2);
     if (!relay.ok()) ::_exit(1);
-    NodeRelay::Ticket ticket = (*relay)->Arrive("t", 1);
+    NodeRelay::Ticket ticket = (*relay)->Arrive("t", 1, 1);
     std::string role = ticket.role == NodeRelay::Role::kMember ? "member" : "holder";
     (void)!::write(arrived_fds[1], role.data(), role.size());
     ::close(arrived_fds[1]);
@@ -70,7 +71,7 @@ TEST(NodeRelayTest, TheFirstArrivalHoldsAndItsReleaseWakesAMemberInAnotherProces
   std::string run = FreshRun();
   auto relay = NodeRelay::Open(run, 0, "node-a", 2);
   ASSERT_TRUE(relay.ok()) << relay.status();
-  NodeRelay::Ticket holder = (*relay)->Arrive("t", 1);
+  NodeRelay::Ticket holder = (*relay)->Arrive("t", 1, 0);
   EXPECT_EQ(holder.role, NodeRelay::Role::kHolder);
   int arrived;
   auto [pid, fd] = ForkMember(run, &arrived);
@@ -81,7 +82,7 @@ TEST(NodeRelayTest, TheFirstArrivalHoldsAndItsReleaseWakesAMemberInAnotherProces
   ::waitpid(pid, &status, 0);
   EXPECT_FALSE(ShmExists((*relay)->name())) << "both ranks opened it: the name is gone";
   // Every reader read it: the instance's slot is free, the next arrival holds a new one.
-  EXPECT_EQ((*relay)->Arrive("t", 1).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*relay)->Arrive("t", 1, 0).role, NodeRelay::Role::kHolder);
 }
 
 TEST(NodeRelayTest, AFailureReachesMembersArrivedBeforeAndAfterItsPublication) {
@@ -90,11 +91,11 @@ TEST(NodeRelayTest, AFailureReachesMembersArrivedBeforeAndAfterItsPublication) {
   auto b = NodeRelay::Open(run, 0, "node-a", 3);
   auto c = NodeRelay::Open(run, 0, "node-a", 3);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  NodeRelay::Ticket holder = (*a)->Arrive("ckpt", 4);
-  NodeRelay::Ticket early = (*b)->Arrive("ckpt", 4);
+  NodeRelay::Ticket holder = (*a)->Arrive("ckpt", 4, 0);
+  NodeRelay::Ticket early = (*b)->Arrive("ckpt", 4, 1);
   ASSERT_EQ(early.role, NodeRelay::Role::kMember);
   (*a)->Publish(holder, RelayOutcome{absl::DeadlineExceededError("missing 1: rank 3 (node b)"), 4});
-  NodeRelay::Ticket late = (*c)->Arrive("ckpt", 4);  // a straggler, after the timeout
+  NodeRelay::Ticket late = (*c)->Arrive("ckpt", 4, 2);  // a straggler, after the timeout
   ASSERT_EQ(late.role, NodeRelay::Role::kMember);
   for (auto [relay, ticket] : {std::pair{b->get(), early}, std::pair{c->get(), late}}) {
     auto r = relay->Wait(ticket, absl::Now() + absl::Seconds(5), "barrier \"ckpt\"", NeverInterrupted);
@@ -102,7 +103,61 @@ TEST(NodeRelayTest, AFailureReachesMembersArrivedBeforeAndAfterItsPublication) {
     EXPECT_EQ(r->status.code(), absl::StatusCode::kDeadlineExceeded);
     EXPECT_EQ(r->status.message(), "missing 1: rank 3 (node b)");
   }
-  EXPECT_EQ((*a)->Arrive("ckpt", 4).role, NodeRelay::Role::kHolder) << "both read it: the slot is free";
+  EXPECT_EQ((*a)->Arrive("ckpt", 4, 0).role, NodeRelay::Role::kHolder) << "both read it: the slot is free";
+}
+
+TEST(NodeRelayTest, TheNodesLastArrivalCarriesTheArrivalsHeldBackBeforeIt) {
+  std::string run = FreshRun();
+  std::vector<std::unique_ptr<NodeRelay>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    auto opened = NodeRelay::Open(run, 0, "node-a", 4);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    ranks.push_back(std::move(*opened));
+  }
+  NodeRelay::Ticket first_holder = ranks[0]->Arrive("step", 1, 10);
+  EXPECT_EQ(first_holder.role, NodeRelay::Role::kHolder);
+  EXPECT_FALSE(first_holder.held_back);
+  NodeRelay::Ticket second = ranks[1]->Arrive("step", 1, 11);
+  NodeRelay::Ticket third = ranks[2]->Arrive("step", 1, 12);
+  EXPECT_TRUE(second.held_back && third.held_back) << "they send nothing: the last arrival will";
+  NodeRelay::Ticket last = ranks[3]->Arrive("step", 1, 13);
+  EXPECT_FALSE(last.held_back);
+  std::sort(last.carry.begin(), last.carry.end());
+  EXPECT_EQ(last.carry, (std::vector<int32_t>{11, 12}));
+  EXPECT_FALSE(ranks[1]->SendHeldBack(second, 11)) << "carried already: nothing left to send";
+
+  // A late last arrival: a member takes its arrival back and sends it itself; the last one then
+  // carries only those still held back.
+  NodeRelay::Ticket second_holder = ranks[0]->Arrive("step", 2, 10);
+  second = ranks[1]->Arrive("step", 2, 11);
+  third = ranks[2]->Arrive("step", 2, 12);
+  EXPECT_TRUE(ranks[1]->SendHeldBack(second, 11));
+  EXPECT_FALSE(ranks[1]->SendHeldBack(second, 11)) << "only once";
+  last = ranks[3]->Arrive("step", 2, 13);
+  EXPECT_EQ(last.carry, (std::vector<int32_t>{12}));
+
+  // Every member, carried or not, still learns the outcome from the holder.
+  ranks[0]->Publish(first_holder, RelayOutcome{absl::OkStatus(), 1});
+  ranks[0]->Publish(second_holder, RelayOutcome{absl::OkStatus(), 2});
+  for (int r = 1; r < 4; ++r) {
+    NodeRelay::Ticket member{NodeRelay::Role::kMember, second_holder.slot};
+    auto outcome = ranks[r]->Wait(member, absl::Now() + absl::Seconds(5), "barrier \"step\"", NeverInterrupted);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_EQ(outcome->sequence, 2u);
+  }
+}
+
+TEST(NodeRelayTest, MembersSendTheirOwnArrivalWhileNotEveryRankOfTheNodeUsesTheRelay) {
+  std::string run = FreshRun();
+  auto a = NodeRelay::Open(run, 0, "node-a", 3);
+  auto b = NodeRelay::Open(run, 0, "node-a", 3);  // the third rank (say, Python's dt.barrier) never opens it
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->Arrive("x", 1, 0).role, NodeRelay::Role::kHolder);
+  NodeRelay::Ticket member = (*b)->Arrive("x", 1, 1);
+  EXPECT_EQ(member.role, NodeRelay::Role::kMember);
+  EXPECT_FALSE(member.held_back) << "nobody would carry it";
+  EXPECT_TRUE(member.carry.empty());
+  (*a)->Unlink();
 }
 
 TEST(NodeRelayTest, NodesAndGenerationsHaveTheirOwnSegments) {
@@ -111,16 +166,16 @@ TEST(NodeRelayTest, NodesAndGenerationsHaveTheirOwnSegments) {
   auto b = NodeRelay::Open(run, 0, "node-a", 3);
   auto other_node = NodeRelay::Open(run, 0, "node-b", 3);
   ASSERT_TRUE(a.ok() && b.ok() && other_node.ok());
-  EXPECT_EQ((*a)->Arrive("x", 1).role, NodeRelay::Role::kHolder);
-  EXPECT_EQ((*b)->Arrive("x", 1).role, NodeRelay::Role::kMember);
-  EXPECT_EQ((*other_node)->Arrive("x", 1).role, NodeRelay::Role::kHolder);
-  EXPECT_EQ((*a)->Arrive("y", 1).role, NodeRelay::Role::kHolder);
-  EXPECT_EQ((*a)->Arrive("x", 2).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*a)->Arrive("x", 1, 0).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*b)->Arrive("x", 1, 1).role, NodeRelay::Role::kMember);
+  EXPECT_EQ((*other_node)->Arrive("x", 1, 0).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*a)->Arrive("y", 1, 0).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*a)->Arrive("x", 2, 0).role, NodeRelay::Role::kHolder);
   EXPECT_TRUE(ShmExists((*a)->name())) << "two of three ranks opened it";
   // The next generation's first opener removes this run's earlier segments on the node.
   auto next = NodeRelay::Open(run, 1, "node-a", 3);
   ASSERT_TRUE(next.ok());
-  EXPECT_EQ((*next)->Arrive("x", 1).role, NodeRelay::Role::kHolder);
+  EXPECT_EQ((*next)->Arrive("x", 1, 0).role, NodeRelay::Role::kHolder);
   EXPECT_FALSE(ShmExists((*a)->name()));
   EXPECT_TRUE(ShmExists((*other_node)->name()));
   (*other_node)->Unlink();
@@ -131,8 +186,8 @@ TEST(NodeRelayTest, AWaitEndsAtItsDeadlineWhenInterruptedAndWhenTheAgentStops) {
   std::string run = FreshRun();
   auto relay = NodeRelay::Open(run, 0, "node-a", 1);
   ASSERT_TRUE(relay.ok());
-  (*relay)->Arrive("x", 1);
-  NodeRelay::Ticket member = (*relay)->Arrive("x", 1);
+  (*relay)->Arrive("x", 1, 0);
+  NodeRelay::Ticket member = (*relay)->Arrive("x", 1, 1);
   ASSERT_EQ(member.role, NodeRelay::Role::kMember);
   auto late =
       (*relay)->Wait(member, absl::Now() + absl::Milliseconds(100), "barrier \"x\" (instance 1)", NeverInterrupted);
@@ -160,8 +215,8 @@ TEST(NodeRelayTest, SlotsAreReusedAndAFullTableSendsRanksDirect) {
   auto relay = NodeRelay::Open(run, 0, "node-a", 1);
   ASSERT_TRUE(relay.ok());
   for (uint64_t seq = 1; seq <= 500; ++seq) {
-    NodeRelay::Ticket holder = (*relay)->Arrive("step", seq);
-    NodeRelay::Ticket member = (*relay)->Arrive("step", seq);
+    NodeRelay::Ticket holder = (*relay)->Arrive("step", seq, 0);
+    NodeRelay::Ticket member = (*relay)->Arrive("step", seq, 1);
     ASSERT_EQ(holder.role, NodeRelay::Role::kHolder) << seq;
     (*relay)->Publish(holder, RelayOutcome{absl::OkStatus(), seq});
     auto r = (*relay)->Wait(member, absl::Now() + absl::Seconds(5), "barrier \"step\"", NeverInterrupted);
@@ -171,7 +226,8 @@ TEST(NodeRelayTest, SlotsAreReusedAndAFullTableSendsRanksDirect) {
   // Instances nobody publishes (open barriers) fill the table; a rank past that goes direct.
   int holders = 0;
   NodeRelay::Ticket t;
-  for (int i = 0; (t = (*relay)->Arrive(absl::StrCat("open-", i), 1)).role == NodeRelay::Role::kHolder; ++i) ++holders;
+  for (int i = 0; (t = (*relay)->Arrive(absl::StrCat("open-", i), 1, 0)).role == NodeRelay::Role::kHolder; ++i)
+    ++holders;
   EXPECT_EQ(t.role, NodeRelay::Role::kDirect);
   EXPECT_GE(holders, 16);
 }
