@@ -36,6 +36,8 @@ namespace {
 constexpr char kMasterKey[] = "dtrun/master_endpoint";
 constexpr size_t kLogTailBytes = 64 * 1024;
 constexpr absl::Duration kSecondaryFailureSettle = absl::Milliseconds(500);
+// How much earlier than the others group rank 0's worker starts (see StartWorkers).
+constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
 
 struct Worker {
   std::unique_ptr<Agent> agent;
@@ -228,6 +230,14 @@ class NodeAgent {
         w.exited_at = std::min(w.exited_at, now);
       });
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
+      if (a.rank() == 0 && !master.agent_store && workers_.size() > 1) {
+        // Rank 0 hosts the workers' c10d TCPStore. A rank whose connection is refused because
+        // rank 0 is not listening yet waits a whole second before it tries again (torch 1.13's
+        // client), and two identical `import torch` end within ~10 ms of each other: a short
+        // head start makes rank 0 listen first. The others start that much later.
+        // (A stop asked meanwhile is handled once all are started, as one asked during the loop.)
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), kRankZeroHeadStart);
+      }
     }
     return absl::OkStatus();
   }
