@@ -51,8 +51,9 @@ class SnapshotStaging {
   void Reserve(const std::vector<torch::Tensor>& like);
   // Starts a snapshot: every buffer is free again.
   void BeginSnapshot();
-  // A host copy of `t` in a free buffer of its shape and type (a new one when none is free).
-  torch::Tensor CopyOf(const torch::Tensor& t);
+  // A free buffer of `t`'s shape and type, claimed, for a copy of `t` the caller makes; when none
+  // is free, a new buffer that already holds the copy (`*copied` says which).
+  torch::Tensor Claim(const torch::Tensor& t, bool* copied);
   // Ends a snapshot: buffers it did not use are dropped.
   void EndSnapshot();
   int64_t bytes() const;
