@@ -280,9 +280,9 @@ absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& rel
   bool held_back = ticket.held_back && !again;
   if (again) relay.SendHeldBack(ticket, rank());  // no longer the last arrival's to carry
   if (!held_back) {
-    const std::vector<int32_t> none;
-    const std::vector<int32_t>& carried = again ? none : ticket.carry;
-    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, carried); !sent.ok()) return sent;
+    // Sent again with the carried ranks after a break: whether the first message got through is
+    // unknown, and a rank counted twice keeps its own arrival.
+    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, ticket.carry); !sent.ok()) return sent;
   }
   absl::StatusOr<RelayOutcome> outcome = absl::UnknownError("not waited");
   if (held_back) {
