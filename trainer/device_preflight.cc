@@ -10,7 +10,12 @@
 namespace dt {
 namespace {
 
+// At least this many multiplies, over at least this long: a device slowed by a neighbour must
+// show it, and a scheduler lets a freshly woken process run a burst of a few milliseconds
+// uncontended (five multiplies alone fit in one, and then read healthy).
 constexpr int kRepetitions = 5;
+constexpr absl::Duration kMeasureAtLeast = absl::Milliseconds(100);
+constexpr int kMaxRepetitions = 1000;
 
 void Synchronize(const torch::Device& device) {
   // A CUDA kernel runs asynchronously: reading one element waits for it, on any device type.
@@ -42,14 +47,15 @@ v1::DevicePreflight RunDevicePreflight(CommGroup& group, const torch::Device& de
     torch::Tensor c = torch::mm(a, b);  // warm-up: kernels loaded, memory allocated
     Synchronize(device);
     std::vector<double> seconds;
-    for (int k = 0; k < kRepetitions; ++k) {
+    absl::Time measure_until = absl::Now() + kMeasureAtLeast;
+    for (int k = 0; k < kMaxRepetitions && (k < kRepetitions || absl::Now() < measure_until); ++k) {
       absl::Time t0 = absl::Now();
       c = torch::mm(a, b);
       Synchronize(device);
       seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
     }
-    std::nth_element(seconds.begin(), seconds.begin() + kRepetitions / 2, seconds.end());
-    out.set_matmul_seconds(seconds[kRepetitions / 2]);
+    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+    out.set_matmul_seconds(seconds[seconds.size() / 2]);
     if (!std::isfinite(c.sum().item<float>())) {
       out.set_error("a matrix multiply of finite inputs gave a non-finite result");
       return out;
