@@ -277,32 +277,28 @@ absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& rel
     }
     return absl::OkStatus();
   };
-  bool held_back = ticket.held_back && !again;
-  if (again) relay.SendHeldBack(ticket, rank());  // no longer the last arrival's to carry
-  if (!held_back) {
-    // Sent again with the carried ranks after a break: whether the first message got through is
-    // unknown, and a rank counted twice keeps its own arrival.
-    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, ticket.carry); !sent.ok()) return sent;
-  }
-  absl::StatusOr<RelayOutcome> outcome = absl::UnknownError("not waited");
-  if (held_back) {
+  auto released = [](const absl::StatusOr<RelayOutcome>& outcome) -> absl::StatusOr<uint64_t> {
+    if (!outcome.ok()) return outcome.status();
+    if (!outcome->status.ok()) return outcome->status;
+    return outcome->sequence;
+  };
+  if (ticket.held_back && !again) {
     // Until the node's last rank arrives (and carries this arrival) the coordinator does not know
     // this one is here; if it is late, this rank tells it itself, well before any timeout, so that
     // `dtctl status` and a timeout name exactly the missing ranks.
     absl::Time send_myself_at = std::min(deadline, absl::Now() + std::min(kSendHeldBackAfter, timeout / 4));
-    outcome = relay.Wait(ticket, send_myself_at, what, interrupted);
-    if (absl::IsDeadlineExceeded(outcome.status()) && absl::Now() < deadline) {
-      if (relay.SendHeldBack(ticket, rank())) {
-        if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
-      }
-      outcome = relay.Wait(ticket, deadline, what, interrupted);
+    absl::StatusOr<RelayOutcome> early = relay.Wait(ticket, send_myself_at, what, interrupted);
+    if (!absl::IsDeadlineExceeded(early.status()) || absl::Now() >= deadline) return released(early);
+    if (relay.SendHeldBack(ticket, rank())) {
+      if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
     }
   } else {
-    outcome = relay.Wait(ticket, deadline, what, interrupted);
+    if (again) relay.SendHeldBack(ticket, rank());  // no longer the last arrival's to carry
+    // Sent again with the carried ranks after a break: whether the first message got through is
+    // unknown, and a rank counted twice keeps its own arrival.
+    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, ticket.carry); !sent.ok()) return sent;
   }
-  if (!outcome.ok()) return outcome.status();
-  if (!outcome->status.ok()) return outcome->status;
-  return outcome->sequence;
+  return released(relay.Wait(ticket, deadline, what, interrupted));
 }
 
 absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step, absl::Duration timeout) {

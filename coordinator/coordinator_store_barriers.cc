@@ -30,6 +30,11 @@ absl::Status ValidateBarrierRequest(const v1::BarrierRequest& request) {
   return absl::OkStatus();
 }
 
+// The time an arrival's barrier waits for the others: its own, or the run's default.
+absl::Duration BarrierTimeout(const v1::BarrierRequest& request, const v1::TimeoutPolicy& policy) {
+  return absl::Milliseconds(request.timeout_ms() > 0 ? request.timeout_ms() : policy.barrier_timeout_ms());
+}
+
 // The ranks a node relay may carry for `sender`: other ranks of its node, each once.
 absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int sender,
                                   const std::vector<int32_t>& relayed) {
@@ -92,8 +97,7 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
     reply->Complete(g.status());
     return;
   }
-  absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
-                                                    : absl::Milliseconds(policy_.barrier_timeout_ms());
+  absl::Duration timeout = BarrierTimeout(request, policy_);
   CoordinatorStats* stats = stats_;
   auto released = MakePending<BarrierRelease>([reply, stats](absl::StatusOr<BarrierRelease> r) {
     if (!r.ok()) {
@@ -118,8 +122,7 @@ absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) return g.status();
   if (absl::Status s = ValidateRelayedRanks((*g)->ranks, request.rank(), ranks); !s.ok()) return s;
-  absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
-                                                    : absl::Milliseconds(policy_.barrier_timeout_ms());
+  absl::Duration timeout = BarrierTimeout(request, policy_);
   for (int32_t r : ranks) {
     (*g)->barriers->ArriveRelayed(r, request.name(), request.sequence(), timeout, locked.deferred());
   }

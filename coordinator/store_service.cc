@@ -166,16 +166,17 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
       }
       return;
     }
-    deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([weak, id](absl::StatusOr<v1::BarrierResponse> r) {
-                                 v1::StoreResponse out;
-                                 out.set_id(id);
-                                 if (r.ok()) {
-                                   out.set_number(static_cast<int64_t>(r->sequence()));
-                                 } else {
-                                   *out.mutable_status() = ToStoreStatus(r.status());
-                                 }
-                                 if (auto st = weak.lock()) Send(st, std::move(out));
-                               }));
+    deps_.coordinator->Barrier(
+        req, MakePending<v1::BarrierResponse>([weak, id, answer_error](absl::StatusOr<v1::BarrierResponse> r) {
+          if (!r.ok()) {
+            answer_error(r.status());
+            return;
+          }
+          v1::StoreResponse out;
+          out.set_id(id);
+          out.set_number(static_cast<int64_t>(r->sequence()));
+          if (auto st = weak.lock()) Send(st, std::move(out));
+        }));
   }
 
   static void Send(const std::shared_ptr<State>& st, v1::StoreResponse response) {

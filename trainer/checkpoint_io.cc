@@ -51,11 +51,10 @@ torch::Tensor CpuRngState() {
 }
 
 // Copies tensors into host memory that training cannot change (device tensors come to the CPU),
-// into kept buffers when there is a staging area.
-// Copies into staging buffers, collected while the archives are built and made together by
-// Run(): host tensors in 4 MiB pieces on every core (training is paused while they run, so the
-// pause is the copy at the machine's memory bandwidth, not one core's); others (a device's) by
-// torch on the calling thread.
+// into kept buffers when there is a staging area. Copies into staging buffers are collected while
+// the archives are built and made together by Run(): host tensors in 4 MiB pieces on every core
+// (training is paused while they run, so the pause is the copy at the machine's memory bandwidth,
+// not one core's); others (a device's) by torch on the calling thread.
 class Copier {
  public:
   explicit Copier(SnapshotStaging* staging) : staging_(staging) {}
