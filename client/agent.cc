@@ -284,20 +284,19 @@ absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& rel
   };
   if (ticket.held_back && !again) {
     // Until the node's last rank arrives (and carries this arrival) the coordinator does not know
-    // this one is here; if it is late, this rank tells it itself, well before any timeout, so that
-    // `dtctl status` and a timeout name exactly the missing ranks.
+    // this one is here; if the release is late, this rank tells it itself, well before any
+    // timeout, so that `dtctl status` and a timeout name exactly the missing ranks.
     absl::Time send_myself_at = std::min(deadline, absl::Now() + std::min(kSendHeldBackAfter, timeout / 4));
     absl::StatusOr<RelayOutcome> early = relay.Wait(ticket, send_myself_at, what, interrupted);
     if (!absl::IsDeadlineExceeded(early.status()) || absl::Now() >= deadline) return released(early);
-    if (relay.SendHeldBack(ticket, rank())) {
-      if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout); !sent.ok()) return sent;
-    }
-  } else {
-    if (again) relay.SendHeldBack(ticket, rank());  // no longer the last arrival's to carry
-    // Sent again with the carried ranks after a break: whether the first message got through is
-    // unknown, and a rank counted twice keeps its own arrival.
-    if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, ticket.carry); !sent.ok()) return sent;
   }
+  // No longer for the node's last arrival to carry, if it has not taken it yet. Sent in any case,
+  // with whatever this rank carries: after a break, or when the last arrival did take it, whether
+  // that message counted is unknown (its session may have broken, the coordinator may have refused
+  // the carry, or the carrier may have died before sending), and a rank counted twice keeps its
+  // own arrival.
+  relay.SendHeldBack(ticket, rank());
+  if (absl::Status sent = session.ArriveAsRelayMember(name, sequence, timeout, ticket.carry); !sent.ok()) return sent;
   return released(relay.Wait(ticket, deadline, what, interrupted));
 }
 

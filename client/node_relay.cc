@@ -26,7 +26,7 @@
 namespace dt {
 namespace {
 
-constexpr uint64_t kMagic = 0x796c616c65722d74;  // "t-relay" (and a version, were it to change)
+constexpr uint64_t kMagic = 0x796c616c65722d74;  // "t-relay"; the layout's version is in the name
 constexpr int kSlots = 64;
 constexpr size_t kMessageBytes = 1024;
 // Members whose arrival a slot holds back for the node's last arrival to carry.
@@ -87,7 +87,13 @@ uint64_t Fnv1a(const std::string& s) {
   return h;
 }
 
-std::string SegmentPrefix(const std::string& run_id) { return absl::StrCat("dt-relay-", Sanitized(run_id), "-g"); }
+// In the name, so that builds with another segment layout never map this one (a user's program
+// linked against an older client library on the same node goes without a relay instead).
+constexpr int kLayoutVersion = 2;
+
+std::string SegmentPrefix(const std::string& run_id) {
+  return absl::StrCat("dt-relay", kLayoutVersion, "-", Sanitized(run_id), "-g");
+}
 
 std::string NodeSuffix(const std::string& node) { return absl::StrCat("-", absl::Hex(Fnv1a(node), absl::kZeroPad16)); }
 
@@ -198,8 +204,21 @@ void NodeRelay::InterruptWaiters() {
 
 void NodeRelay::Unlink() { ::shm_unlink(("/" + name_).c_str()); }
 
+namespace {
+uint64_t SlotKey(const std::string& name, uint64_t sequence) { return Fnv1a(absl::StrCat(name, "#", sequence)) | 1; }
+}  // namespace
+
+int NodeRelay::ArrivedAt(const std::string& name, uint64_t sequence) const {
+  uint64_t key = SlotKey(name, sequence);
+  SegmentLock lock(&segment_->mu);
+  for (const Slot& slot : segment_->slots) {
+    if (slot.key == key) return slot.arrived;
+  }
+  return 0;
+}
+
 NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence, int rank) {
-  uint64_t key = Fnv1a(absl::StrCat(name, "#", sequence)) | 1;
+  uint64_t key = SlotKey(name, sequence);
   int64_t now_s = absl::ToUnixSeconds(absl::Now());
   SegmentLock lock(&segment_->mu);
   int free_slot = -1;

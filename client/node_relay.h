@@ -61,6 +61,10 @@ class NodeRelay {
   // carries them (one message per node, plus the holder's); otherwise each member sends its own.
   Ticket Arrive(const std::string& name, uint64_t sequence, int rank);
 
+  // Ranks of this node that arrived at instance `sequence` of barrier `name` through the relay
+  // and have not all read its outcome (0 when no slot holds it): what the node has seen of it.
+  int ArrivedAt(const std::string& name, uint64_t sequence) const;
+
   // A held-back member whose node's last arrival is late (a slow or dead rank): takes its arrival
   // back, so that it sends it itself and the coordinator sees who is here. False when it was
   // carried already (or never held back): nothing to send.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 
 namespace dt {
 namespace {
@@ -106,8 +107,14 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
     uint64_t answered = answer.id();
     auto target = answers_.find(answered);
     if (target == answers_.end()) {
-      // Only a set sent without waiting is answered without a caller: it failed.
-      if (absl::Status s = StatusOf(answer); !s.ok() && unwaited_error_.ok()) unwaited_error_ = s;
+      absl::Status s = StatusOf(answer);
+      if (answered & kUnwaitedArrival) {
+        // The ranks it carried send their own arrivals once the release is late (Agent::AwaitRelay).
+        DT_LOG(Warning) << "the coordinator refused a node relay's barrier arrival: " << s.message();
+        continue;
+      }
+      // Otherwise only a set sent without waiting is answered without a caller: it failed.
+      if (!s.ok() && unwaited_error_.ok()) unwaited_error_ = s;
       continue;
     }
     target->second = std::move(answer);
@@ -244,7 +251,7 @@ absl::Status StoreSession::ArriveAsRelayMember(const std::string& name, uint64_t
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    r.set_id(next_id_++);
+    r.set_id(next_id_++ | kUnwaitedArrival);
   }
   return Write(r);
 }

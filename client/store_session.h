@@ -54,6 +54,9 @@ class StoreSession {
   // Unanswered sets after which a set waits for the server to catch up (bounds what a failing
   // stream of sets can queue on the server).
   static constexpr int kMaxUnanswered = 1024;
+  // Set in the ids of relay member arrivals, which nobody waits for: the answer to one (a refused
+  // carry) is logged, not taken for a failed set that the next call would report.
+  static constexpr uint64_t kUnwaitedArrival = uint64_t{1} << 63;
 
  private:
   StoreSession() = default;

@@ -83,7 +83,7 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence, 
 void BarrierTable::ArriveRelayed(int rank, const std::string& name, uint64_t sequence, absl::Duration timeout,
                                  Deferred& deferred) {
   auto b = barriers_.find(name);
-  if (b != barriers_.end() && b->second.open && b->second.pending.sequence == sequence &&
+  if (b != barriers_.end() && b->second.open && (sequence == 0 || b->second.pending.sequence == sequence) &&
       b->second.pending.arrived.count(rank) != 0) {
     return;  // its own arrival (perhaps one it waits on for an answer) stays
   }

@@ -204,12 +204,17 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, co
 }
 
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep) {
+  if (keep.empty()) return absl::OkStatus();
   std::set<int64_t> kept(keep.begin(), keep.end());
+  int64_t newest = *kept.rbegin();
   absl::StatusOr<std::vector<DirFd::Entry>> entries = checkpoints.List();
   if (!entries.ok()) return entries.status();
   for (const DirFd::Entry& e : *entries) {
     std::optional<int64_t> step = ParseStepDir(e.name);
-    if (!step || kept.count(*step) || e.type != S_IFDIR) continue;
+    // A step newer than every kept one is not this pass's to judge: it is the work of a later run
+    // on the same directory (the pass runs after its ranks heard of the commit, and their run may
+    // have ended and the experiment started again meanwhile).
+    if (!step || kept.count(*step) || *step > newest || e.type != S_IFDIR) continue;
     if (absl::Status s = checkpoints.RemoveTree(e.name); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -45,7 +45,8 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, co
                                                     int64_t step, const v1::Manifest& manifest,
                                                     CheckpointVerification verification);
 
-// Removes every step-<N> directory whose step is not in `keep`.
+// Removes every step-<N> directory whose step is not in `keep` and is older than the newest kept
+// (nothing when `keep` is empty).
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep);
 
 // Removes every *.partial-* entry (nothing reads them; a dead writer leaves them behind).

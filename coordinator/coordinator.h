@@ -154,8 +154,9 @@ class Coordinator {
   // Arrivals at `request`'s barrier instance that the sender's node relay carries for `ranks`,
   // other ranks of the sender's node (StoreBarrierRequest.relayed_ranks): counted, never answered;
   // a rank that already arrived keeps its own arrival. INVALID_ARGUMENT, counting none, for a rank
-  // outside the generation, on another node, the sender itself, a repeat, or more than 256; the
-  // codes of Barrier for the request itself.
+  // outside the generation, on another node, the sender itself, a repeat, more than 256, or a
+  // request without a sequence (0); FAILED_PRECONDITION before the generation's rendezvous
+  // completed; the codes of Barrier for the request itself.
   absl::Status ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks);
 
   // ---- Checkpoints ------------------------------------------------------------------------

@@ -35,13 +35,24 @@ absl::Duration BarrierTimeout(const v1::BarrierRequest& request, const v1::Timeo
   return absl::Milliseconds(request.timeout_ms() > 0 ? request.timeout_ms() : policy.barrier_timeout_ms());
 }
 
-// The ranks a node relay may carry for `sender`: other ranks of its node, each once.
-absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int sender,
+// The ranks a node relay may carry for `sender` at instance `sequence`: other ranks of its node,
+// each once. `ranks` is the assigned generation's (one per rank).
+absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int sender, uint64_t sequence,
                                   const std::vector<int32_t>& relayed) {
   constexpr size_t kMaxRelayed = 256;
   if (relayed.size() > kMaxRelayed) {
     return absl::InvalidArgumentError(
         absl::StrCat("a barrier arrival carries at most ", kMaxRelayed, " other ranks, not ", relayed.size()));
+  }
+  if (sequence == 0) {
+    // Sequence 0 lets the server count a rank's arrivals: a carried one could not be told from the
+    // rank's own, which it would then replace.
+    return absl::InvalidArgumentError(
+        "carried arrivals (relayed_ranks) need the instance's sequence (1 or more), not 0");
+  }
+  if (sender < 0 || sender >= static_cast<int>(ranks.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", sender, " is outside 0..", static_cast<int>(ranks.size()) - 1, " of this generation"));
   }
   const std::string& node = ranks[sender].node();
   absl::flat_hash_set<int32_t> seen;
@@ -121,7 +132,15 @@ absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const
   LockedRun locked(*run);
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) return g.status();
-  if (absl::Status s = ValidateRelayedRanks((*g)->ranks, request.rank(), ranks); !s.ok()) return s;
+  if (!(*g)->assigned) {
+    // Nodes are known from the rendezvous on: before it, nobody's node can be checked.
+    return absl::FailedPreconditionError(absl::StrCat("generation ", request.generation(), " of run ", request.run_id(),
+                                                      " has not completed its rendezvous: no rank can carry another's "
+                                                      "barrier arrival before the ranks are assigned to nodes"));
+  }
+  if (absl::Status s = ValidateRelayedRanks((*g)->ranks, request.rank(), request.sequence(), ranks); !s.ok()) {
+    return s;
+  }
   absl::Duration timeout = BarrierTimeout(request, policy_);
   for (int32_t r : ranks) {
     (*g)->barriers->ArriveRelayed(r, request.name(), request.sequence(), timeout, locked.deferred());

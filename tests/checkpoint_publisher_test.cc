@@ -133,12 +133,13 @@ TEST_F(PublisherTest, MalformedManifestsAreRefused) {
 }
 
 TEST_F(PublisherTest, RetentionAndPartialCleanup) {
-  for (int step : {1, 2, 3, 4}) fs::create_directories(JoinPath(ckpt_, "step-" + std::to_string(step)));
+  for (int step : {1, 2, 3, 4, 9}) fs::create_directories(JoinPath(ckpt_, "step-" + std::to_string(step)));
   fs::create_directories(JoinPath(ckpt_, PartialDirName(5, "dead")));
   ASSERT_TRUE(ApplyRetention(Dir(), {3, 4}).ok());
   EXPECT_FALSE(fs::exists(JoinPath(ckpt_, "step-1")));
   EXPECT_FALSE(fs::exists(JoinPath(ckpt_, "step-2")));
   EXPECT_TRUE(fs::exists(JoinPath(ckpt_, "step-3")));
+  EXPECT_TRUE(fs::exists(JoinPath(ckpt_, "step-9"))) << "newer than the pass's commit: a later run's";
   EXPECT_TRUE(fs::exists(JoinPath(ckpt_, PartialDirName(5, "dead"))));  // not a step-N dir
   EXPECT_EQ(*RemovePartials(Dir()), 1);
   EXPECT_FALSE(fs::exists(JoinPath(ckpt_, PartialDirName(5, "dead"))));

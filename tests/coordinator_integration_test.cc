@@ -13,11 +13,13 @@
 
 #include <grpcpp/generic/generic_stub.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
 #include "client/metrics_reporter.h"
+#include "client/node_relay.h"
 #include "client/store_session.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -151,10 +153,15 @@ TEST_F(IntegrationTest, ANodesLastArrivalCarriesItsNodesHeldBackArrivals) {
   absl::StatusOr<uint64_t> held0, held3;
   std::thread t0([&] { held0 = sessions[0]->Barrier("sync", 1, absl::Seconds(20)); });
   std::thread t3([&] { held3 = sessions[3]->Barrier("sync", 1, absl::Seconds(20)); });
-  auto carry = [](std::vector<int32_t> ranks, bool relay_member = true) {
+  // A failed assertion below must not leave the threads unjoined (std::terminate hides it).
+  absl::Cleanup join = [&] {
+    if (t0.joinable()) t0.join();
+    if (t3.joinable()) t3.join();
+  };
+  auto carry = [](std::vector<int32_t> ranks, bool relay_member = true, uint64_t sequence = 1) {
     v1::StoreRequest r;
     r.mutable_barrier()->set_name("sync");
-    r.mutable_barrier()->set_sequence(1);
+    r.mutable_barrier()->set_sequence(sequence);
     r.mutable_barrier()->set_timeout_ms(20000);
     r.mutable_barrier()->set_relay_member(relay_member);
     r.mutable_barrier()->mutable_relayed_ranks()->Add(ranks.begin(), ranks.end());
@@ -166,6 +173,8 @@ TEST_F(IntegrationTest, ANodesLastArrivalCarriesItsNodesHeldBackArrivals) {
       {carry({5, 5}), "relayed rank 5 is repeated"},
       {carry({6}), "relayed rank 6 is outside 0..5"},
       {carry({5}, false), "relayed_ranks come only with a relay_member arrival"},
+      // Without a sequence a carried arrival of rank 3, which waits for its answer, would replace it.
+      {carry({3}, true, 0), "need the instance's sequence (1 or more), not 0"},
   };
   for (const auto& [request, message] : refused) {
     absl::StatusOr<v1::StoreResponse> answer = sessions[4]->Call(request);
@@ -173,6 +182,12 @@ TEST_F(IntegrationTest, ANodesLastArrivalCarriesItsNodesHeldBackArrivals) {
     EXPECT_EQ(answer->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << message;
     EXPECT_NE(answer->status().message().find(message), std::string::npos) << answer->status().message();
   }
+  // A refused carry sent the way a relay sends it (nobody waits for its answer) is not mistaken
+  // for a failed set: the session's later calls succeed.
+  ASSERT_TRUE(sessions[4]->ArriveAsRelayMember("sync", 1, absl::Seconds(20), {1}).ok());
+  ASSERT_TRUE(sessions[4]->Set("after-refusal", "1").ok());
+  absl::StatusOr<std::string> after = sessions[4]->Get("after-refusal", absl::Seconds(5));
+  ASSERT_TRUE(after.ok()) << after.status();
   // Ranks 0 and 3 arrived (from their threads, perhaps only now), and rank 4 itself (its own
   // arrival is counted): nobody it tried to carry. Every refused request was answered above.
   ASSERT_TRUE(testing::WaitFor(
@@ -195,6 +210,77 @@ TEST_F(IntegrationTest, ANodesLastArrivalCarriesItsNodesHeldBackArrivals) {
   ASSERT_TRUE(held3.ok()) << held3.status();
   EXPECT_EQ(*held0, 1u);
   EXPECT_EQ(*held3, 1u);
+}
+
+TEST_F(IntegrationTest, AHeldBackArrivalWhoseCarrierNeverSendsItIsSentByItsOwnRank) {
+  auto run = Submit("stranded", 1, 3);
+  auto agents = RegisterAll(run, 1, 3);  // ranks 0-2 on node0
+  for (auto& a : agents) a->StartHeartbeats([](const std::string&) {});
+  int64_t generation = agents[0]->generation();
+  // Ranks 0 and 2 use the node's relay by hand: 0 holds the instance; 2, the node's last arrival,
+  // takes rank 1's held-back arrival to carry and dies before sending anything.
+  auto relay0 = NodeRelay::Open(run.run_id(), generation, "node0", 3);
+  auto relay2 = NodeRelay::Open(run.run_id(), generation, "node0", 3);
+  ASSERT_TRUE(relay0.ok() && relay2.ok());
+  NodeRelay::Ticket holder = (*relay0)->Arrive("sync", 1, 0);
+  ASSERT_EQ(holder.role, NodeRelay::Role::kHolder);
+  auto session0 = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), generation, 0);
+  ASSERT_TRUE(session0.ok()) << session0.status();
+  absl::StatusOr<uint64_t> held;
+  std::thread t0([&] { held = (*session0)->Barrier("sync", 1, absl::Seconds(20)); });
+  absl::Status s1;
+  std::thread t1([&] { s1 = agents[1]->Barrier("sync", absl::Seconds(20)); });
+  absl::Cleanup join = [&] {
+    if (t0.joinable()) t0.join();
+    if (t1.joinable()) t1.join();
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return (*relay0)->ArrivedAt("sync", 1) == 2; }, absl::Seconds(10)))
+      << "rank 1 never arrived at its node's relay";
+  NodeRelay::Ticket carrier = (*relay2)->Arrive("sync", 1, 2);
+  ASSERT_EQ(carrier.carry, std::vector<int32_t>{1}) << "rank 1 was held back for rank 2 to carry";
+
+  // Rank 1 hears nothing for a second and sends its own arrival: the barrier waits for rank 2
+  // alone, and says so, instead of naming a rank that is there.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        v1::Run now = GetRun(run.run_id());
+        return now.open_barriers_size() == 1 && now.open_barriers(0).arrived() == 2;
+      },
+      absl::Seconds(10)));
+  v1::OpenBarrier open = GetRun(run.run_id()).open_barriers(0);
+  EXPECT_EQ(std::vector<int>(open.missing_ranks().begin(), open.missing_ranks().end()), std::vector<int>{2});
+
+  // Rank 2 comes back and arrives itself: released; the holder tells rank 1.
+  auto session2 = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), generation, 2);
+  ASSERT_TRUE(session2.ok()) << session2.status();
+  ASSERT_TRUE((*session2)->ArriveAsRelayMember("sync", 1, absl::Seconds(20)).ok());
+  t0.join();
+  ASSERT_TRUE(held.ok()) << held.status();
+  (*relay0)->Publish(holder, RelayOutcome{absl::OkStatus(), *held});
+  t1.join();
+  EXPECT_TRUE(s1.ok()) << s1;
+}
+
+TEST_F(IntegrationTest, ACarriedArrivalBeforeTheRendezvousIsRefusedAndTheCoordinatorLivesOn) {
+  auto run = Submit("carried-early", 1, 2);
+  // Nobody registered: the generation has no ranks, so no node to check a carry against.
+  auto session = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), 0, 0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  v1::StoreRequest r;
+  r.mutable_barrier()->set_name("sync");
+  r.mutable_barrier()->set_sequence(1);
+  r.mutable_barrier()->set_timeout_ms(20000);
+  r.mutable_barrier()->set_relay_member(true);
+  r.mutable_barrier()->add_relayed_ranks(1);
+  absl::StatusOr<v1::StoreResponse> answer = (*session)->Call(r);
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(answer->status().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(answer->status().message().find("has not completed its rendezvous"), std::string::npos)
+      << answer->status().message();
+  // The coordinator still answers, and the run forms as usual.
+  EXPECT_EQ(GetRun(run.run_id()).state(), v1::PENDING);
+  auto agents = RegisterAll(run, 1, 2);
+  EXPECT_EQ(GetRun(run.run_id()).state(), v1::RUNNING);
 }
 
 TEST_F(IntegrationTest, ARankThatStopsHeartbeatingFailsTheOthersBarrier) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -89,7 +90,13 @@ class Copier {
     size_t helpers = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()) - 1, kMaxHelpers);
     helpers = std::min(helpers, pieces_.size() / 2);
     std::vector<std::thread> threads;
-    for (size_t h = 0; h < helpers; ++h) threads.emplace_back(work);
+    for (size_t h = 0; h < helpers; ++h) {
+      try {
+        threads.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had (a process limit): those started and this one copy it all
+      }
+    }
     work();
     for (auto& th : threads) th.join();
     pieces_.clear();
