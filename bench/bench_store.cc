@@ -553,7 +553,10 @@ void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, co
   for (int n : sizes) {
     ClientPool pool("pg", coord, run_id, token, port, n, n);
     std::vector<double> dt_ms, tcp_ms;
-    for (int r = 0; r < (Quick() ? 2 : 4); ++r) {  // interleaved, so both see the same machine noise
+    // Interleaved, so both see the same machine noise. A group's start-up on two shared cores
+    // swings by +-15% from round to round: the median of two or four rounds read 0.91x in one run
+    // and 1.24x in the next for the same code, so more rounds are taken than elsewhere.
+    for (int r = 0; r < (Quick() ? 8 : 16); ++r) {
       dt_ms.push_back(ProcessGroupRound(pool, 'd'));
       tcp_ms.push_back(ProcessGroupRound(pool, 't'));
     }
@@ -581,6 +584,12 @@ int main(int argc, char** argv) {
   }
   std::cout << "== store operations and barriers: dt coordinator vs c10d::TCPStore (servers here, each client a "
                "process, loopback)\n";
+  // What a wake-up costs here, beside the same system calls without one. The gRPC server's two
+  // polling threads hand polling over on every event (an eventfd write and a futex wake: about
+  // three wake-ups per store operation, TCPStore's daemon one), so this figure moves the store
+  // rows' ratios from one machine to the next (16 us here on 2026-11-25 against ~5 on bare metal).
+  Report({"machine: wake-up round trip between two processes (pipe ping-pong, p50)", PipeRoundTripMicros(true, 20000),
+          "us", "the same pipe calls in one thread", PipeRoundTripMicros(false, 20000), ""});
   dt::EmbeddedOptions opts;
   opts.timeouts.heartbeat_timeout = absl::Hours(1);  // the benchmark's agents do not heartbeat
   opts.timeouts.hang_timeout = absl::Hours(2);

@@ -1,6 +1,10 @@
 #include "bench/bench_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +69,38 @@ std::string TempDir(const std::string& tag) {
   }();
   dirs->push_back(dir);
   return dir;
+}
+
+double PipeRoundTripMicros(bool two_processes, int round_trips) {
+  int there[2], back[2];
+  if (::pipe(there) != 0 || ::pipe(back) != 0) throw std::runtime_error("pipe");
+  pid_t child = -1;
+  if (two_processes) {
+    child = ::fork();
+    if (child < 0) throw std::runtime_error("fork");
+    if (child == 0) {
+      ::close(there[1]);  // the parent's ends: the echo loop ends when the parent closes its own
+      ::close(back[0]);
+      char c;
+      while (::read(there[0], &c, 1) == 1 && ::write(back[1], &c, 1) == 1) {
+      }
+      ::_exit(0);
+    }
+  }
+  int echo_from = two_processes ? back[0] : there[0];
+  std::vector<double> us;
+  for (int i = 0; i < round_trips; ++i) {
+    char c = 'x';
+    auto t0 = std::chrono::steady_clock::now();
+    if (::write(there[1], &c, 1) != 1 || ::read(echo_from, &c, 1) != 1) throw std::runtime_error("pipe round trip");
+    if (!two_processes && (::write(back[1], &c, 1) != 1 || ::read(back[0], &c, 1) != 1)) {
+      throw std::runtime_error("pipe round trip");
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (int fd : {there[0], there[1], back[0], back[1]}) ::close(fd);  // the child reads end-of-file
+  if (child > 0) ::waitpid(child, nullptr, 0);
+  return Summarize(us).p50;
 }
 
 }  // namespace dt::bench

@@ -31,6 +31,11 @@ struct Result {
 // Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line).
 void Report(const Result& r);
 
+// The median time, in microseconds, of a one-byte round trip through two pipes: between two
+// processes (each end wakes the other: what a wake-up costs on this machine) or, with
+// `two_processes` false, written and read back by one thread (the same system calls, no wake-up).
+double PipeRoundTripMicros(bool two_processes, int round_trips);
+
 // A temporary directory removed at exit.
 std::string TempDir(const std::string& tag);
 
