@@ -168,13 +168,10 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
 
 void Coordinator::Persist(RunEntry& run) {
   *run.stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  if (absl::Status s = db_->SaveRun(run.stored); !s.ok()) {
-    DT_LOG(Error) << "cannot persist run " << run.stored.run.run_id() << ": " << s.message();
-  }
+  WriteRecord(run, ++run.persist_sequence, run.stored);
 }
 
-void Coordinator::PersistRanks(RunEntry& run) {
-  if (!run.gen) return;
+void Coordinator::TakeRankProgress(RunEntry& run) {
   Generation& g = *run.gen;
   if (g.health) {
     for (auto& r : g.ranks) {
@@ -183,11 +180,50 @@ void Coordinator::PersistRanks(RunEntry& run) {
     }
     run.stored.run.set_step(g.health->group_step());
   }
-  if (absl::Status s = db_->SaveRanks(run.stored.run.run_id(), g.ranks); !s.ok()) {
-    DT_LOG(Error) << "cannot persist ranks of run " << run.stored.run.run_id() << ": " << s.message();
-  }
   g.ranks_dirty = false;
   g.last_flush = clock_->Now();
+}
+
+void Coordinator::PersistRanks(RunEntry& run) {
+  if (!run.gen) return;
+  TakeRankProgress(run);
+  WriteRanks(run, ++run.persist_sequence, run.stored.run.run_id(), run.gen->ranks);
+}
+
+void Coordinator::FlushProgress(const RunPtr& run) {
+  TakeRankProgress(*run);
+  *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
+  struct Progress {
+    StoredRun stored;
+    std::vector<v1::RankStatus> ranks;
+  };
+  auto progress = std::make_shared<Progress>(Progress{run->stored, run->gen->ranks});
+  uint64_t sequence = ++run->persist_sequence;
+  file_work_->Post(run->stored.run.run_id(), [this, run, progress, sequence] {
+    WriteRanks(*run, sequence, progress->stored.run.run_id(), progress->ranks);
+    WriteRecord(*run, sequence, progress->stored);
+  });
+}
+
+void Coordinator::WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.record_written) return;
+  if (absl::Status s = db_->SaveRun(stored); !s.ok()) {
+    DT_LOG(Error) << "cannot persist run " << stored.run.run_id() << ": " << s.message();
+    return;
+  }
+  run.record_written = sequence;
+}
+
+void Coordinator::WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
+                             const std::vector<v1::RankStatus>& ranks) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.ranks_written) return;
+  if (absl::Status s = db_->SaveRanks(run_id, ranks); !s.ok()) {
+    DT_LOG(Error) << "cannot persist ranks of run " << run_id << ": " << s.message();
+    return;
+  }
+  run.ranks_written = sequence;
 }
 
 v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
@@ -786,6 +822,7 @@ Coordinator::Census Coordinator::TakeCensus() const {
       for (const auto& rank : run->gen->ranks) c.registered_ranks += rank.state() == v1::RankStatus::ACTIVE;
     }
   }
+  c.metric_batches_unstored = MetricBatchesUnstored();
   return c;
 }
 

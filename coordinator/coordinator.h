@@ -95,7 +95,8 @@ class Coordinator {
   // Counts for the coordinator's health metrics.
   struct Census {
     std::map<v1::RunState, int> runs_by_state;
-    int registered_ranks = 0;  // ranks holding an assignment in active runs
+    int registered_ranks = 0;             // ranks holding an assignment in active runs
+    int64_t metric_batches_unstored = 0;  // accepted, not yet stored and delivered
   };
   Census TakeCensus() const;
 
@@ -167,7 +168,18 @@ class Coordinator {
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
 
   // ---- Metrics ----------------------------------------------------------------------------
-  absl::Status IngestMetrics(const v1::MetricBatch& batch);
+  // Validates `batch` and queues it for storage, which runs on the file-work threads, many
+  // batches to one SQLite transaction: a disk that stalls writes (dirty-page writeback, a busy
+  // file system) must hold neither the RPC threads nor the run's lock that heartbeats take.
+  // `stored` runs once the batch is in the state database and handed to watchers and observers
+  // (OK), or storing failed (INTERNAL); it is not called when validation refuses the batch, whose
+  // error is returned: RESOURCE_EXHAUSTED (over 1 MiB), INVALID_ARGUMENT (negative step,
+  // non-finite time, bad metric name, rank outside the world), NOT_FOUND (run),
+  // FAILED_PRECONDITION (generation that does not exist).
+  using MetricsStored = std::function<void(const absl::Status&)>;
+  absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
+  // Batches accepted and not yet stored and delivered (takes no run lock).
+  int64_t MetricBatchesUnstored() const;
   absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(const v1::QueryMetricsRequest& request);
 
  private:
@@ -193,6 +205,14 @@ class Coordinator {
     uint64_t revision ABSL_GUARDED_BY(mu) = 0;
     // Shared with observers (Prometheus, W&B) so a metric batch does not copy the run.
     std::shared_ptr<const v1::Run> observed ABSL_GUARDED_BY(mu);
+    // Orders the run's SQLite writes. Each snapshot of the record or the ranks takes the next
+    // sequence under `mu`; a write whose snapshot is older than the one last written is skipped.
+    // State changes write under `mu`; the periodic progress flush writes its snapshot off the lock
+    // (a disk that stalls writes must not stall the heartbeats and store calls that take `mu`).
+    uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
+    absl::Mutex persist_mu ABSL_ACQUIRED_AFTER(mu);
+    uint64_t record_written ABSL_GUARDED_BY(persist_mu) = 0;
+    uint64_t ranks_written ABSL_GUARDED_BY(persist_mu) = 0;
   };
 
   // A run's lock and the replies decided under it. The destructor releases the lock first and
@@ -249,6 +269,14 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void Persist(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void PersistRanks(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Copies the health tracker's steps and heartbeat times into the rank records.
+  void TakeRankProgress(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Saves the run's progress (ranks and record) from a snapshot, off the run's lock.
+  void FlushProgress(const RunPtr& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // Write the snapshot numbered `sequence` unless a newer one was written (see RunEntry).
+  void WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored);
+  void WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
+                  const std::vector<v1::RankStatus>& ranks);
   v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
@@ -340,6 +368,20 @@ class Coordinator {
   // Observers are a leaf lock: notified under run locks.
   mutable absl::Mutex observers_mu_;
   std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
+  // Metric batches accepted and waiting for the next storage pass (StoreMetricBatches), which is
+  // posted to the file work once per pass.
+  struct UnstoredMetrics {
+    RunPtr run;
+    v1::MetricBatch batch;
+    MetricsStored stored;
+  };
+  void StoreMetricBatches();
+  // Hands a stored batch to the run's metric watchers and to `observers` (Prometheus, W&B).
+  void DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch, const std::vector<RunObserver*>& observers);
+  mutable absl::Mutex metrics_mu_;
+  std::vector<UnstoredMetrics> unstored_metrics_ ABSL_GUARDED_BY(metrics_mu_);
+  bool metrics_pass_posted_ ABSL_GUARDED_BY(metrics_mu_) = false;
+  int64_t metric_batches_unstored_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // accepted, not yet delivered
   // File-system work (checkpoint verification and publication, removals, run.json), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted
   // work while everything it uses still exists.

@@ -9,7 +9,7 @@
 
 namespace dt {
 
-absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
+absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored stored) {
   size_t bytes = batch.ByteSizeLong();
   if (bytes > kMaxMetricBatchBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("metric batch of ", bytes, " bytes exceeds the limit of ",
@@ -28,8 +28,6 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
   absl::StatusOr<RunPtr> found = FindRun(batch.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  Deferred deferred;
-  std::shared_ptr<const v1::Run> observed;
   {
     absl::MutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
@@ -43,11 +41,63 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
       return absl::FailedPreconditionError(
           absl::StrCat("generation ", batch.generation(), " of run ", r.run_id(), " does not exist"));
     }
-    std::vector<const v1::MetricPoint*> points;
-    points.reserve(batch.points_size());
-    for (const auto& p : batch.points()) points.push_back(&p);
-    if (absl::Status s = db_->AppendMetrics(r.run_id(), batch.rank(), points); !s.ok()) return s;
-    for (auto& [id, watcher] : run->watchers) {
+  }
+  absl::MutexLock lock(&metrics_mu_);
+  unstored_metrics_.push_back(UnstoredMetrics{std::move(run), std::move(batch), std::move(stored)});
+  ++metric_batches_unstored_;
+  if (!metrics_pass_posted_) {
+    metrics_pass_posted_ = true;
+    // One key: passes run one at a time, in order, beside other runs' checkpoint work.
+    file_work_->Post("metric storage", [this] { StoreMetricBatches(); });
+  }
+  return absl::OkStatus();
+}
+
+int64_t Coordinator::MetricBatchesUnstored() const {
+  absl::MutexLock lock(&metrics_mu_);
+  return metric_batches_unstored_;
+}
+
+void Coordinator::StoreMetricBatches() {
+  std::vector<UnstoredMetrics> pass;
+  {
+    absl::MutexLock lock(&metrics_mu_);
+    pass.swap(unstored_metrics_);
+    metrics_pass_posted_ = false;  // what arrives from now on waits for the next pass
+  }
+  std::vector<StateDb::MetricAppend> appends;
+  appends.reserve(pass.size());
+  for (const UnstoredMetrics& u : pass) {
+    appends.push_back(StateDb::MetricAppend{&u.batch.run_id(), u.batch.rank(), &u.batch});
+  }
+  absl::Status status = db_->AppendMetricBatches(appends);
+  // Delivery is a second stage, so the next pass commits while this one reaches Prometheus, W&B
+  // (a spool append) and the streams; one key keeps the passes in order.
+  auto delivered = std::make_shared<std::vector<UnstoredMetrics>>(std::move(pass));
+  file_work_->Post("metric delivery", [this, delivered, status] {
+    std::vector<RunObserver*> observers;
+    if (status.ok()) {
+      absl::MutexLock lock(&observers_mu_);
+      observers = observers_list_;
+    }
+    for (UnstoredMetrics& u : *delivered) {
+      if (status.ok()) DeliverMetrics(*u.run, u.batch, observers);
+      {
+        absl::MutexLock lock(&metrics_mu_);
+        --metric_batches_unstored_;
+      }
+      u.stored(status);
+    }
+  });
+}
+
+void Coordinator::DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch,
+                                 const std::vector<RunObserver*>& observers) {
+  Deferred deferred;
+  std::shared_ptr<const v1::Run> observed;
+  {
+    absl::MutexLock lock(&run.mu);
+    for (auto& [id, watcher] : run.watchers) {
       if (!watcher.metrics) continue;
       WatchCallback cb = watcher.callback;
       for (const auto& p : batch.points()) {
@@ -61,15 +111,9 @@ absl::Status Coordinator::IngestMetrics(const v1::MetricBatch& batch) {
         deferred.Add([cb, update = std::move(update)] { cb(update); });
       }
     }
-    observed = run->observed;
-  }
-  std::vector<RunObserver*> observers;
-  {
-    absl::MutexLock lock(&observers_mu_);
-    observers = observers_list_;
+    observed = run.observed;
   }
   for (RunObserver* o : observers) o->OnMetrics(*observed, batch);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::QueryMetricsRequest& request) {

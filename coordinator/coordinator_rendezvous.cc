@@ -703,10 +703,7 @@ void Coordinator::CheckHealth() {
       FailGeneration(*run, VerdictFailure(*run, *verdict), deferred);
       continue;
     }
-    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) {
-      PersistRanks(*run);
-      Persist(*run);
-    }
+    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) FlushProgress(run);
   }
 }
 

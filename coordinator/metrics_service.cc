@@ -5,7 +5,7 @@ namespace dt {
 namespace {
 
 // Stores each batch before reading the next, so a client that sees the stream end OK knows every
-// batch was stored.
+// batch was stored. Storage completes on a file-work thread, which resumes the stream.
 class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
  public:
   MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out)
@@ -28,14 +28,19 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
       Done(s);
       return;
     }
-    if (absl::Status s = deps_.coordinator->IngestMetrics(batch_); !s.ok()) {
-      Done(s);
-      return;
-    }
-    out_->set_batches_accepted(out_->batches_accepted() + 1);
-    out_->set_points_accepted(out_->points_accepted() + batch_.points_size());
-    batch_.Clear();
-    StartRead(&batch_);
+    int points = batch_.points_size();
+    // The next read waits until this batch is stored; storage runs off this (polling) thread.
+    absl::Status accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points](const absl::Status& s) {
+      if (!s.ok()) {
+        Done(s);
+        return;
+      }
+      out_->set_batches_accepted(out_->batches_accepted() + 1);
+      out_->set_points_accepted(out_->points_accepted() + points);
+      batch_.Clear();
+      StartRead(&batch_);
+    });
+    if (!accepted.ok()) Done(accepted);
   }
 
   void OnCancel() override {}

@@ -34,7 +34,7 @@ const Histogram::BucketBoundaries& CheckpointBuckets() {
 
 }  // namespace
 
-// Runs by state and registered ranks, counted from the coordinator at scrape time.
+// Runs by state, registered ranks and unstored metric batches, counted from the coordinator at scrape time.
 class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
  public:
   explicit CensusCollectable(const Coordinator* c) : coordinator_(c) {}
@@ -56,7 +56,15 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
     prometheus::ClientMetric m;
     m.gauge.value = census.registered_ranks;
     ranks.metric.push_back(m);
-    return {runs, ranks};
+    prometheus::MetricFamily unstored{"dt_coordinator_metric_batches_unstored",
+                                      "Metric batches accepted and not yet in the state database (grows while "
+                                      "the disk under --state-dir stalls writes)",
+                                      prometheus::MetricType::Gauge,
+                                      {}};
+    prometheus::ClientMetric u;
+    u.gauge.value = static_cast<double>(census.metric_batches_unstored);
+    unstored.metric.push_back(u);
+    return {runs, ranks, unstored};
   }
 
  private:

@@ -233,27 +233,63 @@ absl::Status StateDb::DeleteCheckpoint(const std::string& run_id, int64_t step) 
 
 absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
                                     const std::vector<const v1::MetricPoint*>& points) {
-  if (points.empty()) return absl::OkStatus();
   v1::MetricBatch batch;
-  int64_t first = points.front()->step(), last = first;
-  for (const v1::MetricPoint* p : points) {
-    *batch.add_points() = *p;
-    first = std::min(first, p->step());
-    last = std::max(last, p->step());
-  }
-  std::string blob;
-  batch.SerializeToString(&blob);
-  absl::MutexLock lock(&mu_);
+  for (const v1::MetricPoint* p : points) *batch.add_points() = *p;
+  return AppendMetricBatches({MetricAppend{&run_id, rank, &batch}});
+}
+
+absl::Status StateDb::InsertMetricRow(const std::string& run_id, int32_t rank, int64_t first_step, int64_t last_step,
+                                      const std::string& points) {
   sqlite3_stmt* st =
       Prepare("INSERT INTO metric_batches(run_id, rank, first_step, last_step, points) VALUES(?1, ?2, ?3, ?4, ?5)");
   if (st == nullptr) return Error("prepare AppendMetrics");
   StatementReset reset{st};
   BindText(st, 1, run_id);
   sqlite3_bind_int(st, 2, rank);
-  sqlite3_bind_int64(st, 3, first);
-  sqlite3_bind_int64(st, 4, last);
-  sqlite3_bind_blob(st, 5, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 3, first_step);
+  sqlite3_bind_int64(st, 4, last_step);
+  sqlite3_bind_blob(st, 5, points.data(), static_cast<int>(points.size()), SQLITE_STATIC);
   if (sqlite3_step(st) != SQLITE_DONE) return Error("insert metrics");
+  return absl::OkStatus();
+}
+
+absl::Status StateDb::AppendMetricBatches(const std::vector<MetricAppend>& appends) {
+  // Serialised before the lock: the points field alone is what QueryMetrics decodes.
+  struct Row {
+    int64_t first = 0, last = 0;
+    std::string blob;
+  };
+  std::vector<Row> rows(appends.size());
+  bool any = false;
+  for (size_t i = 0; i < appends.size(); ++i) {
+    const v1::MetricBatch& batch = *appends[i].batch;
+    if (batch.points().empty()) continue;
+    any = true;
+    Row& row = rows[i];
+    row.first = row.last = batch.points(0).step();
+    v1::MetricBatch points_only;
+    *points_only.mutable_points() = batch.points();
+    for (const v1::MetricPoint& p : batch.points()) {
+      row.first = std::min(row.first, p.step());
+      row.last = std::max(row.last, p.step());
+    }
+    points_only.SerializeToString(&row.blob);
+  }
+  if (!any) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
+  for (size_t i = 0; i < appends.size(); ++i) {
+    if (rows[i].blob.empty()) continue;
+    absl::Status s = InsertMetricRow(*appends[i].run_id, appends[i].rank, rows[i].first, rows[i].last, rows[i].blob);
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK;");
+      return s;
+    }
+  }
+  if (absl::Status s = Exec("COMMIT;"); !s.ok()) {
+    (void)Exec("ROLLBACK;");
+    return s;
+  }
   return absl::OkStatus();
 }
 

@@ -50,6 +50,15 @@ class StateDb {
   // One transaction for the whole batch.
   absl::Status AppendMetrics(const std::string& run_id, int32_t rank,
                              const std::vector<const v1::MetricPoint*>& points);
+  // The points of many ranks' batches, one row per batch, in one transaction: the coordinator
+  // stores what arrived while the previous transaction committed together (one WAL append and
+  // one commit, not one per batch). All or none are stored.
+  struct MetricAppend {
+    const std::string* run_id;
+    int32_t rank;
+    const v1::MetricBatch* batch;  // its points; the other fields are not stored
+  };
+  absl::Status AppendMetricBatches(const std::vector<MetricAppend>& appends);
 
   absl::StatusOr<std::vector<LoadedRun>> LoadRuns();
   struct MetricQuery {
@@ -75,6 +84,8 @@ class StateDb {
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   sqlite3_stmt* Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertMetricRow(const std::string& run_id, int32_t rank, int64_t first_step, int64_t last_step,
+                               const std::string& points) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);

@@ -179,7 +179,7 @@ void Apply(World& w, Call& call) {
     case Call::kListCheckpoints:
       return Answered(c.ListCheckpoints(call.list_checkpoints().run_id()).status(), "ListCheckpoints");
     case Call::kReportMetrics:
-      return Answered(c.IngestMetrics(call.report_metrics()), "ReportMetrics");
+      return Answered(c.IngestMetrics(call.report_metrics(), [](const absl::Status&) {}), "ReportMetrics");
     case Call::kQueryMetrics:
       return Answered(c.QueryMetrics(call.query_metrics()), "QueryMetrics");
     case Call::kAdvanceMs:

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
+#include <sqlite3.h>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,16 @@ class IntegrationTest : public ::testing::Test {
     o.host = "host-" + node;
     o.pid = 4242;
     return std::make_unique<Agent>(coord_.Client(run.run_token()), o);
+  }
+
+  // One ReportMetrics stream carrying `batch`; its final status.
+  static grpc::Status ReportBatch(CoordinatorClient& client, const v1::MetricBatch& batch, absl::Duration timeout) {
+    auto ctx = client.Context(timeout);
+    v1::ReportMetricsResponse resp;
+    auto writer = client.metrics().ReportMetrics(ctx.get(), &resp);
+    writer->Write(batch);
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   // Registers nodes × ppn agents concurrently; returns them ordered by rank.
@@ -631,17 +642,77 @@ TEST_F(IntegrationTest, MetricsAreStoredAndQueryable) {
   EXPECT_EQ(r->records(0).step(), 1);
   EXPECT_DOUBLE_EQ(r->records(19).value(), 0.5);
   // A malformed batch is refused with the reason, over the stream.
-  auto ctx = admin_->Context(absl::Seconds(5));
-  v1::ReportMetricsResponse resp;
-  auto writer = admin_->metrics().ReportMetrics(ctx.get(), &resp);
   v1::MetricBatch bad;
   bad.set_run_id(run.run_id());
   bad.set_rank(5);
-  writer->Write(bad);
-  writer->WritesDone();
-  grpc::Status st = writer->Finish();
+  grpc::Status st = ReportBatch(*admin_, bad, absl::Seconds(5));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("rank 5"), std::string::npos);
+}
+
+// A disk that stalls writes (dirty-page writeback, a busy shared file system) held the run's lock
+// and the gRPC threads while a metric batch was stored: heartbeats and store calls waited seconds
+// and the watchdog could fail healthy ranks. Here another connection holds the state database's
+// write lock (SQLite's own locking) while a batch is being stored: heartbeats and store calls of
+// the same run still answer, and the batch is stored, the stream ending OK, once the lock is gone.
+TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForTheDisk) {
+  auto run = Submit("slow-disk", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  agents[0]->StartHeartbeats([](const std::string&) {});  // the watchdog's timeout here is 1 s
+  auto session = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), agents[0]->generation(), 0);
+  ASSERT_TRUE(session.ok()) << session.status();
+
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(JoinPath(tmp_.Sub("state"), "dtcoord.db").c_str(), &holder), SQLITE_OK);
+  absl::Cleanup close_holder = [holder] { sqlite3_close(holder); };
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr), SQLITE_OK);
+
+  std::shared_ptr<CoordinatorClient> client = coord_.Client(run.run_token());
+  grpc::Status stream_status;
+  std::thread sender([&] {
+    v1::MetricBatch batch;
+    batch.set_run_id(run.run_id());
+    batch.set_rank(0);
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(7);
+    (*p->mutable_values())["loss"] = 2.5;
+    stream_status = ReportBatch(*client, batch, absl::Seconds(60));
+  });
+  absl::Cleanup join_sender = [&sender] {
+    if (sender.joinable()) sender.join();
+  };
+  // The batch was accepted and waits for the database.
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (coord_.coordinator().MetricBatchesUnstored() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
+
+  // SQLite's busy timeout is 5 s: before this fix, each call below waited for it to expire.
+  v1::HeartbeatRequest hb;
+  hb.set_run_id(run.run_id());
+  hb.set_generation(agents[0]->generation());
+  hb.set_rank(0);
+  hb.set_incarnation(agents[0]->incarnation());
+  hb.set_step(3);
+  auto answered = Call(*client, &v1::RendezvousService::Stub::Heartbeat, client->rendezvous(), hb, absl::Seconds(3));
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_EQ(answered->directive(), v1::HeartbeatResponse::CONTINUE);
+  ASSERT_TRUE((*session)->Set("during-stall", "yes").ok());
+  EXPECT_EQ(*(*session)->Get("during-stall"), "yes");
+  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
+
+  ASSERT_EQ(sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sender.join();
+  ASSERT_TRUE(stream_status.ok()) << stream_status.error_message();
+  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 0);
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run.run_id());
+  auto stored = Call(*admin_, &v1::MetricsService::Stub::QueryMetrics, admin_->metrics(), q, absl::Seconds(5));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->records_size(), 1);
+  EXPECT_EQ(stored->records(0).step(), 7);
+  EXPECT_DOUBLE_EQ(stored->records(0).value(), 2.5);
 }
 
 // A request gRPC cannot parse gets INVALID_ARGUMENT naming the method, not UNIMPLEMENTED.

@@ -85,6 +85,40 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
   EXPECT_TRUE(query("", 0)->records.empty());
 }
 
+// The coordinator stores what arrived during the previous commit in one transaction: batches of
+// different runs and ranks, each read back under its own run and rank; a batch without points
+// adds nothing.
+TEST(StateDb, BatchesOfManyRunsAndRanksAreStoredTogether) {
+  testing::TempDir tmp;
+  auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
+  ASSERT_TRUE(db.ok());
+  std::string a = "r-a", b = "r-b";
+  v1::MetricBatch a0, a1, b0, empty;
+  for (auto [batch, step, loss] : {std::tuple{&a0, 4, 1.0}, std::tuple{&a1, 5, 2.0}, std::tuple{&b0, 9, 3.0}}) {
+    v1::MetricPoint* p = batch->add_points();
+    p->set_step(step);
+    (*p->mutable_values())["loss"] = loss;
+  }
+  ASSERT_TRUE((*db)->AppendMetricBatches({{&a, 0, &a0}, {&a, 1, &a1}, {&b, 0, &empty}, {&b, 3, &b0}}).ok());
+  StateDb::MetricQuery q;
+  q.run_id = a;
+  q.limit = 10;
+  auto got = (*db)->QueryMetrics(q);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->records.size(), 2u);
+  EXPECT_EQ(got->records[0].rank(), 0);
+  EXPECT_EQ(got->records[0].step(), 4);
+  EXPECT_EQ(got->records[1].rank(), 1);
+  EXPECT_EQ(got->records[1].value(), 2.0);
+  q.run_id = b;
+  got = (*db)->QueryMetrics(q);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->records.size(), 1u);
+  EXPECT_EQ(got->records[0].rank(), 3);
+  EXPECT_EQ(got->records[0].step(), 9);
+  EXPECT_EQ(got->batches_read, 1);
+}
+
 // Many batches of two ranks, steps 0..n-1, each batch covering 10 steps of one rank.
 void FillHistory(StateDb& db, const std::string& run, int steps) {
   for (int rank = 0; rank < 2; ++rank) {

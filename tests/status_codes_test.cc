@@ -2,6 +2,7 @@
 // real coordinator, one case each; and a check that this table and the protos name the same
 // (RPC, code) pairs, so neither the documentation nor the behaviour can drift from the other.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <fstream>
@@ -332,6 +333,7 @@ std::string CodeName(Code c) {
       {Code::RESOURCE_EXHAUSTED, "RESOURCE_EXHAUSTED"},
       {Code::FAILED_PRECONDITION, "FAILED_PRECONDITION"},
       {Code::ABORTED, "ABORTED"},
+      {Code::INTERNAL, "INTERNAL"},
       {Code::UNAVAILABLE, "UNAVAILABLE"},
       {Code::DATA_LOSS, "DATA_LOSS"},
       {Code::UNAUTHENTICATED, "UNAUTHENTICATED"},
@@ -872,6 +874,19 @@ void MetricsRpcs(std::vector<Case>& t) {
                [](Env& e) { return ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0, 1100 * 1024)}); }});
   t.push_back({r, Code::FAILED_PRECONDITION,
                [](Env& e) { return ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 8, 0)}); }});
+  // A state database that cannot take the write: another connection holds its write lock for
+  // longer than the coordinator's busy timeout (5 s), as a failing or hung disk would.
+  t.push_back({r, Code::INTERNAL, [](Env& e) {
+                 sqlite3* holder = nullptr;
+                 if (sqlite3_open(JoinPath(e.tmp.Sub("state"), "dtcoord.db").c_str(), &holder) != SQLITE_OK) {
+                   sqlite3_close(holder);
+                   return Code::UNKNOWN;
+                 }
+                 bool locked = sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr) == SQLITE_OK;
+                 Code code = locked ? ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0)}) : Code::UNKNOWN;
+                 sqlite3_close(holder);  // rolls the empty transaction back
+                 return code;
+               }});
   RunScoped(t, r,
             [](Env&, CoordinatorClient& c, const std::string& run) { return ReportMetrics(c, {Batch(run, 0, 0)}); });
 
@@ -1065,7 +1080,7 @@ INSTANTIATE_TEST_SUITE_P(EveryListedCode, StatusCodeTest, ::testing::ValuesIn(Ta
 std::set<std::pair<std::string, std::string>> DocumentedCodes() {
   static const std::regex code_word(
       "\\b(OK|CANCELLED|INVALID_ARGUMENT|DEADLINE_EXCEEDED|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|"
-      "RESOURCE_EXHAUSTED|FAILED_PRECONDITION|ABORTED|UNAVAILABLE|DATA_LOSS|UNAUTHENTICATED)\\b");
+      "RESOURCE_EXHAUSTED|FAILED_PRECONDITION|ABORTED|INTERNAL|UNAVAILABLE|DATA_LOSS|UNAUTHENTICATED)\\b");
   static const std::regex list_line("^//\\s+(OK|[A-Z_]+)(\\s|;|$|\\s*/)");
   static const std::regex service_line("^service (\\w+)");
   static const std::regex rpc_line("^rpc (\\w+)\\(");
