@@ -193,15 +193,18 @@ void Coordinator::PersistRanks(RunEntry& run) {
 void Coordinator::FlushProgress(const RunPtr& run) {
   TakeRankProgress(*run);
   *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  struct Progress {
-    StoredRun stored;
-    std::vector<v1::RankStatus> ranks;
-  };
-  auto progress = std::make_shared<Progress>(Progress{run->stored, run->gen->ranks});
-  uint64_t sequence = ++run->persist_sequence;
-  file_work_->Post(run->stored.run.run_id(), [this, run, progress, sequence] {
-    WriteRanks(*run, sequence, progress->stored.run.run_id(), progress->ranks);
-    WriteRecord(*run, sequence, progress->stored);
+  bool task_waiting = run->unwritten_progress != nullptr;
+  run->unwritten_progress =
+      std::make_shared<ProgressSnapshot>(ProgressSnapshot{++run->persist_sequence, run->stored, run->gen->ranks});
+  if (task_waiting) return;
+  file_work_->Post(run->stored.run.run_id(), [this, run] {
+    std::shared_ptr<ProgressSnapshot> progress;
+    {
+      absl::MutexLock lock(&run->mu);
+      progress.swap(run->unwritten_progress);
+    }
+    WriteRanks(*run, progress->sequence, progress->stored.run.run_id(), progress->ranks);
+    WriteRecord(*run, progress->sequence, progress->stored);
   });
 }
 

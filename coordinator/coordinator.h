@@ -79,11 +79,12 @@ class Coordinator {
   absl::Status Load();
   // Starts the periodic health check on the timer queue.
   void Start();
-  // Fails every waiting call with UNAVAILABLE (the server is going away), stops the checks, and
-  // waits for checkpoint verifications in flight (they notify observers when they finish).
+  // Fails every waiting call with UNAVAILABLE (the server is going away), refuses new metric
+  // batches (UNAVAILABLE), stops the checks, and waits for the file work in flight: checkpoint
+  // verifications (they notify observers when they finish), metric storage, progress flushes.
   void Shutdown();
   // Returns once the file work posted so far has run: checkpoint publication, the removal of
-  // retired checkpoints and aborted rounds, run.json.
+  // retired checkpoints and aborted rounds, run.json, metric storage and progress flushes.
   void AwaitFileWork();
 
   const CoordinatorOptions& options() const { return options_; }
@@ -175,7 +176,7 @@ class Coordinator {
   // (OK), or storing failed (INTERNAL); it is not called when validation refuses the batch, whose
   // error is returned: RESOURCE_EXHAUSTED (over 1 MiB), INVALID_ARGUMENT (negative step,
   // non-finite time, bad metric name, rank outside the world), NOT_FOUND (run),
-  // FAILED_PRECONDITION (generation that does not exist).
+  // FAILED_PRECONDITION (generation that does not exist), UNAVAILABLE (shutting down).
   using MetricsStored = std::function<void(const absl::Status&)>;
   absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
   // Batches accepted and not yet stored and delivered (takes no run lock).
@@ -185,6 +186,12 @@ class Coordinator {
  private:
   struct CheckpointRound;
   struct Generation;
+  // The run's progress (record and rank table) as of `sequence`, for a write off the run's lock.
+  struct ProgressSnapshot {
+    uint64_t sequence = 0;
+    StoredRun stored;
+    std::vector<v1::RankStatus> ranks;
+  };
   // One run's state; every field but the mutex is guarded by it. Defined here (not with the other
   // parts in coordinator_internal.h) so clang's thread-safety analysis sees `mu` in the
   // ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu) contracts below.
@@ -210,6 +217,9 @@ class Coordinator {
     // State changes write under `mu`; the periodic progress flush writes its snapshot off the lock
     // (a disk that stalls writes must not stall the heartbeats and store calls that take `mu`).
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
+    // The newest progress snapshot no flush task has taken yet. A flush posts a task only when
+    // none waits, so a stalled disk leaves one snapshot per run queued, not one per period.
+    std::shared_ptr<ProgressSnapshot> unwritten_progress ABSL_GUARDED_BY(mu);
     absl::Mutex persist_mu ABSL_ACQUIRED_AFTER(mu);
     uint64_t record_written ABSL_GUARDED_BY(persist_mu) = 0;
     uint64_t ranks_written ABSL_GUARDED_BY(persist_mu) = 0;
@@ -382,7 +392,8 @@ class Coordinator {
   std::vector<UnstoredMetrics> unstored_metrics_ ABSL_GUARDED_BY(metrics_mu_);
   bool metrics_pass_posted_ ABSL_GUARDED_BY(metrics_mu_) = false;
   int64_t metric_batches_unstored_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // accepted, not yet delivered
-  // File-system work (checkpoint verification and publication, removals, run.json), off the run
+  // File-system work (checkpoint verification and publication, removals, run.json, the periodic
+  // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted
   // work while everything it uses still exists.
   std::unique_ptr<FileWorkQueue> file_work_;

@@ -29,6 +29,13 @@ absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored sto
   if (!found.ok()) return found.status();
   RunPtr run = *found;
   {
+    // Shutdown drains the file work: a stream fed without end would keep it from returning.
+    absl::MutexLock lock(&registry_mu_);
+    if (shutting_down_) {
+      return absl::UnavailableError("the coordinator is shutting down; send the batch again to its replacement");
+    }
+  }
+  {
     absl::MutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
     int world = WorldSize(r.spec());

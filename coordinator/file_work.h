@@ -1,7 +1,8 @@
 // File-system work of the coordinator (verifying and publishing checkpoints, removing aborted
-// rounds and retired checkpoints, writing run.json), done off the run locks and off the timer
-// thread: on NFS or Lustre one unlink can take seconds, and the health check takes every run's
-// lock. The caller decides under its lock what to do and posts it here.
+// rounds and retired checkpoints, writing run.json, SQLite writes of metrics and periodic
+// progress), done off the run locks, the RPC threads and the timer thread: on NFS or Lustre one
+// unlink can take seconds, a disk under writeback pressure stalls a commit as long, and the
+// health check takes every run's lock. The caller decides under its lock what to do and posts it here.
 //
 // Work posted under one key (a run id) runs in the order posted, one task at a time, so a
 // retention pass never races the publication of the next checkpoint of that run; different

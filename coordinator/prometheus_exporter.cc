@@ -57,7 +57,7 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
     m.gauge.value = census.registered_ranks;
     ranks.metric.push_back(m);
     prometheus::MetricFamily unstored{"dt_coordinator_metric_batches_unstored",
-                                      "Metric batches accepted and not yet in the state database (grows while "
+                                      "Metric batches accepted and not yet stored and delivered (grows while "
                                       "the disk under --state-dir stalls writes)",
                                       prometheus::MetricType::Gauge,
                                       {}};

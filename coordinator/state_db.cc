@@ -128,6 +128,14 @@ absl::Status StateDb::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
+absl::Status StateDb::Commit() {
+  absl::Status s = Exec("COMMIT;");
+  // A failed COMMIT (a full disk, an I/O error) can leave the transaction open, and every later
+  // BEGIN would fail until a restart.
+  if (!s.ok()) (void)Exec("ROLLBACK;");
+  return s;
+}
+
 sqlite3_stmt* StateDb::Prepare(const char* sql) {
   for (auto& [text, st] : cache_) {
     if (text == sql) return st;
@@ -192,7 +200,7 @@ absl::Status StateDb::SaveRanks(const std::string& run_id, const std::vector<v1:
       return s;
     }
   }
-  return Exec("COMMIT;");
+  return Commit();
 }
 
 absl::Status StateDb::AddFailure(const std::string& run_id, const v1::Failure& failure) {
@@ -286,11 +294,7 @@ absl::Status StateDb::AppendMetricBatches(const std::vector<MetricAppend>& appen
       return s;
     }
   }
-  if (absl::Status s = Exec("COMMIT;"); !s.ok()) {
-    (void)Exec("ROLLBACK;");
-    return s;
-  }
-  return absl::OkStatus();
+  return Commit();
 }
 
 absl::StatusOr<std::vector<LoadedRun>> StateDb::LoadRuns() {

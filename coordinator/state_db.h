@@ -83,6 +83,7 @@ class StateDb {
   explicit StateDb(sqlite3* db);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // rolls back when COMMIT fails
   sqlite3_stmt* Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertMetricRow(const std::string& run_id, int32_t rank, int64_t first_step, int64_t last_step,
                                const std::string& points) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -665,6 +665,7 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
   sqlite3* holder = nullptr;
   ASSERT_EQ(sqlite3_open(JoinPath(tmp_.Sub("state"), "dtcoord.db").c_str(), &holder), SQLITE_OK);
   absl::Cleanup close_holder = [holder] { sqlite3_close(holder); };
+  sqlite3_busy_timeout(holder, 10'000);  // the coordinator may be mid-write
   ASSERT_EQ(sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr), SQLITE_OK);
 
   std::shared_ptr<CoordinatorClient> client = coord_.Client(run.run_token());

@@ -541,6 +541,59 @@ TEST_F(CoordinatorTest, ALongReportedErrorIsCutAtACharacterBoundary) {
   EXPECT_EQ(parsed.reason().message(), status->reason().message());
 }
 
+// The 2 s progress flush writes its snapshot from the file work, off the run's lock: what the
+// ranks reported is in the database for a restarted coordinator (no state change wrote it).
+TEST_F(CoordinatorTest, ThePeriodicFlushSavesTheRanksProgress) {
+  std::string run = Submit(1, 2);
+  auto a = RegisterAll(run, 1, 2);
+  ASSERT_TRUE(Beat(run, a[0], 5).ok());
+  ASSERT_TRUE(Beat(run, a[1], 7).ok());
+  Advance(absl::Seconds(3));
+  coord_->AwaitFileWork();
+  Reopen();
+  auto status = coord_->GetRun(run);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->ranks_size(), 2);
+  EXPECT_EQ(status->ranks(0).step(), 5);
+  EXPECT_EQ(status->ranks(1).step(), 7);
+}
+
+// Metric batches are stored off the caller's thread; once the coordinator shuts down it takes no
+// more (its file work drains, and a stream fed without end would keep it from returning).
+TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
+  std::string run = Submit(1, 1);
+  RegisterAll(run, 1, 1);
+  v1::MetricBatch batch;
+  batch.set_run_id(run);
+  v1::MetricPoint* p = batch.add_points();
+  p->set_step(4);
+  (*p->mutable_values())["loss"] = 1.5;
+  absl::Notification stored;
+  absl::Status result = absl::UnknownError("not called");
+  ASSERT_TRUE(coord_
+                  ->IngestMetrics(batch,
+                                  [&](const absl::Status& s) {
+                                    result = s;
+                                    stored.Notify();
+                                  })
+                  .ok());
+  ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(result.ok()) << result;
+  EXPECT_EQ(coord_->MetricBatchesUnstored(), 0);
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run);
+  auto page = coord_->QueryMetrics(q);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->records_size(), 1);
+  EXPECT_EQ(page->records(0).step(), 4);
+
+  coord_->Shutdown();
+  absl::Status refused =
+      coord_->IngestMetrics(batch, [](const absl::Status&) { ADD_FAILURE() << "stored after shutdown"; });
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("shutting down"), std::string::npos) << refused;
+}
+
 // The admin's dtctl passes a run's job id to scancel and squeue: a run token must not be able to
 // record "--user=root" (scancel would cancel every job of root) or terminal escapes.
 TEST_F(CoordinatorTest, AttachLaunchTakesOnlyTheSchedulersJobIdForm) {

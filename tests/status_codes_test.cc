@@ -882,6 +882,7 @@ void MetricsRpcs(std::vector<Case>& t) {
                    sqlite3_close(holder);
                    return Code::UNKNOWN;
                  }
+                 sqlite3_busy_timeout(holder, 10'000);  // the coordinator may be mid-write
                  bool locked = sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr) == SQLITE_OK;
                  Code code = locked ? ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0)}) : Code::UNKNOWN;
                  sqlite3_close(holder);  // rolls the empty transaction back
