@@ -888,6 +888,11 @@ void MetricsRpcs(std::vector<Case>& t) {
                  sqlite3_close(holder);  // rolls the empty transaction back
                  return code;
                }});
+  // The coordinator shutting down (its server still answering): batches are refused.
+  t.push_back({r, Code::UNAVAILABLE, [](Env& e) {
+                 e.coord->coordinator().Shutdown();
+                 return ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0)});
+               }});
   RunScoped(t, r,
             [](Env&, CoordinatorClient& c, const std::string& run) { return ReportMetrics(c, {Batch(run, 0, 0)}); });
 
