@@ -239,13 +239,6 @@ absl::Status StateDb::DeleteCheckpoint(const std::string& run_id, int64_t step) 
   return absl::OkStatus();
 }
 
-absl::Status StateDb::AppendMetrics(const std::string& run_id, int32_t rank,
-                                    const std::vector<const v1::MetricPoint*>& points) {
-  v1::MetricBatch batch;
-  for (const v1::MetricPoint* p : points) *batch.add_points() = *p;
-  return AppendMetricBatches({MetricAppend{&run_id, rank, &batch}});
-}
-
 absl::Status StateDb::InsertMetricRow(const std::string& run_id, int32_t rank, int64_t first_step, int64_t last_step,
                                       const std::string& points) {
   sqlite3_stmt* st =

@@ -47,9 +47,6 @@ class StateDb {
   absl::Status AddFailure(const std::string& run_id, const v1::Failure& failure);
   absl::Status SaveCheckpoint(const std::string& run_id, const v1::CheckpointInfo& info);
   absl::Status DeleteCheckpoint(const std::string& run_id, int64_t step);
-  // One transaction for the whole batch.
-  absl::Status AppendMetrics(const std::string& run_id, int32_t rank,
-                             const std::vector<const v1::MetricPoint*>& points);
   // The points of many ranks' batches, one row per batch, in one transaction: the coordinator
   // stores what arrived while the previous transaction committed together (one WAL append and
   // one commit, not one per batch). All or none are stored.

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
-#include <sqlite3.h>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -662,11 +661,8 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
   auto session = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), agents[0]->generation(), 0);
   ASSERT_TRUE(session.ok()) << session.status();
 
-  sqlite3* holder = nullptr;
-  ASSERT_EQ(sqlite3_open(JoinPath(tmp_.Sub("state"), "dtcoord.db").c_str(), &holder), SQLITE_OK);
-  absl::Cleanup close_holder = [holder] { sqlite3_close(holder); };
-  sqlite3_busy_timeout(holder, 10'000);  // the coordinator may be mid-write
-  ASSERT_EQ(sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  testing::StateDbWriteLock disk_stall(tmp_.Sub("state"));
+  ASSERT_TRUE(disk_stall.held());
 
   std::shared_ptr<CoordinatorClient> client = coord_.Client(run.run_token());
   grpc::Status stream_status;
@@ -683,10 +679,7 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
     if (sender.joinable()) sender.join();
   };
   // The batch was accepted and waits for the database.
-  absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (coord_.coordinator().MetricBatchesUnstored() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.coordinator().MetricBatchesUnstored() > 0; }, absl::Seconds(30)));
   ASSERT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
 
   // SQLite's busy timeout is 5 s: before this fix, each call below waited for it to expire.
@@ -703,7 +696,7 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
   EXPECT_EQ(*(*session)->Get("during-stall"), "yes");
   EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
 
-  ASSERT_EQ(sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
+  disk_stall.Release();
   sender.join();
   ASSERT_TRUE(stream_status.ok()) << stream_status.error_message();
   EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 0);

@@ -8,6 +8,13 @@
 namespace dt {
 namespace {
 
+// One batch of `points` from `rank`, as the coordinator's storage pass writes it.
+absl::Status Append(StateDb& db, const std::string& run_id, int32_t rank, const std::vector<v1::MetricPoint>& points) {
+  v1::MetricBatch batch;
+  for (const v1::MetricPoint& p : points) *batch.add_points() = p;
+  return db.AppendMetricBatches({StateDb::MetricAppend{&run_id, rank, &batch}});
+}
+
 TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
   testing::TempDir tmp;
   std::string path = JoinPath(tmp.path(), "state.db");
@@ -47,9 +54,9 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
     p.set_time(1.5);
     (*p.mutable_values())["loss"] = 2.5;
     (*p.mutable_values())["lr"] = 0.1;
-    ASSERT_TRUE((*db)->AppendMetrics("r-0000000000000001", 1, {&p}).ok());
+    ASSERT_TRUE(Append(**db, "r-0000000000000001", 1, {p}).ok());
     (*p.mutable_values())["loss"] = 2.25;  // resent or re-logged: replaces
-    ASSERT_TRUE((*db)->AppendMetrics("r-0000000000000001", 1, {&p}).ok());
+    ASSERT_TRUE(Append(**db, "r-0000000000000001", 1, {p}).ok());
   }
   auto db = StateDb::Open(path);  // a restarted coordinator
   ASSERT_TRUE(db.ok());
@@ -124,14 +131,12 @@ void FillHistory(StateDb& db, const std::string& run, int steps) {
   for (int rank = 0; rank < 2; ++rank) {
     for (int first = 0; first < steps; first += 10) {
       std::vector<v1::MetricPoint> points(10);
-      std::vector<const v1::MetricPoint*> ptrs;
       for (int i = 0; i < 10; ++i) {
         points[i].set_step(first + i);
         (*points[i].mutable_values())["loss"] = 100.0 - first - i;
         (*points[i].mutable_values())["lr"] = 0.001;
-        ptrs.push_back(&points[i]);
       }
-      ASSERT_TRUE(db.AppendMetrics(run, rank, ptrs).ok());
+      ASSERT_TRUE(Append(db, run, rank, points).ok());
     }
   }
 }
@@ -172,7 +177,7 @@ TEST(StateDb, ASmallLimitReadsOnlyTheBatchesItNeeds) {
   v1::MetricPoint resent;
   resent.set_step(0);
   (*resent.mutable_values())["loss"] = -1;  // re-logged later: the newest value wins
-  ASSERT_TRUE((*db)->AppendMetrics("r-1", 0, {&resent}).ok());
+  ASSERT_TRUE(Append(**db, "r-1", 0, {resent}).ok());
   StateDb::MetricQuery q;
   q.run_id = "r-1";
   q.name = "loss";

@@ -2,7 +2,6 @@
 // real coordinator, one case each; and a check that this table and the protos name the same
 // (RPC, code) pairs, so neither the documentation nor the behaviour can drift from the other.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <atomic>
 #include <fstream>
@@ -877,16 +876,8 @@ void MetricsRpcs(std::vector<Case>& t) {
   // A state database that cannot take the write: another connection holds its write lock for
   // longer than the coordinator's busy timeout (5 s), as a failing or hung disk would.
   t.push_back({r, Code::INTERNAL, [](Env& e) {
-                 sqlite3* holder = nullptr;
-                 if (sqlite3_open(JoinPath(e.tmp.Sub("state"), "dtcoord.db").c_str(), &holder) != SQLITE_OK) {
-                   sqlite3_close(holder);
-                   return Code::UNKNOWN;
-                 }
-                 sqlite3_busy_timeout(holder, 10'000);  // the coordinator may be mid-write
-                 bool locked = sqlite3_exec(holder, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr) == SQLITE_OK;
-                 Code code = locked ? ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0)}) : Code::UNKNOWN;
-                 sqlite3_close(holder);  // rolls the empty transaction back
-                 return code;
+                 testing::StateDbWriteLock disk_stall(e.tmp.Sub("state"));
+                 return disk_stall.held() ? ReportMetrics(*e.run_client, {Batch(e.run.run_id(), 0, 0)}) : Code::UNKNOWN;
                }});
   // The coordinator shutting down (its server still answering): batches are refused.
   t.push_back({r, Code::UNAVAILABLE, [](Env& e) {

@@ -1,6 +1,7 @@
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -65,6 +66,21 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   return true;
+}
+
+StateDbWriteLock::StateDbWriteLock(const std::string& state_dir) {
+  if (sqlite3_open(JoinPath(state_dir, "dtcoord.db").c_str(), &db_) != SQLITE_OK) return;
+  sqlite3_busy_timeout(db_, 10'000);  // the coordinator may be mid-write
+  held_ = sqlite3_exec(db_, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr) == SQLITE_OK;
+}
+
+StateDbWriteLock::~StateDbWriteLock() { Release(); }
+
+void StateDbWriteLock::Release() {
+  if (held_) sqlite3_exec(db_, "COMMIT;", nullptr, nullptr, nullptr);  // an empty transaction
+  held_ = false;
+  sqlite3_close(db_);  // also after a failed open
+  db_ = nullptr;
 }
 
 CoordinatorProcess::CoordinatorProcess(const std::string& dir, std::vector<std::string> extra_args,

@@ -21,6 +21,8 @@
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
 
+struct sqlite3;
+
 namespace dt::testing {
 
 // A fresh directory under $TMPDIR, removed when the object dies (unless DT_KEEP_TEST_DIRS is set).
@@ -47,6 +49,23 @@ std::string Slurp(const std::string& path);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
+
+// Holds the write lock of a coordinator's state database (<state_dir>/dtcoord.db) from a
+// connection of its own (SQLite's locking), as a disk that stalls every write would, until
+// Release() or destruction. Waits up to 10 s for a write in progress; held() tells.
+class StateDbWriteLock {
+ public:
+  explicit StateDbWriteLock(const std::string& state_dir);
+  ~StateDbWriteLock();
+  StateDbWriteLock(const StateDbWriteLock&) = delete;
+  StateDbWriteLock& operator=(const StateDbWriteLock&) = delete;
+  bool held() const { return held_; }
+  void Release();
+
+ private:
+  sqlite3* db_ = nullptr;
+  bool held_ = false;
+};
 
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
 class CoordinatorProcess;
