@@ -172,13 +172,17 @@ class Coordinator {
   // Validates `batch` and queues it for storage, which runs on the file-work threads, many
   // batches to one SQLite transaction: a disk that stalls writes (dirty-page writeback, a busy
   // file system) must hold neither the RPC threads nor the run's lock that heartbeats take.
-  // `stored` runs once the batch is in the state database and handed to watchers and observers
-  // (OK), or storing failed (INTERNAL); it is not called when validation refuses the batch, whose
+  // `stored` runs once the batch is in the state database (OK), or storing failed (INTERNAL);
+  // delivery to watchers and observers follows, and while more than
+  // kMaxUndeliveredMetricBatches wait for it, `stored` waits for the batch's delivery too. It is
+  // not called when validation refuses the batch, whose
   // error is returned: RESOURCE_EXHAUSTED (over 1 MiB), INVALID_ARGUMENT (negative step,
   // non-finite time, bad metric name, rank outside the world), NOT_FOUND (run),
   // FAILED_PRECONDITION (generation that does not exist), UNAVAILABLE (shutting down).
   using MetricsStored = std::function<void(const absl::Status&)>;
   absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
+  // Stored batches waiting for delivery beyond which a batch's `stored` waits for its delivery.
+  static constexpr int64_t kMaxUndeliveredMetricBatches = 256;
   // Batches accepted and not yet stored and delivered (takes no run lock).
   int64_t MetricBatchesUnstored() const;
   absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(const v1::QueryMetricsRequest& request);

@@ -1,5 +1,6 @@
 // Metric ingestion and history.
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
@@ -78,6 +79,19 @@ void Coordinator::StoreMetricBatches() {
     appends.push_back(StateDb::MetricAppend{&u.batch.run_id(), u.batch.rank(), &u.batch});
   }
   absl::Status status = db_->AppendMetricBatches(appends);
+  // The streams read their next batch as soon as this one is stored (an OK stream means stored),
+  // so storage and delivery overlap: waiting for delivery as well left each stream one whole
+  // hand-over behind (metric ingest 44k -> 65-82k points/s here). While more than
+  // kMaxUndeliveredMetricBatches wait for delivery, the streams wait for it too, which bounds the
+  // memory a slow observer (a W&B spool on a busy disk) can make batches hold.
+  bool resume_now;
+  {
+    absl::MutexLock lock(&metrics_mu_);
+    resume_now = !status.ok() || metric_batches_unstored_ <= kMaxUndeliveredMetricBatches;
+  }
+  if (resume_now) {
+    for (UnstoredMetrics& u : pass) std::exchange(u.stored, nullptr)(status);
+  }
   // Delivery is a second stage, so the next pass commits while this one reaches Prometheus, W&B
   // (a spool append) and the streams; one key keeps the passes in order.
   auto delivered = std::make_shared<std::vector<UnstoredMetrics>>(std::move(pass));
@@ -93,7 +107,7 @@ void Coordinator::StoreMetricBatches() {
         absl::MutexLock lock(&metrics_mu_);
         --metric_batches_unstored_;
       }
-      u.stored(status);
+      if (u.stored) u.stored(status);
     }
   });
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "common/fs.h"
@@ -579,7 +580,8 @@ TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
                   .ok());
   ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(result.ok()) << result;
-  EXPECT_EQ(coord_->MetricBatchesUnstored(), 0);
+  // Delivery may trail storage.
+  EXPECT_TRUE(testing::WaitFor([&] { return coord_->MetricBatchesUnstored() == 0; }, absl::Seconds(30)));
   v1::QueryMetricsRequest q;
   q.set_run_id(run);
   auto page = coord_->QueryMetrics(q);
@@ -592,6 +594,93 @@ TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
       coord_->IngestMetrics(batch, [](const absl::Status&) { ADD_FAILURE() << "stored after shutdown"; });
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
   EXPECT_NE(refused.message().find("shutting down"), std::string::npos) << refused;
+}
+
+// Holds every metric delivery until released, counting the batches it saw.
+class HeldMetricObserver : public RunObserver {
+ public:
+  void OnRunChanged(const v1::Run&) override {}
+  void OnMetrics(const v1::Run&, const v1::MetricBatch&) override {
+    absl::MutexLock lock(&mu_);
+    ++delivered_;
+    mu_.Await(absl::Condition(&released_));
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+  int delivered() {
+    absl::MutexLock lock(&mu_);
+    return delivered_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int delivered_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A stream reads its next batch once the last is stored, not once Prometheus and W&B have it (a
+// slow observer would hold every stream), but no further than kMaxUndeliveredMetricBatches
+// ahead of delivery: a stalled observer cannot make the coordinator hold batches without bound.
+TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBound) {
+  HeldMetricObserver observer;
+  coord_->AddObserver(&observer);
+  // Also when an assertion returns early: the coordinator's file work drains as it goes, and it
+  // must be gone before the observer is.
+  absl::Cleanup release = [&] {
+    observer.Release();
+    coord_.reset();
+  };
+  std::string run = Submit(1, 1);
+  RegisterAll(run, 1, 1);
+  auto batch = [&](int step) {
+    v1::MetricBatch b;
+    b.set_run_id(run);
+    v1::MetricPoint* p = b.add_points();
+    p->set_step(step);
+    (*p->mutable_values())["loss"] = 1.0 / step;
+    return b;
+  };
+  absl::Mutex mu;
+  int stored = 0;
+  auto count = [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    absl::MutexLock lock(&mu);
+    ++stored;
+  };
+  auto stored_count = [&] {
+    absl::MutexLock lock(&mu);
+    return stored;
+  };
+  // The first batch is stored while its delivery is held.
+  ASSERT_TRUE(coord_->IngestMetrics(batch(1), count).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return stored_count() == 1 && observer.delivered() == 1; }, absl::Seconds(30)));
+  // Batches that each wait for the last to be stored, as a stream's do, up to the bound.
+  const int64_t bound = Coordinator::kMaxUndeliveredMetricBatches;
+  for (int step = 2; step <= bound; ++step) {
+    ASSERT_TRUE(coord_->IngestMetrics(batch(step), count).ok());
+    ASSERT_TRUE(testing::WaitFor([&] { return stored_count() == step; }, absl::Seconds(30))) << step;
+  }
+  auto records = [&] {
+    v1::QueryMetricsRequest q;
+    q.set_run_id(run);
+    auto page = coord_->QueryMetrics(q);
+    EXPECT_TRUE(page.ok()) << page.status();
+    return page.ok() ? page->records_size() : -1;
+  };
+  // One past the bound is stored in SQLite, and its `stored` waits for delivery. (The next batch
+  // goes to the next storage pass, which starts once that batch's pass has decided.)
+  ASSERT_TRUE(coord_->IngestMetrics(batch(bound + 1), count).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return records() == bound + 1; }, absl::Seconds(30)));
+  ASSERT_TRUE(coord_->IngestMetrics(batch(bound + 2), count).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return records() == bound + 2; }, absl::Seconds(30)));
+  EXPECT_EQ(stored_count(), bound);
+  EXPECT_EQ(coord_->MetricBatchesUnstored(), bound + 2);
+  observer.Release();
+  EXPECT_TRUE(testing::WaitFor([&] { return stored_count() == bound + 2 && coord_->MetricBatchesUnstored() == 0; },
+                               absl::Seconds(30)));
+  EXPECT_EQ(observer.delivered(), bound + 2);
 }
 
 // The admin's dtctl passes a run's job id to scancel and squeue: a run token must not be able to
