@@ -181,6 +181,10 @@ class Coordinator {
   // FAILED_PRECONDITION (generation that does not exist), UNAVAILABLE (shutting down).
   using MetricsStored = std::function<void(const absl::Status&)>;
   absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
+  // Runs `then` (on a file-work thread) once every batch whose `stored` ran before this call is
+  // delivered to watchers and observers: a stream ends OK only when W&B's spool has its points,
+  // so a coordinator killed afterwards loses none the client will not send again.
+  void WhenMetricsDelivered(std::function<void()> then);
   // Stored batches waiting for delivery beyond which a batch's `stored` waits for its delivery.
   static constexpr int64_t kMaxUndeliveredMetricBatches = 256;
   // Batches accepted and not yet stored and delivered (takes no run lock).

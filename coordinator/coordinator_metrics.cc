@@ -9,6 +9,12 @@
 #include "coordinator/coordinator_internal.h"
 
 namespace dt {
+namespace {
+
+// Deliveries run one at a time, in the order their passes were stored.
+constexpr char kMetricDeliveryKey[] = "metric delivery";
+
+}  // namespace
 
 absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored stored) {
   size_t bytes = batch.ByteSizeLong();
@@ -89,13 +95,15 @@ void Coordinator::StoreMetricBatches() {
     absl::MutexLock lock(&metrics_mu_);
     resume_now = !status.ok() || metric_batches_unstored_ <= kMaxUndeliveredMetricBatches;
   }
+  std::vector<MetricsStored> resumed;
   if (resume_now) {
-    for (UnstoredMetrics& u : pass) std::exchange(u.stored, nullptr)(status);
+    for (UnstoredMetrics& u : pass) resumed.push_back(std::exchange(u.stored, nullptr));
   }
   // Delivery is a second stage, so the next pass commits while this one reaches Prometheus, W&B
-  // (a spool append) and the streams; one key keeps the passes in order.
+  // (a spool append) and the streams; one key keeps the passes in order. Posted before the
+  // streams resume: a stream that then ends waits for it (WhenMetricsDelivered).
   auto delivered = std::make_shared<std::vector<UnstoredMetrics>>(std::move(pass));
-  file_work_->Post("metric delivery", [this, delivered, status] {
+  file_work_->Post(kMetricDeliveryKey, [this, delivered, status] {
     std::vector<RunObserver*> observers;
     if (status.ok()) {
       absl::MutexLock lock(&observers_mu_);
@@ -110,6 +118,11 @@ void Coordinator::StoreMetricBatches() {
       if (u.stored) u.stored(status);
     }
   });
+  for (MetricsStored& stored : resumed) stored(status);
+}
+
+void Coordinator::WhenMetricsDelivered(std::function<void()> then) {
+  file_work_->Post(kMetricDeliveryKey, std::move(then));
 }
 
 void Coordinator::DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch,

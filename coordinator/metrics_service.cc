@@ -4,8 +4,9 @@
 namespace dt {
 namespace {
 
-// Stores each batch before reading the next, so a client that sees the stream end OK knows every
-// batch was stored. Storage completes on a file-work thread, which resumes the stream.
+// Stores each batch before reading the next, and ends OK once every batch is also delivered
+// (Prometheus, the W&B spool): a client that sees the stream end OK never needs to send again.
+// Storage completes on a file-work thread, which resumes the stream.
 class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
  public:
   MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out)
@@ -20,8 +21,8 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: every batch was stored
-      Done(absl::OkStatus());
+    if (!ok) {  // the client closed its side: every batch was stored, and soon delivered
+      deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); });
       return;
     }
     if (absl::Status s = Coordinator::Authorize(who_, batch_.run_id()); !s.ok()) {

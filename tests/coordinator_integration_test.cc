@@ -42,6 +42,8 @@ EmbeddedOptions FastTimeouts() {
 
 class IntegrationTest : public ::testing::Test {
  protected:
+  // Added to the coordinator by the tests that hold deliveries; declared first, so it outlives it.
+  testing::HeldMetricObserver held_observer_;
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
   EmbeddedCoordinator coord_{tmp_.Sub("state"), FastTimeouts()};
@@ -647,6 +649,41 @@ TEST_F(IntegrationTest, MetricsAreStoredAndQueryable) {
   grpc::Status st = ReportBatch(*admin_, bad, absl::Seconds(5));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("rank 5"), std::string::npos);
+}
+
+// A stream that ended OK is never sent again (MetricsReporter drops what it delivered): it ends
+// only once W&B's spool and Prometheus have every batch, not when the batches are stored, or a
+// coordinator killed in between would lose those points for W&B.
+TEST_F(IntegrationTest, AMetricStreamEndsOkOnlyOnceItsBatchesAreDelivered) {
+  testing::HeldMetricObserver& observer = held_observer_;
+  coord_.coordinator().AddObserver(&observer);
+  auto run = Submit("held-delivery", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  agents[0]->StartHeartbeats([](const std::string&) {});  // the watchdog's timeout here is 1 s
+  std::shared_ptr<CoordinatorClient> client = coord_.Client(run.run_token());
+  absl::Notification ended;
+  grpc::Status stream_status;
+  std::thread sender([&] {
+    v1::MetricBatch batch;
+    batch.set_run_id(run.run_id());
+    batch.set_rank(0);
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(11);
+    (*p->mutable_values())["loss"] = 0.5;
+    stream_status = ReportBatch(*client, batch, absl::Seconds(60));
+    ended.Notify();
+  });
+  absl::Cleanup join_sender = [&] {
+    observer.Release();
+    if (sender.joinable()) sender.join();
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return observer.delivered() == 1; }, absl::Seconds(30)));
+  // Stored (the stream read on and saw the client close), its delivery held: no answer yet.
+  EXPECT_FALSE(ended.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  observer.Release();
+  ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_TRUE(stream_status.ok()) << stream_status.error_message();
+  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 0);
 }
 
 // A disk that stalls writes (dirty-page writeback, a busy shared file system) held the run's lock

@@ -596,35 +596,11 @@ TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
   EXPECT_NE(refused.message().find("shutting down"), std::string::npos) << refused;
 }
 
-// Holds every metric delivery until released, counting the batches it saw.
-class HeldMetricObserver : public RunObserver {
- public:
-  void OnRunChanged(const v1::Run&) override {}
-  void OnMetrics(const v1::Run&, const v1::MetricBatch&) override {
-    absl::MutexLock lock(&mu_);
-    ++delivered_;
-    mu_.Await(absl::Condition(&released_));
-  }
-  void Release() {
-    absl::MutexLock lock(&mu_);
-    released_ = true;
-  }
-  int delivered() {
-    absl::MutexLock lock(&mu_);
-    return delivered_;
-  }
-
- private:
-  absl::Mutex mu_;
-  bool released_ ABSL_GUARDED_BY(mu_) = false;
-  int delivered_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
 // A stream reads its next batch once the last is stored, not once Prometheus and W&B have it (a
 // slow observer would hold every stream), but no further than kMaxUndeliveredMetricBatches
 // ahead of delivery: a stalled observer cannot make the coordinator hold batches without bound.
 TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBound) {
-  HeldMetricObserver observer;
+  testing::HeldMetricObserver observer;
   coord_->AddObserver(&observer);
   // Also when an assertion returns early: the coordinator's file work drains as it goes, and it
   // must be gone before the observer is.

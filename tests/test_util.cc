@@ -68,6 +68,22 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   return true;
 }
 
+void HeldMetricObserver::OnMetrics(const v1::Run&, const v1::MetricBatch&) {
+  absl::MutexLock lock(&mu_);
+  ++delivered_;
+  mu_.Await(absl::Condition(&released_));
+}
+
+void HeldMetricObserver::Release() {
+  absl::MutexLock lock(&mu_);
+  released_ = true;
+}
+
+int HeldMetricObserver::delivered() {
+  absl::MutexLock lock(&mu_);
+  return delivered_;
+}
+
 StateDbWriteLock::StateDbWriteLock(const std::string& state_dir) {
   if (sqlite3_open(JoinPath(state_dir, "dtcoord.db").c_str(), &db_) != SQLITE_OK) return;
   sqlite3_busy_timeout(db_, 10'000);  // the coordinator may be mid-write

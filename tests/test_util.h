@@ -15,11 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
+#include "coordinator/observers.h"
 
 struct sqlite3;
 
@@ -65,6 +67,21 @@ class StateDbWriteLock {
  private:
   sqlite3* db_ = nullptr;
   bool held_ = false;
+};
+
+// A coordinator observer that holds every metric delivery until Release(), as a W&B spool on a
+// stalled disk would, counting the batches handed to it.
+class HeldMetricObserver : public RunObserver {
+ public:
+  void OnRunChanged(const v1::Run&) override {}
+  void OnMetrics(const v1::Run&, const v1::MetricBatch&) override;
+  void Release();
+  int delivered();  // batches handed over (the one being held included)
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  int delivered_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The dtcoord binary on 127.0.0.1:<free port> with its own state dir, for end-to-end tests.
