@@ -85,8 +85,8 @@ void StreamBatches(ClientOptions options, const v1::SubmitRunResponse& run, int 
   }
 }
 
-// Accepted means stored; delivery (Prometheus, the W&B spool, watchers) may trail it by up to
-// kMaxUndeliveredMetricBatches batches: waits until the coordinator's /metrics says none waits.
+// Every stream that ended OK was delivered (Prometheus, the W&B spool, watchers); this checks
+// that the coordinator's /metrics agrees (no batch waits) before the time is taken.
 bool AwaitDelivered(const std::string& state) {
   std::string url = absl::StrCat("http://", ReadFile(JoinPath(state, "metrics.addr")).value_or(""));
   url.erase(url.find_last_not_of("\n") + 1);

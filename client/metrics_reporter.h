@@ -23,7 +23,8 @@ class MetricsReporter {
 
   void Add(int64_t step, const std::map<std::string, double>& values, double unix_time = -1);
   void Summary(const std::map<std::string, double>& values);
-  // Sends everything queued and waits until the coordinator stored it (or `timeout`).
+  // Sends everything queued and waits until the coordinator stored and delivered it (Prometheus,
+  // the W&B spool), or `timeout`.
   absl::Status Flush(absl::Duration timeout);
 
   int64_t delivered() const;

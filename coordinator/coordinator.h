@@ -182,8 +182,9 @@ class Coordinator {
   using MetricsStored = std::function<void(const absl::Status&)>;
   absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
   // Runs `then` (on a file-work thread) once every batch whose `stored` ran before this call is
-  // delivered to watchers and observers: a stream ends OK only when W&B's spool has its points,
-  // so a coordinator killed afterwards loses none the client will not send again.
+  // delivered to watchers and observers: a stream ends OK only once its points were handed to
+  // Prometheus and the W&B spool, so a coordinator killed afterwards has not lost points that the
+  // client will never send again (what a failing spool append drops is counted as dropped).
   void WhenMetricsDelivered(std::function<void()> then);
   // Stored batches waiting for delivery beyond which a batch's `stored` waits for its delivery.
   static constexpr int64_t kMaxUndeliveredMetricBatches = 256;
@@ -399,7 +400,8 @@ class Coordinator {
   mutable absl::Mutex metrics_mu_;
   std::vector<UnstoredMetrics> unstored_metrics_ ABSL_GUARDED_BY(metrics_mu_);
   bool metrics_pass_posted_ ABSL_GUARDED_BY(metrics_mu_) = false;
-  int64_t metric_batches_unstored_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // accepted, not yet delivered
+  int64_t metric_batches_unstored_ ABSL_GUARDED_BY(metrics_mu_) = 0;     // accepted, not yet delivered
+  int64_t metric_batches_undelivered_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // stored, not yet delivered
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted

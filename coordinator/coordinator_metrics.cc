@@ -85,15 +85,16 @@ void Coordinator::StoreMetricBatches() {
     appends.push_back(StateDb::MetricAppend{&u.batch.run_id(), u.batch.rank(), &u.batch});
   }
   absl::Status status = db_->AppendMetricBatches(appends);
-  // The streams read their next batch as soon as this one is stored (an OK stream means stored),
-  // so storage and delivery overlap: waiting for delivery as well left each stream one whole
-  // hand-over behind (metric ingest 44k -> 65-82k points/s here). While more than
-  // kMaxUndeliveredMetricBatches wait for delivery, the streams wait for it too, which bounds the
-  // memory a slow observer (a W&B spool on a busy disk) can make batches hold.
+  // The streams read their next batch as soon as this one is stored, so storage and delivery
+  // overlap: waiting for delivery as well left each stream one whole hand-over behind (metric
+  // ingest 41k -> 51k points/s here). While more than kMaxUndeliveredMetricBatches wait for
+  // delivery, the streams wait for it too, which bounds the memory a slow observer (a W&B spool
+  // on a busy disk) can make batches hold. (A stream still ends OK only after delivery.)
   bool resume_now;
   {
     absl::MutexLock lock(&metrics_mu_);
-    resume_now = !status.ok() || metric_batches_unstored_ <= kMaxUndeliveredMetricBatches;
+    if (status.ok()) metric_batches_undelivered_ += static_cast<int64_t>(pass.size());
+    resume_now = !status.ok() || metric_batches_undelivered_ <= kMaxUndeliveredMetricBatches;
   }
   std::vector<MetricsStored> resumed;
   if (resume_now) {
@@ -114,6 +115,7 @@ void Coordinator::StoreMetricBatches() {
       {
         absl::MutexLock lock(&metrics_mu_);
         --metric_batches_unstored_;
+        if (status.ok()) --metric_batches_undelivered_;
       }
       if (u.stored) u.stored(status);
     }

@@ -5,7 +5,7 @@ namespace dt {
 namespace {
 
 // Stores each batch before reading the next, and ends OK once every batch is also delivered
-// (Prometheus, the W&B spool): a client that sees the stream end OK never needs to send again.
+// (Prometheus, the W&B spool): the client does not send again what an OK stream carried.
 // Storage completes on a file-work thread, which resumes the stream.
 class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
  public:

@@ -678,7 +678,7 @@ TEST_F(IntegrationTest, AMetricStreamEndsOkOnlyOnceItsBatchesAreDelivered) {
     if (sender.joinable()) sender.join();
   };
   ASSERT_TRUE(testing::WaitFor([&] { return observer.delivered() == 1; }, absl::Seconds(30)));
-  // Stored (the stream read on and saw the client close), its delivery held: no answer yet.
+  // The batch is stored and its delivery held: the stream has not ended.
   EXPECT_FALSE(ended.WaitForNotificationWithTimeout(absl::Seconds(2)));
   observer.Release();
   ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));

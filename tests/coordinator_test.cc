@@ -602,12 +602,6 @@ TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
 TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBound) {
   testing::HeldMetricObserver observer;
   coord_->AddObserver(&observer);
-  // Also when an assertion returns early: the coordinator's file work drains as it goes, and it
-  // must be gone before the observer is.
-  absl::Cleanup release = [&] {
-    observer.Release();
-    coord_.reset();
-  };
   std::string run = Submit(1, 1);
   RegisterAll(run, 1, 1);
   auto batch = [&](int step) {
@@ -628,6 +622,12 @@ TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBoun
   auto stored_count = [&] {
     absl::MutexLock lock(&mu);
     return stored;
+  };
+  // Also when an assertion returns early: the coordinator's file work drains as it goes (calling
+  // `count`), and it must be gone before the observer and `count`'s state are.
+  absl::Cleanup release = [&] {
+    observer.Release();
+    coord_.reset();
   };
   // The first batch is stored while its delivery is held.
   ASSERT_TRUE(coord_->IngestMetrics(batch(1), count).ok());
@@ -657,6 +657,39 @@ TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBoun
   EXPECT_TRUE(testing::WaitFor([&] { return stored_count() == bound + 2 && coord_->MetricBatchesUnstored() == 0; },
                                absl::Seconds(30)));
   EXPECT_EQ(observer.delivered(), bound + 2);
+}
+
+// A stream ends (WhenMetricsDelivered, asked once its last batch is stored) only after that
+// batch's delivery, even when the batch was stored long before it is delivered.
+TEST_F(CoordinatorTest, AStreamsEndWaitsForTheDeliveryOfItsLastBatch) {
+  testing::HeldMetricObserver observer;
+  coord_->AddObserver(&observer);
+  std::string run = Submit(1, 1);
+  RegisterAll(run, 1, 1);
+  absl::Notification stored, ended;
+  absl::Cleanup release = [&] {
+    observer.Release();
+    coord_.reset();
+  };
+  v1::MetricBatch batch;
+  batch.set_run_id(run);
+  v1::MetricPoint* p = batch.add_points();
+  p->set_step(3);
+  (*p->mutable_values())["loss"] = 0.25;
+  ASSERT_TRUE(coord_
+                  ->IngestMetrics(batch,
+                                  [&](const absl::Status& s) {
+                                    EXPECT_TRUE(s.ok()) << s;
+                                    // As MetricsReader does when the client then closes its side.
+                                    coord_->WhenMetricsDelivered([&] { ended.Notify(); });
+                                    stored.Notify();
+                                  })
+                  .ok());
+  ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(testing::WaitFor([&] { return observer.delivered() == 1; }, absl::Seconds(30)));
+  EXPECT_FALSE(ended.HasBeenNotified());  // the delivery is held
+  observer.Release();
+  EXPECT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
 // The admin's dtctl passes a run's job id to scancel and squeue: a run token must not be able to
