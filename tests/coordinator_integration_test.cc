@@ -73,6 +73,17 @@ class IntegrationTest : public ::testing::Test {
     return std::make_unique<Agent>(coord_.Client(run.run_token()), o);
   }
 
+  // Rank 0's batch of one point: `loss` at `step`.
+  static v1::MetricBatch LossBatch(const std::string& run_id, int64_t step, double loss) {
+    v1::MetricBatch batch;
+    batch.set_run_id(run_id);
+    batch.set_rank(0);
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(step);
+    (*p->mutable_values())["loss"] = loss;
+    return batch;
+  }
+
   // One ReportMetrics stream carrying `batch`; its final status.
   static grpc::Status ReportBatch(CoordinatorClient& client, const v1::MetricBatch& batch, absl::Duration timeout) {
     auto ctx = client.Context(timeout);
@@ -664,13 +675,7 @@ TEST_F(IntegrationTest, AMetricStreamEndsOkOnlyOnceItsBatchesAreDelivered) {
   absl::Notification ended;
   grpc::Status stream_status;
   std::thread sender([&] {
-    v1::MetricBatch batch;
-    batch.set_run_id(run.run_id());
-    batch.set_rank(0);
-    v1::MetricPoint* p = batch.add_points();
-    p->set_step(11);
-    (*p->mutable_values())["loss"] = 0.5;
-    stream_status = ReportBatch(*client, batch, absl::Seconds(60));
+    stream_status = ReportBatch(*client, LossBatch(run.run_id(), 11, 0.5), absl::Seconds(60));
     ended.Notify();
   });
   absl::Cleanup join_sender = [&] {
@@ -703,15 +708,7 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
 
   std::shared_ptr<CoordinatorClient> client = coord_.Client(run.run_token());
   grpc::Status stream_status;
-  std::thread sender([&] {
-    v1::MetricBatch batch;
-    batch.set_run_id(run.run_id());
-    batch.set_rank(0);
-    v1::MetricPoint* p = batch.add_points();
-    p->set_step(7);
-    (*p->mutable_values())["loss"] = 2.5;
-    stream_status = ReportBatch(*client, batch, absl::Seconds(60));
-  });
+  std::thread sender([&] { stream_status = ReportBatch(*client, LossBatch(run.run_id(), 7, 2.5), absl::Seconds(60)); });
   absl::Cleanup join_sender = [&sender] {
     if (sender.joinable()) sender.join();
   };
