@@ -55,10 +55,8 @@ Coordinator StartCoordinator(const std::string& dir, const std::string& metrics_
   for (int i = 0; i < 200 && ReadFile(JoinPath(state, "dtcoord.addr")).value_or("").empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  c.address = ReadFile(JoinPath(state, "dtcoord.addr")).value_or("");
-  c.address.erase(c.address.find_last_not_of("\n") + 1);
-  c.token = ReadFile(JoinPath(state, "admin.token")).value_or("");
-  c.token.erase(c.token.find_last_not_of("\n") + 1);
+  c.address = ReadLine(JoinPath(state, "dtcoord.addr"));
+  c.token = ReadLine(JoinPath(state, "admin.token"));
   if (c.address.empty()) throw std::runtime_error("dtcoord did not start");
   return c;
 }

@@ -14,8 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/crypto.h"
+#include "common/fs.h"
 
 namespace dt::bench {
 
@@ -54,6 +56,10 @@ void Report(const Result& r) {
       {"name", r.name}, {"value", r.value}, {"unit", r.unit}, {"anchor", r.anchor}, {"anchor_value", r.anchor_value},
       {"ratio", ratio}, {"goal", r.goal},   {"met", met}};
   std::ofstream(out, std::ios::app) << j.dump() << "\n";
+}
+
+std::string ReadLine(const std::string& path) {
+  return std::string(absl::StripTrailingAsciiWhitespace(ReadFile(path).value_or("")));
 }
 
 std::string TempDir(const std::string& tag) {

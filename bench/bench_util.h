@@ -39,4 +39,8 @@ double PipeRoundTripMicros(bool two_processes, int round_trips);
 // A temporary directory removed at exit.
 std::string TempDir(const std::string& tag);
 
+// A one-line file's text without its newline (dtcoord's address and admin token files); "" when
+// it cannot be read.
+std::string ReadLine(const std::string& path);
+
 }  // namespace dt::bench

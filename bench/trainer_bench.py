@@ -32,6 +32,8 @@ PY = "/usr/bin/python3"
 ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
 QUICK = os.environ.get("DT_BENCH_QUICK") == "1"
+# Launch rounds each side: an odd count in quick mode, so the median is a round, not the mean of two.
+LAUNCH_REPEATS = 3 if QUICK else 4
 WORK = tempfile.mkdtemp(prefix="dt-bench-trainer-")
 
 
@@ -151,11 +153,10 @@ def torchrun(procs, args, first_step_only=False):
 
 def launch_to_first_step():
     coord = Coordinator()
-    repeats = 3 if QUICK else 4  # an odd count in quick mode: a median, not the mean of two
     dt_times, py_times = [], []
     # One unmeasured launch each first: dt's token cache (shared by experiments on the same data)
     # and both sides' binaries and libraries in the page cache, as on a user's second run.
-    for i in range(-1, repeats):
+    for i in range(-1, LAUNCH_REPEATS):
         name = "launch-%d" % i
         start = time.perf_counter()
         run = dt_submit(coord, name, 2, ["--model", "tiny", "--seq-len", "64", "--max-steps", "1", "--log-freq", "1"])
@@ -203,7 +204,6 @@ def free_port():
 
 def exec_launch():
     coord = Coordinator()
-    repeats = 3 if QUICK else 4  # an odd count in quick mode: a median, not the mean of two
     script = [EXAMPLE, "--steps", "1", "--ckpt-every", "0"]
     dt_times, agent_store_times, torchrun_times, bare_times = [], [], [], []
 
@@ -221,7 +221,7 @@ def exec_launch():
         dt_wait(coord, run["run_id"])
         return elapsed
 
-    for i in range(-1, repeats):  # one unmeasured round first: libraries in the page cache
+    for i in range(-1, LAUNCH_REPEATS):  # one unmeasured round first: libraries in the page cache
         dt_times.append(dt_run("exec-%d" % i))
         # dtrun --agent-store (DT_AGENT_STORE=1): the workers' TCPStore in dtrun-store, as torchrun's agent.
         agent_store_times.append(dt_run("exec-agent-%d" % i, {"DT_AGENT_STORE": "1"}))
