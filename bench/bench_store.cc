@@ -39,6 +39,7 @@
 #include "client/coordinator_store.h"
 #include "client/store_session.h"
 #include "common/crypto.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
@@ -220,6 +221,13 @@ int ClientMain(int argc, char** argv) {
     auto session = StoreSession::Open(*client, run, 0, -1);
     if (!session.ok()) throw std::runtime_error(session.status().ToString());
     dt_store = c10::make_intrusive<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
+    // The clients are the ranks of one node, as a trainer's are: their adds go out together, as
+    // the agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here).
+    if (std::string ranks = Env("DT_BENCH_NODE_RANKS"); !ranks.empty() && Env("DT_NODE_RELAY") != "0") {
+      auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
+      if (!combiner.ok()) throw std::runtime_error(combiner.status().ToString());
+      dt_store->CombineAddsWith(std::move(*combiner));
+    }
     c10d::TCPStoreOptions o;
     o.port = tcp_port;
     o.isServer = false;
@@ -295,7 +303,8 @@ class ClientPool {
           std::vector<std::string>{JoinPath(ExecutableDir(), "bench_store"), "client", mode, coord.address(), run,
                                    token, std::to_string(tcp_port), std::to_string(c), std::to_string(iterations),
                                    ready, JoinPath(dir_, absl::StrCat("go-", c)), Out(c)},
-          std::map<std::string, std::string>{}, JoinPath(dir_, absl::StrCat("client-", c, ".log"))));
+          std::map<std::string, std::string>{{"DT_BENCH_NODE_RANKS", std::to_string(clients)}},
+          JoinPath(dir_, absl::StrCat("client-", c, ".log"))));
     }
     AwaitReady();
   }

@@ -435,4 +435,15 @@ absl::StatusOr<std::unique_ptr<StoreSession>> Agent::OpenStore() {
   return StoreSession::Open(client_, options_.run_id, generation(), rank());
 }
 
+std::unique_ptr<StoreCombiner> Agent::OpenStoreCombiner() {
+  if (assignment_.local_world_size() <= 1 || options_.node.empty() || !options_.node_relay) return nullptr;
+  absl::StatusOr<std::unique_ptr<StoreCombiner>> opened =
+      StoreCombiner::Open(options_.run_id, generation(), options_.node, assignment_.local_world_size());
+  if (!opened.ok()) {
+    DT_LOG(Warning) << "store adds go without the node's combiner: " << opened.status().message();
+    return nullptr;
+  }
+  return std::move(*opened);
+}
+
 }  // namespace dt

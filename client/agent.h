@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/node_relay.h"
+#include "client/store_combiner.h"
 #include "client/store_session.h"
 #include "common/host.h"
 
@@ -32,8 +33,8 @@ struct AgentOptions {
   std::string version;
   v1::WorldView expected;             // all zero: accept the run's shape
   std::optional<int> scheduler_task;  // SLURM_PROCID under srun
-  // Ranks of one node share barrier outcomes in memory (client/node_relay.h); DT_NODE_RELAY=0 in
-  // the environment turns it off.
+  // Ranks of one node share barrier outcomes (client/node_relay.h) and carry each other's store adds
+  // (client/store_combiner.h) in memory; DT_NODE_RELAY=0 in the environment turns both off.
   bool node_relay = true;
 };
 
@@ -101,6 +102,10 @@ class Agent {
   // the checkpoint at `final_step` every rank agreed on; 0 for a run that is done.
   absl::Status Leave(int64_t final_step, int preempted_by = 0);
   absl::StatusOr<std::unique_ptr<StoreSession>> OpenStore();
+  // The node's store combiner for this rank (client/store_combiner.h): null with one rank on the
+  // node, with the node relay turned off (DT_NODE_RELAY=0), or when it cannot be opened (logged);
+  // the store then sends its adds itself.
+  std::unique_ptr<StoreCombiner> OpenStoreCombiner();
 
  private:
   v1::ReportErrorRequest ErrorRequest(const std::string& message, const std::string& exception_type,

@@ -39,7 +39,10 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
-  absl::StatusOr<int64_t> v = session_->Add(key, value);
+  absl::StatusOr<int64_t> v =
+      combiner_ && session_->Quiescent()
+          ? combiner_->Add(key, value, [this](v1::StoreRequest r) { return session_->CallCarrying(std::move(r)); })
+          : session_->Add(key, value);
   Check(v.status(), "add");
   return *v;
 }

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "client/store_combiner.h"
 #include "client/store_session.h"
 
 namespace dt {
@@ -13,6 +14,10 @@ namespace dt {
 class CoordinatorStore : public c10d::Store {
  public:
   CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout);
+
+  // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), except
+  // when this store has sets still unanswered (the add then goes behind them on its own stream).
+  void CombineAddsWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
@@ -27,6 +32,7 @@ class CoordinatorStore : public c10d::Store {
 
  private:
   std::unique_ptr<StoreSession> session_;
+  std::unique_ptr<StoreCombiner> combiner_;
 };
 
 }  // namespace dt

@@ -1,11 +1,7 @@
 #include "client/node_relay.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -14,19 +10,15 @@
 #include <climits>
 #include <cstring>
 #include <functional>
-#include <thread>
+#include <new>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
-#include "common/fs.h"
+#include "client/node_segment.h"
 #include "common/utf8.h"
 
 namespace dt {
 namespace {
 
-constexpr uint64_t kMagic = 0x796c616c65722d74;  // "t-relay"; the layout's version is in the name
 constexpr int kSlots = 64;
 constexpr size_t kMessageBytes = 1024;
 // Members whose arrival a slot holds back for the node's last arrival to carry.
@@ -51,18 +43,12 @@ struct Slot {
 };
 
 struct NodeRelay::Segment {
-  std::atomic<uint64_t> magic;     // set last by the creator: the rest is initialised
-  std::atomic<uint32_t> epoch;     // bumped by InterruptWaiters
-  std::atomic<uint32_t> attached;  // processes (agents) that opened it
-  int32_t ranks_on_node;           // set by the creator
-  pthread_mutex_t mu;              // process-shared and robust: a rank killed while holding it does not block the node
+  std::atomic<uint32_t> epoch;  // bumped by InterruptWaiters
+  pthread_mutex_t mu;           // process-shared and robust: a rank killed while holding it does not block the node
   Slot slots[kSlots];
 };
 
 namespace {
-
-static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
-              "shared-memory atomics must be lock-free");
 
 class SegmentLock {
  public:
@@ -75,52 +61,14 @@ class SegmentLock {
   pthread_mutex_t* mu_;
 };
 
-std::string Sanitized(const std::string& s) {
-  std::string out;
-  for (char c : s) out.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_');
-  return out.substr(0, 64);
-}
+// In the segment's name, so that builds with another layout never map this one (a user's program
+// linked against an older client library on the same node goes without a relay instead).
+constexpr int kLayoutVersion = 3;
 
 uint64_t Fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
-}
-
-// In the name, so that builds with another segment layout never map this one (a user's program
-// linked against an older client library on the same node goes without a relay instead).
-constexpr int kLayoutVersion = 2;
-
-std::string SegmentPrefix(const std::string& run_id) {
-  return absl::StrCat("dt-relay", kLayoutVersion, "-", Sanitized(run_id), "-g");
-}
-
-std::string NodeSuffix(const std::string& node) { return absl::StrCat("-", absl::Hex(Fnv1a(node), absl::kZeroPad16)); }
-
-std::string SegmentName(const std::string& run_id, int64_t generation, const std::string& node) {
-  return absl::StrCat(SegmentPrefix(run_id), generation, NodeSuffix(node));
-}
-
-// Segments of this run's earlier generations on this node: their ranks are gone.
-void RemoveEarlierGenerations(const std::string& run_id, int64_t generation, const std::string& node) {
-  std::string prefix = SegmentPrefix(run_id);
-  std::string suffix = NodeSuffix(node);
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (dirent* e = ::readdir(dir)) {
-    absl::string_view name = e->d_name;
-    if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) continue;
-    int64_t g;
-    if (absl::SimpleAtoi(name, &g) && g < generation) ::shm_unlink(absl::StrCat("/", e->d_name).c_str());
-  }
-  ::closedir(dir);
-}
-
-// Waits up to 2 s for `done()`: another opener creating the segment is that far behind at most.
-bool AwaitCreator(const std::function<bool()>& done) {
-  absl::Time give_up = absl::Now() + absl::Seconds(2);
-  while (!done() && absl::Now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return done();
 }
 
 void FreeSlot(Slot& slot) {
@@ -141,68 +89,33 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration ti
 
 absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& run_id, int64_t generation,
                                                            const std::string& node, int ranks_on_node) {
+  absl::StatusOr<std::unique_ptr<NodeSegment>> shared = NodeSegment::Open(
+      "relay", kLayoutVersion, run_id, generation, node, sizeof(Segment), ranks_on_node, [](void* memory) {
+        Segment* seg = new (memory) Segment();
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        pthread_mutex_init(&seg->mu, &attr);
+        pthread_mutexattr_destroy(&attr);
+      });
+  if (!shared.ok()) return shared.status();
   std::unique_ptr<NodeRelay> relay(new NodeRelay());
-  relay->name_ = SegmentName(run_id, generation, node);
-  std::string path = "/" + relay->name_;
-  bool creator = true;
-  int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 && errno == EEXIST) {
-    creator = false;
-    fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  }
-  if (fd < 0) return ErrnoStatus("open shared memory", path, errno);
-  if (creator) {
-    RemoveEarlierGenerations(run_id, generation, node);
-    if (::ftruncate(fd, sizeof(Segment)) != 0) {
-      absl::Status s = ErrnoStatus("size shared memory", path, errno);
-      ::close(fd);
-      ::shm_unlink(path.c_str());
-      return s;
-    }
-  } else {
-    // The creator sizes it right after creating it.
-    bool sized = AwaitCreator([fd] {
-      struct stat st {};
-      return ::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(Segment));
-    });
-    if (!sized) {
-      ::close(fd);
-      return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never sized by its creator"));
-    }
-  }
-  void* mem = ::mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int map_errno = errno;
-  ::close(fd);
-  if (mem == MAP_FAILED) return ErrnoStatus("map shared memory", path, map_errno);
-  relay->segment_ = static_cast<Segment*>(mem);
-  Segment* seg = relay->segment_;
-  if (creator) {
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&seg->mu, &attr);
-    pthread_mutexattr_destroy(&attr);
-    seg->ranks_on_node = ranks_on_node;
-    seg->magic.store(kMagic, std::memory_order_release);
-  } else if (!AwaitCreator([seg] { return seg->magic.load(std::memory_order_acquire) == kMagic; })) {
-    return absl::UnavailableError(absl::StrCat("shared memory ", path, " was never initialised by its creator"));
-  }
-  // Every rank of the node has it mapped: the name is no longer needed.
-  if (static_cast<int>(seg->attached.fetch_add(1, std::memory_order_acq_rel)) + 1 >= ranks_on_node) relay->Unlink();
+  relay->shared_ = std::move(*shared);
+  relay->segment_ = static_cast<Segment*>(relay->shared_->data());
   return relay;
 }
 
-NodeRelay::~NodeRelay() {
-  if (segment_ != nullptr) ::munmap(segment_, sizeof(Segment));
-}
+NodeRelay::~NodeRelay() = default;
+
+const std::string& NodeRelay::name() const { return shared_->name(); }
 
 void NodeRelay::InterruptWaiters() {
   segment_->epoch.fetch_add(1, std::memory_order_acq_rel);
   for (Slot& slot : segment_->slots) FutexWake(&slot.published);
 }
 
-void NodeRelay::Unlink() { ::shm_unlink(("/" + name_).c_str()); }
+void NodeRelay::Unlink() { shared_->Unlink(); }
 
 namespace {
 uint64_t SlotKey(const std::string& name, uint64_t sequence) { return Fnv1a(absl::StrCat(name, "#", sequence)) | 1; }
@@ -234,8 +147,9 @@ NodeRelay::Ticket NodeRelay::Arrive(const std::string& name, uint64_t sequence, 
       }
       // Every rank of the node uses this relay: hold the arrival back for the node's last arrival,
       // which then sends all of them in one message.
-      bool whole_node = static_cast<int>(segment_->attached.load(std::memory_order_acquire)) >= segment_->ranks_on_node;
-      if (whole_node && slot.arrived == segment_->ranks_on_node) {
+      int ranks_on_node = shared_->ranks_on_node();
+      bool whole_node = shared_->attached() >= ranks_on_node;
+      if (whole_node && slot.arrived == ranks_on_node) {
         member.carry.assign(slot.held_back, slot.held_back + slot.held_back_count);
         slot.held_back_count = 0;
       } else if (whole_node && slot.held_back_count < kMaxHeldBack) {

@@ -5,7 +5,7 @@
 // on a futex, for the outcome the holder publishes. A release then costs the coordinator one
 // write per node rather than one per rank, and each member wakes from a futex, not a gRPC read.
 //
-// One POSIX shared-memory segment per (run, generation, node), named from them, holds a small
+// One shared-memory segment per (run, generation, node) (client/node_segment.h) holds a small
 // table of slots keyed by (barrier name, instance). Ranks that do not use the relay (a Python
 // rank, DT_NODE_RELAY=0, a full table) arrive directly and are answered directly; mixing is safe
 // because the coordinator counts ranks, and only ranks that took a slot wait on it. If the holder
@@ -24,6 +24,8 @@
 #include "absl/time/time.h"
 
 namespace dt {
+
+class NodeSegment;
 
 // What a holder publishes: the released instance, or why the barrier failed.
 struct RelayOutcome {
@@ -44,7 +46,7 @@ class NodeRelay {
   NodeRelay& operator=(const NodeRelay&) = delete;
 
   // The segment's name under /dev/shm.
-  const std::string& name() const { return name_; }
+  const std::string& name() const;
 
   enum class Role { kHolder, kMember, kDirect };
   struct Ticket {
@@ -93,8 +95,8 @@ class NodeRelay {
 
  private:
   NodeRelay() = default;
-  std::string name_;
-  Segment* segment_ = nullptr;
+  std::unique_ptr<NodeSegment> shared_;
+  Segment* segment_ = nullptr;  // in shared_
 };
 
 }  // namespace dt

@@ -54,11 +54,20 @@ void StoreSession::Break(absl::Status status) {
 }
 
 absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
+  return Send(std::move(request), true);
+}
+
+bool StoreSession::Quiescent() const {
+  absl::MutexLock lock(&mu_);
+  return unwaited_ == 0 && unwaited_error_.ok();
+}
+
+absl::StatusOr<v1::StoreResponse> StoreSession::Send(v1::StoreRequest request, bool report_unwaited_error) {
   uint64_t id;
   {
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    if (!unwaited_error_.ok()) {
+    if (report_unwaited_error && !unwaited_error_.ok()) {
       absl::Status earlier = std::move(unwaited_error_);
       unwaited_error_ = absl::OkStatus();
       return absl::Status(earlier.code(), absl::StrCat("an earlier set failed: ", earlier.message()));

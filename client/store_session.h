@@ -50,6 +50,13 @@ class StoreSession {
 
   // Sends a request and returns its answer (the id is assigned here).
   absl::StatusOr<v1::StoreResponse> Call(v1::StoreRequest request);
+  // The same for a request carrying other ranks' operations (client/store_combiner.h): a failure
+  // of an earlier set of this session is not theirs, so it stays for this session's next call.
+  absl::StatusOr<v1::StoreResponse> CallCarrying(v1::StoreRequest request) { return Send(std::move(request), false); }
+
+  // No set sent without waiting is unanswered, and no failure of one is unreported: an operation
+  // sent on another stream now cannot overtake anything this session sent.
+  bool Quiescent() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Unanswered sets after which a set waits for the server to catch up (bounds what a failing
   // stream of sets can queue on the server).
@@ -61,6 +68,8 @@ class StoreSession {
  private:
   StoreSession() = default;
   void Break(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Call, reporting a failed earlier set first when `report_unwaited_error`.
+  absl::StatusOr<v1::StoreResponse> Send(v1::StoreRequest request, bool report_unwaited_error);
   // Sends `request`; a failed write breaks the session, and its status is returned.
   absl::Status Write(const v1::StoreRequest& request) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   static v1::StoreRequest BarrierRequest(const std::string& name, uint64_t sequence, absl::Duration timeout);
@@ -69,7 +78,7 @@ class StoreSession {
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StoreRequest, v1::StoreResponse>> stream_;
   absl::Mutex write_mu_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::CondVar answered_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,6 +10,7 @@ namespace dt {
 inline constexpr size_t kMaxKeyBytes = 512;
 inline constexpr size_t kMaxValueBytes = 4 << 20;  // 4 MiB
 inline constexpr int64_t kMaxKeysPerRun = 100'000;
+inline constexpr int kMaxStoreBatchOps = 1024;  // operations in one StoreBatchRequest
 // Store bytes (keys plus values): c10d keeps addresses, counters and NCCL ids there, kilobytes
 // per rank; these leave room for 65,536 ranks and bound what one token can make dtcoord hold.
 inline constexpr int64_t kDefaultStoreBytesPerRun = int64_t{256} << 20;  // 256 MiB

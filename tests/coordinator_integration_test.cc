@@ -16,12 +16,14 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
 #include "client/metrics_reporter.h"
 #include "client/node_relay.h"
 #include "client/store_session.h"
 #include "common/fs.h"
+#include "common/limits.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -483,12 +485,16 @@ TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
   // Sets sent without waiting (the c10d set): seen by later gets on any client, in order, also
   // past the number after which the session waits for the server to catch up.
   const int burst = StoreSession::kMaxUnanswered + 10;
+  EXPECT_TRUE((*s0)->Quiescent());
   for (int i = 0; i < burst; ++i) ASSERT_TRUE((*s0)->SetNoWait(absl::StrCat("nw", i), absl::StrCat(i)).ok());
+  EXPECT_FALSE((*s0)->Quiescent()) << "sets sent without waiting are unanswered";
   EXPECT_EQ(*(*s1)->Get(absl::StrCat("nw", burst - 1), absl::Seconds(5)), absl::StrCat(burst - 1));
   EXPECT_EQ(*(*s0)->Get("nw0", absl::Seconds(5)), "0");
+  EXPECT_TRUE((*s0)->Quiescent()) << "the get was answered after every set";
   // A failed one is answered; the session reports it on a later call, then carries on.
   ASSERT_TRUE((*s0)->SetNoWait(std::string(600, 'k'), "v").ok());
   EXPECT_EQ(*(*s0)->Get("nw1", absl::Seconds(5)), "1");  // answered after the failed set
+  EXPECT_FALSE((*s0)->Quiescent()) << "a failed set not yet reported";
   auto reported = (*s0)->Get("nw2", absl::Seconds(5));
   EXPECT_EQ(reported.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(reported.status().message().find("an earlier set failed"), std::string::npos) << reported.status();
@@ -503,6 +509,103 @@ TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
   auto unary = Call(*admin_, &v1::StoreService::Stub::Get, admin_->store(), g, absl::Seconds(5));
   ASSERT_TRUE(unary.ok()) << unary.status();
   EXPECT_EQ(unary->value(), "yes");
+}
+
+// The ranks of one node, each its own process, add to one counter through the node's store
+// combiner: every add is carried in a batch by one of them, and each gets its own answer (the
+// values handed out are exactly 1..N, as N adds one at a time would give).
+TEST_F(IntegrationTest, TheAddsOfANodesRanksGoOutTogetherAndEachGetsItsOwnAnswer) {
+  constexpr int kRanks = 4, kAdds = 300;
+  auto run = Submit("combined-adds", 1, kRanks);
+  std::vector<std::unique_ptr<testing::Subprocess>> ranks;
+  auto log = [&](int slot) { return JoinPath(tmp_.path(), absl::StrCat("adder", slot, ".log")); };
+  for (int slot = 0; slot < kRanks; ++slot) {
+    ranks.push_back(std::make_unique<testing::Subprocess>(
+        std::vector<std::string>{testing::BinaryPath("sim_rank"), "--coordinator", coord_.address(), "--token",
+                                 run.run_token(), "--run", run.run_id(), "--node", "n1", "--slot", std::to_string(slot),
+                                 "--adds", std::to_string(kAdds)},
+        std::map<std::string, std::string>{}, log(slot)));
+  }
+  std::vector<int64_t> values;
+  int64_t carried = 0, batches = 0;
+  for (int slot = 0; slot < kRanks; ++slot) {
+    ASSERT_TRUE(testing::WaitFor([&] { return testing::Slurp(log(slot)).find("carried=") != std::string::npos; },
+                                 absl::Seconds(60)))
+        << testing::Slurp(log(slot));
+    std::string out = testing::Slurp(log(slot));
+    size_t at = out.find("adds=") + 5;
+    for (absl::string_view v : absl::StrSplit(out.substr(at, out.find('\n', at) - at), ',')) {
+      values.push_back(std::stoll(std::string(v)));
+    }
+    size_t c = out.find("carried=") + 8;
+    batches += std::stoll(out.substr(c));
+    carried += std::stoll(out.substr(out.find('/', c) + 1));
+  }
+  std::sort(values.begin(), values.end());
+  ASSERT_EQ(values.size(), size_t{kRanks * kAdds});
+  for (int i = 0; i < kRanks * kAdds; ++i) ASSERT_EQ(values[i], i + 1) << "a value handed out twice or never";
+  EXPECT_EQ(carried, kRanks * kAdds) << "every add went out in a node batch";
+  EXPECT_GE(batches, 1);
+  EXPECT_LE(batches, carried);
+  // The store holds the sum.
+  auto session = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), 0, -1);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(*(*session)->Add("shared-counter", 0), kRanks * kAdds);
+}
+
+// A batch of store operations is checked whole before any of it is applied; a valid one is
+// answered per operation, each as if sent alone.
+TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
+  auto run = Submit("batch", 1, 1);
+  auto session = StoreSession::Open(coord_.Client(run.run_token()), run.run_id(), 0, -1);
+  ASSERT_TRUE(session.ok()) << session.status();
+  auto add = [](v1::StoreRequest& batch, uint64_t id, const std::string& key, int64_t delta) {
+    v1::StoreRequest* op = batch.mutable_batch()->add_ops();
+    op->set_id(id);
+    op->mutable_add()->set_key(key);
+    op->mutable_add()->set_delta(delta);
+  };
+  // A get may wait: not in a batch. The add before it is not applied.
+  v1::StoreRequest mixed;
+  add(mixed, 7, "c", 1);
+  v1::StoreRequest* get = mixed.mutable_batch()->add_ops();
+  get->set_id(8);
+  get->mutable_get()->set_key("c");
+  auto refused = (*session)->Call(mixed);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(refused->status().message().find("operation 1 of the store batch (id 8)"), std::string::npos)
+      << refused->status().message();
+  EXPECT_EQ(refused->batch_size(), 0);
+  EXPECT_FALSE(*(*session)->Check({"c"})) << "nothing of a refused batch is applied";
+  // Empty, and too many.
+  v1::StoreRequest empty;
+  empty.mutable_batch();
+  EXPECT_NE((*session)->Call(empty)->status().message().find("1 to 1024 operations, not 0"), std::string::npos);
+  v1::StoreRequest huge;
+  for (int i = 0; i <= kMaxStoreBatchOps; ++i) add(huge, i, "c", 1);
+  EXPECT_EQ((*session)->Call(huge)->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(*(*session)->Check({"c"}));
+  // A valid batch: in order, each answered with its id; one operation's failure is its own.
+  ASSERT_TRUE((*session)->Set("text", "not a number").ok());
+  v1::StoreRequest batch;
+  add(batch, 1, "c", 5);
+  add(batch, 2, "text", 1);
+  add(batch, 3, "c", 2);
+  v1::StoreRequest* count = batch.mutable_batch()->add_ops();
+  count->set_id(4);
+  count->mutable_num_keys();
+  auto answered = (*session)->Call(batch);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_FALSE(answered->has_status());
+  ASSERT_EQ(answered->batch_size(), 4);
+  std::map<uint64_t, v1::StoreResponse> by_id;
+  for (const auto& r : answered->batch()) by_id[r.id()] = r;
+  EXPECT_EQ(by_id[1].number(), 5);
+  EXPECT_EQ(by_id[2].status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(by_id[3].number(), 7);
+  EXPECT_EQ(by_id[4].number(), 2);  // text, c
+  EXPECT_EQ(*(*session)->Add("c", 0), 7);
 }
 
 // The unary store RPCs go through the same operations as the session: each answers with what the

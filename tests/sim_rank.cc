@@ -2,9 +2,11 @@
 // heartbeats, and can open a checkpoint round and hang mid-write so a test can kill it.
 //
 //   sim_rank --coordinator ADDR --token TOKEN --run RUN --node NODE --slot S
-//            [--checkpoint-step K] [--hang-after-partial]
+//            [--checkpoint-step K] [--hang-after-partial] [--adds N]
 // Prints "rank=R generation=G" once registered, "partial=DIR" after writing a partial checkpoint,
-// "stop: REASON" when the coordinator tells it to stop (exit 3).
+// "stop: REASON" when the coordinator tells it to stop (exit 3). With --adds: adds 1 to the store's
+// "shared-counter" N times through the node's store combiner and prints "adds=V1,V2,..." (the
+// values returned) and "carried=BATCHES/ADDS" (what this process carried for the node).
 #include <unistd.h>
 
 #include <fstream>
@@ -12,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
 #include "common/crypto.h"
@@ -29,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--slot", slot);
   app.add_option("--checkpoint-step", checkpoint_step);
   app.add_flag("--hang-after-partial", hang_after_partial);
+  int adds = 0;
+  app.add_option("--adds", adds);
   CLI11_PARSE(app, argc, argv);
 
   dt::ClientOptions options;
@@ -54,6 +59,26 @@ int main(int argc, char** argv) {
     std::cout << "stop: " << reason << std::endl;
     std::_Exit(3);
   });
+  if (adds > 0) {
+    auto session = agent.OpenStore();
+    std::unique_ptr<dt::StoreCombiner> combiner = agent.OpenStoreCombiner();
+    if (!session.ok() || combiner == nullptr) {
+      std::cout << "no store or no combiner: " << session.status() << std::endl;
+      return 5;
+    }
+    std::vector<int64_t> values;
+    for (int i = 0; i < adds; ++i) {
+      absl::StatusOr<int64_t> v = combiner->Add(
+          "shared-counter", 1, [&](dt::v1::StoreRequest r) { return (*session)->CallCarrying(std::move(r)); });
+      if (!v.ok()) {
+        std::cout << "add failed: " << v.status() << std::endl;
+        return 6;
+      }
+      values.push_back(*v);
+    }
+    std::cout << "adds=" << absl::StrJoin(values, ",") << "\ncarried=" << combiner->carried().batches << "/"
+              << combiner->carried().adds << std::endl;
+  }
   if (checkpoint_step > 0) {
     auto round = agent.BeginCheckpoint(checkpoint_step);
     if (!round.ok()) {

@@ -1,0 +1,264 @@
+#include "client/store_combiner.h"
+
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "client/node_segment.h"
+#include "common/limits.h"
+#include "common/utf8.h"
+
+namespace dt {
+namespace {
+
+// In the segment's name: a build with another layout never maps this one.
+constexpr int kLayoutVersion = 1;
+constexpr size_t kMessageBytes = 512;
+// How often a waiting add looks at the carrier lock on its own: only matters when a carrier died
+// (the live ones wake the next carrier themselves).
+constexpr int64_t kRecheckMillis = 50;
+
+// A slot's state, also its futex word. Only the owner moves it out of kDone/kIdle, only the
+// carrier out of kTaken.
+enum : uint32_t {
+  kIdle = 0,
+  kPending = 1,  // written by its owner, waiting for a carrier
+  kNudged = 2,   // pending, and told by the last carrier to carry the next batch
+  kTaken = 3,    // in a carrier's batch
+  kDone = 4,     // answered: the owner reads the result
+};
+
+struct OpSlot {
+  std::atomic<int32_t> owner;  // the pid holding the slot; 0: free
+  int64_t delta;
+  uint32_t key_len;
+  char key[kMaxKeyBytes];
+  // The answer.
+  int32_t code;
+  int64_t value;
+  uint32_t message_len;
+  char message[kMessageBytes];
+};
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+  timespec ts = absl::ToTimespec(absl::Milliseconds(kRecheckMillis));
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+}  // namespace
+
+struct StoreCombiner::Shared {
+  pthread_mutex_t carrier_mu;  // process-shared and robust: held by the carrier during a batch
+  std::atomic<int32_t> slots_used;  // one past the highest slot ever taken: what a carrier scans
+  // Dense, so a carrier's scan touches a few cache lines.
+  std::atomic<uint32_t> state[kSlots];
+  OpSlot slots[kSlots];
+};
+
+absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::string& run_id, int64_t generation,
+                                                                   const std::string& node, int ranks_on_node) {
+  absl::StatusOr<std::unique_ptr<NodeSegment>> segment =
+      NodeSegment::Open("combiner", kLayoutVersion, run_id, generation, node, sizeof(Shared), ranks_on_node,
+                        [](void* memory) {
+                          Shared* shared = new (memory) Shared();
+                          pthread_mutexattr_t attr;
+                          pthread_mutexattr_init(&attr);
+                          pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+                          pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+                          pthread_mutex_init(&shared->carrier_mu, &attr);
+                          pthread_mutexattr_destroy(&attr);
+                        });
+  if (!segment.ok()) return segment.status();
+  std::unique_ptr<StoreCombiner> combiner(new StoreCombiner());
+  combiner->segment_ = std::move(*segment);
+  combiner->shared_ = static_cast<Shared*>(combiner->segment_->data());
+  Shared& shared = *combiner->shared_;
+  for (int i = 0; i < kSlots; ++i) {
+    int32_t free = 0;
+    if (!shared.slots[i].owner.compare_exchange_strong(free, static_cast<int32_t>(::getpid()))) continue;
+    combiner->slot_ = i;
+    int32_t used = shared.slots_used.load();
+    while (used < i + 1 && !shared.slots_used.compare_exchange_weak(used, i + 1)) {
+    }
+    return combiner;
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("every one of the ", kSlots, " store combiner slots of this node is taken"));
+}
+
+StoreCombiner::~StoreCombiner() {
+  if (shared_ != nullptr && slot_ >= 0) shared_->slots[slot_].owner.store(0);
+  // When not every rank of the node opened it, the name would stay behind: remove it (a rank
+  // opening later makes a segment of its own, which is only less combining).
+  if (segment_) segment_->Unlink();
+}
+
+absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta, const SendBatch& send) {
+  if (key.size() > kMaxKeyBytes || !local_mu_.TryLock()) return AddAlone(key, delta, send);
+  std::atomic<uint32_t>& state = shared_->state[slot_];
+  OpSlot& slot = shared_->slots[slot_];
+  std::memcpy(slot.key, key.data(), key.size());
+  slot.key_len = static_cast<uint32_t>(key.size());
+  slot.delta = delta;
+  state.store(kPending);
+  while (true) {
+    uint32_t seen = state.load();
+    if (seen == kDone) break;
+    if (seen == kNudged) {
+      state.compare_exchange_strong(seen, kPending);
+      continue;
+    }
+    if (seen == kPending) {
+      int locked = pthread_mutex_trylock(&shared_->carrier_mu);
+      if (locked == 0 || locked == EOWNERDEAD) {
+        if (locked == EOWNERDEAD) {
+          pthread_mutex_consistent(&shared_->carrier_mu);
+          FailOrphans();
+        }
+        CarryPending(send);  // this add among them
+        pthread_mutex_unlock(&shared_->carrier_mu);
+        NudgeOnePending();
+        continue;
+      }
+    }
+    FutexWait(&state, seen);
+  }
+  absl::StatusOr<int64_t> result = slot.value;
+  if (slot.code != 0) {
+    result = absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
+  }
+  state.store(kIdle);
+  local_mu_.Unlock();
+  return result;
+}
+
+namespace {
+
+// The batch's own failure: the stream's, or the coordinator's refusal of the whole batch.
+absl::Status BatchStatus(const absl::StatusOr<v1::StoreResponse>& answered) {
+  if (!answered.ok()) return answered.status();
+  if (answered->has_status() && answered->status().code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(answered->status().code()), answered->status().message());
+  }
+  return absl::OkStatus();
+}
+
+// One add's answer in a batch.
+absl::StatusOr<int64_t> AddResult(const v1::StoreResponse& r) {
+  if (r.has_status() && r.status().code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(r.status().code()), r.status().message());
+  }
+  return r.number();
+}
+
+void Answer(OpSlot& slot, const absl::StatusOr<int64_t>& result) {
+  slot.code = static_cast<int32_t>(result.status().code());
+  slot.value = result.value_or(0);
+  std::string message = TruncateUtf8(result.status().message(), kMessageBytes);
+  slot.message_len = static_cast<uint32_t>(message.size());
+  std::memcpy(slot.message, message.data(), message.size());
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t delta, const SendBatch& send) {
+  v1::StoreRequest request;
+  v1::StoreRequest* op = request.mutable_batch()->add_ops();
+  op->mutable_add()->set_key(key);
+  op->mutable_add()->set_delta(delta);
+  absl::StatusOr<v1::StoreResponse> answered = send(std::move(request));
+  if (absl::Status failed = BatchStatus(answered); !failed.ok()) return failed;
+  if (answered->batch_size() != 1) return absl::InternalError("the coordinator's answer to a batch of one add left it out");
+  return AddResult(answered->batch(0));
+}
+
+void StoreCombiner::CarryPending(const SendBatch& send) {
+  v1::StoreRequest request;
+  v1::StoreBatchRequest* batch = request.mutable_batch();
+  std::vector<int> taken;
+  int used = shared_->slots_used.load();
+  for (int i = 0; i < used; ++i) {
+    uint32_t seen = shared_->state[i].load();
+    while ((seen == kPending || seen == kNudged) && !shared_->state[i].compare_exchange_weak(seen, kTaken)) {
+    }
+    if (seen != kPending && seen != kNudged) continue;
+    const OpSlot& slot = shared_->slots[i];
+    v1::StoreRequest* op = batch->add_ops();
+    op->set_id(static_cast<uint64_t>(i));
+    op->mutable_add()->set_key(std::string(slot.key, slot.key_len));
+    op->mutable_add()->set_delta(slot.delta);
+    taken.push_back(i);
+  }
+  if (taken.empty()) return;
+  batches_carried_.fetch_add(1, std::memory_order_relaxed);
+  adds_carried_.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
+  absl::StatusOr<v1::StoreResponse> answered = send(std::move(request));
+  absl::Status failed = BatchStatus(answered);
+  absl::flat_hash_map<uint64_t, const v1::StoreResponse*> by_slot;
+  if (failed.ok()) {
+    for (const v1::StoreResponse& r : answered->batch()) by_slot[r.id()] = &r;
+  }
+  auto result_of = [&](int i) -> absl::StatusOr<int64_t> {
+    if (!failed.ok()) return failed;
+    auto it = by_slot.find(static_cast<uint64_t>(i));
+    if (it == by_slot.end()) return absl::InternalError("the coordinator's answer to a node's batch of adds left one out");
+    return AddResult(*it->second);
+  };
+  for (int i : taken) {
+    absl::StatusOr<int64_t> result = result_of(i);
+    Answer(shared_->slots[i], result);
+    shared_->state[i].store(kDone);
+    if (i != slot_) FutexWake(&shared_->state[i]);
+  }
+}
+
+void StoreCombiner::FailOrphans() {
+  int used = shared_->slots_used.load();
+  for (int i = 0; i < used; ++i) {
+    if (shared_->state[i].load() != kTaken) continue;
+    Answer(shared_->slots[i],
+           absl::UnavailableError("the rank of this node that carried this add to the coordinator died with it in "
+                                  "flight; it may or may not have been applied"));
+    shared_->state[i].store(kDone);
+    FutexWake(&shared_->state[i]);
+  }
+}
+
+int StoreCombiner::pending() const {
+  int used = shared_->slots_used.load();
+  int n = 0;
+  for (int i = 0; i < used; ++i) {
+    uint32_t state = shared_->state[i].load();
+    n += state == kPending || state == kNudged;
+  }
+  return n;
+}
+
+void StoreCombiner::NudgeOnePending() {
+  // From the slot after this one, so that no slot is always nudged first.
+  int used = shared_->slots_used.load();
+  for (int k = 1; k <= used; ++k) {
+    int i = (slot_ + k) % used;
+    uint32_t pending = kPending;
+    if (shared_->state[i].compare_exchange_strong(pending, kNudged)) {
+      FutexWake(&shared_->state[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace dt

@@ -1,0 +1,90 @@
+// The ranks of one node send their store adds to the coordinator together. Each rank's process
+// owns a slot in a node-wide shared-memory segment (client/node_segment.h); an add is written to
+// the slot, and whichever rank finds the node's carrier lock free becomes the carrier: it takes
+// every pending add of the node, sends them as one StoreBatchRequest on its own store session,
+// writes each answer back to its slot and wakes its owner (a futex). Adds that arrive while a
+// batch is in flight wait for the next one, so under load one message carries many ranks' adds
+// and the coordinator handles nodes, not ranks (flat combining across processes). A lone add pays
+// one uncontended lock and goes out at once.
+//
+// Safety: a rank whose session has sets still unanswered sends its add itself (the caller checks
+// StoreSession::Quiescent), so nothing of its own is overtaken. The carrier lock is a robust
+// process-shared mutex: a carrier that dies mid-batch is found by the next taker, which answers
+// the adds it held with UNAVAILABLE (they may or may not have been applied, as for a broken
+// stream). A slot-holder that dies leaves its slot unused until the generation ends.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "dt/v1/store.pb.h"
+
+namespace dt {
+
+class NodeSegment;
+
+class StoreCombiner {
+ public:
+  // Opens (creating when needed) the combiner of `run_id`'s `generation` on `node`, and takes a
+  // slot in it. Fails when shared memory cannot be used or every slot is taken: the caller then
+  // sends its adds itself.
+  static absl::StatusOr<std::unique_ptr<StoreCombiner>> Open(const std::string& run_id, int64_t generation,
+                                                             const std::string& node, int ranks_on_node);
+  ~StoreCombiner();
+  StoreCombiner(const StoreCombiner&) = delete;
+  StoreCombiner& operator=(const StoreCombiner&) = delete;
+
+  // Sends a StoreBatchRequest on this process's store session (open on the same run and
+  // generation) and returns its answer: StoreSession::CallCarrying, or a test's stand-in.
+  using SendBatch = std::function<absl::StatusOr<v1::StoreResponse>(v1::StoreRequest)>;
+
+  // Adds `delta` to `key` with the node's other pending adds; `send` carries them when this process
+  // is the carrier. The store's answer, as StoreSession::Add gives it. A key longer than the
+  // store's limit, and a second thread of this process while the first's add is in flight, go out
+  // alone through `send`.
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, const SendBatch& send);
+
+  // What this process carried for the node: batches sent and the adds in them (its own and
+  // others'). Benchmarks report adds per message from it; tests check every add was carried.
+  struct Carried {
+    int64_t batches = 0;
+    int64_t adds = 0;
+  };
+  Carried carried() const {
+    return Carried{batches_carried_.load(std::memory_order_relaxed), adds_carried_.load(std::memory_order_relaxed)};
+  }
+
+  // Adds of the node written to their slots and not yet taken by a carrier.
+  int pending() const;
+
+  // Slots per node (processes that can combine; later openers go without).
+  static constexpr int kSlots = 256;
+
+  struct Shared;
+
+ private:
+  StoreCombiner() = default;
+  // This process carries: takes every pending add of the node, sends them in one batch through
+  // `send` and answers each. Holds the carrier lock.
+  void CarryPending(const SendBatch& send);
+  // One add sent by itself, as a batch of one.
+  static absl::StatusOr<int64_t> AddAlone(const std::string& key, int64_t delta, const SendBatch& send);
+  // Ends, as UNAVAILABLE, the adds that a carrier which died was holding. Holds the carrier lock.
+  void FailOrphans();
+  // After a batch: a pending add that came too late for it is nudged to carry the next one.
+  void NudgeOnePending();
+
+  std::unique_ptr<NodeSegment> segment_;
+  Shared* shared_ = nullptr;  // in segment_
+  int slot_ = -1;
+  absl::Mutex local_mu_;  // this process's slot holds one add at a time
+  std::atomic<int64_t> batches_carried_{0};
+  std::atomic<int64_t> adds_carried_{0};
+};
+
+}  // namespace dt
