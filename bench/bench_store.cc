@@ -210,6 +210,7 @@ int ClientMain(int argc, char** argv) {
   std::string mode = argv[1], address = argv[2], run = argv[3], token = argv[4];
   int tcp_port = std::stoi(argv[5]), id = std::stoi(argv[6]), iterations = std::stoi(argv[7]);
   c10::intrusive_ptr<CoordinatorStore> dt_store;
+  const StoreCombiner* combiner_stats = nullptr;  // owned by dt_store
   c10::intrusive_ptr<c10d::TCPStore> tcp_store;
   std::unique_ptr<BarrierRanks> barrier_ranks;
   if (mode == "store" || mode == "pg") {
@@ -226,6 +227,7 @@ int ClientMain(int argc, char** argv) {
     if (std::string ranks = Env("DT_BENCH_NODE_RANKS"); !ranks.empty() && Env("DT_NODE_RELAY") != "0") {
       auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
       if (!combiner.ok()) throw std::runtime_error(combiner.status().ToString());
+      combiner_stats = combiner->get();
       dt_store->CombineAddsWith(std::move(*combiner));
     }
     c10d::TCPStoreOptions o;
@@ -250,9 +252,12 @@ int ClientMain(int argc, char** argv) {
     double cpu0 = ProcessCpuMicros();
     std::ostringstream figures;
     if (mode == "store" && (c == 'a' || c == 'b')) {  // adds only: 'a' the coordinator, 'b' TCPStore
-      for (double x : RunAdds(c == 'a' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations)) {
-        figures << " " << x;
-      }
+      // First what this client carried for the node in the round: batches, adds.
+      StoreCombiner::Carried before = combiner_stats ? combiner_stats->carried() : StoreCombiner::Carried{};
+      std::vector<double> adds = RunAdds(c == 'a' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations);
+      StoreCombiner::Carried after = combiner_stats ? combiner_stats->carried() : StoreCombiner::Carried{};
+      figures << after.batches - before.batches << " " << after.adds - before.adds;
+      for (double x : adds) figures << " " << x;
     } else if (mode == "store") {
       ClientRound r = RunClient(c == 'd' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations);
       figures << r.start_ns << " " << r.end_ns;
@@ -406,18 +411,33 @@ OpStats StoreRound(ClientPool& pool, char kind, int iterations) {
   return all;
 }
 
-// Every client's add latencies of an adds-only round ('a' or 'b').
-std::vector<double> AddRound(ClientPool& pool, char kind, int iterations) {
-  ClientPool::Lines lines = pool.Round(kind);
+// An adds-only round ('a' or 'b'): every client's add latencies, the servers' CPU per add, and
+// how many adds a coordinator message carried (the node combiner's batches; 1 without it).
+struct AddRoundStats {
   std::vector<double> adds;
+  double server_cpu_us_per_add = 0;
+  double adds_per_message = 1;
+};
+AddRoundStats AddRound(ClientPool& pool, char kind, int iterations) {
+  ClientPool::Lines lines = pool.Round(kind);
+  AddRoundStats out;
+  double batches = 0, carried = 0;
   for (auto& fields : lines.figures) {
+    double b, a;
+    fields >> b >> a;
+    batches += b;
+    carried += a;
     for (int i = 0; i < iterations; ++i) {
       double x;
       fields >> x;
-      adds.push_back(x);
+      out.adds.push_back(x);
     }
   }
-  return adds;
+  out.server_cpu_us_per_add = lines.server_cpu_us / std::max<size_t>(1, out.adds.size());
+  // Adds that went out alone (not through the combiner) were one message each.
+  double alone = static_cast<double>(out.adds.size()) - carried;
+  out.adds_per_message = static_cast<double>(out.adds.size()) / std::max(1.0, batches + alone);
+  return out;
 }
 
 // Last arrival → last release, per barrier of a round.
@@ -466,21 +486,21 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
     ClientPool pool("store", coord, run_id, token, port, clients, iterations);
     // Interleave repeats so both see the same machine noise; keep the best median.
     OpStats dt_best, tcp_best;
-    std::vector<double> dt_adds, tcp_adds;
+    AddRoundStats dt_adds, tcp_adds;
     int repeats = Quick() ? 1 : 3;
     for (int r = 0; r < repeats; ++r) {
       OpStats d = StoreRound(pool, 'd', iterations);
       OpStats t = StoreRound(pool, 't', iterations);
       if (r == 0 || Summarize(d.get).p50 < Summarize(dt_best.get).p50) dt_best = d;
       if (r == 0 || Summarize(t.get).p50 < Summarize(tcp_best.get).p50) tcp_best = t;
-      std::vector<double> da = AddRound(pool, 'a', iterations), ta = AddRound(pool, 'b', iterations);
-      if (r == 0 || Summarize(da).p50 < Summarize(dt_adds).p50) dt_adds = da;
-      if (r == 0 || Summarize(ta).p50 < Summarize(tcp_adds).p50) tcp_adds = ta;
+      AddRoundStats da = AddRound(pool, 'a', iterations), ta = AddRound(pool, 'b', iterations);
+      if (r == 0 || Summarize(da.adds).p50 < Summarize(dt_adds.adds).p50) dt_adds = da;
+      if (r == 0 || Summarize(ta.adds).p50 < Summarize(tcp_adds.adds).p50) tcp_adds = ta;
     }
     std::string who = absl::StrCat(clients, " client", clients == 1 ? "" : "s");
     for (auto [op, dt_v, tcp_v] :
          {std::tuple{"get", &dt_best.get, &tcp_best.get}, std::tuple{"set", &dt_best.set, &tcp_best.set},
-          std::tuple{"add", &dt_adds, &tcp_adds}}) {
+          std::tuple{"add", &dt_adds.adds, &tcp_adds.adds}}) {
       Summary d = Summarize(*dt_v), t = Summarize(*tcp_v);
       bool goal = std::string(op) != "set";
       std::string how = std::string(op) == "add" ? " (every client adding)" : "";
@@ -488,6 +508,10 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
               false, goal ? 1.5 : 0});
       Report({absl::StrCat("store ", op, " p99, ", who, how), d.p99, "us", "TCPStore", t.p99, "", false, 0});
     }
+    Report({absl::StrCat("store server CPU per add, ", who, " (every client adding)"), dt_adds.server_cpu_us_per_add,
+            "us", "TCPStore", tcp_adds.server_cpu_us_per_add, "", false, 0});
+    Report({absl::StrCat("store adds per coordinator message, ", who, " (node combiner)"), dt_adds.adds_per_message,
+            "adds", "TCPStore (one per add)", 1.0, "", true, 0});
     Summary dl = Summarize(dt_best.add), tl = Summarize(tcp_best.add);
     Report(
         {absl::StrCat("store add p50 in the set/get/add loop, ", who), dl.p50, "us", "TCPStore", tl.p50, "", false, 0});

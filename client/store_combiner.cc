@@ -29,13 +29,13 @@ constexpr size_t kMessageBytes = 512;
 constexpr int64_t kRecheckMillis = 50;
 
 // A slot's state, also its futex word. Only the owner moves it out of kDone/kIdle, only the
-// carrier out of kTaken.
+// carrier out of kTaken + lane.
 enum : uint32_t {
   kIdle = 0,
   kPending = 1,  // written by its owner, waiting for a carrier
   kNudged = 2,   // pending, and told by the last carrier to carry the next batch
-  kTaken = 3,    // in a carrier's batch
-  kDone = 4,     // answered: the owner reads the result
+  kDone = 3,     // answered: the owner reads the result
+  kTaken = 4,    // kTaken + lane: in that lane's batch
 };
 
 struct OpSlot {
@@ -62,7 +62,8 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
 }  // namespace
 
 struct StoreCombiner::Shared {
-  pthread_mutex_t carrier_mu;  // process-shared and robust: held by the carrier during a batch
+  // Process-shared and robust: each held by a carrier during its batch.
+  pthread_mutex_t carrier_mu[kLanes];
   std::atomic<int32_t> slots_used;  // one past the highest slot ever taken: what a carrier scans
   // Dense, so a carrier's scan touches a few cache lines.
   std::atomic<uint32_t> state[kSlots];
@@ -79,7 +80,7 @@ absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::st
                           pthread_mutexattr_init(&attr);
                           pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
                           pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-                          pthread_mutex_init(&shared->carrier_mu, &attr);
+                          for (pthread_mutex_t& mu : shared->carrier_mu) pthread_mutex_init(&mu, &attr);
                           pthread_mutexattr_destroy(&attr);
                         });
   if (!segment.ok()) return segment.status();
@@ -122,19 +123,7 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
       state.compare_exchange_strong(seen, kPending);
       continue;
     }
-    if (seen == kPending) {
-      int locked = pthread_mutex_trylock(&shared_->carrier_mu);
-      if (locked == 0 || locked == EOWNERDEAD) {
-        if (locked == EOWNERDEAD) {
-          pthread_mutex_consistent(&shared_->carrier_mu);
-          FailOrphans();
-        }
-        CarryPending(send);  // this add among them
-        pthread_mutex_unlock(&shared_->carrier_mu);
-        NudgeOnePending();
-        continue;
-      }
-    }
+    if (seen == kPending && TryCarry(send)) continue;  // this add was among them
     FutexWait(&state, seen);
   }
   absl::StatusOr<int64_t> result = slot.value;
@@ -186,14 +175,31 @@ absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t 
   return AddResult(answered->batch(0));
 }
 
-void StoreCombiner::CarryPending(const SendBatch& send) {
+bool StoreCombiner::TryCarry(const SendBatch& send) {
+  for (int lane = 0; lane < kLanes; ++lane) {
+    pthread_mutex_t* mu = &shared_->carrier_mu[lane];
+    int locked = pthread_mutex_trylock(mu);
+    if (locked != 0 && locked != EOWNERDEAD) continue;
+    if (locked == EOWNERDEAD) {
+      pthread_mutex_consistent(mu);
+      FailOrphans(lane);
+    }
+    CarryPending(lane, send);
+    pthread_mutex_unlock(mu);
+    NudgeOnePending();
+    return true;
+  }
+  return false;
+}
+
+void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
   v1::StoreRequest request;
   v1::StoreBatchRequest* batch = request.mutable_batch();
   std::vector<int> taken;
   int used = shared_->slots_used.load();
   for (int i = 0; i < used; ++i) {
     uint32_t seen = shared_->state[i].load();
-    while ((seen == kPending || seen == kNudged) && !shared_->state[i].compare_exchange_weak(seen, kTaken)) {
+    while ((seen == kPending || seen == kNudged) && !shared_->state[i].compare_exchange_weak(seen, kTaken + lane)) {
     }
     if (seen != kPending && seen != kNudged) continue;
     const OpSlot& slot = shared_->slots[i];
@@ -226,10 +232,10 @@ void StoreCombiner::CarryPending(const SendBatch& send) {
   }
 }
 
-void StoreCombiner::FailOrphans() {
+void StoreCombiner::FailOrphans(int lane) {
   int used = shared_->slots_used.load();
   for (int i = 0; i < used; ++i) {
-    if (shared_->state[i].load() != kTaken) continue;
+    if (shared_->state[i].load() != kTaken + static_cast<uint32_t>(lane)) continue;
     Answer(shared_->slots[i],
            absl::UnavailableError("the rank of this node that carried this add to the coordinator died with it in "
                                   "flight; it may or may not have been applied"));

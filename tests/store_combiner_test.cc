@@ -1,6 +1,6 @@
 // The store combiner across real processes, with a stand-in for the coordinator (the batches each
-// carrier sends are answered here): adds pending while a batch is in flight go out together in the
-// next, each answer reaches its own process, a second thread goes alone, and a carrier killed in
+// carrier sends are answered here): adds pending while every lane is in flight go out together in
+// the next, each answer reaches its own process, a second thread goes alone, and a carrier killed in
 // the middle of a batch does not stop the node.
 #include "client/store_combiner.h"
 
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -44,37 +45,61 @@ std::string ReadAll(int fd) {
 
 struct Child {
   pid_t pid;
-  int go;   // write a byte: the child adds
-  int out;  // "<code> <value> <batches carried>/<adds carried>"
+  int go;        // write a byte: the child adds
+  int out;       // "<code> <value> <batches carried>/<adds carried>"
+  int carrying;  // held children: a byte once their batch is in flight
+  int release;   // held children: write a byte to answer it
 };
 
-// Forks a rank that opens the node's combiner, waits for `go`, adds `delta` and reports.
-Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta) {
-  int go[2], out[2];
+// Forks a rank that opens the node's combiner, waits for `go`, adds `delta` and reports. A `held`
+// one, when it carries, holds its batch in flight until `release`.
+Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta, bool held = false) {
+  int go[2], out[2], carrying[2], release[2];
   EXPECT_EQ(::pipe(go), 0);
   EXPECT_EQ(::pipe(out), 0);
+  EXPECT_EQ(::pipe(carrying), 0);
+  EXPECT_EQ(::pipe(release), 0);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::close(go[1]);
-    ::close(out[0]);
+    for (int fd : {go[1], out[0], carrying[0], release[1]}) ::close(fd);
     auto combiner = StoreCombiner::Open(run, 0, "node-a", ranks_on_node);
     if (!combiner.ok()) ::_exit(1);
     char c;
     if (::read(go[0], &c, 1) != 1) ::_exit(2);
-    absl::StatusOr<int64_t> v = (*combiner)->Add("k", delta, AnswerEach);
+    absl::StatusOr<int64_t> v = (*combiner)->Add("k", delta, [&](v1::StoreRequest r) {
+      if (held) {
+        (void)!::write(carrying[1], "c", 1);
+        (void)!::read(release[0], &c, 1);  // until released (or the test ends)
+      }
+      return AnswerEach(r);
+    });
     std::string report = absl::StrCat(static_cast<int>(v.status().code()), " ", v.value_or(-1), " ",
                                       (*combiner)->carried().batches, "/", (*combiner)->carried().adds);
     (void)!::write(out[1], report.data(), report.size());
     ::_exit(0);
   }
-  ::close(go[0]);
-  ::close(out[1]);
-  return Child{pid, go[1], out[0]};
+  for (int fd : {go[0], out[1], carrying[1], release[0]}) ::close(fd);
+  return Child{pid, go[1], out[0], carrying[0], release[1]};
 }
 
 void Go(const Child& child) {
   EXPECT_EQ(::write(child.go, "g", 1), 1);
   ::close(child.go);
+}
+
+// Starts a held child's add and returns once its batch is in flight (it holds a lane).
+void GoAndHold(const Child& child) {
+  Go(child);
+  char c;
+  ASSERT_EQ(::read(child.carrying, &c, 1), 1) << "the held child never carried";
+}
+
+void Release(const Child& child) { EXPECT_EQ(::write(child.release, "r", 1), 1); }
+
+std::string Finish(const Child& child) {
+  std::string out = ReadAll(child.out);
+  ::waitpid(child.pid, nullptr, 0);
+  return out;
 }
 
 // A sender that holds its batch until released: this process is a carrier in flight.
@@ -89,33 +114,30 @@ struct HeldSender {
   }
 };
 
-TEST(StoreCombinerTest, AddsPendingWhileABatchIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
+TEST(StoreCombinerTest, AddsPendingWhileEveryLaneIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
+  constexpr int kLanes = StoreCombiner::kLanes, kRanks = kLanes + 3;
   std::string run = FreshRun();
-  Child a = ForkAdder(run, 3, 2), b = ForkAdder(run, 3, 3);
-  auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
-  ASSERT_TRUE(combiner.ok()) << combiner.status();
-  HeldSender held;
-  absl::StatusOr<int64_t> mine;
-  std::thread carrier([&] { mine = (*combiner)->Add("k", 1, [&](v1::StoreRequest r) { return held(r); }); });
-  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(held.batch_size, 1) << "nothing else was pending";
+  std::vector<Child> held;
+  for (int i = 0; i < kLanes; ++i) held.push_back(ForkAdder(run, kRanks, 10 + i, /*held=*/true));
+  Child a = ForkAdder(run, kRanks, 3), b = ForkAdder(run, kRanks, 4);
+  auto observer = StoreCombiner::Open(run, 0, "node-a", kRanks);
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  // A batch in flight on every lane: each held child carried its own add at once.
+  for (const Child& c : held) GoAndHold(c);
   Go(a);
   Go(b);
-  // Both wait behind the batch in flight.
-  ASSERT_TRUE(testing::WaitFor([&] { return (*combiner)->pending() == 2; }, absl::Seconds(10)));
-  held.release.Notify();
-  carrier.join();
-  ASSERT_TRUE(mine.ok()) << mine.status();
-  EXPECT_EQ(*mine, 1001);
-  std::string from_a = ReadAll(a.out), from_b = ReadAll(b.out);
-  ::waitpid(a.pid, nullptr, 0);
-  ::waitpid(b.pid, nullptr, 0);
+  // a and b wait, together.
+  ASSERT_TRUE(testing::WaitFor([&] { return (*observer)->pending() == 2; }, absl::Seconds(10)));
+  Release(held[0]);
+  std::string from_a = Finish(a), from_b = Finish(b);
   // One of them carried both adds in one batch; each got its own answer.
-  EXPECT_TRUE((from_a == "0 1002 1/2" && from_b == "0 1003 0/0") || (from_a == "0 1002 0/0" && from_b == "0 1003 1/2"))
+  EXPECT_TRUE((from_a == "0 1003 1/2" && from_b == "0 1004 0/0") || (from_a == "0 1003 0/0" && from_b == "0 1004 1/2"))
       << from_a << " | " << from_b;
-  EXPECT_EQ((*combiner)->carried().batches, 1);
-  EXPECT_EQ((*combiner)->carried().adds, 1);
-  EXPECT_EQ((*combiner)->pending(), 0);
+  for (int i = 0; i < kLanes; ++i) {
+    if (i > 0) Release(held[i]);
+    EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));
+  }
+  EXPECT_EQ((*observer)->pending(), 0);
 }
 
 TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFlight) {
@@ -150,40 +172,33 @@ TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFli
 }
 
 TEST(StoreCombinerTest, ACarrierKilledInTheMiddleOfABatchDoesNotStopTheNode) {
+  constexpr int kLanes = StoreCombiner::kLanes;
   std::string run = FreshRun();
-  int carrying[2];
-  ASSERT_EQ(::pipe(carrying), 0);
-  pid_t dying = ::fork();
-  if (dying == 0) {
-    ::close(carrying[0]);
-    auto combiner = StoreCombiner::Open(run, 0, "node-a", 2);
-    if (!combiner.ok()) ::_exit(1);
-    (void)(*combiner)->Add("k", 1, [&](v1::StoreRequest) -> absl::StatusOr<v1::StoreResponse> {
-      (void)!::write(carrying[1], "c", 1);
-      while (true) ::pause();  // in flight until killed
-    });
-    ::_exit(0);
-  }
-  ::close(carrying[1]);
-  char c;
-  ASSERT_EQ(::read(carrying[0], &c, 1), 1) << "the child never carried";
-  auto combiner = StoreCombiner::Open(run, 0, "node-a", 2);
+  // The first dies; the others (with more than one lane) keep theirs busy.
+  std::vector<Child> held;
+  for (int i = 0; i < kLanes; ++i) held.push_back(ForkAdder(run, kLanes + 1, 10 + i, /*held=*/true));
+  auto combiner = StoreCombiner::Open(run, 0, "node-a", kLanes + 1);
   ASSERT_TRUE(combiner.ok()) << combiner.status();
+  for (const Child& c : held) GoAndHold(c);
   absl::Notification done;
   absl::StatusOr<int64_t> mine;
   std::thread adder([&] {
     mine = (*combiner)->Add("k", 5, AnswerEach);
     done.Notify();
   });
-  // Waiting behind the dead-to-be carrier's batch, then the carrier dies holding the node's lock.
+  // Waiting behind every lane, then a carrier dies holding its lane's lock.
   ASSERT_TRUE(testing::WaitFor([&] { return (*combiner)->pending() == 1; }, absl::Seconds(10)));
-  ::kill(dying, SIGKILL);
-  ::waitpid(dying, nullptr, 0);
+  ::kill(held[0].pid, SIGKILL);
+  ::waitpid(held[0].pid, nullptr, 0);
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10))) << "the node's adds stopped with its carrier";
   adder.join();
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_EQ(*mine, 1005);
   EXPECT_EQ((*combiner)->carried().adds, 1);
+  for (int i = 1; i < kLanes; ++i) {
+    Release(held[i]);
+    EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));
+  }
 }
 
 }  // namespace
