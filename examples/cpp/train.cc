@@ -53,8 +53,12 @@ int main(int argc, char** argv) {
   });
   absl::StatusOr<std::unique_ptr<dt::StoreSession>> session = agent.OpenStore();
   if (!session.ok()) return Fail("store", session.status());
-  auto store = c10::make_intrusive<c10d::PrefixStore>(
-      "example", c10::make_intrusive<dt::CoordinatorStore>(std::move(*session), std::chrono::minutes(5)));
+  auto coordinator_store = c10::make_intrusive<dt::CoordinatorStore>(std::move(*session), std::chrono::minutes(5));
+  // The ranks of this node send their store adds together (null with one rank per node).
+  if (std::unique_ptr<dt::StoreCombiner> combiner = agent.OpenStoreCombiner()) {
+    coordinator_store->CombineAddsWith(std::move(combiner));
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>("example", coordinator_store);
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   c10d::ProcessGroupGloo group(store, agent.rank(), agent.world_size(), options);
