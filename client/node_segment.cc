@@ -75,10 +75,9 @@ bool AwaitCreator(const std::function<bool()>& done) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeSegment>> NodeSegment::Open(const std::string& kind, int layout_version,
-                                                                const std::string& run_id, int64_t generation,
-                                                                const std::string& node, size_t bytes,
-                                                                int ranks_on_node,
-                                                                const std::function<void(void*)>& initialise) {
+                                                               const std::string& run_id, int64_t generation,
+                                                               const std::string& node, size_t bytes, int ranks_on_node,
+                                                               const std::function<void(void*)>& initialise) {
   std::unique_ptr<NodeSegment> segment(new NodeSegment());
   std::string prefix = SegmentPrefix(kind, layout_version, run_id);
   segment->name_ = absl::StrCat(prefix, generation, NodeSuffix(node));

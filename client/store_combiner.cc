@@ -72,17 +72,16 @@ struct StoreCombiner::Shared {
 
 absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::string& run_id, int64_t generation,
                                                                    const std::string& node, int ranks_on_node) {
-  absl::StatusOr<std::unique_ptr<NodeSegment>> segment =
-      NodeSegment::Open("combiner", kLayoutVersion, run_id, generation, node, sizeof(Shared), ranks_on_node,
-                        [](void* memory) {
-                          Shared* shared = new (memory) Shared();
-                          pthread_mutexattr_t attr;
-                          pthread_mutexattr_init(&attr);
-                          pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-                          pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-                          for (pthread_mutex_t& mu : shared->carrier_mu) pthread_mutex_init(&mu, &attr);
-                          pthread_mutexattr_destroy(&attr);
-                        });
+  absl::StatusOr<std::unique_ptr<NodeSegment>> segment = NodeSegment::Open(
+      "combiner", kLayoutVersion, run_id, generation, node, sizeof(Shared), ranks_on_node, [](void* memory) {
+        Shared* shared = new (memory) Shared();
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        for (pthread_mutex_t& mu : shared->carrier_mu) pthread_mutex_init(&mu, &attr);
+        pthread_mutexattr_destroy(&attr);
+      });
   if (!segment.ok()) return segment.status();
   std::unique_ptr<StoreCombiner> combiner(new StoreCombiner());
   combiner->segment_ = std::move(*segment);
@@ -171,7 +170,8 @@ absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t 
   op->mutable_add()->set_delta(delta);
   absl::StatusOr<v1::StoreResponse> answered = send(std::move(request));
   if (absl::Status failed = BatchStatus(answered); !failed.ok()) return failed;
-  if (answered->batch_size() != 1) return absl::InternalError("the coordinator's answer to a batch of one add left it out");
+  if (answered->batch_size() != 1)
+    return absl::InternalError("the coordinator's answer to a batch of one add left it out");
   return AddResult(answered->batch(0));
 }
 
@@ -221,7 +221,8 @@ void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
   auto result_of = [&](int i) -> absl::StatusOr<int64_t> {
     if (!failed.ok()) return failed;
     auto it = by_slot.find(static_cast<uint64_t>(i));
-    if (it == by_slot.end()) return absl::InternalError("the coordinator's answer to a node's batch of adds left one out");
+    if (it == by_slot.end())
+      return absl::InternalError("the coordinator's answer to a node's batch of adds left one out");
     return AddResult(*it->second);
   };
   for (int i : taken) {

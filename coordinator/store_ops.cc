@@ -2,6 +2,9 @@
 
 #include <optional>
 
+#include "absl/strings/str_cat.h"
+#include "common/limits.h"
+
 namespace dt {
 
 v1::StoreStatus ToStoreStatus(const absl::Status& s) {
@@ -14,6 +17,59 @@ v1::StoreStatus ToStoreStatus(const absl::Status& s) {
 absl::Status FromStoreStatus(const v1::StoreStatus& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
 }
+
+namespace {
+
+// A batch holds 1..kMaxStoreBatchOps operations that answer at once (StoreBatchRequest).
+absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreRequest>& ops) {
+  if (ops.empty() || ops.size() > kMaxStoreBatchOps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a store batch holds 1 to ", kMaxStoreBatchOps, " operations, not ", ops.size()));
+  }
+  for (int i = 0; i < ops.size(); ++i) {
+    switch (ops[i].op_case()) {
+      case v1::StoreRequest::kSet:
+      case v1::StoreRequest::kAdd:
+      case v1::StoreRequest::kCompareSet:
+      case v1::StoreRequest::kCheck:
+      case v1::StoreRequest::kDeleteKey:
+      case v1::StoreRequest::kNumKeys:
+        continue;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("operation ", i, " of the store batch (id ", ops[i].id(),
+                         ") is not one that answers at once: a batch holds set, add, compare_set, check, "
+                         "delete_key and num_keys only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checked whole before any operation is applied, so a malformed batch changes nothing; then each
+// operation in order, its answer (with its id) in the response's `batch` (a set's too: only a
+// session's top-level set may go unanswered).
+void ApplyBatch(KvStore& store, const Coordinator& coordinator, v1::StoreBatchRequest& batch,
+                const std::function<void(v1::StoreResponse)>& done, Deferred& deferred) {
+  v1::StoreResponse out;
+  if (absl::Status s = CheckBatch(batch.ops()); !s.ok()) {
+    *out.mutable_status() = ToStoreStatus(s);
+    done(std::move(out));
+    return;
+  }
+  for (v1::StoreRequest& op : *batch.mutable_ops()) {
+    uint64_t id = op.id();
+    ApplyStoreOp(
+        store, coordinator, op,
+        [&out, id](v1::StoreResponse r) {  // called before ApplyStoreOp returns: none of these waits
+          r.set_id(id);
+          *out.add_batch() = std::move(r);
+        },
+        deferred);
+  }
+  done(std::move(out));
+}
+
+}  // namespace
 
 void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
                   std::function<void(v1::StoreResponse)> done, Deferred& deferred) {
@@ -91,6 +147,9 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
     case v1::StoreRequest::kOpen:
       status = absl::InvalidArgumentError("the store session is already open");
       break;
+    case v1::StoreRequest::kBatch:
+      ApplyBatch(store, coordinator, *request.mutable_batch(), done, deferred);
+      return;
     case v1::StoreRequest::kBarrier:  // handled by the session, which knows its rank
       status = absl::InvalidArgumentError("a barrier goes through a store session (or BarrierService.Barrier)");
       break;

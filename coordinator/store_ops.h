@@ -16,7 +16,8 @@ absl::Status FromStoreStatus(const v1::StoreStatus& s);
 
 // Applies the operation of `request` to `store` and gives `done` the answer (without the id) — at
 // once, or for get and wait once the keys appear or the timeout passes (on whichever thread that
-// happens). Open and barrier are the session's: INVALID_ARGUMENT here.
+// happens). A batch (StoreBatchRequest) is answered at once, with each operation's answer in the
+// response's `batch`. Open and barrier are the session's: INVALID_ARGUMENT here.
 void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
                   std::function<void(v1::StoreResponse)> done, Deferred& deferred);
 

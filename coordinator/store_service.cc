@@ -4,9 +4,7 @@
 #include <functional>
 #include <optional>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/limits.h"
 #include "coordinator/services.h"
 #include "coordinator/store_ops.h"
 
@@ -121,10 +119,6 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
       HandleBarrier();
       return;
     }
-    if (request_.has_batch()) {
-      HandleBatch();
-      return;
-    }
     uint64_t id = request_.id();
     bool quiet_set = request_.has_set() && request_.set().answer_only_on_error();
     std::weak_ptr<State> weak = state_;
@@ -137,57 +131,6 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
           if (auto st = weak.lock()) Send(st, std::move(r));
         },
         deferred);
-  }
-
-  // Several operations that never wait, answered together (StoreBatchRequest). All are checked
-  // before any is applied, so a malformed batch changes nothing.
-  void HandleBatch() {
-    v1::StoreResponse out;
-    out.set_id(request_.id());
-    auto& ops = *request_.mutable_batch()->mutable_ops();
-    if (absl::Status s = CheckBatch(ops); !s.ok()) {
-      *out.mutable_status() = ToStoreStatus(s);
-      Send(state_, std::move(out));
-      return;
-    }
-    {
-      Deferred deferred;  // every answer is known now (no operation here waits): delivered below
-      for (v1::StoreRequest& op : ops) {
-        uint64_t id = op.id();
-        ApplyStoreOp(
-            *store_, *deps_.coordinator, op,
-            [&out, id](v1::StoreResponse r) {
-              r.set_id(id);
-              *out.add_batch() = std::move(r);
-            },
-            deferred);
-      }
-    }
-    Send(state_, std::move(out));
-  }
-
-  static absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreRequest>& ops) {
-    if (ops.empty() || ops.size() > kMaxStoreBatchOps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a store batch holds 1 to ", kMaxStoreBatchOps, " operations, not ", ops.size()));
-    }
-    for (int i = 0; i < ops.size(); ++i) {
-      switch (ops[i].op_case()) {
-        case v1::StoreRequest::kSet:
-        case v1::StoreRequest::kAdd:
-        case v1::StoreRequest::kCompareSet:
-        case v1::StoreRequest::kCheck:
-        case v1::StoreRequest::kDeleteKey:
-        case v1::StoreRequest::kNumKeys:
-          continue;
-        default:
-          return absl::InvalidArgumentError(absl::StrCat(
-              "operation ", i, " of the store batch (id ", ops[i].id(),
-              ") is not one that answers at once: a batch holds set, add, compare_set, check, delete_key and "
-              "num_keys only"));
-      }
-    }
-    return absl::OkStatus();
   }
 
   // The stream's rank arrives at a barrier; the release (or the failure) is written to the stream,
