@@ -122,7 +122,9 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
       state.compare_exchange_strong(seen, kPending);
       continue;
     }
-    if (seen == kPending && TryCarry(send)) continue;  // this add was among them
+    // Carrying: this add is in the batch, unless another carrier took it meanwhile (then it is
+    // kTaken or kDone by now).
+    if (seen == kPending && TryCarry(send)) continue;
     FutexWait(&state, seen);
   }
   absl::StatusOr<int64_t> result = slot.value;
