@@ -193,6 +193,19 @@ class BarrierRanks {
   std::vector<c10::intrusive_ptr<c10d::TCPStore>> tcp_;
 };
 
+// The clients are the ranks of one node, as a trainer's are: their adds go out together, as the
+// agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here). Returns the
+// combiner (owned by `store`), or null when off.
+const StoreCombiner* CombineAdds(CoordinatorStore& store, const std::string& run) {
+  std::string ranks = Env("DT_BENCH_NODE_RANKS");
+  if (ranks.empty() || Env("DT_NODE_RELAY") == "0") return nullptr;
+  auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
+  if (!combiner.ok()) throw std::runtime_error(combiner.status().ToString());
+  const StoreCombiner* stats = combiner->get();
+  store.CombineAddsWith(std::move(*combiner));
+  return stats;
+}
+
 // Every simulated rank is a process of its own, as trainers are:
 //   bench_store client store|barrier ADDRESS RUN TOKEN TCP_PORT ID ITERATIONS READY_FIFO GO_FIFO OUT
 // holds a coordinator client (a store session, or a registered rank of RUN for barriers) and a
@@ -222,14 +235,7 @@ int ClientMain(int argc, char** argv) {
     auto session = StoreSession::Open(*client, run, 0, -1);
     if (!session.ok()) throw std::runtime_error(session.status().ToString());
     dt_store = c10::make_intrusive<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
-    // The clients are the ranks of one node, as a trainer's are: their adds go out together, as
-    // the agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here).
-    if (std::string ranks = Env("DT_BENCH_NODE_RANKS"); !ranks.empty() && Env("DT_NODE_RELAY") != "0") {
-      auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
-      if (!combiner.ok()) throw std::runtime_error(combiner.status().ToString());
-      combiner_stats = combiner->get();
-      dt_store->CombineAddsWith(std::move(*combiner));
-    }
+    combiner_stats = CombineAdds(*dt_store, run);
     c10d::TCPStoreOptions o;
     o.port = tcp_port;
     o.isServer = false;

@@ -1,8 +1,6 @@
 #include "client/node_relay.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -76,15 +74,6 @@ void FreeSlot(Slot& slot) {
   slot.published.store(0, std::memory_order_relaxed);
 }
 
-void FutexWake(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
-  timespec ts = absl::ToTimespec(timeout);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& run_id, int64_t generation,
@@ -92,12 +81,7 @@ absl::StatusOr<std::unique_ptr<NodeRelay>> NodeRelay::Open(const std::string& ru
   absl::StatusOr<std::unique_ptr<NodeSegment>> shared = NodeSegment::Open(
       "relay", kLayoutVersion, run_id, generation, node, sizeof(Segment), ranks_on_node, [](void* memory) {
         Segment* seg = new (memory) Segment();
-        pthread_mutexattr_t attr;
-        pthread_mutexattr_init(&attr);
-        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-        pthread_mutex_init(&seg->mu, &attr);
-        pthread_mutexattr_destroy(&attr);
+        InitSharedRobustMutex(&seg->mu);
       });
   if (!shared.ok()) return shared.status();
   std::unique_ptr<NodeRelay> relay(new NodeRelay());

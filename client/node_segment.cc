@@ -2,12 +2,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -140,5 +143,23 @@ int NodeSegment::ranks_on_node() const { return header_->ranks_on_node; }
 int NodeSegment::attached() const { return static_cast<int>(header_->attached.load(std::memory_order_acquire)); }
 
 void NodeSegment::Unlink() { ::shm_unlink(("/" + name_).c_str()); }
+
+void InitSharedRobustMutex(pthread_mutex_t* mu) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(mu, &attr);
+  pthread_mutexattr_destroy(&attr);
+}
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout) {
+  timespec ts = absl::ToTimespec(timeout);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
 
 }  // namespace dt

@@ -12,7 +12,10 @@
 #include <memory>
 #include <string>
 
+#include <pthread.h>
+
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace dt {
 
@@ -52,5 +55,13 @@ class NodeSegment {
   void* data_ = nullptr;
   size_t mapped_ = 0;
 };
+
+// What the users of a segment synchronise with, across processes.
+// A process-shared, robust mutex: a process killed while holding it does not block the node (the
+// next locker gets EOWNERDEAD and takes it over).
+void InitSharedRobustMutex(pthread_mutex_t* mu);
+// Wakes every process waiting on `word`; waits while `word` holds `expected`, up to `timeout`.
+void FutexWake(std::atomic<uint32_t>* word);
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration timeout);
 
 }  // namespace dt

@@ -1,8 +1,6 @@
 #include "client/store_combiner.h"
 
-#include <linux/futex.h>
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -50,15 +48,6 @@ struct OpSlot {
   char message[kMessageBytes];
 };
 
-void FutexWake(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
-  timespec ts = absl::ToTimespec(absl::Milliseconds(kRecheckMillis));
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
 }  // namespace
 
 struct StoreCombiner::Shared {
@@ -75,12 +64,7 @@ absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::st
   absl::StatusOr<std::unique_ptr<NodeSegment>> segment = NodeSegment::Open(
       "combiner", kLayoutVersion, run_id, generation, node, sizeof(Shared), ranks_on_node, [](void* memory) {
         Shared* shared = new (memory) Shared();
-        pthread_mutexattr_t attr;
-        pthread_mutexattr_init(&attr);
-        pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-        pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-        for (pthread_mutex_t& mu : shared->carrier_mu) pthread_mutex_init(&mu, &attr);
-        pthread_mutexattr_destroy(&attr);
+        for (pthread_mutex_t& mu : shared->carrier_mu) InitSharedRobustMutex(&mu);
       });
   if (!segment.ok()) return segment.status();
   std::unique_ptr<StoreCombiner> combiner(new StoreCombiner());
@@ -122,10 +106,24 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
       state.compare_exchange_strong(seen, kPending);
       continue;
     }
-    // Carrying: this add is in the batch, unless another carrier took it meanwhile (then it is
-    // kTaken or kDone by now).
-    if (seen == kPending && TryCarry(send)) continue;
-    FutexWait(&state, seen);
+    // A pending add tries to carry (its batch holds this add, unless another carrier took it
+    // meanwhile: then it is kTaken or kDone by now). A taken one tries too, on each recheck: a
+    // lane is free while one of its adds is still taken only when its carrier died (a live
+    // carrier answers every add before it unlocks), and taking the lane answers them.
+    if (seen == kPending || seen >= kTaken) {
+      Carry carried = TryCarry(send);
+      if (carried == Carry::kCarried) continue;
+      if (carried == Carry::kUnrecoverable) {
+        // A lane stays locked for good (a carrier and then its recoverer died): go alone.
+        uint32_t pending = kPending;
+        if (state.compare_exchange_strong(pending, kIdle)) {
+          local_mu_.Unlock();
+          return AddAlone(key, delta, send);
+        }
+        continue;  // taken meanwhile: its carrier answers it
+      }
+    }
+    FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
   }
   absl::StatusOr<int64_t> result = slot.value;
   if (slot.code != 0) {
@@ -177,10 +175,12 @@ absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t 
   return AddResult(answered->batch(0));
 }
 
-bool StoreCombiner::TryCarry(const SendBatch& send) {
+StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
+  bool unrecoverable = false;
   for (int lane = 0; lane < kLanes; ++lane) {
     pthread_mutex_t* mu = &shared_->carrier_mu[lane];
     int locked = pthread_mutex_trylock(mu);
+    unrecoverable = unrecoverable || locked == ENOTRECOVERABLE;
     if (locked != 0 && locked != EOWNERDEAD) continue;
     if (locked == EOWNERDEAD) {
       pthread_mutex_consistent(mu);
@@ -189,9 +189,9 @@ bool StoreCombiner::TryCarry(const SendBatch& send) {
     CarryPending(lane, send);
     pthread_mutex_unlock(mu);
     NudgeOnePending();
-    return true;
+    return Carry::kCarried;
   }
-  return false;
+  return unrecoverable ? Carry::kUnrecoverable : Carry::kBusy;
 }
 
 void StoreCombiner::CarryPending(int lane, const SendBatch& send) {

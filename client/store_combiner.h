@@ -11,7 +11,11 @@
 // StoreSession::Quiescent), so nothing of its own is overtaken. Each carrier lock is a robust
 // process-shared mutex: a carrier that dies mid-batch is found by the next taker of its lock,
 // which answers the adds it held with UNAVAILABLE (they may or may not have been applied, as for a
-// broken stream). A slot-holder that dies leaves its slot unused until the generation ends.
+// broken stream); the owners of those adds find the lock free on their next look (every 50 ms). A
+// slot-holder that dies leaves its slot unused until the generation ends (an add it left pending
+// is still carried: it may be applied after its rank died). The segment's name is removed once
+// every rank of the node opened it, or when any opener closes it: a rank opening later then gets
+// a segment of its own, which costs combining, not correctness.
 #pragma once
 
 #include <atomic>
@@ -75,8 +79,9 @@ class StoreCombiner {
 
  private:
   StoreCombiner() = default;
-  // Carries a batch when a carrier lock ("lane") is free: false when every lane is in flight.
-  bool TryCarry(const SendBatch& send);
+  // Carries a batch when a carrier lock ("lane") is free (one whose carrier died included).
+  enum class Carry { kCarried, kBusy, kUnrecoverable };
+  Carry TryCarry(const SendBatch& send);
   // This process carries on `lane`: takes every pending add of the node, sends them in one batch
   // through `send` and answers each. Holds the lane's lock.
   void CarryPending(int lane, const SendBatch& send);

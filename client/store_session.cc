@@ -1,5 +1,7 @@
 #include "client/store_session.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
@@ -59,7 +61,8 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Call(v1::StoreRequest request) {
 
 bool StoreSession::Quiescent() const {
   absl::MutexLock lock(&mu_);
-  return unwaited_ == 0 && unwaited_error_.ok();
+  return broken_.ok() && unwaited_error_.ok() && sets_being_written_ == 0 &&
+         answered_through_ > last_unwaited_position_;
 }
 
 absl::StatusOr<v1::StoreResponse> StoreSession::Send(v1::StoreRequest request, bool report_unwaited_error) {
@@ -76,7 +79,8 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Send(v1::StoreRequest request, b
     answers_.emplace(id, std::nullopt);
   }
   request.set_id(id);
-  Write(request).IgnoreError();  // a broken stream is answered below, as every waiter's
+  uint64_t position = 0;
+  Write(request, &position).IgnoreError();  // a broken stream is answered below, as every waiter's
   absl::MutexLock lock(&mu_);
   while (true) {
     auto it = answers_.find(id);
@@ -85,6 +89,7 @@ absl::StatusOr<v1::StoreResponse> StoreSession::Send(v1::StoreRequest request, b
       answers_.erase(it);
       // The server answered this call after every earlier set: those have failed or succeeded.
       unwaited_ = 0;
+      answered_through_ = std::max(answered_through_, position);
       if (!reading_) answered_.Signal();  // hand the reading over to another waiter
       return answer;
     }
@@ -150,8 +155,16 @@ absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) 
     if (!broken_.ok()) return broken_;
     r.set_id(next_id_++);
     drain = ++unwaited_ >= kMaxUnanswered;
+    ++sets_being_written_;
   }
-  if (absl::Status written = Write(r); !written.ok()) return written;
+  uint64_t position = 0;
+  absl::Status written = Write(r, &position);
+  {
+    absl::MutexLock lock(&mu_);
+    --sets_being_written_;
+    last_unwaited_position_ = std::max(last_unwaited_position_, position);
+  }
+  if (!written.ok()) return written;
   if (drain) {
     // A cheap synchronous call: its answer comes after every earlier set was handled.
     v1::StoreRequest sync;
@@ -229,8 +242,9 @@ absl::StatusOr<int64_t> StoreSession::NumKeys() {
   return a->number();
 }
 
-absl::Status StoreSession::Write(const v1::StoreRequest& request) {
+absl::Status StoreSession::Write(const v1::StoreRequest& request, uint64_t* position) {
   absl::MutexLock lock(&write_mu_);
+  if (position != nullptr) *position = ++writes_;
   if (stream_->Write(request)) return absl::OkStatus();
   absl::MutexLock l(&mu_);
   Break(absl::UnavailableError(absl::StrCat("the store stream to ", client_->address(), " broke while sending")));

@@ -71,7 +71,9 @@ class StoreSession {
   // Call, reporting a failed earlier set first when `report_unwaited_error`.
   absl::StatusOr<v1::StoreResponse> Send(v1::StoreRequest request, bool report_unwaited_error);
   // Sends `request`; a failed write breaks the session, and its status is returned.
-  absl::Status Write(const v1::StoreRequest& request) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  // `position`, when given: where on the stream it went (1, 2, ...: the server handles requests in
+  // this order).
+  absl::Status Write(const v1::StoreRequest& request, uint64_t* position = nullptr) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   static v1::StoreRequest BarrierRequest(const std::string& name, uint64_t sequence, absl::Duration timeout);
 
   std::shared_ptr<CoordinatorClient> client_;
@@ -88,6 +90,12 @@ class StoreSession {
   // (kept for the next call).
   int unwaited_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status unwaited_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t writes_ ABSL_GUARDED_BY(write_mu_) = 0;
+  // For Quiescent: the stream position of the last set sent without waiting, of the last answered
+  // call (every request before it was handled), and sets between counting and writing.
+  uint64_t last_unwaited_position_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t answered_through_ ABSL_GUARDED_BY(mu_) = 0;
+  int sets_being_written_ ABSL_GUARDED_BY(mu_) = 0;
   // id → answer, present once it arrived.
   absl::flat_hash_map<uint64_t, std::optional<v1::StoreResponse>> answers_ ABSL_GUARDED_BY(mu_);
 };

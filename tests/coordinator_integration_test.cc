@@ -581,10 +581,14 @@ TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
   // Empty, and too many.
   v1::StoreRequest empty;
   empty.mutable_batch();
-  EXPECT_NE((*session)->Call(empty)->status().message().find("1 to 1024 operations, not 0"), std::string::npos);
+  auto refused_empty = (*session)->Call(empty);
+  ASSERT_TRUE(refused_empty.ok()) << refused_empty.status();
+  EXPECT_NE(refused_empty->status().message().find("1 to 1024 operations, not 0"), std::string::npos);
   v1::StoreRequest huge;
   for (int i = 0; i <= kMaxStoreBatchOps; ++i) add(huge, i, "c", 1);
-  EXPECT_EQ((*session)->Call(huge)->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  auto refused_huge = (*session)->Call(huge);
+  ASSERT_TRUE(refused_huge.ok()) << refused_huge.status();
+  EXPECT_EQ(refused_huge->status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(*(*session)->Check({"c"}));
   // A valid batch: in order, each answered with its id; one operation's failure is its own.
   ASSERT_TRUE((*session)->Set("text", "not a number").ok());

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crypto.h"
+#include "tests/test_util.h"
 
 namespace dt {
 namespace {
@@ -58,15 +59,6 @@ std::pair<pid_t, int> ForkMember(const std::string& run, int* arrived) {
   return {pid, out_fds[0]};
 }
 
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-  ::close(fd);
-  return out;
-}
-
 TEST(NodeRelayTest, TheFirstArrivalHoldsAndItsReleaseWakesAMemberInAnotherProcess) {
   std::string run = FreshRun();
   auto relay = NodeRelay::Open(run, 0, "node-a", 2);
@@ -75,9 +67,9 @@ TEST(NodeRelayTest, TheFirstArrivalHoldsAndItsReleaseWakesAMemberInAnotherProces
   EXPECT_EQ(holder.role, NodeRelay::Role::kHolder);
   int arrived;
   auto [pid, fd] = ForkMember(run, &arrived);
-  EXPECT_EQ(ReadAll(arrived), "member");
+  EXPECT_EQ(testing::ReadToEnd(arrived), "member");
   (*relay)->Publish(holder, RelayOutcome{absl::OkStatus(), 1});
-  EXPECT_EQ(ReadAll(fd), "0 1 ");
+  EXPECT_EQ(testing::ReadToEnd(fd), "0 1 ");
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_FALSE(ShmExists((*relay)->name())) << "both ranks opened it: the name is gone";

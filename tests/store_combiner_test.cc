@@ -1,11 +1,12 @@
 // The store combiner across real processes, with a stand-in for the coordinator (the batches each
 // carrier sends are answered here): adds pending while every lane is in flight go out together in
 // the next, each answer reaches its own process, a second thread goes alone, and a carrier killed in
-// the middle of a batch does not stop the node.
+// the middle of a batch neither stops the node nor leaves the adds it held unanswered.
 #include "client/store_combiner.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,15 +35,6 @@ absl::StatusOr<v1::StoreResponse> AnswerEach(const v1::StoreRequest& request) {
   return out;
 }
 
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-  ::close(fd);
-  return out;
-}
-
 struct Child {
   pid_t pid;
   int go;        // write a byte: the child adds
@@ -61,6 +53,7 @@ Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta, bool h
   EXPECT_EQ(::pipe(release), 0);
   pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed test leaves no child waiting behind it
     for (int fd : {go[1], out[0], carrying[0], release[1]}) ::close(fd);
     auto combiner = StoreCombiner::Open(run, 0, "node-a", ranks_on_node);
     if (!combiner.ok()) ::_exit(1);
@@ -97,7 +90,7 @@ void GoAndHold(const Child& child) {
 void Release(const Child& child) { EXPECT_EQ(::write(child.release, "r", 1), 1); }
 
 std::string Finish(const Child& child) {
-  std::string out = ReadAll(child.out);
+  std::string out = testing::ReadToEnd(child.out);
   ::waitpid(child.pid, nullptr, 0);
   return out;
 }
@@ -195,6 +188,43 @@ TEST(StoreCombinerTest, ACarrierKilledInTheMiddleOfABatchDoesNotStopTheNode) {
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_EQ(*mine, 1005);
   EXPECT_EQ((*combiner)->carried().adds, 1);
+  for (int i = 1; i < kLanes; ++i) {
+    Release(held[i]);
+    EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));
+  }
+}
+
+// Adds that a dead carrier had taken into its batch are answered (UNAVAILABLE: they may or may not
+// have been applied) by their own ranks, which find its lane free on their next look.
+TEST(StoreCombinerTest, TheAddsADeadCarrierHeldAreAnsweredUnavailable) {
+  constexpr int kLanes = StoreCombiner::kLanes, kRanks = kLanes + 3;
+  std::string run = FreshRun();
+  std::vector<Child> held;
+  for (int i = 0; i < kLanes; ++i) held.push_back(ForkAdder(run, kRanks, 10 + i, /*held=*/true));
+  Child survivor = ForkAdder(run, kRanks, 7), dying = ForkAdder(run, kRanks, 8, /*held=*/true);
+  auto observer = StoreCombiner::Open(run, 0, "node-a", kRanks);
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  for (const Child& c : held) GoAndHold(c);
+  Go(survivor);
+  ASSERT_TRUE(testing::WaitFor([&] { return (*observer)->pending() == 1; }, absl::Seconds(10)));
+  // Stopped, the survivor cannot carry: the dying child does, with the survivor's add.
+  ::kill(survivor.pid, SIGSTOP);
+  Go(dying);
+  ASSERT_TRUE(testing::WaitFor([&] { return (*observer)->pending() == 2; }, absl::Seconds(10)));
+  Release(held[0]);
+  char c;
+  ASSERT_EQ(::read(dying.carrying, &c, 1), 1) << "the dying child never carried";
+  EXPECT_EQ((*observer)->pending(), 0) << "its batch holds the survivor's add";
+  ::kill(dying.pid, SIGKILL);
+  ::waitpid(dying.pid, nullptr, 0);
+  ::kill(survivor.pid, SIGCONT);
+  int status = 0;
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return ::waitpid(survivor.pid, &status, WNOHANG) == survivor.pid; }, absl::Seconds(10)))
+      << "the add a dead carrier held was never answered";
+  std::string report = testing::ReadToEnd(survivor.out);
+  EXPECT_EQ(report.substr(0, 6), absl::StrCat(static_cast<int>(absl::StatusCode::kUnavailable), " -1 ")) << report;
+  EXPECT_EQ(Finish(held[0]), "0 1010 1/1");
   for (int i = 1; i < kLanes; ++i) {
     Release(held[i]);
     EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));

@@ -59,6 +59,15 @@ std::string Slurp(const std::string& path) {
   return out.str();
 }
 
+std::string ReadToEnd(int fd) {
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (!condition()) {

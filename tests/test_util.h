@@ -48,6 +48,8 @@ std::string DataDir();
 
 // Reads a file; "" if it is missing.
 std::string Slurp(const std::string& path);
+// Reads a pipe (or any descriptor) to its end, and closes it.
+std::string ReadToEnd(int fd);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
