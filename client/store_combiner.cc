@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -92,7 +93,16 @@ StoreCombiner::~StoreCombiner() {
 }
 
 absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta, const SendBatch& send) {
-  if (key.size() > kMaxKeyBytes || !local_mu_.TryLock()) return AddAlone(key, delta, send);
+  if (key.size() > kMaxKeyBytes) return AddAlone(key, delta, send);
+  if (!local_mu_.TryLock()) return AddAlone(key, delta, send);
+  std::optional<absl::StatusOr<int64_t>> result = AddThroughSlot(key, delta, send);
+  local_mu_.Unlock();
+  if (!result.has_value()) return AddAlone(key, delta, send);
+  return *std::move(result);
+}
+
+std::optional<absl::StatusOr<int64_t>> StoreCombiner::AddThroughSlot(const std::string& key, int64_t delta,
+                                                                      const SendBatch& send) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
   OpSlot& slot = shared_->slots[slot_];
   std::memcpy(slot.key, key.data(), key.size());
@@ -116,10 +126,7 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
       if (carried == Carry::kUnrecoverable) {
         // A lane stays locked for good (a carrier and then its recoverer died): go alone.
         uint32_t pending = kPending;
-        if (state.compare_exchange_strong(pending, kIdle)) {
-          local_mu_.Unlock();
-          return AddAlone(key, delta, send);
-        }
+        if (state.compare_exchange_strong(pending, kIdle)) return std::nullopt;
         continue;  // taken meanwhile: its carrier answers it
       }
     }
@@ -130,7 +137,6 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
     result = absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
   }
   state.store(kIdle);
-  local_mu_.Unlock();
   return result;
 }
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -85,6 +86,10 @@ class StoreCombiner {
   // This process carries on `lane`: takes every pending add of the node, sends them in one batch
   // through `send` and answers each. Holds the lane's lock.
   void CarryPending(int lane, const SendBatch& send);
+  // The add through this process's slot: carried by whichever rank carries next (this one when
+  // a lane is free). nullopt when it must go alone (every lane is unrecoverable).
+  std::optional<absl::StatusOr<int64_t>> AddThroughSlot(const std::string& key, int64_t delta, const SendBatch& send)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // One add sent by itself, as a batch of one.
   static absl::StatusOr<int64_t> AddAlone(const std::string& key, int64_t delta, const SendBatch& send);
   // Ends, as UNAVAILABLE, the adds that a carrier which died on `lane` was holding. Holds its lock.
