@@ -102,7 +102,7 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
 }
 
 std::optional<absl::StatusOr<int64_t>> StoreCombiner::AddThroughSlot(const std::string& key, int64_t delta,
-                                                                      const SendBatch& send) {
+                                                                     const SendBatch& send) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
   OpSlot& slot = shared_->slots[slot_];
   std::memcpy(slot.key, key.data(), key.size());
