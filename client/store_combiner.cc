@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/node_segment.h"
+#include "client/store_session.h"
 #include "common/limits.h"
 #include "common/utf8.h"
 
@@ -144,18 +145,12 @@ namespace {
 
 // The batch's own failure: the stream's, or the coordinator's refusal of the whole batch.
 absl::Status BatchStatus(const absl::StatusOr<v1::StoreResponse>& answered) {
-  if (!answered.ok()) return answered.status();
-  if (answered->has_status() && answered->status().code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(answered->status().code()), answered->status().message());
-  }
-  return absl::OkStatus();
+  return answered.ok() ? StatusOf(*answered) : answered.status();
 }
 
 // One add's answer in a batch.
 absl::StatusOr<int64_t> AddResult(const v1::StoreResponse& r) {
-  if (r.has_status() && r.status().code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(r.status().code()), r.status().message());
-  }
+  if (absl::Status s = StatusOf(r); !s.ok()) return s;
   return r.number();
 }
 

@@ -7,14 +7,10 @@
 #include "common/log.h"
 
 namespace dt {
-namespace {
-
 absl::Status StatusOf(const v1::StoreResponse& r) {
   if (!r.has_status() || r.status().code() == 0) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(r.status().code()), r.status().message());
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreSession>> StoreSession::Open(std::shared_ptr<CoordinatorClient> client,
                                                                  const std::string& run_id, int64_t generation,

@@ -18,6 +18,9 @@
 
 namespace dt {
 
+// The status an answer on the store stream carries (StoreResponse.status; unset is OK).
+absl::Status StatusOf(const v1::StoreResponse& r);
+
 class StoreSession {
  public:
   // Opens the stream for the run's generation. `rank` only labels messages (-1 for tools).
