@@ -85,11 +85,14 @@ ClientRound RunClient(c10d::Store& store, int id, int iterations) {
   out.start_ns = MonotonicNs();
   for (int i = 0; i < iterations; ++i) {
     std::string key = absl::StrCat("c", id, "-k", i % 64);
+    std::string tag = absl::StrCat(i);  // each set's value differs, and its get must return it
+    std::copy(tag.begin(), tag.end(), value.begin());
     auto t0 = Clock::now();
     store.set(key, value);
     auto t1 = Clock::now();
-    (void)store.get(key);
+    std::vector<uint8_t> got = store.get(key);
     auto t2 = Clock::now();
+    if (got != value) throw std::runtime_error(absl::StrCat("client ", id, ": get of ", key, " missed its own set"));
     (void)store.add(absl::StrCat("ctr-", id), 1);
     auto t3 = Clock::now();
     out.set.push_back(Micros(t1 - t0));
@@ -202,7 +205,7 @@ const StoreCombiner* CombineAdds(CoordinatorStore& store, const std::string& run
   auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
   if (!combiner.ok()) throw std::runtime_error(combiner.status().ToString());
   const StoreCombiner* stats = combiner->get();
-  store.CombineAddsWith(std::move(*combiner));
+  store.CombineWith(std::move(*combiner));
   return stats;
 }
 
@@ -262,7 +265,7 @@ int ClientMain(int argc, char** argv) {
       StoreCombiner::Carried before = combiner_stats ? combiner_stats->carried() : StoreCombiner::Carried{};
       std::vector<double> adds = RunAdds(c == 'a' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations);
       StoreCombiner::Carried after = combiner_stats ? combiner_stats->carried() : StoreCombiner::Carried{};
-      figures << after.batches - before.batches << " " << after.adds - before.adds;
+      figures << after.batches - before.batches << " " << after.ops - before.ops;
       for (double x : adds) figures << " " << x;
     } else if (mode == "store") {
       ClientRound r = RunClient(c == 'd' ? static_cast<c10d::Store&>(*dt_store) : *tcp_store, id, iterations);

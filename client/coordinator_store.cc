@@ -17,10 +17,23 @@ absl::Duration ToAbsl(std::chrono::milliseconds ms) { return absl::Milliseconds(
 
 }  // namespace
 
+StoreCombiner::SendBatch CoordinatorStore::Carrier() {
+  return [this](v1::StoreRequest r) { return session_->CallCarrying(std::move(r)); };
+}
+
+bool CoordinatorStore::Combining() const { return combiner_ && combiner_->Gathering() && session_->Quiescent(); }
+
 CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  if (Combining()) {
+    std::optional<absl::Status> combined = combiner_->Set(key, AsString(value), Carrier());
+    if (combined.has_value()) {
+      Check(*combined, "set");
+      return;
+    }
+  }
   // Like TCPStore, set does not wait for its answer; the next operation reports a failure.
   Check(session_->SetNoWait(key, AsString(value)), "set");
 }
@@ -33,6 +46,13 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 }
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
+  if (Combining()) {
+    std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier());
+    if (combined.has_value()) {
+      Check(combined->status(), "get");
+      return AsBytes(**combined);
+    }
+  }
   absl::StatusOr<std::string> v = session_->Get(key, ToAbsl(timeout_));
   Check(v.status(), "get");
   return AsBytes(*v);
@@ -40,9 +60,7 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
   absl::StatusOr<int64_t> v =
-      combiner_ && session_->Quiescent()
-          ? combiner_->Add(key, value, [this](v1::StoreRequest r) { return session_->CallCarrying(std::move(r)); })
-          : session_->Add(key, value);
+      combiner_ && session_->Quiescent() ? combiner_->Add(key, value, Carrier()) : session_->Add(key, value);
   Check(v.status(), "add");
   return *v;
 }

@@ -15,9 +15,11 @@ class CoordinatorStore : public c10d::Store {
  public:
   CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout);
 
-  // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), except
-  // when this store has sets still unanswered (the add then goes behind them on its own stream).
-  void CombineAddsWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
+  // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), and so
+  // do sets and gets while the node's next batch is gathering, except when this store has sets still
+  // unanswered (the operation then goes behind them on its own stream). A get whose key is not
+  // there yet waits for it on its own stream.
+  void CombineWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
@@ -31,6 +33,11 @@ class CoordinatorStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
+  // What carries a batch of the node when this rank is its carrier: its own session.
+  StoreCombiner::SendBatch Carrier();
+  // A set or get goes through the combiner now (see CombineWith).
+  bool Combining() const;
+
   std::unique_ptr<StoreSession> session_;
   std::unique_ptr<StoreCombiner> combiner_;
 };

@@ -22,10 +22,10 @@ namespace dt {
 namespace {
 
 // In the segment's name: a build with another layout never maps this one.
-constexpr int kLayoutVersion = 1;
+constexpr int kLayoutVersion = 2;
 constexpr size_t kMessageBytes = 512;
-// How often a waiting add looks at the carrier lock on its own: only matters when a carrier died
-// (the live ones wake the next carrier themselves).
+// How often a waiting operation looks at the carrier lock on its own: only matters when a carrier
+// died (the live ones wake the next carrier themselves).
 constexpr int64_t kRecheckMillis = 50;
 
 // A slot's state, also its futex word. Only the owner moves it out of kDone/kIdle, only the
@@ -38,14 +38,21 @@ enum : uint32_t {
   kTaken = 4,    // kTaken + lane: in that lane's batch
 };
 
+enum class OpKind : uint32_t { kAdd, kSet, kGetIfPresent };
+
 struct OpSlot {
   std::atomic<int32_t> owner;  // the pid holding the slot; 0: free
+  OpKind kind;
   int64_t delta;
   uint32_t key_len;
   char key[kMaxKeyBytes];
+  // A set's value; a get's answer.
+  uint32_t value_len;
+  char value[StoreCombiner::kSlotValueBytes];
   // The answer.
   int32_t code;
-  int64_t value;
+  int64_t number;
+  bool present;  // a get found its key and its value is in `value`
   uint32_t message_len;
   char message[kMessageBytes];
 };
@@ -55,10 +62,25 @@ struct OpSlot {
 struct StoreCombiner::Shared {
   // Process-shared and robust: each held by a carrier during its batch.
   pthread_mutex_t carrier_mu[kLanes];
-  std::atomic<int32_t> slots_used;  // one past the highest slot ever taken: what a carrier scans
+  std::atomic<uint32_t> carrying[kLanes];  // 1 while the lane's batch is in flight (Gathering)
+  std::atomic<int32_t> slots_used;         // one past the highest slot ever taken: what a carrier scans
   // Dense, so a carrier's scan touches a few cache lines.
   std::atomic<uint32_t> state[kSlots];
   OpSlot slots[kSlots];
+};
+
+struct StoreCombiner::SlotOp {
+  OpKind kind;
+  const std::string& key;
+  int64_t delta = 0;
+  const std::string* value = nullptr;  // kSet
+};
+
+struct StoreCombiner::SlotAnswer {
+  absl::Status status;
+  int64_t number = 0;
+  bool present = false;
+  std::string value;
 };
 
 absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::string& run_id, int64_t generation,
@@ -95,20 +117,56 @@ StoreCombiner::~StoreCombiner() {
 
 absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta, const SendBatch& send) {
   if (key.size() > kMaxKeyBytes) return AddAlone(key, delta, send);
-  if (!local_mu_.TryLock()) return AddAlone(key, delta, send);
-  std::optional<absl::StatusOr<int64_t>> result = AddThroughSlot(key, delta, send);
-  local_mu_.Unlock();
-  if (!result.has_value()) return AddAlone(key, delta, send);
-  return *std::move(result);
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kAdd, key, delta}, send);
+  if (!answer.has_value()) return AddAlone(key, delta, send);
+  if (!answer->status.ok()) return answer->status;
+  return answer->number;
 }
 
-std::optional<absl::StatusOr<int64_t>> StoreCombiner::AddThroughSlot(const std::string& key, int64_t delta,
-                                                                     const SendBatch& send) {
+std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std::string& value,
+                                               const SendBatch& send) {
+  if (key.size() > kMaxKeyBytes || value.size() > kSlotValueBytes) return std::nullopt;
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kSet, key, 0, &value}, send);
+  if (!answer.has_value()) return std::nullopt;
+  return answer->status;
+}
+
+std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std::string& key, const SendBatch& send) {
+  if (key.size() > kMaxKeyBytes) return std::nullopt;
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kGetIfPresent, key}, send);
+  if (!answer.has_value()) return std::nullopt;
+  if (!answer->status.ok()) return answer->status;
+  if (!answer->present) return std::nullopt;
+  return std::move(answer->value);
+}
+
+bool StoreCombiner::Gathering() const {
+  bool in_flight = false;
+  for (const std::atomic<uint32_t>& carrying : shared_->carrying) {
+    in_flight = in_flight || carrying.load(std::memory_order_relaxed) != 0;
+  }
+  return in_flight && pending() > 0;
+}
+
+std::optional<StoreCombiner::SlotAnswer> StoreCombiner::TryThroughSlot(const SlotOp& op, const SendBatch& send) {
+  if (!local_mu_.TryLock()) return std::nullopt;
+  std::optional<SlotAnswer> answer = ThroughSlot(op, send);
+  local_mu_.Unlock();
+  return answer;
+}
+
+std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp& op, const SendBatch& send) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
   OpSlot& slot = shared_->slots[slot_];
-  std::memcpy(slot.key, key.data(), key.size());
-  slot.key_len = static_cast<uint32_t>(key.size());
-  slot.delta = delta;
+  slot.kind = op.kind;
+  std::memcpy(slot.key, op.key.data(), op.key.size());
+  slot.key_len = static_cast<uint32_t>(op.key.size());
+  slot.delta = op.delta;
+  slot.value_len = 0;
+  if (op.value != nullptr) {
+    std::memcpy(slot.value, op.value->data(), op.value->size());
+    slot.value_len = static_cast<uint32_t>(op.value->size());
+  }
   state.store(kPending);
   while (true) {
     uint32_t seen = state.load();
@@ -117,10 +175,10 @@ std::optional<absl::StatusOr<int64_t>> StoreCombiner::AddThroughSlot(const std::
       state.compare_exchange_strong(seen, kPending);
       continue;
     }
-    // A pending add tries to carry (its batch holds this add, unless another carrier took it
-    // meanwhile: then it is kTaken or kDone by now). A taken one tries too, on each recheck: a
-    // lane is free while one of its adds is still taken only when its carrier died (a live
-    // carrier answers every add before it unlocks), and taking the lane answers them.
+    // A pending operation tries to carry (its batch holds this one, unless another carrier took
+    // it meanwhile: then it is kTaken or kDone by now). A taken one tries too, on each recheck: a
+    // lane is free while one of its operations is still taken only when its carrier died (a live
+    // carrier answers every operation before it unlocks), and taking the lane answers them.
     if (seen == kPending || seen >= kTaken) {
       Carry carried = TryCarry(send);
       if (carried == Carry::kCarried) continue;
@@ -133,12 +191,15 @@ std::optional<absl::StatusOr<int64_t>> StoreCombiner::AddThroughSlot(const std::
     }
     FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
   }
-  absl::StatusOr<int64_t> result = slot.value;
+  SlotAnswer answer;
+  answer.number = slot.number;
+  answer.present = slot.present;
+  if (slot.present) answer.value.assign(slot.value, slot.value_len);
   if (slot.code != 0) {
-    result = absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
+    answer.status = absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
   }
   state.store(kIdle);
-  return result;
+  return answer;
 }
 
 namespace {
@@ -148,18 +209,47 @@ absl::Status BatchStatus(const absl::StatusOr<v1::StoreResponse>& answered) {
   return answered.ok() ? StatusOf(*answered) : answered.status();
 }
 
-// One add's answer in a batch.
+// The answer to a batch of one add.
 absl::StatusOr<int64_t> AddResult(const v1::StoreResponse& r) {
   if (absl::Status s = StatusOf(r); !s.ok()) return s;
   return r.number();
 }
 
-void Answer(OpSlot& slot, const absl::StatusOr<int64_t>& result) {
-  slot.code = static_cast<int32_t>(result.status().code());
-  slot.value = result.value_or(0);
-  std::string message = TruncateUtf8(result.status().message(), kMessageBytes);
+// Writes an operation's answer to its slot: `status`, and when it is OK what `r` says. A get's
+// value larger than the slot holds is left out (present stays false): its owner gets it itself.
+void Answer(OpSlot& slot, const absl::Status& status, const v1::StoreResponse* r = nullptr) {
+  slot.code = static_cast<int32_t>(status.code());
+  slot.number = status.ok() && r != nullptr ? r->number() : 0;
+  slot.present = status.ok() && r != nullptr && slot.kind == OpKind::kGetIfPresent && r->flag() &&
+                 r->value().size() <= StoreCombiner::kSlotValueBytes;
+  if (slot.present) {
+    std::memcpy(slot.value, r->value().data(), r->value().size());
+    slot.value_len = static_cast<uint32_t>(r->value().size());
+  }
+  std::string message = TruncateUtf8(status.message(), kMessageBytes);
   slot.message_len = static_cast<uint32_t>(message.size());
   std::memcpy(slot.message, message.data(), message.size());
+}
+
+// The slot's operation, as a batch holds it.
+void AddToBatch(const OpSlot& slot, uint64_t id, v1::StoreBatchRequest& batch) {
+  v1::StoreRequest* op = batch.add_ops();
+  op->set_id(id);
+  std::string key(slot.key, slot.key_len);
+  switch (slot.kind) {
+    case OpKind::kAdd:
+      op->mutable_add()->set_key(std::move(key));
+      op->mutable_add()->set_delta(slot.delta);
+      break;
+    case OpKind::kSet:
+      op->mutable_set()->set_key(std::move(key));
+      op->mutable_set()->set_value(std::string(slot.value, slot.value_len));
+      break;
+    case OpKind::kGetIfPresent:
+      op->mutable_get()->set_key(std::move(key));
+      op->mutable_get()->set_if_present(true);
+      break;
+  }
 }
 
 }  // namespace
@@ -187,7 +277,11 @@ StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
       pthread_mutex_consistent(mu);
       FailOrphans(lane);
     }
+    // Set and cleared by whoever holds the lane, so a carrier that died holding it leaves it set
+    // only until the next one carries.
+    shared_->carrying[lane].store(1, std::memory_order_relaxed);
     CarryPending(lane, send);
+    shared_->carrying[lane].store(0, std::memory_order_relaxed);
     pthread_mutex_unlock(mu);
     NudgeOnePending();
     return Carry::kCarried;
@@ -205,32 +299,28 @@ void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
     while ((seen == kPending || seen == kNudged) && !shared_->state[i].compare_exchange_weak(seen, kTaken + lane)) {
     }
     if (seen != kPending && seen != kNudged) continue;
-    const OpSlot& slot = shared_->slots[i];
-    v1::StoreRequest* op = batch->add_ops();
-    op->set_id(static_cast<uint64_t>(i));
-    op->mutable_add()->set_key(std::string(slot.key, slot.key_len));
-    op->mutable_add()->set_delta(slot.delta);
+    AddToBatch(shared_->slots[i], static_cast<uint64_t>(i), *batch);
     taken.push_back(i);
   }
   if (taken.empty()) return;
   batches_carried_.fetch_add(1, std::memory_order_relaxed);
-  adds_carried_.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
+  ops_carried_.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
   absl::StatusOr<v1::StoreResponse> answered = send(std::move(request));
   absl::Status failed = BatchStatus(answered);
   absl::flat_hash_map<uint64_t, const v1::StoreResponse*> by_slot;
   if (failed.ok()) {
     for (const v1::StoreResponse& r : answered->batch()) by_slot[r.id()] = &r;
   }
-  auto result_of = [&](int i) -> absl::StatusOr<int64_t> {
-    if (!failed.ok()) return failed;
-    auto it = by_slot.find(static_cast<uint64_t>(i));
-    if (it == by_slot.end())
-      return absl::InternalError("the coordinator's answer to a node's batch of adds left one out");
-    return AddResult(*it->second);
-  };
   for (int i : taken) {
-    absl::StatusOr<int64_t> result = result_of(i);
-    Answer(shared_->slots[i], result);
+    OpSlot& slot = shared_->slots[i];
+    auto it = by_slot.find(static_cast<uint64_t>(i));
+    if (!failed.ok()) {
+      Answer(slot, failed);
+    } else if (it == by_slot.end()) {
+      Answer(slot, absl::InternalError("the coordinator's answer to a node's batch left one of its operations out"));
+    } else {
+      Answer(slot, StatusOf(*it->second), it->second);
+    }
     shared_->state[i].store(kDone);
     if (i != slot_) FutexWake(&shared_->state[i]);
   }
@@ -241,8 +331,8 @@ void StoreCombiner::FailOrphans(int lane) {
   for (int i = 0; i < used; ++i) {
     if (shared_->state[i].load() != kTaken + static_cast<uint32_t>(lane)) continue;
     Answer(shared_->slots[i],
-           absl::UnavailableError("the rank of this node that carried this add to the coordinator died with it in "
-                                  "flight; it may or may not have been applied"));
+           absl::UnavailableError("the rank of this node that carried this store operation to the coordinator died "
+                                  "with it in flight; it may or may not have been applied"));
     shared_->state[i].store(kDone);
     FutexWake(&shared_->state[i]);
   }

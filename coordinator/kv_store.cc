@@ -172,6 +172,15 @@ void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std
   Park(std::move(waiter), deferred);
 }
 
+absl::StatusOr<std::optional<std::string>> KvStore::GetIfPresent(const std::string& key) {
+  if (absl::Status s = ValidateStoreKey(key); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
+  auto it = data_.find(key);
+  if (it == data_.end()) return std::nullopt;
+  return it->second;
+}
+
 void KvStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout, PendingPtr<Unit> reply,
                    Deferred& deferred) {
   for (const auto& key : keys) {

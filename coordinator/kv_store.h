@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
   absl::Status Set(const std::string& key, std::string value, Deferred& deferred);
   // Completes `reply` with the value once `key` exists, or DEADLINE_EXCEEDED after `timeout`.
   void Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply, Deferred& deferred);
+  // The value of `key` now, without waiting: nullopt when it is not there.
+  absl::StatusOr<std::optional<std::string>> GetIfPresent(const std::string& key);
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, Deferred& deferred);
   absl::StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected, std::string desired,
                                          Deferred& deferred);

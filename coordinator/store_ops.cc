@@ -35,11 +35,14 @@ absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreReques
       case v1::StoreRequest::kDeleteKey:
       case v1::StoreRequest::kNumKeys:
         continue;
+      case v1::StoreRequest::kGet:
+        if (ops[i].get().if_present()) continue;
+        [[fallthrough]];
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("operation ", i, " of the store batch (id ", ops[i].id(),
-                         ") is not one that answers at once: a batch holds set, add, compare_set, check, "
-                         "delete_key and num_keys only"));
+                         ") is not one that answers at once: a batch holds set, get with if_present, add, "
+                         "compare_set, check, delete_key and num_keys only"));
     }
   }
   return absl::OkStatus();
@@ -86,11 +89,21 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
       status = store.Set(request.set().key(), std::move(*request.mutable_set()->mutable_value()), deferred);
       break;
     case v1::StoreRequest::kGet: {
+      if (request.get().if_present()) {
+        absl::StatusOr<std::optional<std::string>> v = store.GetIfPresent(request.get().key());
+        status = v.status();
+        if (v.ok() && v->has_value()) {
+          out.set_flag(true);
+          out.set_value(std::move(**v));
+        }
+        break;
+      }
       std::optional<absl::Duration> timeout = blocking_timeout(request.get().timeout_ms());
       if (!timeout) break;
       store.Get(request.get().key(), *timeout, MakePending<std::string>([done](absl::StatusOr<std::string> v) {
                   v1::StoreResponse r;
                   if (v.ok()) {
+                    r.set_flag(true);
                     r.set_value(std::move(*v));
                   } else {
                     *r.mutable_status() = ToStoreStatus(v.status());

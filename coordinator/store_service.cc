@@ -296,9 +296,11 @@ grpc::ServerUnaryReactor* StoreServiceImpl::Get(grpc::CallbackServerContext* ctx
                                                 v1::StoreGetResponse* out) {
   v1::StoreRequest r;
   *r.mutable_get() = *req;
-  return UnaryStoreOp<v1::StoreGetResponse>(
-      deps_, ctx, "StoreGet", req->scope(), std::move(r), out,
-      [](const v1::StoreResponse& a, v1::StoreGetResponse& o) { o.set_value(a.value()); });
+  return UnaryStoreOp<v1::StoreGetResponse>(deps_, ctx, "StoreGet", req->scope(), std::move(r), out,
+                                            [](const v1::StoreResponse& a, v1::StoreGetResponse& o) {
+                                              o.set_value(a.value());
+                                              o.set_present(a.flag());
+                                            });
 }
 
 grpc::ServerUnaryReactor* StoreServiceImpl::Add(grpc::CallbackServerContext* ctx, const v1::StoreAddRequest* req,

@@ -514,17 +514,32 @@ TEST_F(IntegrationTest, StoreSessionHasC10dSemanticsAcrossClients) {
 // The ranks of one node, each its own process, add to one counter through the node's store
 // combiner: every add is carried in a batch by one of them, and each gets its own answer (the
 // values handed out are exactly 1..N, as N adds one at a time would give).
-TEST_F(IntegrationTest, TheAddsOfANodesRanksGoOutTogetherAndEachGetsItsOwnAnswer) {
+// With sets and gets of each rank's own key between the adds (--with-sets): every get through
+// the combiner returns what the same rank's set just stored, checked in the rank.
+class CombinedStoreTest : public IntegrationTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CombinedStoreTest, TheOperationsOfANodesRanksGoOutTogetherAndEachGetsItsOwnAnswer) {
   constexpr int kRanks = 4, kAdds = 300;
+  const bool with_sets = GetParam();
   auto run = Submit("combined-adds", 1, kRanks);
   std::vector<std::unique_ptr<testing::Subprocess>> ranks;
   auto log = [&](int slot) { return JoinPath(tmp_.path(), absl::StrCat("adder", slot, ".log")); };
   for (int slot = 0; slot < kRanks; ++slot) {
-    ranks.push_back(std::make_unique<testing::Subprocess>(
-        std::vector<std::string>{testing::BinaryPath("sim_rank"), "--coordinator", coord_.address(), "--token",
-                                 run.run_token(), "--run", run.run_id(), "--node", "n1", "--slot", std::to_string(slot),
-                                 "--adds", std::to_string(kAdds)},
-        std::map<std::string, std::string>{}, log(slot)));
+    std::vector<std::string> args{testing::BinaryPath("sim_rank"),
+                                  "--coordinator",
+                                  coord_.address(),
+                                  "--token",
+                                  run.run_token(),
+                                  "--run",
+                                  run.run_id(),
+                                  "--node",
+                                  "n1",
+                                  "--slot",
+                                  std::to_string(slot),
+                                  "--adds",
+                                  std::to_string(kAdds)};
+    if (with_sets) args.push_back("--with-sets");
+    ranks.push_back(std::make_unique<testing::Subprocess>(args, std::map<std::string, std::string>{}, log(slot)));
   }
   std::vector<int64_t> values;
   int64_t carried = 0, batches = 0;
@@ -544,7 +559,7 @@ TEST_F(IntegrationTest, TheAddsOfANodesRanksGoOutTogetherAndEachGetsItsOwnAnswer
   std::sort(values.begin(), values.end());
   ASSERT_EQ(values.size(), size_t{kRanks * kAdds});
   for (int i = 0; i < kRanks * kAdds; ++i) ASSERT_EQ(values[i], i + 1) << "a value handed out twice or never";
-  EXPECT_EQ(carried, kRanks * kAdds) << "every add went out in a node batch";
+  EXPECT_EQ(carried, (with_sets ? 3 : 1) * kRanks * kAdds) << "every operation went out in a node batch";
   EXPECT_GE(batches, 1);
   EXPECT_LE(batches, carried);
   // The store holds the sum.
@@ -552,6 +567,9 @@ TEST_F(IntegrationTest, TheAddsOfANodesRanksGoOutTogetherAndEachGetsItsOwnAnswer
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ(*(*session)->Add("shared-counter", 0), kRanks * kAdds);
 }
+
+INSTANTIATE_TEST_SUITE_P(AddsAlone, CombinedStoreTest, ::testing::Values(false));
+INSTANTIATE_TEST_SUITE_P(WithSetsAndGets, CombinedStoreTest, ::testing::Values(true));
 
 // A batch of store operations is checked whole before any of it is applied; a valid one is
 // answered per operation, each as if sent alone.
@@ -599,16 +617,29 @@ TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
   v1::StoreRequest* count = batch.mutable_batch()->add_ops();
   count->set_id(4);
   count->mutable_num_keys();
+  // A get that does not wait: the value when the key is there, `flag` false when it is not.
+  for (auto [id, key] : {std::pair{5, "text"}, std::pair{6, "nothing"}}) {
+    v1::StoreRequest* get_now = batch.mutable_batch()->add_ops();
+    get_now->set_id(id);
+    get_now->mutable_get()->set_key(key);
+    get_now->mutable_get()->set_if_present(true);
+  }
   auto answered = (*session)->Call(batch);
   ASSERT_TRUE(answered.ok()) << answered.status();
   EXPECT_FALSE(answered->has_status());
-  ASSERT_EQ(answered->batch_size(), 4);
+  ASSERT_EQ(answered->batch_size(), 6);
   std::map<uint64_t, v1::StoreResponse> by_id;
   for (const auto& r : answered->batch()) by_id[r.id()] = r;
   EXPECT_EQ(by_id[1].number(), 5);
   EXPECT_EQ(by_id[2].status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(by_id[3].number(), 7);
   EXPECT_EQ(by_id[4].number(), 2);  // text, c
+  EXPECT_FALSE(by_id[5].has_status());
+  EXPECT_TRUE(by_id[5].flag());
+  EXPECT_EQ(by_id[5].value(), "not a number");
+  EXPECT_FALSE(by_id[6].has_status()) << "an absent key is no error";
+  EXPECT_FALSE(by_id[6].flag());
+  EXPECT_EQ(by_id[6].value(), "");
   EXPECT_EQ(*(*session)->Add("c", 0), 7);
 }
 
@@ -679,6 +710,17 @@ TEST_F(IntegrationTest, EveryUnaryStoreRpcAnswersAsTheSessionDoes) {
   auto timed_out = Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5));
   EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
   EXPECT_NE(timed_out.status().message().find("never"), std::string::npos) << timed_out.status();
+  // With if_present the same get answers at once: not there.
+  get.set_if_present(true);
+  auto not_there = Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5));
+  ASSERT_TRUE(not_there.ok()) << not_there.status();
+  EXPECT_FALSE(not_there->present());
+  get.set_key("later");
+  auto there = Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5));
+  ASSERT_TRUE(there.ok()) << there.status();
+  EXPECT_TRUE(there->present());
+  get.set_key("never");
+  get.set_if_present(false);
   get.set_timeout_ms(-1);
   EXPECT_EQ(Call(*admin_, &v1::StoreService::Stub::Get, store, get, absl::Seconds(5)).status().code(),
             absl::StatusCode::kInvalidArgument);

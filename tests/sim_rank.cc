@@ -2,11 +2,13 @@
 // heartbeats, and can open a checkpoint round and hang mid-write so a test can kill it.
 //
 //   sim_rank --coordinator ADDR --token TOKEN --run RUN --node NODE --slot S
-//            [--checkpoint-step K] [--hang-after-partial] [--adds N]
+//            [--checkpoint-step K] [--hang-after-partial] [--adds N [--with-sets]]
 // Prints "rank=R generation=G" once registered, "partial=DIR" after writing a partial checkpoint,
 // "stop: REASON" when the coordinator tells it to stop (exit 3). With --adds: adds 1 to the store's
 // "shared-counter" N times through the node's store combiner and prints "adds=V1,V2,..." (the
-// values returned) and "carried=BATCHES/ADDS" (what this process carried for the node).
+// values returned) and "carried=BATCHES/OPS" (what this process carried for the node). With
+// --with-sets, each add follows a set of this rank's own key and a get of it, all through the
+// combiner, and the get must return what the set just stored (exit 7 otherwise).
 #include <unistd.h>
 
 #include <fstream>
@@ -14,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
@@ -34,6 +37,8 @@ int main(int argc, char** argv) {
   app.add_flag("--hang-after-partial", hang_after_partial);
   int adds = 0;
   app.add_option("--adds", adds);
+  bool with_sets = false;
+  app.add_flag("--with-sets", with_sets);
   CLI11_PARSE(app, argc, argv);
 
   dt::ClientOptions options;
@@ -67,9 +72,19 @@ int main(int argc, char** argv) {
       return 5;
     }
     std::vector<int64_t> values;
+    auto carry = [&](dt::v1::StoreRequest r) { return (*session)->CallCarrying(std::move(r)); };
     for (int i = 0; i < adds; ++i) {
-      absl::StatusOr<int64_t> v = combiner->Add(
-          "shared-counter", 1, [&](dt::v1::StoreRequest r) { return (*session)->CallCarrying(std::move(r)); });
+      if (with_sets) {
+        std::string key = absl::StrCat("own-", slot), value = absl::StrCat("value-", slot, "-", i);
+        std::optional<absl::Status> set = combiner->Set(key, value, carry);
+        std::optional<absl::StatusOr<std::string>> got = combiner->GetIfPresent(key, carry);
+        if (!set.has_value() || !set->ok() || !got.has_value() || !got->ok() || **got != value) {
+          std::cout << "set/get through the combiner: " << (set ? set->ToString() : "not carried") << " / "
+                    << (got ? (got->ok() ? **got : got->status().ToString()) : "not carried") << std::endl;
+          return 7;
+        }
+      }
+      absl::StatusOr<int64_t> v = combiner->Add("shared-counter", 1, carry);
       if (!v.ok()) {
         std::cout << "add failed: " << v.status() << std::endl;
         return 6;
@@ -77,7 +92,7 @@ int main(int argc, char** argv) {
       values.push_back(*v);
     }
     std::cout << "adds=" << absl::StrJoin(values, ",") << "\ncarried=" << combiner->carried().batches << "/"
-              << combiner->carried().adds << std::endl;
+              << combiner->carried().ops << std::endl;
   }
   if (checkpoint_step > 0) {
     auto round = agent.BeginCheckpoint(checkpoint_step);

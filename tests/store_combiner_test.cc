@@ -1,7 +1,8 @@
 // The store combiner across real processes, with a stand-in for the coordinator (the batches each
-// carrier sends are answered here): adds pending while every lane is in flight go out together in
-// the next, each answer reaches its own process, a second thread goes alone, and a carrier killed in
-// the middle of a batch neither stops the node nor leaves the adds it held unanswered.
+// carrier sends are answered here): adds, sets and gets pending while every lane is in flight go
+// out together in the next, each answer reaches its own process, a second thread goes alone, and a
+// carrier killed in the middle of a batch neither stops the node nor leaves the adds it held
+// unanswered.
 #include "client/store_combiner.h"
 
 #include <gtest/gtest.h>
@@ -10,10 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "tests/test_util.h"
@@ -67,7 +71,7 @@ Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta, bool h
       return AnswerEach(r);
     });
     std::string report = absl::StrCat(static_cast<int>(v.status().code()), " ", v.value_or(-1), " ",
-                                      (*combiner)->carried().batches, "/", (*combiner)->carried().adds);
+                                      (*combiner)->carried().batches, "/", (*combiner)->carried().ops);
     (void)!::write(out[1], report.data(), report.size());
     ::_exit(0);
   }
@@ -133,6 +137,86 @@ TEST(StoreCombinerTest, AddsPendingWhileEveryLaneIsInFlightGoOutTogetherAndEachG
   EXPECT_EQ((*observer)->pending(), 0);
 }
 
+// A stand-in for the coordinator's store: applies each batch in order (set, get if present, add)
+// and records the batches' sizes.
+struct StandInStore {
+  absl::Mutex mu;
+  std::map<std::string, std::string> data ABSL_GUARDED_BY(mu);
+  std::vector<int> batches ABSL_GUARDED_BY(mu);
+  absl::StatusOr<v1::StoreResponse> operator()(const v1::StoreRequest& request) {
+    absl::MutexLock lock(&mu);
+    batches.push_back(request.batch().ops_size());
+    v1::StoreResponse out;
+    for (const v1::StoreRequest& op : request.batch().ops()) {
+      v1::StoreResponse* r = out.add_batch();
+      r->set_id(op.id());
+      if (op.has_set()) data[op.set().key()] = op.set().value();
+      if (op.has_add()) r->set_number(1000 + op.add().delta());
+      if (op.has_get()) {
+        EXPECT_TRUE(op.get().if_present());
+        auto it = data.find(op.get().key());
+        r->set_flag(it != data.end());
+        if (it != data.end()) r->set_value(it->second);
+      }
+    }
+    return out;
+  }
+};
+
+// Ranks' sets and gets (each rank a combiner of its own here, in threads) pending while a batch is
+// in flight go out in the next one; each gets its own answer; a get whose key is not there, or
+// whose value is larger than a slot, comes back not carried (the caller gets it on its own stream).
+TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
+  std::string run = FreshRun();
+  constexpr int kRanks = 5;
+  std::vector<std::unique_ptr<StoreCombiner>> ranks;
+  for (int i = 0; i < kRanks; ++i) {
+    auto combiner = StoreCombiner::Open(run, 0, "node-a", kRanks);
+    ASSERT_TRUE(combiner.ok()) << combiner.status();
+    ranks.push_back(std::move(*combiner));
+  }
+  StandInStore store;
+  {
+    absl::MutexLock lock(&store.mu);
+    store.data["ready"] = "here";
+    store.data["big"] = std::string(StoreCombiner::kSlotValueBytes + 1, 'b');
+  }
+  EXPECT_FALSE(ranks[1]->Gathering());
+  HeldSender held;
+  std::thread carrier([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, [&](v1::StoreRequest r) { return held(r); }).ok()); });
+  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(ranks[1]->Gathering()) << "a batch is in flight, but nothing waits for the next";
+  std::optional<absl::Status> set;
+  std::optional<absl::StatusOr<std::string>> ready, absent, big;
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { set = ranks[1]->Set("mine", "value", std::ref(store)); });
+  threads.emplace_back([&] { ready = ranks[2]->GetIfPresent("ready", std::ref(store)); });
+  threads.emplace_back([&] { absent = ranks[3]->GetIfPresent("absent", std::ref(store)); });
+  threads.emplace_back([&] { big = ranks[4]->GetIfPresent("big", std::ref(store)); });
+  ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 4; }, absl::Seconds(10)));
+  EXPECT_TRUE(ranks[1]->Gathering());
+  held.release.Notify();
+  carrier.join();
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(set.has_value());
+  EXPECT_TRUE(set->ok()) << *set;
+  ASSERT_TRUE(ready.has_value());
+  ASSERT_TRUE(ready->ok()) << ready->status();
+  EXPECT_EQ(**ready, "here");
+  EXPECT_FALSE(absent.has_value()) << "not there: the caller waits for it on its own stream";
+  EXPECT_FALSE(big.has_value()) << "larger than a slot: the caller gets it on its own stream";
+  EXPECT_FALSE(ranks[1]->Gathering());
+  {
+    absl::MutexLock lock(&store.mu);
+    EXPECT_EQ(store.data["mine"], "value");
+    EXPECT_EQ(store.batches, std::vector<int>{4}) << "the four went out in one batch";
+  }
+  // A value larger than a slot is not carried at all.
+  EXPECT_FALSE(ranks[1]->Set("mine", std::string(StoreCombiner::kSlotValueBytes + 1, 'v'), std::ref(store)));
+  absl::MutexLock lock(&store.mu);
+  EXPECT_EQ(store.batches.size(), 1u);
+}
+
 TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFlight) {
   auto combiner = StoreCombiner::Open(FreshRun(), 0, "node-a", 1);
   ASSERT_TRUE(combiner.ok()) << combiner.status();
@@ -187,7 +271,7 @@ TEST(StoreCombinerTest, ACarrierKilledInTheMiddleOfABatchDoesNotStopTheNode) {
   adder.join();
   ASSERT_TRUE(mine.ok()) << mine.status();
   EXPECT_EQ(*mine, 1005);
-  EXPECT_EQ((*combiner)->carried().adds, 1);
+  EXPECT_EQ((*combiner)->carried().ops, 1);
   for (int i = 1; i < kLanes; ++i) {
     Release(held[i]);
     EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));

@@ -196,8 +196,7 @@ class Trainer {
       throw CollectiveError(absl::StrCat("cannot open the coordinator store: ", session.status().ToString()));
     auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session),
                                                        std::chrono::milliseconds(a.timeouts().store_timeout_ms()));
-    if (std::unique_ptr<StoreCombiner> combiner = agent_.OpenStoreCombiner())
-      store->CombineAddsWith(std::move(combiner));
+    if (std::unique_ptr<StoreCombiner> combiner = agent_.OpenStoreCombiner()) store->CombineWith(std::move(combiner));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
     absl::Time start = absl::Now();
     absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg =

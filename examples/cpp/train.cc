@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   auto coordinator_store = c10::make_intrusive<dt::CoordinatorStore>(std::move(*session), std::chrono::minutes(5));
   // The ranks of this node send their store adds together (null with one rank per node).
   if (std::unique_ptr<dt::StoreCombiner> combiner = agent.OpenStoreCombiner()) {
-    coordinator_store->CombineAddsWith(std::move(combiner));
+    coordinator_store->CombineWith(std::move(combiner));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("example", coordinator_store);
   auto options = c10d::ProcessGroupGloo::Options::create();
