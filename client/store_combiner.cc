@@ -52,7 +52,8 @@ struct OpSlot {
   // The answer.
   int32_t code;
   int64_t number;
-  bool present;  // a get found its key and its value is in `value`
+  bool present;          // a get found its key and its value is in `value`
+  bool carried_failure;  // `code` is the batch's failure, not this operation's own
   uint32_t message_len;
   char message[kMessageBytes];
 };
@@ -78,6 +79,7 @@ struct StoreCombiner::SlotOp {
 
 struct StoreCombiner::SlotAnswer {
   absl::Status status;
+  bool carried_failure = false;  // the status is the carrier's failure: a set or get may go again
   int64_t number = 0;
   bool present = false;
   std::string value;
@@ -127,14 +129,16 @@ std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std
                                                const SendBatch& send) {
   if (key.size() > kMaxKeyBytes || value.size() > kSlotValueBytes) return std::nullopt;
   std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kSet, key, 0, &value}, send);
-  if (!answer.has_value()) return std::nullopt;
+  // A set the carrier could not deliver goes again on the rank's own stream (setting a value
+  // twice is setting it once).
+  if (!answer.has_value() || answer->carried_failure) return std::nullopt;
   return answer->status;
 }
 
 std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std::string& key, const SendBatch& send) {
   if (key.size() > kMaxKeyBytes) return std::nullopt;
   std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kGetIfPresent, key}, send);
-  if (!answer.has_value()) return std::nullopt;
+  if (!answer.has_value() || answer->carried_failure) return std::nullopt;
   if (!answer->status.ok()) return answer->status;
   if (!answer->present) return std::nullopt;
   return std::move(answer->value);
@@ -192,6 +196,7 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
     FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
   }
   SlotAnswer answer;
+  answer.carried_failure = slot.carried_failure;
   answer.number = slot.number;
   answer.present = slot.present;
   if (slot.present) answer.value.assign(slot.value, slot.value_len);
@@ -216,12 +221,17 @@ absl::StatusOr<int64_t> AddResult(const v1::StoreResponse& r) {
 }
 
 // Writes an operation's answer to its slot: `status`, and when it is OK what `r` says. A get's
-// value larger than the slot holds is left out (present stays false): its owner gets it itself.
-void Answer(OpSlot& slot, const absl::Status& status, const v1::StoreResponse* r = nullptr) {
+// value the coordinator left out (longer than a slot holds) leaves present false: its owner gets
+// it itself. `carried_failure`: the status is the batch's (the carrier's stream failed or the
+// carrier died), not the operation's own.
+void Answer(OpSlot& slot, const absl::Status& status, const v1::StoreResponse* r = nullptr,
+            bool carried_failure = false) {
   slot.code = static_cast<int32_t>(status.code());
+  slot.carried_failure = carried_failure;
   slot.number = status.ok() && r != nullptr ? r->number() : 0;
   slot.present = status.ok() && r != nullptr && slot.kind == OpKind::kGetIfPresent && r->flag() &&
-                 r->value().size() <= StoreCombiner::kSlotValueBytes;
+                 r->value().size() <= StoreCombiner::kSlotValueBytes &&
+                 r->number() <= static_cast<int64_t>(r->value().size());
   if (slot.present) {
     std::memcpy(slot.value, r->value().data(), r->value().size());
     slot.value_len = static_cast<uint32_t>(r->value().size());
@@ -248,6 +258,7 @@ void AddToBatch(const OpSlot& slot, uint64_t id, v1::StoreBatchRequest& batch) {
     case OpKind::kGetIfPresent:
       op->mutable_get()->set_key(std::move(key));
       op->mutable_get()->set_if_present(true);
+      op->mutable_get()->set_max_value_bytes(static_cast<int64_t>(StoreCombiner::kSlotValueBytes));
       break;
   }
 }
@@ -315,7 +326,7 @@ void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
     OpSlot& slot = shared_->slots[i];
     auto it = by_slot.find(static_cast<uint64_t>(i));
     if (!failed.ok()) {
-      Answer(slot, failed);
+      Answer(slot, failed, nullptr, /*carried_failure=*/true);
     } else if (it == by_slot.end()) {
       Answer(slot, absl::InternalError("the coordinator's answer to a node's batch left one of its operations out"));
     } else {
@@ -332,7 +343,8 @@ void StoreCombiner::FailOrphans(int lane) {
     if (shared_->state[i].load() != kTaken + static_cast<uint32_t>(lane)) continue;
     Answer(shared_->slots[i],
            absl::UnavailableError("the rank of this node that carried this store operation to the coordinator died "
-                                  "with it in flight; it may or may not have been applied"));
+                                  "with it in flight; it may or may not have been applied"),
+           nullptr, /*carried_failure=*/true);
     shared_->state[i].store(kDone);
     FutexWake(&shared_->state[i]);
   }

@@ -41,7 +41,7 @@ class StoreCombiner {
  public:
   // Opens (creating when needed) the combiner of `run_id`'s `generation` on `node`, and takes a
   // slot in it. Fails when shared memory cannot be used or every slot is taken: the caller then
-  // sends its adds itself.
+  // sends its operations itself.
   static absl::StatusOr<std::unique_ptr<StoreCombiner>> Open(const std::string& run_id, int64_t generation,
                                                              const std::string& node, int ranks_on_node);
   ~StoreCombiner();
@@ -60,12 +60,14 @@ class StoreCombiner {
 
   // Sets `key` with the node's other pending operations and waits for the store's answer. nullopt
   // when it was not carried (a key or value over what a slot holds, a second thread of this
-  // process, every lane unrecoverable): the caller sends it on its own stream.
+  // process, every lane unrecoverable) or its carrier failed to deliver it (its stream broke, it
+  // died): the caller sends it on its own stream.
   std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send);
 
   // The value of `key` if it is in the store now, with the node's other pending operations.
-  // nullopt when the key is not there yet, its value is larger than a slot holds, or the get was
-  // not carried (as for Set): the caller then gets it on its own stream, which waits for the key.
+  // nullopt when the key is not there yet, its value is larger than a slot holds (the coordinator
+  // leaves it out of the batch's answer), or the get was not carried or not delivered (as for
+  // Set): the caller then gets it on its own stream, which waits for the key.
   std::optional<absl::StatusOr<std::string>> GetIfPresent(const std::string& key, const SendBatch& send);
 
   // A batch of the node is in flight and another operation already waits for the next: one written
@@ -108,8 +110,8 @@ class StoreCombiner {
   // Carries a batch when a carrier lock ("lane") is free (one whose carrier died included).
   enum class Carry { kCarried, kBusy, kUnrecoverable };
   Carry TryCarry(const SendBatch& send);
-  // This process carries on `lane`: takes every pending add of the node, sends them in one batch
-  // through `send` and answers each. Holds the lane's lock.
+  // This process carries on `lane`: takes every pending operation of the node, sends them in one
+  // batch through `send` and answers each. Holds the lane's lock.
   void CarryPending(int lane, const SendBatch& send);
   // An operation and its answer, as they travel through this process's slot.
   struct SlotOp;

@@ -94,7 +94,12 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
         status = v.status();
         if (v.ok() && v->has_value()) {
           out.set_flag(true);
-          out.set_value(std::move(**v));
+          int64_t limit = request.get().max_value_bytes();
+          if (limit > 0 && static_cast<int64_t>((*v)->size()) > limit) {
+            out.set_number(static_cast<int64_t>((*v)->size()));  // left out: too long for the sender
+          } else {
+            out.set_value(std::move(**v));
+          }
         }
         break;
       }

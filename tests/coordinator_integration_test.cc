@@ -618,16 +618,18 @@ TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
   count->set_id(4);
   count->mutable_num_keys();
   // A get that does not wait: the value when the key is there, `flag` false when it is not.
-  for (auto [id, key] : {std::pair{5, "text"}, std::pair{6, "nothing"}}) {
+  // With max_value_bytes, a longer value is left out: present, and its length in `number`.
+  for (auto [id, key, max] : {std::tuple{5, "text", 0}, std::tuple{6, "nothing", 0}, std::tuple{7, "text", 3}}) {
     v1::StoreRequest* get_now = batch.mutable_batch()->add_ops();
     get_now->set_id(id);
     get_now->mutable_get()->set_key(key);
     get_now->mutable_get()->set_if_present(true);
+    get_now->mutable_get()->set_max_value_bytes(max);
   }
   auto answered = (*session)->Call(batch);
   ASSERT_TRUE(answered.ok()) << answered.status();
   EXPECT_FALSE(answered->has_status());
-  ASSERT_EQ(answered->batch_size(), 6);
+  ASSERT_EQ(answered->batch_size(), 7);
   std::map<uint64_t, v1::StoreResponse> by_id;
   for (const auto& r : answered->batch()) by_id[r.id()] = r;
   EXPECT_EQ(by_id[1].number(), 5);
@@ -640,6 +642,9 @@ TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
   EXPECT_FALSE(by_id[6].has_status()) << "an absent key is no error";
   EXPECT_FALSE(by_id[6].flag());
   EXPECT_EQ(by_id[6].value(), "");
+  EXPECT_TRUE(by_id[7].flag());
+  EXPECT_EQ(by_id[7].value(), "");
+  EXPECT_EQ(by_id[7].number(), 12);  // "not a number"
   EXPECT_EQ(*(*session)->Add("c", 0), 7);
 }
 

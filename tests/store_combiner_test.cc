@@ -1,7 +1,7 @@
 // The store combiner across real processes, with a stand-in for the coordinator (the batches each
 // carrier sends are answered here): adds, sets and gets pending while every lane is in flight go
 // out together in the next, each answer reaches its own process, a second thread goes alone, and a
-// carrier killed in the middle of a batch neither stops the node nor leaves the adds it held
+// carrier killed in the middle of a batch neither stops the node nor leaves the operations it held
 // unanswered.
 #include "client/store_combiner.h"
 
@@ -156,7 +156,12 @@ struct StandInStore {
         EXPECT_TRUE(op.get().if_present());
         auto it = data.find(op.get().key());
         r->set_flag(it != data.end());
-        if (it != data.end()) r->set_value(it->second);
+        if (it == data.end()) continue;
+        if (static_cast<int64_t>(it->second.size()) > op.get().max_value_bytes()) {
+          r->set_number(static_cast<int64_t>(it->second.size()));  // left out, as the coordinator does
+        } else {
+          r->set_value(it->second);
+        }
       }
     }
     return out;
@@ -167,6 +172,7 @@ struct StandInStore {
 // in flight go out in the next one; each gets its own answer; a get whose key is not there, or
 // whose value is larger than a slot, comes back not carried (the caller gets it on its own stream).
 TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
+  static_assert(StoreCombiner::kLanes == 1, "hold every lane in flight, as the adds' test does");
   std::string run = FreshRun();
   constexpr int kRanks = 5;
   std::vector<std::unique_ptr<StoreCombiner>> ranks;
@@ -211,10 +217,40 @@ TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndE
     EXPECT_EQ(store.data["mine"], "value");
     EXPECT_EQ(store.batches, std::vector<int>{4}) << "the four went out in one batch";
   }
+  // The slot that answered a present key answers an absent one as absent.
+  EXPECT_FALSE(ranks[2]->GetIfPresent("absent", std::ref(store)).has_value());
   // A value larger than a slot is not carried at all.
   EXPECT_FALSE(ranks[1]->Set("mine", std::string(StoreCombiner::kSlotValueBytes + 1, 'v'), std::ref(store)));
   absl::MutexLock lock(&store.mu);
-  EXPECT_EQ(store.batches.size(), 1u);
+  EXPECT_EQ(store.batches.size(), 2u);
+}
+
+// When the carrier cannot deliver a batch (its stream broke), a set or get comes back not carried,
+// so its rank sends it again on its own stream (both are safe to repeat); an add, which is not,
+// reports the failure.
+TEST(StoreCombinerTest, ASetOrGetItsCarrierCouldNotDeliverGoesAgainAndAnAddFails) {
+  auto combiner = StoreCombiner::Open(FreshRun(), 0, "node-a", 1);
+  ASSERT_TRUE(combiner.ok()) << combiner.status();
+  auto broken = [](const v1::StoreRequest&) -> absl::StatusOr<v1::StoreResponse> {
+    return absl::UnavailableError("the carrier's store stream broke");
+  };
+  EXPECT_FALSE((*combiner)->Set("k", "v", broken).has_value());
+  EXPECT_FALSE((*combiner)->GetIfPresent("k", broken).has_value());
+  absl::StatusOr<int64_t> added = (*combiner)->Add("k", 1, broken);
+  EXPECT_EQ(added.status().code(), absl::StatusCode::kUnavailable) << added.status();
+  // The store's own refusal of a set is the set's answer.
+  auto refusing = [](const v1::StoreRequest& r) -> absl::StatusOr<v1::StoreResponse> {
+    v1::StoreResponse out;
+    v1::StoreResponse* one = out.add_batch();
+    one->set_id(r.batch().ops(0).id());
+    one->mutable_status()->set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+    one->mutable_status()->set_message("the run's store is full");
+    return out;
+  };
+  std::optional<absl::Status> refused = (*combiner)->Set("k", "v", refusing);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused->message(), "the run's store is full");
 }
 
 TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFlight) {
