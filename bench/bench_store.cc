@@ -196,10 +196,10 @@ class BarrierRanks {
   std::vector<c10::intrusive_ptr<c10d::TCPStore>> tcp_;
 };
 
-// The clients are the ranks of one node, as a trainer's are: their adds go out together, as the
-// agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here). Returns the
-// combiner (owned by `store`), or null when off.
-const StoreCombiner* CombineAdds(CoordinatorStore& store, const std::string& run) {
+// The clients are the ranks of one node, as a trainer's are: their adds (and, under load, sets
+// and gets) go out together, as the agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here). Returns
+// the combiner (owned by `store`), or null when off.
+const StoreCombiner* CombineNodeOps(CoordinatorStore& store, const std::string& run) {
   std::string ranks = Env("DT_BENCH_NODE_RANKS");
   if (ranks.empty() || Env("DT_NODE_RELAY") == "0") return nullptr;
   auto combiner = StoreCombiner::Open(run, 0, "bench-node", std::stoi(ranks));
@@ -238,7 +238,7 @@ int ClientMain(int argc, char** argv) {
     auto session = StoreSession::Open(*client, run, 0, -1);
     if (!session.ok()) throw std::runtime_error(session.status().ToString());
     dt_store = c10::make_intrusive<CoordinatorStore>(std::move(*session), std::chrono::seconds(60));
-    combiner_stats = CombineAdds(*dt_store, run);
+    combiner_stats = CombineNodeOps(*dt_store, run);
     c10d::TCPStoreOptions o;
     o.port = tcp_port;
     o.isServer = false;

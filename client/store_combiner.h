@@ -100,8 +100,9 @@ class StoreCombiner {
   // Slots per node (processes that can combine; later openers go without).
   static constexpr int kSlots = 256;
   // The largest value a slot holds (a set's, or a get's answer); larger ones go on the rank's own
-  // stream. Gloo's address blobs (about 150 bytes per peer) fit up to a few dozen ranks.
-  static constexpr size_t kSlotValueBytes = 4096;
+  // stream. Gloo's address blob holds an address per rank of the group, so it grows with the
+  // group; 16 KiB per slot makes a node's segment about 4.3 MB.
+  static constexpr size_t kSlotValueBytes = 16 << 10;
 
   struct Shared;
 

@@ -51,6 +51,21 @@ class IntegrationTest : public ::testing::Test {
   EmbeddedCoordinator coord_{tmp_.Sub("state"), FastTimeouts()};
   std::shared_ptr<CoordinatorClient> admin_ = coord_.AdminClient();
 
+  // The command line of a sim_rank joining `run` on node n1 in `slot`; callers add its options.
+  std::vector<std::string> SimRankArgs(const v1::SubmitRunResponse& run, int slot) {
+    return {testing::BinaryPath("sim_rank"),
+            "--coordinator",
+            coord_.address(),
+            "--token",
+            run.run_token(),
+            "--run",
+            run.run_id(),
+            "--node",
+            "n1",
+            "--slot",
+            std::to_string(slot)};
+  }
+
   v1::SubmitRunResponse Submit(const std::string& name, int nodes, int ppn, int max_restarts = 0) {
     v1::SubmitRunRequest req;
     *req.mutable_spec() = testing::MakeSpec(name, save_dir_, nodes, ppn, max_restarts);
@@ -347,19 +362,8 @@ TEST_F(IntegrationTest, AKilledCheckpointWriterLeavesLatestUnchangedAndNoPartial
   auto run = Submit("writer-dies", 1, 2);
   std::string log = JoinPath(tmp_.path(), "ranks.log");
   auto spawn = [&](int slot, int64_t step, bool hang) {
-    std::vector<std::string> argv = {testing::BinaryPath("sim_rank"),
-                                     "--coordinator",
-                                     coord_.address(),
-                                     "--token",
-                                     run.run_token(),
-                                     "--run",
-                                     run.run_id(),
-                                     "--node",
-                                     "n1",
-                                     "--slot",
-                                     std::to_string(slot),
-                                     "--checkpoint-step",
-                                     std::to_string(step)};
+    std::vector<std::string> argv = SimRankArgs(run, slot);
+    argv.insert(argv.end(), {"--checkpoint-step", std::to_string(step)});
     if (hang) argv.push_back("--hang-after-partial");
     return std::make_unique<testing::Subprocess>(argv, std::map<std::string, std::string>{},
                                                  JoinPath(tmp_.path(), "rank" + std::to_string(slot) + ".log"));
@@ -525,19 +529,8 @@ TEST_P(CombinedStoreTest, TheOperationsOfANodesRanksGoOutTogetherAndEachGetsItsO
   std::vector<std::unique_ptr<testing::Subprocess>> ranks;
   auto log = [&](int slot) { return JoinPath(tmp_.path(), absl::StrCat("adder", slot, ".log")); };
   for (int slot = 0; slot < kRanks; ++slot) {
-    std::vector<std::string> args{testing::BinaryPath("sim_rank"),
-                                  "--coordinator",
-                                  coord_.address(),
-                                  "--token",
-                                  run.run_token(),
-                                  "--run",
-                                  run.run_id(),
-                                  "--node",
-                                  "n1",
-                                  "--slot",
-                                  std::to_string(slot),
-                                  "--adds",
-                                  std::to_string(kAdds)};
+    std::vector<std::string> args = SimRankArgs(run, slot);
+    args.insert(args.end(), {"--adds", std::to_string(kAdds)});
     if (with_sets) args.push_back("--with-sets");
     ranks.push_back(std::make_unique<testing::Subprocess>(args, std::map<std::string, std::string>{}, log(slot)));
   }
