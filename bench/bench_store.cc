@@ -197,8 +197,8 @@ class BarrierRanks {
 };
 
 // The clients are the ranks of one node, as a trainer's are: their adds (and, under load, sets
-// and gets) go out together, as the agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off there and here). Returns
-// the combiner (owned by `store`), or null when off.
+// and gets) go out together, as the agent arranges for dttrainer (DT_NODE_RELAY=0 turns it off
+// there and here). Returns the combiner (owned by `store`), or null when off.
 const StoreCombiner* CombineNodeOps(CoordinatorStore& store, const std::string& run) {
   std::string ranks = Env("DT_BENCH_NODE_RANKS");
   if (ranks.empty() || Env("DT_NODE_RELAY") == "0") return nullptr;

@@ -27,15 +27,16 @@ CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::c
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  std::string bytes = AsString(value);
   if (Combining()) {
-    std::optional<absl::Status> combined = combiner_->Set(key, AsString(value), Carrier());
+    std::optional<absl::Status> combined = combiner_->Set(key, bytes, Carrier());
     if (combined.has_value()) {
       Check(*combined, "set");
       return;
     }
   }
   // Like TCPStore, set does not wait for its answer; the next operation reports a failure.
-  Check(session_->SetNoWait(key, AsString(value)), "set");
+  Check(session_->SetNoWait(key, std::move(bytes)), "set");
 }
 
 std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
