@@ -23,13 +23,17 @@ StoreCombiner::SendBatch CoordinatorStore::Carrier() {
 
 bool CoordinatorStore::Combining() const { return combiner_ && combiner_->Gathering() && session_->Quiescent(); }
 
+absl::Duration CoordinatorStore::CarrierTimeout() const {
+  return timeout_ == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout_);
+}
+
 CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
   std::string bytes = AsString(value);
   if (Combining()) {
-    std::optional<absl::Status> combined = combiner_->Set(key, bytes, Carrier());
+    std::optional<absl::Status> combined = combiner_->Set(key, bytes, Carrier(), CarrierTimeout());
     if (combined.has_value()) {
       Check(*combined, "set");
       return;
@@ -47,8 +51,8 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 }
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
-  if (Combining()) {
-    std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier());
+  if (session_->features().batch_get_if_present() && Combining()) {
+    std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier(), CarrierTimeout());
     if (combined.has_value()) {
       Check(combined->status(), "get");
       return AsBytes(**combined);
@@ -60,8 +64,9 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
-  absl::StatusOr<int64_t> v =
-      combiner_ && session_->Quiescent() ? combiner_->Add(key, value, Carrier()) : session_->Add(key, value);
+  absl::StatusOr<int64_t> v = combiner_ && session_->Quiescent()
+                                  ? combiner_->Add(key, value, Carrier(), CarrierTimeout())
+                                  : session_->Add(key, value);
   Check(v.status(), "add");
   return *v;
 }

@@ -18,7 +18,9 @@ class CoordinatorStore : public c10d::Store {
   // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), and so
   // do sets and gets while the node's next batch is gathering, except when this store has sets still
   // unanswered (the operation then goes behind them on its own stream). A get whose key is not
-  // there yet waits for it on its own stream.
+  // there yet waits for it on its own stream, and so does every get when the coordinator is one
+  // whose batches do not take gets (StoreSessionFeatures). An operation a carrier took waits for
+  // it up to this store's timeout (DEADLINE_EXCEEDED after).
   void CombineWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -37,6 +39,9 @@ class CoordinatorStore : public c10d::Store {
   StoreCombiner::SendBatch Carrier();
   // A set or get goes through the combiner now (see CombineWith).
   bool Combining() const;
+  // How long an operation waits for the node's carrier: the store's timeout (c10d's zero, no
+  // timeout, waits without end).
+  absl::Duration CarrierTimeout() const;
 
   std::unique_ptr<StoreSession> session_;
   std::unique_ptr<StoreCombiner> combiner_;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -22,7 +23,7 @@ namespace dt {
 namespace {
 
 // In the segment's name: a build with another layout never maps this one.
-constexpr int kLayoutVersion = 2;
+constexpr int kLayoutVersion = 3;
 constexpr size_t kMessageBytes = 512;
 // How often a waiting operation looks at the carrier lock on its own: only matters when a carrier
 // died (the live ones wake the next carrier themselves).
@@ -63,8 +64,9 @@ struct OpSlot {
 struct StoreCombiner::Shared {
   // Process-shared and robust: each held by a carrier during its batch.
   pthread_mutex_t carrier_mu[kLanes];
-  std::atomic<uint32_t> carrying[kLanes];  // 1 while the lane's batch is in flight (Gathering)
-  std::atomic<int32_t> slots_used;         // one past the highest slot ever taken: what a carrier scans
+  std::atomic<uint32_t> carrying[kLanes];    // 1 while the lane's batch is in flight (Gathering)
+  std::atomic<int32_t> carrier_pid[kLanes];  // who carries the lane's batch: named when it is late
+  std::atomic<int32_t> slots_used;           // one past the highest slot ever taken: what a carrier scans
   // Dense, so a carrier's scan touches a few cache lines.
   std::atomic<uint32_t> state[kSlots];
   OpSlot slots[kSlots];
@@ -117,27 +119,29 @@ StoreCombiner::~StoreCombiner() {
   if (segment_) segment_->Unlink();
 }
 
-absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta, const SendBatch& send) {
+absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta, const SendBatch& send,
+                                           absl::Duration timeout) {
   if (key.size() > kMaxKeyBytes) return AddAlone(key, delta, send);
-  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kAdd, key, delta}, send);
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kAdd, key, delta}, send, timeout);
   if (!answer.has_value()) return AddAlone(key, delta, send);
   if (!answer->status.ok()) return answer->status;
   return answer->number;
 }
 
-std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std::string& value,
-                                               const SendBatch& send) {
+std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std::string& value, const SendBatch& send,
+                                               absl::Duration timeout) {
   if (key.size() > kMaxKeyBytes || value.size() > kSlotValueBytes) return std::nullopt;
-  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kSet, key, 0, &value}, send);
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kSet, key, 0, &value}, send, timeout);
   // A set the carrier could not deliver goes again on the rank's own stream (setting a value
   // twice is setting it once).
   if (!answer.has_value() || answer->carried_failure) return std::nullopt;
   return answer->status;
 }
 
-std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std::string& key, const SendBatch& send) {
+std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std::string& key, const SendBatch& send,
+                                                                       absl::Duration timeout) {
   if (key.size() > kMaxKeyBytes) return std::nullopt;
-  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kGetIfPresent, key}, send);
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kGetIfPresent, key}, send, timeout);
   if (!answer.has_value() || answer->carried_failure) return std::nullopt;
   if (!answer->status.ok()) return answer->status;
   if (!answer->present) return std::nullopt;
@@ -152,15 +156,22 @@ bool StoreCombiner::Gathering() const {
   return in_flight && pending() > 0;
 }
 
-std::optional<StoreCombiner::SlotAnswer> StoreCombiner::TryThroughSlot(const SlotOp& op, const SendBatch& send) {
+std::optional<StoreCombiner::SlotAnswer> StoreCombiner::TryThroughSlot(const SlotOp& op, const SendBatch& send,
+                                                                       absl::Duration timeout) {
   if (!local_mu_.TryLock()) return std::nullopt;
-  std::optional<SlotAnswer> answer = ThroughSlot(op, send);
+  std::optional<SlotAnswer> answer = ThroughSlot(op, send, timeout);
   local_mu_.Unlock();
   return answer;
 }
 
-std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp& op, const SendBatch& send) {
+std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp& op, const SendBatch& send,
+                                                                    absl::Duration timeout) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
+  // The slot of an operation this process stopped waiting for (DEADLINE_EXCEEDED) stays its
+  // carrier's until answered, and that answer is nobody's.
+  uint32_t left = state.load();
+  if (left == kDone) state.store(kIdle);
+  if (left != kDone && left != kIdle) return std::nullopt;
   OpSlot& slot = shared_->slots[slot_];
   slot.kind = op.kind;
   std::memcpy(slot.key, op.key.data(), op.key.size());
@@ -172,30 +183,17 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
     slot.value_len = static_cast<uint32_t>(op.value->size());
   }
   state.store(kPending);
-  while (true) {
-    uint32_t seen = state.load();
-    if (seen == kDone) break;
-    if (seen == kNudged) {
-      state.compare_exchange_strong(seen, kPending);
-      continue;
-    }
-    // A pending operation tries to carry (its batch holds this one, unless another carrier took
-    // it meanwhile: then it is kTaken or kDone by now). A taken one tries too, on each recheck: a
-    // lane is free while one of its operations is still taken only when its carrier died (a live
-    // carrier answers every operation before it unlocks), and taking the lane answers them.
-    if (seen == kPending || seen >= kTaken) {
-      Carry carried = TryCarry(send);
-      if (carried == Carry::kCarried) continue;
-      if (carried == Carry::kUnrecoverable) {
-        // A lane stays locked for good (a carrier and then its recoverer died): go alone.
-        uint32_t pending = kPending;
-        if (state.compare_exchange_strong(pending, kIdle)) return std::nullopt;
-        continue;  // taken meanwhile: its carrier answers it
-      }
-    }
-    FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
-  }
+  Awaited awaited = AwaitAnswer(send, timeout);
+  if (awaited == Awaited::kGoAlone) return std::nullopt;
   SlotAnswer answer;
+  uint32_t now = state.load();
+  if (awaited == Awaited::kLate && now != kDone) {
+    answer.status = absl::DeadlineExceededError(absl::StrCat(
+        "a store operation waited ", absl::FormatDuration(timeout), " (the store's timeout) for the rank of this ",
+        "node that carries it to the coordinator (pid ", shared_->carrier_pid[now - kTaken].load(),
+        ") to deliver it; it may or may not have been applied. Is that process stopped or stuck?"));
+    return answer;
+  }
   answer.carried_failure = slot.carried_failure;
   answer.number = slot.number;
   answer.present = slot.present;
@@ -205,6 +203,35 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
   }
   state.store(kIdle);
   return answer;
+}
+
+StoreCombiner::Awaited StoreCombiner::AwaitAnswer(const SendBatch& send, absl::Duration timeout) {
+  std::atomic<uint32_t>& state = shared_->state[slot_];
+  absl::Time start = absl::Now();
+  absl::Time go_alone_at = start + std::min(kGoAloneAfter, timeout);
+  absl::Time give_up_at = start + timeout;
+  while (true) {
+    uint32_t seen = state.load();
+    if (seen == kDone) return Awaited::kAnswered;
+    if (seen == kNudged) {
+      state.compare_exchange_strong(seen, kPending);
+      continue;
+    }
+    // A pending operation tries to carry (its batch holds this one, unless another carrier took
+    // it meanwhile: then it is kTaken or kDone by now). A taken one tries too, on each recheck: a
+    // lane is free while one of its operations is still taken only when its carrier died (a live
+    // carrier answers every operation before it unlocks), and taking the lane answers them.
+    Carry carried = TryCarry(send);
+    if (carried == Carry::kCarried) continue;
+    // Nobody took it: a lane locked for good (a carrier and then its recoverer died), or held by a
+    // carrier that is not running, sends nothing of it. Go alone.
+    if (seen == kPending && (carried == Carry::kUnrecoverable || absl::Now() >= go_alone_at)) {
+      if (state.compare_exchange_strong(seen, kIdle)) return Awaited::kGoAlone;
+      continue;  // taken (or nudged) meanwhile
+    }
+    if (seen >= kTaken && absl::Now() >= give_up_at) return Awaited::kLate;
+    FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
+  }
 }
 
 namespace {
@@ -290,6 +317,7 @@ StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
     }
     // Set and cleared by whoever holds the lane, so a carrier that died holding it leaves it set
     // only until the next one carries.
+    shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
     shared_->carrying[lane].store(1, std::memory_order_relaxed);
     CarryPending(lane, send);
     shared_->carrying[lane].store(0, std::memory_order_relaxed);

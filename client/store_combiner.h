@@ -10,6 +10,14 @@
 // next batch is gathering (Gathering), since alone it is cheaper on the rank's own stream (a set
 // there needs no answer, a get waits there for its key).
 //
+// Deadlines: an operation still pending (no carrier took it) after kGoAloneAfter, or its
+// `timeout` if shorter, goes alone: the node's lane is held by a carrier that does not come back
+// (a stopped process, a debugger), and an operation nobody took is safe to send elsewhere. One
+// that a carrier took and did not answer within `timeout` (the store's timeout, as c10d's
+// TCPStore applies to every operation) fails with DEADLINE_EXCEEDED, naming the carrier's pid: it
+// may or may not have been applied, as on a broken stream. Its slot stays the carrier's until
+// answered; meanwhile the process's operations go alone.
+//
 // Safety: a rank whose session has sets still unanswered sends its operation itself (the caller
 // checks StoreSession::Quiescent), so nothing of its own is overtaken; an operation through a slot
 // is answered before the call returns, so nothing sent later overtakes it either. Each carrier
@@ -31,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "dt/v1/store.pb.h"
 
 namespace dt {
@@ -54,21 +63,26 @@ class StoreCombiner {
 
   // Adds `delta` to `key` with the node's other pending operations; `send` carries them when this
   // process is the carrier. The store's answer, as StoreSession::Add gives it. A key longer than
-  // the store's limit, and a second thread of this process while the first's operation is in
-  // flight, go out alone through `send`.
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, const SendBatch& send);
+  // the store's limit, a second thread of this process while the first's operation is in flight,
+  // and an add no carrier took in time (see Deadlines above), go out alone through `send`.
+  // DEADLINE_EXCEEDED when a carrier took it and did not answer within `timeout`.
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, const SendBatch& send, absl::Duration timeout);
 
   // Sets `key` with the node's other pending operations and waits for the store's answer. nullopt
   // when it was not carried (a key or value over what a slot holds, a second thread of this
   // process, every lane unrecoverable) or its carrier failed to deliver it (its stream broke, it
-  // died): the caller sends it on its own stream.
-  std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send);
+  // died) or no carrier took it in time: the caller sends it on its own stream. DEADLINE_EXCEEDED
+  // as for Add.
+  std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send,
+                                  absl::Duration timeout);
 
   // The value of `key` if it is in the store now, with the node's other pending operations.
   // nullopt when the key is not there yet, its value is larger than a slot holds (the coordinator
   // leaves it out of the batch's answer), or the get was not carried or not delivered (as for
-  // Set): the caller then gets it on its own stream, which waits for the key.
-  std::optional<absl::StatusOr<std::string>> GetIfPresent(const std::string& key, const SendBatch& send);
+  // Set): the caller then gets it on its own stream, which waits for the key. DEADLINE_EXCEEDED as
+  // for Add.
+  std::optional<absl::StatusOr<std::string>> GetIfPresent(const std::string& key, const SendBatch& send,
+                                                          absl::Duration timeout);
 
   // A batch of the node is in flight and another operation already waits for the next: one written
   // to a slot now shares that message. Measured with bench_store (2 cores, the set/get/add loop):
@@ -103,6 +117,9 @@ class StoreCombiner {
   // stream. Gloo's address blob holds an address per rank of the group, so it grows with the
   // group; 16 KiB per slot makes a node's segment about 4.3 MB.
   static constexpr size_t kSlotValueBytes = 16 << 10;
+  // How long an operation waits for a carrier to take it before it goes alone. A batch's round
+  // trip takes milliseconds; a lane held this long is held by a carrier that is not running.
+  static constexpr absl::Duration kGoAloneAfter = absl::Seconds(2);
 
   struct Shared;
 
@@ -118,12 +135,17 @@ class StoreCombiner {
   struct SlotOp;
   struct SlotAnswer;
   // `op` through this process's slot: carried by whichever rank carries next (this one when a
-  // lane is free). nullopt when it must go alone (every lane is unrecoverable).
-  std::optional<SlotAnswer> ThroughSlot(const SlotOp& op, const SendBatch& send)
+  // lane is free). nullopt when it must go alone (every lane is unrecoverable, no carrier took it
+  // in time, or the slot is still held by a carrier this process stopped waiting for).
+  std::optional<SlotAnswer> ThroughSlot(const SlotOp& op, const SendBatch& send, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // ThroughSlot under this process's slot lock; nullopt without trying when another thread of
   // this process holds it.
-  std::optional<SlotAnswer> TryThroughSlot(const SlotOp& op, const SendBatch& send);
+  std::optional<SlotAnswer> TryThroughSlot(const SlotOp& op, const SendBatch& send, absl::Duration timeout);
+  // Waits for the answer to this process's operation, pending in its slot, carrying when a lane
+  // is free: answered, withdrawn to go alone, or still held by its carrier at `timeout`.
+  enum class Awaited { kAnswered, kGoAlone, kLate };
+  Awaited AwaitAnswer(const SendBatch& send, absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // One add sent by itself, as a batch of one.
   static absl::StatusOr<int64_t> AddAlone(const std::string& key, int64_t delta, const SendBatch& send);
   // Ends, as UNAVAILABLE, the operations that a carrier which died on `lane` was holding. Holds its

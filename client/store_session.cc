@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<StoreSession>> StoreSession::Open(std::shared_ptr
   absl::StatusOr<v1::StoreResponse> opened = session->Call(std::move(open));
   if (!opened.ok()) return opened.status();
   if (absl::Status s = StatusOf(*opened); !s.ok()) return s;
+  session->features_ = opened->features();
   return session;
 }
 

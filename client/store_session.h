@@ -57,6 +57,9 @@ class StoreSession {
   // of an earlier set of this session is not theirs, so it stays for this session's next call.
   absl::StatusOr<v1::StoreResponse> CallCarrying(v1::StoreRequest request) { return Send(std::move(request), false); }
 
+  // What the coordinator's store sessions accept (its answer to `open`).
+  const v1::StoreSessionFeatures& features() const { return features_; }
+
   // No set sent without waiting is unanswered, and no failure of one is unreported: an operation
   // sent on another stream now cannot overtake anything this session sent.
   bool Quiescent() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,6 +83,7 @@ class StoreSession {
   static v1::StoreRequest BarrierRequest(const std::string& name, uint64_t sequence, absl::Duration timeout);
 
   std::shared_ptr<CoordinatorClient> client_;
+  v1::StoreSessionFeatures features_;  // set once, at Open
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StoreRequest, v1::StoreResponse>> stream_;
   absl::Mutex write_mu_;

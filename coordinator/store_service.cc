@@ -110,6 +110,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     store_ = *store;
     v1::StoreResponse ok;
     ok.set_id(request_.id());
+    ok.mutable_features()->set_batch_get_if_present(true);
     Send(state_, std::move(ok));
     return absl::OkStatus();
   }

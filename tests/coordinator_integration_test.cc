@@ -611,7 +611,9 @@ TEST_F(IntegrationTest, AStoreBatchIsCheckedWholeBeforeAnyOfItIsApplied) {
   count->set_id(4);
   count->mutable_num_keys();
   // A get that does not wait: the value when the key is there, `flag` false when it is not.
-  // With max_value_bytes, a longer value is left out: present, and its length in `number`.
+  // With max_value_bytes, a longer value is left out: present, and its length in `number`. The
+  // session's open said so: a client combines gets only with a coordinator that takes them.
+  EXPECT_TRUE((*session)->features().batch_get_if_present());
   for (auto [id, key, max] : {std::tuple{5, "text", 0}, std::tuple{6, "nothing", 0}, std::tuple{7, "text", 3}}) {
     v1::StoreRequest* get_now = batch.mutable_batch()->add_ops();
     get_now->set_id(id);

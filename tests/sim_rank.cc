@@ -22,6 +22,9 @@
 #include "client/agent.h"
 #include "common/crypto.h"
 
+// c10d's default store timeout: how long a store operation waits for its node's carrier.
+constexpr absl::Duration kStoreTimeout = absl::Minutes(5);
+
 int main(int argc, char** argv) {
   CLI::App app{"simulated dt rank"};
   std::string address, token, run, node;
@@ -76,15 +79,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < adds; ++i) {
       if (with_sets) {
         std::string key = absl::StrCat("own-", slot), value = absl::StrCat("value-", slot, "-", i);
-        std::optional<absl::Status> set = combiner->Set(key, value, carry);
-        std::optional<absl::StatusOr<std::string>> got = combiner->GetIfPresent(key, carry);
+        std::optional<absl::Status> set = combiner->Set(key, value, carry, kStoreTimeout);
+        std::optional<absl::StatusOr<std::string>> got = combiner->GetIfPresent(key, carry, kStoreTimeout);
         if (!set.has_value() || !set->ok() || !got.has_value() || !got->ok() || **got != value) {
           std::cout << "set/get through the combiner: " << (set ? set->ToString() : "not carried") << " / "
                     << (got ? (got->ok() ? **got : got->status().ToString()) : "not carried") << std::endl;
           return 7;
         }
       }
-      absl::StatusOr<int64_t> v = combiner->Add("shared-counter", 1, carry);
+      absl::StatusOr<int64_t> v = combiner->Add("shared-counter", 1, carry, kStoreTimeout);
       if (!v.ok()) {
         std::cout << "add failed: " << v.status() << std::endl;
         return 6;

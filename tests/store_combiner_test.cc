@@ -5,6 +5,7 @@
 // unanswered.
 #include "client/store_combiner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,6 +27,9 @@ namespace dt {
 namespace {
 
 std::string FreshRun() { return "r-test-" + RandomHex(6); }
+
+// The store's timeout in the tests that do not test it: never reached.
+constexpr absl::Duration kTimeout = absl::Seconds(60);
 
 // A coordinator's answer to a batch of adds: each add's value is 1000 + its delta, so every
 // process can tell that the answer it got is its own.
@@ -63,13 +67,16 @@ Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta, bool h
     if (!combiner.ok()) ::_exit(1);
     char c;
     if (::read(go[0], &c, 1) != 1) ::_exit(2);
-    absl::StatusOr<int64_t> v = (*combiner)->Add("k", delta, [&](v1::StoreRequest r) {
-      if (held) {
-        (void)!::write(carrying[1], "c", 1);
-        (void)!::read(release[0], &c, 1);  // until released (or the test ends)
-      }
-      return AnswerEach(r);
-    });
+    absl::StatusOr<int64_t> v = (*combiner)->Add(
+        "k", delta,
+        [&](v1::StoreRequest r) {
+          if (held) {
+            (void)!::write(carrying[1], "c", 1);
+            (void)!::read(release[0], &c, 1);  // until released (or the test ends)
+          }
+          return AnswerEach(r);
+        },
+        kTimeout);
     std::string report = absl::StrCat(static_cast<int>(v.status().code()), " ", v.value_or(-1), " ",
                                       (*combiner)->carried().batches, "/", (*combiner)->carried().ops);
     (void)!::write(out[1], report.data(), report.size());
@@ -189,16 +196,21 @@ TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndE
   }
   EXPECT_FALSE(ranks[1]->Gathering());
   HeldSender held;
-  std::thread carrier([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, [&](v1::StoreRequest r) { return held(r); }).ok()); });
+  std::thread carrier([&] {
+    EXPECT_TRUE(ranks[0]
+                    ->Add(
+                        "k", 1, [&](v1::StoreRequest r) { return held(r); }, kTimeout)
+                    .ok());
+  });
   ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_FALSE(ranks[1]->Gathering()) << "a batch is in flight, but nothing waits for the next";
   std::optional<absl::Status> set;
   std::optional<absl::StatusOr<std::string>> ready, absent, big;
   std::vector<std::thread> threads;
-  threads.emplace_back([&] { set = ranks[1]->Set("mine", "value", std::ref(store)); });
-  threads.emplace_back([&] { ready = ranks[2]->GetIfPresent("ready", std::ref(store)); });
-  threads.emplace_back([&] { absent = ranks[3]->GetIfPresent("absent", std::ref(store)); });
-  threads.emplace_back([&] { big = ranks[4]->GetIfPresent("big", std::ref(store)); });
+  threads.emplace_back([&] { set = ranks[1]->Set("mine", "value", std::ref(store), kTimeout); });
+  threads.emplace_back([&] { ready = ranks[2]->GetIfPresent("ready", std::ref(store), kTimeout); });
+  threads.emplace_back([&] { absent = ranks[3]->GetIfPresent("absent", std::ref(store), kTimeout); });
+  threads.emplace_back([&] { big = ranks[4]->GetIfPresent("big", std::ref(store), kTimeout); });
   ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 4; }, absl::Seconds(10)));
   EXPECT_TRUE(ranks[1]->Gathering());
   held.release.Notify();
@@ -218,9 +230,9 @@ TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndE
     EXPECT_EQ(store.batches, std::vector<int>{4}) << "the four went out in one batch";
   }
   // The slot that answered a present key answers an absent one as absent.
-  EXPECT_FALSE(ranks[2]->GetIfPresent("absent", std::ref(store)).has_value());
+  EXPECT_FALSE(ranks[2]->GetIfPresent("absent", std::ref(store), kTimeout).has_value());
   // A value larger than a slot is not carried at all.
-  EXPECT_FALSE(ranks[1]->Set("mine", std::string(StoreCombiner::kSlotValueBytes + 1, 'v'), std::ref(store)));
+  EXPECT_FALSE(ranks[1]->Set("mine", std::string(StoreCombiner::kSlotValueBytes + 1, 'v'), std::ref(store), kTimeout));
   absl::MutexLock lock(&store.mu);
   EXPECT_EQ(store.batches.size(), 2u);
 }
@@ -234,9 +246,9 @@ TEST(StoreCombinerTest, ASetOrGetItsCarrierCouldNotDeliverGoesAgainAndAnAddFails
   auto broken = [](const v1::StoreRequest&) -> absl::StatusOr<v1::StoreResponse> {
     return absl::UnavailableError("the carrier's store stream broke");
   };
-  EXPECT_FALSE((*combiner)->Set("k", "v", broken).has_value());
-  EXPECT_FALSE((*combiner)->GetIfPresent("k", broken).has_value());
-  absl::StatusOr<int64_t> added = (*combiner)->Add("k", 1, broken);
+  EXPECT_FALSE((*combiner)->Set("k", "v", broken, kTimeout).has_value());
+  EXPECT_FALSE((*combiner)->GetIfPresent("k", broken, kTimeout).has_value());
+  absl::StatusOr<int64_t> added = (*combiner)->Add("k", 1, broken, kTimeout);
   EXPECT_EQ(added.status().code(), absl::StatusCode::kUnavailable) << added.status();
   // The store's own refusal of a set is the set's answer.
   auto refusing = [](const v1::StoreRequest& r) -> absl::StatusOr<v1::StoreResponse> {
@@ -247,7 +259,7 @@ TEST(StoreCombinerTest, ASetOrGetItsCarrierCouldNotDeliverGoesAgainAndAnAddFails
     one->mutable_status()->set_message("the run's store is full");
     return out;
   };
-  std::optional<absl::Status> refused = (*combiner)->Set("k", "v", refusing);
+  std::optional<absl::Status> refused = (*combiner)->Set("k", "v", refusing, kTimeout);
   ASSERT_TRUE(refused.has_value());
   EXPECT_EQ(refused->code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused->message(), "the run's store is full");
@@ -258,13 +270,19 @@ TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFli
   ASSERT_TRUE(combiner.ok()) << combiner.status();
   HeldSender held;
   absl::StatusOr<int64_t> first;
-  std::thread carrier([&] { first = (*combiner)->Add("k", 1, [&](v1::StoreRequest r) { return held(r); }); });
+  std::thread carrier([&] {
+    first = (*combiner)->Add(
+        "k", 1, [&](v1::StoreRequest r) { return held(r); }, kTimeout);
+  });
   ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   int alone_batch = 0;
-  absl::StatusOr<int64_t> second = (*combiner)->Add("k", 4, [&](v1::StoreRequest r) {
-    alone_batch = r.batch().ops_size();
-    return AnswerEach(r);
-  });
+  absl::StatusOr<int64_t> second = (*combiner)->Add(
+      "k", 4,
+      [&](v1::StoreRequest r) {
+        alone_batch = r.batch().ops_size();
+        return AnswerEach(r);
+      },
+      kTimeout);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(*second, 1004);
   EXPECT_EQ(alone_batch, 1);
@@ -272,14 +290,17 @@ TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFli
   carrier.join();
   EXPECT_EQ(*first, 1001);
   // A key over the store's limit goes alone too, and the coordinator's refusal of one add is its own.
-  absl::StatusOr<int64_t> refused = (*combiner)->Add(std::string(600, 'k'), 1, [](v1::StoreRequest r) {
-    v1::StoreResponse out;
-    v1::StoreResponse* one = out.add_batch();
-    one->set_id(r.batch().ops(0).id());
-    one->mutable_status()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-    one->mutable_status()->set_message("key too long");
-    return absl::StatusOr<v1::StoreResponse>(out);
-  });
+  absl::StatusOr<int64_t> refused = (*combiner)->Add(
+      std::string(600, 'k'), 1,
+      [](v1::StoreRequest r) {
+        v1::StoreResponse out;
+        v1::StoreResponse* one = out.add_batch();
+        one->set_id(r.batch().ops(0).id());
+        one->mutable_status()->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+        one->mutable_status()->set_message("key too long");
+        return absl::StatusOr<v1::StoreResponse>(out);
+      },
+      kTimeout);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused.status().message(), "key too long");
 }
@@ -296,7 +317,7 @@ TEST(StoreCombinerTest, ACarrierKilledInTheMiddleOfABatchDoesNotStopTheNode) {
   absl::Notification done;
   absl::StatusOr<int64_t> mine;
   std::thread adder([&] {
-    mine = (*combiner)->Add("k", 5, AnswerEach);
+    mine = (*combiner)->Add("k", 5, AnswerEach, kTimeout);
     done.Notify();
   });
   // Waiting behind every lane, then a carrier dies holding its lane's lock.
@@ -349,6 +370,95 @@ TEST(StoreCombinerTest, TheAddsADeadCarrierHeldAreAnsweredUnavailable) {
     Release(held[i]);
     EXPECT_EQ(Finish(held[i]), absl::StrCat("0 ", 1010 + i, " 1/1"));
   }
+}
+
+// A sender that records the size of each batch it sends and answers it.
+struct RecordingSender {
+  std::vector<int> batches;
+  absl::StatusOr<v1::StoreResponse> operator()(const v1::StoreRequest& request) {
+    batches.push_back(request.batch().ops_size());
+    return AnswerEach(request);
+  }
+};
+
+// A carrier that stops holding the node's lane (a stopped process, a debugger) does not stop the
+// node's operations that it has not taken: after StoreCombiner::kGoAloneAfter, or their timeout if
+// shorter, each goes alone on its own rank's stream.
+TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
+  std::string run = FreshRun();
+  auto stuck = StoreCombiner::Open(run, 0, "node-a", 2);
+  auto rank = StoreCombiner::Open(run, 0, "node-a", 2);
+  ASSERT_TRUE(stuck.ok() && rank.ok());
+  HeldSender held;
+  std::thread carrier([&] { EXPECT_TRUE((*stuck)->Add("k", 1, std::ref(held), kTimeout).ok()); });
+  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  RecordingSender own;
+  constexpr absl::Duration kShort = absl::Milliseconds(200);
+  absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> added = (*rank)->Add("k", 3, std::ref(own), kShort);
+  EXPECT_GE(absl::Now() - start, kShort) << "it went alone before its time";
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(*added, 1003);
+  EXPECT_FALSE((*rank)->Set("s", "v", std::ref(own), kShort).has_value()) << "the caller sends it itself";
+  EXPECT_FALSE((*rank)->GetIfPresent("s", std::ref(own), kShort).has_value()) << "the caller gets it itself";
+  EXPECT_EQ(own.batches, std::vector<int>{1}) << "the add alone; the set and get go on the rank's own stream";
+  EXPECT_EQ((*rank)->pending(), 0) << "nothing left behind in the slot";
+  EXPECT_EQ((*rank)->carried().batches, 0);
+  held.release.Notify();
+  carrier.join();
+  EXPECT_EQ(held.batch_size, 1) << "the stuck carrier's batch held only its own add";
+}
+
+// An operation that a carrier took and did not deliver within the store's timeout fails with
+// DEADLINE_EXCEEDED (it may or may not have been applied), naming the carrier; until the late
+// answer comes, the rank's operations go alone, and after it the slot is the rank's again.
+TEST(StoreCombinerTest, AnOperationItsCarrierHoldsPastTheTimeoutFailsNamingTheCarrier) {
+  std::string run = FreshRun();
+  std::vector<std::unique_ptr<StoreCombiner>> ranks;
+  for (int i = 0; i < 3; ++i) {
+    auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
+    ASSERT_TRUE(combiner.ok()) << combiner.status();
+    ranks.push_back(std::move(*combiner));
+  }
+  // Ranks 1 and 2 wait behind rank 0's batch; whichever carries the next batch takes the other's
+  // add with its own and then stops (its sender holds it).
+  HeldSender first, held[2];
+  std::thread first_carrier([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, std::ref(first), kTimeout).ok()); });
+  ASSERT_TRUE(first.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // Longer than the time before a pending operation goes alone, so that both are taken first.
+  const absl::Duration kStoreTimeout = StoreCombiner::kGoAloneAfter + absl::Seconds(1);
+  absl::StatusOr<int64_t> added[2];
+  std::vector<std::thread> adders;
+  for (int i = 0; i < 2; ++i) {
+    adders.emplace_back([&, i] { added[i] = ranks[1 + i]->Add("k", 10 + i, std::ref(held[i]), kStoreTimeout); });
+  }
+  ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 2; }, absl::Seconds(10)));
+  first.release.Notify();
+  first_carrier.join();
+  ASSERT_TRUE(testing::WaitFor([&] { return held[0].entered.HasBeenNotified() || held[1].entered.HasBeenNotified(); },
+                               absl::Seconds(10)));
+  int carrier = held[0].entered.HasBeenNotified() ? 0 : 1, victim = 1 - carrier;
+  EXPECT_EQ(held[carrier].batch_size, 2) << "the carrier's batch holds both adds";
+  adders[victim].join();
+  EXPECT_EQ(added[victim].status().code(), absl::StatusCode::kDeadlineExceeded) << added[victim].status();
+  EXPECT_THAT(added[victim].status().message(), ::testing::HasSubstr(absl::StrCat("(pid ", ::getpid(), ")")));
+  EXPECT_THAT(added[victim].status().message(), ::testing::HasSubstr("may or may not have been applied"));
+  // Its slot is still in the carrier's batch: the rank's next add goes alone.
+  StoreCombiner& late = *ranks[1 + victim];
+  RecordingSender own;
+  absl::StatusOr<int64_t> alone = late.Add("k", 20, std::ref(own), kTimeout);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ(*alone, 1020);
+  EXPECT_EQ(own.batches, std::vector<int>{1});
+  // The carrier delivers at last; the late answer is nobody's, and the slot combines again.
+  held[carrier].release.Notify();
+  adders[carrier].join();
+  ASSERT_TRUE(added[carrier].ok()) << added[carrier].status();
+  EXPECT_EQ(*added[carrier], 1010 + carrier);
+  absl::StatusOr<int64_t> again = late.Add("k", 30, std::ref(own), kTimeout);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, 1030);
+  EXPECT_EQ(late.carried().batches, 1) << "through its slot, carried by itself";
 }
 
 }  // namespace
