@@ -51,7 +51,8 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 }
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
-  if (session_->features().batch_get_if_present() && Combining()) {
+  bool waited = JustWaitedFor(key);
+  if (session_->features().batch_get_if_present() && combiner_ && (Combining() || (waited && session_->Quiescent()))) {
     std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier(), CarrierTimeout());
     if (combined.has_value()) {
       Check(combined->status(), "get");
@@ -92,7 +93,25 @@ int64_t CoordinatorStore::getNumKeys() {
 void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  Check(session_->Wait(keys, ToAbsl(timeout)), "wait");
+  bool there = false;
+  if (keys.size() == 1 && combiner_ && session_->features().batch_get_if_present() && session_->Quiescent()) {
+    std::optional<absl::StatusOr<bool>> exists = combiner_->Exists(keys[0], Carrier(), CarrierTimeout());
+    if (exists.has_value()) {
+      Check(exists->status(), "wait");
+      there = **exists;
+    }
+  }
+  if (!there) Check(session_->Wait(keys, ToAbsl(timeout)), "wait");
+  if (keys.size() != 1) return;
+  absl::MutexLock lock(&waited_mu_);
+  last_waited_ = keys[0];
+}
+
+bool CoordinatorStore::JustWaitedFor(const std::string& key) {
+  absl::MutexLock lock(&waited_mu_);
+  bool waited = !last_waited_.empty() && last_waited_ == key;
+  last_waited_.clear();
+  return waited;
 }
 
 }  // namespace dt

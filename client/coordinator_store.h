@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "absl/synchronization/mutex.h"
 #include "client/store_combiner.h"
 #include "client/store_session.h"
 
@@ -43,8 +44,14 @@ class CoordinatorStore : public c10d::Store {
   // timeout, waits without end).
   absl::Duration CarrierTimeout() const;
 
+  // A get of the key this store's last wait was for (Gloo's pattern: wait for a peer's address,
+  // then get it) finds it there: it goes through the combiner even when nothing is gathering.
+  bool JustWaitedFor(const std::string& key);
+
   std::unique_ptr<StoreSession> session_;
   std::unique_ptr<StoreCombiner> combiner_;
+  absl::Mutex waited_mu_;
+  std::string last_waited_ ABSL_GUARDED_BY(waited_mu_);
 };
 
 }  // namespace dt

@@ -39,7 +39,7 @@ enum : uint32_t {
   kTaken = 4,    // kTaken + lane: in that lane's batch
 };
 
-enum class OpKind : uint32_t { kAdd, kSet, kGetIfPresent };
+enum class OpKind : uint32_t { kAdd, kSet, kGetIfPresent, kCheck };
 
 struct OpSlot {
   std::atomic<int32_t> owner;  // the pid holding the slot; 0: free
@@ -146,6 +146,15 @@ std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std
   if (!answer->status.ok()) return answer->status;
   if (!answer->present) return std::nullopt;
   return std::move(answer->value);
+}
+
+std::optional<absl::StatusOr<bool>> StoreCombiner::Exists(const std::string& key, const SendBatch& send,
+                                                          absl::Duration timeout) {
+  if (key.size() > kMaxKeyBytes) return std::nullopt;
+  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kCheck, key}, send, timeout);
+  if (!answer.has_value() || answer->carried_failure) return std::nullopt;
+  if (!answer->status.ok()) return answer->status;
+  return answer->present;
 }
 
 bool StoreCombiner::Gathering() const {
@@ -256,10 +265,12 @@ void Answer(OpSlot& slot, const absl::Status& status, const v1::StoreResponse* r
   slot.code = static_cast<int32_t>(status.code());
   slot.carried_failure = carried_failure;
   slot.number = status.ok() && r != nullptr ? r->number() : 0;
-  slot.present = status.ok() && r != nullptr && slot.kind == OpKind::kGetIfPresent && r->flag() &&
+  bool answered = status.ok() && r != nullptr;
+  slot.present = answered && slot.kind == OpKind::kGetIfPresent && r->flag() &&
                  r->value().size() <= StoreCombiner::kSlotValueBytes &&
                  r->number() <= static_cast<int64_t>(r->value().size());
-  if (slot.present) {
+  if (slot.kind == OpKind::kCheck) slot.present = answered && r->flag();
+  if (slot.present && slot.kind == OpKind::kGetIfPresent) {
     std::memcpy(slot.value, r->value().data(), r->value().size());
     slot.value_len = static_cast<uint32_t>(r->value().size());
   }
@@ -286,6 +297,9 @@ void AddToBatch(const OpSlot& slot, uint64_t id, v1::StoreBatchRequest& batch) {
       op->mutable_get()->set_key(std::move(key));
       op->mutable_get()->set_if_present(true);
       op->mutable_get()->set_max_value_bytes(static_cast<int64_t>(StoreCombiner::kSlotValueBytes));
+      break;
+    case OpKind::kCheck:
+      op->mutable_check()->add_keys(std::move(key));
       break;
   }
 }

@@ -84,6 +84,10 @@ class StoreCombiner {
   std::optional<absl::StatusOr<std::string>> GetIfPresent(const std::string& key, const SendBatch& send,
                                                           absl::Duration timeout);
 
+  // Whether `key` is in the store now (a check), with the node's other pending operations.
+  // nullopt as for GetIfPresent.
+  std::optional<absl::StatusOr<bool>> Exists(const std::string& key, const SendBatch& send, absl::Duration timeout);
+
   // A batch of the node is in flight and another operation already waits for the next: one written
   // to a slot now shares that message. Measured with bench_store (2 cores, the set/get/add loop):
   // sets and gets joining whenever a batch is in flight put 64-client throughput at 1.9-2.0x
