@@ -16,8 +16,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>

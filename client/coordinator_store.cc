@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <chrono>
+
 namespace dt {
 namespace {
 
@@ -39,12 +42,14 @@ void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& v
       return;
     }
   }
+  CheckWritesAllowed("set");
   // Like TCPStore, set does not wait for its answer; the next operation reports a failure.
   Check(session_->SetNoWait(key, std::move(bytes)), "set");
 }
 
 std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                                   const std::vector<uint8_t>& desired) {
+  CheckWritesAllowed("compareSet");
   absl::StatusOr<std::string> v = session_->CompareSet(key, AsString(expected), AsString(desired));
   Check(v.status(), "compareSet");
   return AsBytes(*v);
@@ -65,6 +70,7 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
+  if (!combiner_ || !session_->Quiescent()) CheckWritesAllowed("add");
   absl::StatusOr<int64_t> v = combiner_ && session_->Quiescent()
                                   ? combiner_->Add(key, value, Carrier(), CarrierTimeout())
                                   : session_->Add(key, value);
@@ -73,6 +79,7 @@ int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
 }
 
 bool CoordinatorStore::deleteKey(const std::string& key) {
+  CheckWritesAllowed("deleteKey");
   absl::StatusOr<bool> v = session_->DeleteKey(key);
   Check(v.status(), "deleteKey");
   return *v;
@@ -93,18 +100,34 @@ int64_t CoordinatorStore::getNumKeys() {
 void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  JustWaitedFor("");  // a get after this wait follows this wait, not an earlier one
+  auto start = std::chrono::steady_clock::now();
+  absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);
   bool there = false;
+  // Batches have taken checks from the start; gated on the same feature as gets, as one rule.
   if (keys.size() == 1 && combiner_ && session_->features().batch_get_if_present() && session_->Quiescent()) {
-    std::optional<absl::StatusOr<bool>> exists = combiner_->Exists(keys[0], Carrier(), CarrierTimeout());
+    std::optional<absl::StatusOr<bool>> exists =
+        combiner_->Exists(keys[0], Carrier(), std::min(CarrierTimeout(), limit));
     if (exists.has_value()) {
       Check(exists->status(), "wait");
       there = **exists;
     }
   }
-  if (!there) Check(session_->Wait(keys, ToAbsl(timeout)), "wait");
+  if (!there) {
+    // The look counts against the wait's timeout (zero still means the run's default).
+    absl::Duration left = ToAbsl(timeout);
+    if (timeout != kNoTimeout) {
+      left = std::max(limit - absl::FromChrono(std::chrono::steady_clock::now() - start), absl::Milliseconds(1));
+    }
+    Check(session_->Wait(keys, left), "wait");
+  }
   if (keys.size() != 1) return;
   absl::MutexLock lock(&waited_mu_);
   last_waited_ = keys[0];
+}
+
+void CoordinatorStore::CheckWritesAllowed(const char* op) {
+  if (combiner_) Check(combiner_->WritesAllowed(), op);
 }
 
 bool CoordinatorStore::JustWaitedFor(const std::string& key) {

@@ -20,8 +20,11 @@ class CoordinatorStore : public c10d::Store {
   // do sets and gets while the node's next batch is gathering, except when this store has sets still
   // unanswered (the operation then goes behind them on its own stream). A get whose key is not
   // there yet waits for it on its own stream, and so does every get when the coordinator is one
-  // whose batches do not take gets (StoreSessionFeatures). An operation a carrier took waits for
-  // it up to this store's timeout (DEADLINE_EXCEEDED after).
+  // whose batches do not take gets (StoreSessionFeatures). A wait for one key first looks for it
+  // in the node's next batch (and waits on its own stream only when it is not there), and the get
+  // right after it goes in a batch too: Gloo's address exchange. An operation a carrier took waits
+  // for it up to this store's timeout (DEADLINE_EXCEEDED after, for a write; a read goes alone);
+  // after a late write, writes fail until it is answered (StoreCombiner::WritesAllowed).
   void CombineWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -44,6 +47,8 @@ class CoordinatorStore : public c10d::Store {
   // timeout, waits without end).
   absl::Duration CarrierTimeout() const;
 
+  // With a combiner: c10d's error while a late write of this rank may still be applied.
+  void CheckWritesAllowed(const char* op);
   // A get of the key this store's last wait was for (Gloo's pattern: wait for a peer's address,
   // then get it) finds it there: it goes through the combiner even when nothing is gathering.
   bool JustWaitedFor(const std::string& key);

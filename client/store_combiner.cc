@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <new>
@@ -157,6 +158,23 @@ std::optional<absl::StatusOr<bool>> StoreCombiner::Exists(const std::string& key
   return answer->present;
 }
 
+int32_t StoreCombiner::CarrierOf(uint32_t state) const {
+  return state >= kTaken && state < kTaken + kLanes ? shared_->carrier_pid[state - kTaken].load() : 0;
+}
+
+absl::Status StoreCombiner::WritesAllowed() {
+  if (!late_write_.load()) return absl::OkStatus();
+  uint32_t now = shared_->state[slot_].load();
+  if (now == kDone || now == kIdle) {
+    late_write_.store(false);  // answered at last: nothing of it can land later
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "an earlier store write of this rank timed out in the batch of the rank of this node that carries it (pid ",
+      CarrierOf(now), "), which still holds it: a write now could be applied before it. The store is unusable ",
+      "until that process delivers it or dies."));
+}
+
 bool StoreCombiner::Gathering() const {
   bool in_flight = false;
   for (const std::atomic<uint32_t>& carrying : shared_->carrying) {
@@ -176,8 +194,10 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::TryThroughSlot(const Slo
 std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp& op, const SendBatch& send,
                                                                     absl::Duration timeout) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
-  // The slot of an operation this process stopped waiting for (DEADLINE_EXCEEDED) stays its
-  // carrier's until answered, and that answer is nobody's.
+  bool write = op.kind == OpKind::kAdd || op.kind == OpKind::kSet;
+  if (absl::Status allowed = WritesAllowed(); write && !allowed.ok()) return SlotAnswer{allowed};
+  // The slot of an operation this process stopped waiting for stays its carrier's until answered,
+  // and that answer is nobody's.
   uint32_t left = state.load();
   if (left == kDone) state.store(kIdle);
   if (left != kDone && left != kIdle) return std::nullopt;
@@ -197,10 +217,12 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
   SlotAnswer answer;
   uint32_t now = state.load();
   if (awaited == Awaited::kLate && now != kDone) {
+    if (!write) return std::nullopt;  // reading again elsewhere changes nothing
+    late_write_.store(true);
     answer.status = absl::DeadlineExceededError(absl::StrCat(
         "a store operation waited ", absl::FormatDuration(timeout), " (the store's timeout) for the rank of this ",
-        "node that carries it to the coordinator (pid ", shared_->carrier_pid[now - kTaken].load(),
-        ") to deliver it; it may or may not have been applied. Is that process stopped or stuck?"));
+        "node that carries it to the coordinator (pid ", CarrierOf(now), ") to deliver it; it may or may not have ",
+        "been applied. Is that process stopped or stuck?"));
     return answer;
   }
   answer.carried_failure = slot.carried_failure;
@@ -216,9 +238,10 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
 
 StoreCombiner::Awaited StoreCombiner::AwaitAnswer(const SendBatch& send, absl::Duration timeout) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
-  absl::Time start = absl::Now();
-  absl::Time go_alone_at = start + std::min(kGoAloneAfter, timeout);
-  absl::Time give_up_at = start + timeout;
+  // Monotonic: a step of the wall clock neither ends a wait early nor stretches it.
+  auto start = std::chrono::steady_clock::now();
+  auto waited = [&] { return absl::FromChrono(std::chrono::steady_clock::now() - start); };
+  absl::Duration go_alone_after = std::min(go_alone_after_, timeout);
   while (true) {
     uint32_t seen = state.load();
     if (seen == kDone) return Awaited::kAnswered;
@@ -234,11 +257,11 @@ StoreCombiner::Awaited StoreCombiner::AwaitAnswer(const SendBatch& send, absl::D
     if (carried == Carry::kCarried) continue;
     // Nobody took it: a lane locked for good (a carrier and then its recoverer died), or held by a
     // carrier that is not running, sends nothing of it. Go alone.
-    if (seen == kPending && (carried == Carry::kUnrecoverable || absl::Now() >= go_alone_at)) {
+    if (seen == kPending && (carried == Carry::kUnrecoverable || waited() >= go_alone_after)) {
       if (state.compare_exchange_strong(seen, kIdle)) return Awaited::kGoAlone;
       continue;  // taken (or nudged) meanwhile
     }
-    if (seen >= kTaken && absl::Now() >= give_up_at) return Awaited::kLate;
+    if (seen >= kTaken && waited() >= timeout) return Awaited::kLate;
     FutexWait(&state, seen, absl::Milliseconds(kRecheckMillis));
   }
 }

@@ -8,19 +8,25 @@
 // coordinator handles nodes, not ranks (flat combining across processes). A lone add pays one
 // uncontended lock and goes out at once; a set or get goes through a slot only while the node's
 // next batch is gathering (Gathering), since alone it is cheaper on the rank's own stream (a set
-// there needs no answer, a get waits there for its key).
+// there needs no answer, a get waits there for its key). The caller decides that
+// (CoordinatorStore): it also sends a wait's look for its key (Exists) and the get right after a
+// wait through a slot every time.
 //
-// Deadlines: an operation still pending (no carrier took it) after kGoAloneAfter, or its
-// `timeout` if shorter, goes alone: the node's lane is held by a carrier that does not come back
-// (a stopped process, a debugger), and an operation nobody took is safe to send elsewhere. One
-// that a carrier took and did not answer within `timeout` (the store's timeout, as c10d's
-// TCPStore applies to every operation) fails with DEADLINE_EXCEEDED, naming the carrier's pid: it
+// Deadlines: an operation still pending (no carrier took it) after go_alone_after (kGoAloneAfter),
+// or its `timeout` if shorter, goes alone: the node's lane is held by a carrier that is slow or
+// does not come back (a stopped process, a debugger), and an operation nobody took is safe to send
+// elsewhere. One that a carrier took and did not answer within `timeout` (the store's timeout, as
+// c10d's TCPStore applies to every operation): a read (get, check) goes alone, since reading again
+// changes nothing; a write (set, add) fails with DEADLINE_EXCEEDED, naming the carrier's pid: it
 // may or may not have been applied, as on a broken stream. Its slot stays the carrier's until
-// answered; meanwhile the process's operations go alone.
+// answered; meanwhile the process's reads go alone and its writes fail (FAILED_PRECONDITION): the
+// late write may still be applied, and must not land after a later one. The carrier's own
+// operation in its batch has no deadline of its own: its stream's.
 //
 // Safety: a rank whose session has sets still unanswered sends its operation itself (the caller
 // checks StoreSession::Quiescent), so nothing of its own is overtaken; an operation through a slot
-// is answered before the call returns, so nothing sent later overtakes it either. Each carrier
+// is answered before the call returns (or, late, blocks the process's later writes until it is),
+// so nothing sent later overtakes it either. Each carrier
 // lock is a robust process-shared mutex: a carrier that dies mid-batch is found by the next taker
 // of its lock, which answers the operations it held with UNAVAILABLE (they may or may not have
 // been applied, as for a broken stream); their owners find the lock free on their next look
@@ -65,27 +71,30 @@ class StoreCombiner {
   // process is the carrier. The store's answer, as StoreSession::Add gives it. A key longer than
   // the store's limit, a second thread of this process while the first's operation is in flight,
   // and an add no carrier took in time (see Deadlines above), go out alone through `send`.
-  // DEADLINE_EXCEEDED when a carrier took it and did not answer within `timeout`.
+  // DEADLINE_EXCEEDED when a carrier took it and did not answer within `timeout`
+  // (absl::InfiniteDuration(): no deadline); FAILED_PRECONDITION while an earlier write of this
+  // process is late.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, const SendBatch& send, absl::Duration timeout);
 
   // Sets `key` with the node's other pending operations and waits for the store's answer. nullopt
   // when it was not carried (a key or value over what a slot holds, a second thread of this
   // process, every lane unrecoverable) or its carrier failed to deliver it (its stream broke, it
   // died) or no carrier took it in time: the caller sends it on its own stream. DEADLINE_EXCEEDED
-  // as for Add.
+  // and FAILED_PRECONDITION as for Add.
   std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send,
                                   absl::Duration timeout);
 
   // The value of `key` if it is in the store now, with the node's other pending operations.
   // nullopt when the key is not there yet, its value is larger than a slot holds (the coordinator
-  // leaves it out of the batch's answer), or the get was not carried or not delivered (as for
-  // Set): the caller then gets it on its own stream, which waits for the key. DEADLINE_EXCEEDED as
-  // for Add.
+  // leaves it out of the batch's answer), or the get was not carried, not delivered or late (as
+  // for Set, and a carrier that took it and did not answer within `timeout`): the caller then gets
+  // it on its own stream, which waits for the key.
   std::optional<absl::StatusOr<std::string>> GetIfPresent(const std::string& key, const SendBatch& send,
                                                           absl::Duration timeout);
 
   // Whether `key` is in the store now (a check), with the node's other pending operations.
-  // nullopt as for GetIfPresent.
+  // nullopt when the check was not carried, not delivered or late (as for GetIfPresent): the
+  // caller then asks on its own stream.
   std::optional<absl::StatusOr<bool>> Exists(const std::string& key, const SendBatch& send, absl::Duration timeout);
 
   // A batch of the node is in flight and another operation already waits for the next: one written
@@ -122,8 +131,16 @@ class StoreCombiner {
   // group; 16 KiB per slot makes a node's segment about 4.3 MB.
   static constexpr size_t kSlotValueBytes = 16 << 10;
   // How long an operation waits for a carrier to take it before it goes alone. A batch's round
-  // trip takes milliseconds; a lane held this long is held by a carrier that is not running.
+  // trip takes milliseconds; a lane held this long is held by a carrier that is stopped or stuck
+  // (or a coordinator far behind: going alone is then only less combining).
   static constexpr absl::Duration kGoAloneAfter = absl::Seconds(2);
+  // Tests that hold a lane on purpose, for longer than a loaded machine might, make it longer.
+  void set_go_alone_after(absl::Duration d) { go_alone_after_ = d; }
+
+  // FAILED_PRECONDITION, naming the carrier, while a write of this process that went late (see
+  // Deadlines) may still be applied: a write sent now, here or on the rank's own stream, could
+  // land before it. OK otherwise.
+  absl::Status WritesAllowed();
 
   struct Shared;
 
@@ -152,6 +169,8 @@ class StoreCombiner {
   Awaited AwaitAnswer(const SendBatch& send, absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // One add sent by itself, as a batch of one.
   static absl::StatusOr<int64_t> AddAlone(const std::string& key, int64_t delta, const SendBatch& send);
+  // The pid of the carrier whose batch holds a slot in `state` (0: none).
+  int32_t CarrierOf(uint32_t state) const;
   // Ends, as UNAVAILABLE, the operations that a carrier which died on `lane` was holding. Holds its
   // lock.
   void FailOrphans(int lane);
@@ -162,6 +181,10 @@ class StoreCombiner {
   Shared* shared_ = nullptr;  // in segment_
   int slot_ = -1;
   absl::Mutex local_mu_;  // this process's slot holds one operation at a time
+  // A write of this process that a carrier still held at its deadline (see Deadlines); cleared
+  // once its answer is in the slot.
+  std::atomic<bool> late_write_{false};
+  absl::Duration go_alone_after_ = kGoAloneAfter;
   std::atomic<int64_t> batches_carried_{0};
   std::atomic<int64_t> ops_carried_{0};
 };

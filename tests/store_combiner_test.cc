@@ -12,11 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -65,6 +67,7 @@ Child ForkAdder(const std::string& run, int ranks_on_node, int64_t delta, bool h
     for (int fd : {go[1], out[0], carrying[0], release[1]}) ::close(fd);
     auto combiner = StoreCombiner::Open(run, 0, "node-a", ranks_on_node);
     if (!combiner.ok()) ::_exit(1);
+    (*combiner)->set_go_alone_after(absl::Minutes(1));  // the tests hold lanes on purpose
     char c;
     if (::read(go[0], &c, 1) != 1) ::_exit(2);
     absl::StatusOr<int64_t> v = (*combiner)->Add(
@@ -186,6 +189,7 @@ TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndE
   for (int i = 0; i < kRanks; ++i) {
     auto combiner = StoreCombiner::Open(run, 0, "node-a", kRanks);
     ASSERT_TRUE(combiner.ok()) << combiner.status();
+    (*combiner)->set_go_alone_after(absl::Minutes(1));  // the lane is held on purpose
     ranks.push_back(std::move(*combiner));
   }
   StandInStore store;
@@ -313,6 +317,7 @@ TEST(StoreCombinerTest, ACarrierKilledInTheMiddleOfABatchDoesNotStopTheNode) {
   for (int i = 0; i < kLanes; ++i) held.push_back(ForkAdder(run, kLanes + 1, 10 + i, /*held=*/true));
   auto combiner = StoreCombiner::Open(run, 0, "node-a", kLanes + 1);
   ASSERT_TRUE(combiner.ok()) << combiner.status();
+  (*combiner)->set_go_alone_after(absl::Minutes(1));  // the lanes are held on purpose
   for (const Child& c : held) GoAndHold(c);
   absl::Notification done;
   absl::StatusOr<int64_t> mine;
@@ -391,6 +396,10 @@ TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
   ASSERT_TRUE(stuck.ok() && rank.ok());
   HeldSender held;
   std::thread carrier([&] { EXPECT_TRUE((*stuck)->Add("k", 1, std::ref(held), kTimeout).ok()); });
+  absl::Cleanup join = [&] {
+    if (!held.release.HasBeenNotified()) held.release.Notify();
+    carrier.join();
+  };
   ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   RecordingSender own;
   constexpr absl::Duration kShort = absl::Milliseconds(200);
@@ -401,64 +410,107 @@ TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
   EXPECT_EQ(*added, 1003);
   EXPECT_FALSE((*rank)->Set("s", "v", std::ref(own), kShort).has_value()) << "the caller sends it itself";
   EXPECT_FALSE((*rank)->GetIfPresent("s", std::ref(own), kShort).has_value()) << "the caller gets it itself";
-  EXPECT_EQ(own.batches, std::vector<int>{1}) << "the add alone; the set and get go on the rank's own stream";
+  EXPECT_FALSE((*rank)->Exists("s", std::ref(own), kShort).has_value()) << "the caller asks itself";
+  EXPECT_EQ(own.batches, std::vector<int>{1}) << "the add alone; the others go on the rank's own stream";
   EXPECT_EQ((*rank)->pending(), 0) << "nothing left behind in the slot";
   EXPECT_EQ((*rank)->carried().batches, 0);
   held.release.Notify();
-  carrier.join();
+  std::move(join).Invoke();
   EXPECT_EQ(held.batch_size, 1) << "the stuck carrier's batch held only its own add";
 }
 
-// An operation that a carrier took and did not deliver within the store's timeout fails with
-// DEADLINE_EXCEEDED (it may or may not have been applied), naming the carrier; until the late
-// answer comes, the rank's operations go alone, and after it the slot is the rank's again.
-TEST(StoreCombinerTest, AnOperationItsCarrierHoldsPastTheTimeoutFailsNamingTheCarrier) {
-  std::string run = FreshRun();
+// Ranks 1 and 2 of three wait behind rank 0's batch; whichever carries the next batch takes the
+// other's operation with its own and stops there (its sender holds it). Returns which one.
+struct StuckCarrier {
   std::vector<std::unique_ptr<StoreCombiner>> ranks;
-  for (int i = 0; i < 3; ++i) {
-    auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
-    ASSERT_TRUE(combiner.ok()) << combiner.status();
-    ranks.push_back(std::move(*combiner));
-  }
-  // Ranks 1 and 2 wait behind rank 0's batch; whichever carries the next batch takes the other's
-  // add with its own and then stops (its sender holds it).
   HeldSender first, held[2];
-  std::thread first_carrier([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, std::ref(first), kTimeout).ok()); });
-  ASSERT_TRUE(first.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  // Longer than the time before a pending operation goes alone, so that both are taken first.
-  const absl::Duration kStoreTimeout = StoreCombiner::kGoAloneAfter + absl::Seconds(1);
-  absl::StatusOr<int64_t> added[2];
-  std::vector<std::thread> adders;
-  for (int i = 0; i < 2; ++i) {
-    adders.emplace_back([&, i] { added[i] = ranks[1 + i]->Add("k", 10 + i, std::ref(held[i]), kStoreTimeout); });
+  std::vector<std::thread> threads;
+  int carrier = -1, victim = -1;
+  std::function<void(int, const StoreCombiner::SendBatch&)> op;  // outlives the threads running it
+
+  ~StuckCarrier() {
+    for (HeldSender* h : {&first, &held[0], &held[1]}) {
+      if (!h->release.HasBeenNotified()) h->release.Notify();
+    }
+    for (std::thread& t : threads) {
+      if (t.joinable()) t.join();
+    }
   }
-  ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 2; }, absl::Seconds(10)));
-  first.release.Notify();
-  first_carrier.join();
-  ASSERT_TRUE(testing::WaitFor([&] { return held[0].entered.HasBeenNotified() || held[1].entered.HasBeenNotified(); },
-                               absl::Seconds(10)));
-  int carrier = held[0].entered.HasBeenNotified() ? 0 : 1, victim = 1 - carrier;
-  EXPECT_EQ(held[carrier].batch_size, 2) << "the carrier's batch holds both adds";
-  adders[victim].join();
+
+  // `op(rank, send)` runs on ranks 1 and 2, each in a thread of its own.
+  void Start(std::function<void(int, const StoreCombiner::SendBatch&)> run_op) {
+    op = std::move(run_op);
+    std::string run = FreshRun();
+    for (int i = 0; i < 3; ++i) {
+      auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
+      ASSERT_TRUE(combiner.ok()) << combiner.status();
+      // Held lanes are on purpose here: only the store's timeout is under test.
+      (*combiner)->set_go_alone_after(absl::Minutes(1));
+      ranks.push_back(std::move(*combiner));
+    }
+    threads.emplace_back([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, std::ref(first), kTimeout).ok()); });
+    ASSERT_TRUE(first.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { op(1 + i, std::ref(held[i])); });
+    ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 2; }, absl::Seconds(10)));
+    first.release.Notify();
+    ASSERT_TRUE(testing::WaitFor([&] { return held[0].entered.HasBeenNotified() || held[1].entered.HasBeenNotified(); },
+                                 absl::Seconds(10)));
+    carrier = held[0].entered.HasBeenNotified() ? 0 : 1;
+    victim = 1 - carrier;
+    EXPECT_EQ(held[carrier].batch_size, 2) << "the carrier's batch holds both operations";
+  }
+  void Join(int i) { threads[1 + i].join(); }
+};
+
+// A write that a carrier took and did not deliver within the store's timeout fails with
+// DEADLINE_EXCEEDED (it may or may not have been applied), naming the carrier. Until the late
+// answer comes, the rank's writes fail (they could land before it) and its reads go alone; after
+// it, the slot is the rank's again.
+TEST(StoreCombinerTest, AWriteItsCarrierHoldsPastTheTimeoutFailsAndHoldsBackTheRanksWrites) {
+  constexpr absl::Duration kStoreTimeout = absl::Seconds(3);
+  StuckCarrier node;
+  absl::StatusOr<int64_t> added[2];
+  node.Start([&](int rank, const StoreCombiner::SendBatch& send) {
+    added[rank - 1] = node.ranks[rank]->Add("k", 9 + rank, send, kStoreTimeout);
+  });
+  if (HasFatalFailure()) return;
+  int carrier = node.carrier, victim = node.victim;
+  node.Join(victim);
   EXPECT_EQ(added[victim].status().code(), absl::StatusCode::kDeadlineExceeded) << added[victim].status();
   EXPECT_THAT(added[victim].status().message(), ::testing::HasSubstr(absl::StrCat("(pid ", ::getpid(), ")")));
   EXPECT_THAT(added[victim].status().message(), ::testing::HasSubstr("may or may not have been applied"));
-  // Its slot is still in the carrier's batch: the rank's next add goes alone.
-  StoreCombiner& late = *ranks[1 + victim];
+  StoreCombiner& late = *node.ranks[1 + victim];
   RecordingSender own;
-  absl::StatusOr<int64_t> alone = late.Add("k", 20, std::ref(own), kTimeout);
-  ASSERT_TRUE(alone.ok()) << alone.status();
-  EXPECT_EQ(*alone, 1020);
-  EXPECT_EQ(own.batches, std::vector<int>{1});
+  absl::StatusOr<int64_t> held_back = late.Add("k", 20, std::ref(own), kTimeout);
+  EXPECT_EQ(held_back.status().code(), absl::StatusCode::kFailedPrecondition) << held_back.status();
+  EXPECT_THAT(held_back.status().message(), ::testing::HasSubstr(absl::StrCat("(pid ", ::getpid(), ")")));
+  EXPECT_EQ(late.WritesAllowed().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(late.GetIfPresent("k", std::ref(own), kTimeout).has_value()) << "a read goes alone";
+  EXPECT_TRUE(own.batches.empty());
   // The carrier delivers at last; the late answer is nobody's, and the slot combines again.
-  held[carrier].release.Notify();
-  adders[carrier].join();
+  node.held[carrier].release.Notify();
+  node.Join(carrier);
   ASSERT_TRUE(added[carrier].ok()) << added[carrier].status();
   EXPECT_EQ(*added[carrier], 1010 + carrier);
+  EXPECT_TRUE(late.WritesAllowed().ok());
   absl::StatusOr<int64_t> again = late.Add("k", 30, std::ref(own), kTimeout);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, 1030);
   EXPECT_EQ(late.carried().batches, 1) << "through its slot, carried by itself";
+}
+
+// A read that a carrier took and did not deliver in time comes back not carried (its rank reads
+// on its own stream), and holds back nothing.
+TEST(StoreCombinerTest, AReadItsCarrierHoldsPastTheTimeoutGoesAlone) {
+  StuckCarrier node;
+  std::optional<absl::StatusOr<std::string>> got[2];
+  node.Start([&](int rank, const StoreCombiner::SendBatch& send) {
+    got[rank - 1] = node.ranks[rank]->GetIfPresent("k", send, absl::Seconds(3));
+  });
+  if (HasFatalFailure()) return;
+  node.Join(node.victim);
+  EXPECT_FALSE(got[node.victim].has_value());
+  EXPECT_TRUE(node.ranks[1 + node.victim]->WritesAllowed().ok());
 }
 
 }  // namespace
