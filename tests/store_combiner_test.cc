@@ -468,8 +468,8 @@ struct StuckCarrier {
 // it, the slot is the rank's again.
 TEST(StoreCombinerTest, AWriteItsCarrierHoldsPastTheTimeoutFailsAndHoldsBackTheRanksWrites) {
   constexpr absl::Duration kStoreTimeout = absl::Seconds(3);
+  absl::StatusOr<int64_t> added[2];  // before `node`: its threads write here until it is gone
   StuckCarrier node;
-  absl::StatusOr<int64_t> added[2];
   node.Start([&](int rank, const StoreCombiner::SendBatch& send) {
     added[rank - 1] = node.ranks[rank]->Add("k", 9 + rank, send, kStoreTimeout);
   });
@@ -502,8 +502,8 @@ TEST(StoreCombinerTest, AWriteItsCarrierHoldsPastTheTimeoutFailsAndHoldsBackTheR
 // A read that a carrier took and did not deliver in time comes back not carried (its rank reads
 // on its own stream), and holds back nothing.
 TEST(StoreCombinerTest, AReadItsCarrierHoldsPastTheTimeoutGoesAlone) {
+  std::optional<absl::StatusOr<std::string>> got[2];  // before `node`: its threads write here until it is gone
   StuckCarrier node;
-  std::optional<absl::StatusOr<std::string>> got[2];
   node.Start([&](int rank, const StoreCombiner::SendBatch& send) {
     got[rank - 1] = node.ranks[rank]->GetIfPresent("k", send, absl::Seconds(3));
   });
