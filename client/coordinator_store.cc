@@ -26,6 +26,10 @@ StoreCombiner::SendBatch CoordinatorStore::Carrier() {
 
 bool CoordinatorStore::Combining() const { return combiner_ && combiner_->Gathering() && session_->Quiescent(); }
 
+bool CoordinatorStore::ReadsMayCombine() const {
+  return combiner_ && session_->features().batch_get_if_present() && session_->Quiescent();
+}
+
 absl::Duration CoordinatorStore::CarrierTimeout() const {
   return timeout_ == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout_);
 }
@@ -57,7 +61,7 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
   bool waited = JustWaitedFor(key);
-  if (session_->features().batch_get_if_present() && combiner_ && (Combining() || (waited && session_->Quiescent()))) {
+  if (ReadsMayCombine() && (waited || combiner_->Gathering())) {
     std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier(), CarrierTimeout());
     if (combined.has_value()) {
       Check(combined->status(), "get");
@@ -70,10 +74,10 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
-  if (!combiner_ || !session_->Quiescent()) CheckWritesAllowed("add");
-  absl::StatusOr<int64_t> v = combiner_ && session_->Quiescent()
-                                  ? combiner_->Add(key, value, Carrier(), CarrierTimeout())
-                                  : session_->Add(key, value);
+  bool combined = combiner_ && session_->Quiescent();
+  if (!combined) CheckWritesAllowed("add");
+  absl::StatusOr<int64_t> v =
+      combined ? combiner_->Add(key, value, Carrier(), CarrierTimeout()) : session_->Add(key, value);
   Check(v.status(), "add");
   return *v;
 }
@@ -105,7 +109,7 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chr
   absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);
   bool there = false;
   // Batches have taken checks from the start; gated on the same feature as gets, as one rule.
-  if (keys.size() == 1 && combiner_ && session_->features().batch_get_if_present() && session_->Quiescent()) {
+  if (keys.size() == 1 && ReadsMayCombine()) {
     std::optional<absl::StatusOr<bool>> exists =
         combiner_->Exists(keys[0], Carrier(), std::min(CarrierTimeout(), limit));
     if (exists.has_value()) {

@@ -43,6 +43,9 @@ class CoordinatorStore : public c10d::Store {
   StoreCombiner::SendBatch Carrier();
   // A set or get goes through the combiner now (see CombineWith).
   bool Combining() const;
+  // A get or a wait's look may go through the combiner: the coordinator's batches take them and
+  // this rank has no set unanswered.
+  bool ReadsMayCombine() const;
   // How long an operation waits for the node's carrier: the store's timeout (c10d's zero, no
   // timeout, waits without end).
   absl::Duration CarrierTimeout() const;
