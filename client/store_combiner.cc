@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "client/node_segment.h"
@@ -24,11 +25,30 @@ namespace dt {
 namespace {
 
 // In the segment's name: a build with another layout never maps this one.
-constexpr int kLayoutVersion = 3;
+constexpr int kLayoutVersion = 4;
 constexpr size_t kMessageBytes = 512;
 // How often a waiting operation looks at the carrier lock on its own: only matters when a carrier
 // died (the live ones wake the next carrier themselves).
 constexpr int64_t kRecheckMillis = 50;
+
+// CLOCK_MONOTONIC, which every process of the machine shares: when a lane was taken, compared
+// across processes.
+int64_t MonotonicNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Holds a lane's process-shared carrier lock for a scope, unlocking it however the scope ends.
+class LaneLock {
+ public:
+  explicit LaneLock(pthread_mutex_t* mu) : mu_(mu) {}
+  ~LaneLock() { pthread_mutex_unlock(mu_); }
+  LaneLock(const LaneLock&) = delete;
+  LaneLock& operator=(const LaneLock&) = delete;
+
+ private:
+  pthread_mutex_t* mu_;
+};
 
 // A slot's state, also its futex word. Only the owner moves it out of kDone/kIdle, only the
 // carrier out of kTaken + lane.
@@ -67,7 +87,11 @@ struct StoreCombiner::Shared {
   pthread_mutex_t carrier_mu[kLanes];
   std::atomic<uint32_t> carrying[kLanes];    // 1 while the lane's batch is in flight (Gathering)
   std::atomic<int32_t> carrier_pid[kLanes];  // who carries the lane's batch: named when it is late
-  std::atomic<int32_t> slots_used;           // one past the highest slot ever taken: what a carrier scans
+  // When the lane's carrier took it (MonotonicNowNs); 0 while free. A lane held longer than an
+  // operation would wait for it is held by a carrier that is stopped or stuck: later operations
+  // then go alone at once instead of each waiting out its own go_alone_after.
+  std::atomic<int64_t> carried_since_ns[kLanes];
+  std::atomic<int32_t> slots_used;  // one past the highest slot ever taken: what a carrier scans
   // Dense, so a carrier's scan touches a few cache lines.
   std::atomic<uint32_t> state[kSlots];
   OpSlot slots[kSlots];
@@ -186,7 +210,14 @@ bool StoreCombiner::Gathering() const {
 std::optional<StoreCombiner::SlotAnswer> StoreCombiner::TryThroughSlot(const SlotOp& op, const SendBatch& send,
                                                                        absl::Duration timeout) {
   if (!local_mu_.TryLock()) return std::nullopt;
-  std::optional<SlotAnswer> answer = ThroughSlot(op, send, timeout);
+  // Unlocked however ThroughSlot ends (`send` may throw). This absl has no adopting MutexLock.
+  std::optional<SlotAnswer> answer;
+  try {
+    answer = ThroughSlot(op, send, timeout);
+  } catch (...) {
+    local_mu_.Unlock();
+    throw;
+  }
   local_mu_.Unlock();
   return answer;
 }
@@ -256,8 +287,9 @@ StoreCombiner::Awaited StoreCombiner::AwaitAnswer(const SendBatch& send, absl::D
     Carry carried = TryCarry(send);
     if (carried == Carry::kCarried) continue;
     // Nobody took it: a lane locked for good (a carrier and then its recoverer died), or held by a
-    // carrier that is not running, sends nothing of it. Go alone.
-    if (seen == kPending && (carried == Carry::kUnrecoverable || waited() >= go_alone_after)) {
+    // carrier that is not running (for this operation's go_alone_after, or for longer than that
+    // before it came), sends nothing of it. Go alone.
+    if (seen == kPending && (carried == Carry::kUnrecoverable || waited() >= go_alone_after || LanesStuck())) {
       if (state.compare_exchange_strong(seen, kIdle)) return Awaited::kGoAlone;
       continue;  // taken (or nudged) meanwhile
     }
@@ -271,6 +303,17 @@ namespace {
 // The batch's own failure: the stream's, or the coordinator's refusal of the whole batch.
 absl::Status BatchStatus(const absl::StatusOr<v1::StoreResponse>& answered) {
   return answered.ok() ? StatusOf(*answered) : answered.status();
+}
+
+// `send`'s answer; an exception it throws (out of memory) as an UNKNOWN status, so that the
+// batch's operations, other ranks' among them, are answered and the lane is let go.
+absl::StatusOr<v1::StoreResponse> SendCatching(const StoreCombiner::SendBatch& send, v1::StoreRequest request) {
+  try {
+    return send(std::move(request));
+  } catch (const std::exception& e) {
+    return absl::UnknownError(absl::StrCat("sending the node's store batch failed (", e.what(),
+                                           "); its operations may or may not have been applied"));
+  }
 }
 
 // The answer to a batch of one add.
@@ -354,11 +397,18 @@ StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
     }
     // Set and cleared by whoever holds the lane, so a carrier that died holding it leaves it set
     // only until the next one carries.
-    shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
-    shared_->carrying[lane].store(1, std::memory_order_relaxed);
-    CarryPending(lane, send);
-    shared_->carrying[lane].store(0, std::memory_order_relaxed);
-    pthread_mutex_unlock(mu);
+    {
+      LaneLock held(mu);
+      shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
+      shared_->carried_since_ns[lane].store(MonotonicNowNs(), std::memory_order_relaxed);
+      shared_->carrying[lane].store(1, std::memory_order_relaxed);
+      // Cleared before the lock is let go, however CarryPending ends.
+      absl::Cleanup clear = [&] {
+        shared_->carrying[lane].store(0, std::memory_order_relaxed);
+        shared_->carried_since_ns[lane].store(0, std::memory_order_relaxed);
+      };
+      CarryPending(lane, send);
+    }
     NudgeOnePending();
     return Carry::kCarried;
   }
@@ -381,7 +431,7 @@ void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
   if (taken.empty()) return;
   batches_carried_.fetch_add(1, std::memory_order_relaxed);
   ops_carried_.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
-  absl::StatusOr<v1::StoreResponse> answered = send(std::move(request));
+  absl::StatusOr<v1::StoreResponse> answered = SendCatching(send, std::move(request));
   absl::Status failed = BatchStatus(answered);
   absl::flat_hash_map<uint64_t, const v1::StoreResponse*> by_slot;
   if (failed.ok()) {
@@ -413,6 +463,15 @@ void StoreCombiner::FailOrphans(int lane) {
     shared_->state[i].store(kDone);
     FutexWake(&shared_->state[i]);
   }
+}
+
+bool StoreCombiner::LanesStuck() const {
+  int64_t now = MonotonicNowNs();
+  for (const std::atomic<int64_t>& since : shared_->carried_since_ns) {
+    int64_t taken = since.load(std::memory_order_relaxed);
+    if (taken == 0 || absl::Nanoseconds(now - taken) < go_alone_after_) return false;
+  }
+  return true;
 }
 
 int StoreCombiner::pending() const {

@@ -15,7 +15,9 @@
 // Deadlines: an operation still pending (no carrier took it) after go_alone_after (kGoAloneAfter),
 // or its `timeout` if shorter, goes alone: the node's lane is held by a carrier that is slow or
 // does not come back (a stopped process, a debugger), and an operation nobody took is safe to send
-// elsewhere. One that a carrier took and did not answer within `timeout` (the store's timeout, as
+// elsewhere. Once a lane has been held that long, later operations go alone at once (the segment
+// records when each lane was taken), so a stopped carrier costs its node one go_alone_after, not
+// one per operation. One that a carrier took and did not answer within `timeout` (the store's timeout, as
 // c10d's TCPStore applies to every operation): a read (get, check) goes alone, since reading again
 // changes nothing; a write (set, add) fails with DEADLINE_EXCEEDED, naming the carrier's pid: it
 // may or may not have been applied, as on a broken stream. Its slot stays the carrier's until
@@ -169,6 +171,8 @@ class StoreCombiner {
   Awaited AwaitAnswer(const SendBatch& send, absl::Duration timeout) ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // One add sent by itself, as a batch of one.
   static absl::StatusOr<int64_t> AddAlone(const std::string& key, int64_t delta, const SendBatch& send);
+  // Every lane has been held by its carrier for go_alone_after_ or longer (see Deadlines).
+  bool LanesStuck() const;
   // The pid of the carrier whose batch holds a slot in `state` (0: none).
   int32_t CarrierOf(uint32_t state) const;
   // Ends, as UNAVAILABLE, the operations that a carrier which died on `lane` was holding. Holds its

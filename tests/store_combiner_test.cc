@@ -419,6 +419,78 @@ TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
   EXPECT_EQ(held.batch_size, 1) << "the stuck carrier's batch held only its own add";
 }
 
+// Once the node's lane has been held for go_alone_after, every later operation goes alone at once:
+// a stopped carrier costs the node one wait, not one per operation.
+TEST(StoreCombinerTest, OnceTheLaneIsHeldPastGoAloneAfterLaterOperationsGoAloneAtOnce) {
+  std::string run = FreshRun();
+  auto stuck = StoreCombiner::Open(run, 0, "node-a", 2);
+  auto rank = StoreCombiner::Open(run, 0, "node-a", 2);
+  ASSERT_TRUE(stuck.ok() && rank.ok());
+  constexpr absl::Duration kGoAloneAfter = absl::Seconds(1);
+  (*rank)->set_go_alone_after(kGoAloneAfter);
+  HeldSender held;
+  std::thread carrier([&] { EXPECT_TRUE((*stuck)->Add("k", 1, std::ref(held), kTimeout).ok()); });
+  absl::Cleanup join = [&] {
+    if (!held.release.HasBeenNotified()) held.release.Notify();
+    carrier.join();
+  };
+  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  RecordingSender own;
+  absl::Time start = absl::Now();
+  ASSERT_TRUE((*rank)->Add("k", 3, std::ref(own), kTimeout).ok());
+  EXPECT_GE(absl::Now() - start, kGoAloneAfter) << "the first waits for the lane";
+  // Each of these would wait kGoAloneAfter again without the lane's mark.
+  start = absl::Now();
+  ASSERT_TRUE((*rank)->Add("k", 5, std::ref(own), kTimeout).ok());
+  EXPECT_FALSE((*rank)->Set("s", "v", std::ref(own), kTimeout).has_value());
+  EXPECT_FALSE((*rank)->GetIfPresent("s", std::ref(own), kTimeout).has_value());
+  EXPECT_LT(absl::Now() - start, kGoAloneAfter) << "later operations waited for the stuck lane again";
+  EXPECT_EQ(own.batches, (std::vector<int>{1, 1})) << "both adds alone";
+  // The carrier comes back: the lane's mark is cleared, and the rank's operations combine again.
+  held.release.Notify();
+  std::move(join).Invoke();
+  absl::StatusOr<int64_t> again = (*rank)->Add("k", 7, std::ref(own), kTimeout);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*rank)->carried().batches, 1) << "through its slot, carried by itself";
+}
+
+// A carrier whose send throws (out of memory) answers every operation of its batch, another
+// rank's too, with the failure, and lets the lane go: the node combines again.
+TEST(StoreCombinerTest, ACarrierWhoseSendThrowsAnswersItsBatchAndLetsTheLaneGo) {
+  std::string run = FreshRun();
+  std::vector<std::unique_ptr<StoreCombiner>> ranks;
+  for (int i = 0; i < 3; ++i) {
+    auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
+    ASSERT_TRUE(combiner.ok()) << combiner.status();
+    ranks.push_back(std::move(*combiner));
+  }
+  HeldSender first;
+  auto throwing = [](const v1::StoreRequest&) -> absl::StatusOr<v1::StoreResponse> { throw std::bad_alloc(); };
+  absl::StatusOr<int64_t> added[2];
+  std::vector<std::thread> threads;
+  absl::Cleanup join = [&] {
+    if (!first.release.HasBeenNotified()) first.release.Notify();
+    for (std::thread& t : threads) t.join();
+  };
+  threads.emplace_back([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, std::ref(first), kTimeout).ok()); });
+  ASSERT_TRUE(first.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  // Both wait behind rank 0's batch; whichever carries next takes both, and its send throws.
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&, i] { added[i] = ranks[1 + i]->Add("k", 2 + i, throwing, kTimeout); });
+  ASSERT_TRUE(testing::WaitFor([&] { return ranks[0]->pending() == 2; }, absl::Seconds(10)));
+  first.release.Notify();
+  std::move(join).Invoke();
+  for (const absl::StatusOr<int64_t>& a : added) {
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kUnknown) << a.status();
+    EXPECT_THAT(a.status().message(), ::testing::HasSubstr("may or may not have been applied"));
+  }
+  RecordingSender own;
+  absl::StatusOr<int64_t> again = ranks[1]->Add("k", 7, std::ref(own), kTimeout);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(own.batches, std::vector<int>{1}) << "the lane is free: the rank carried its add itself";
+  EXPECT_EQ(ranks[1]->pending(), 0);
+}
+
 // Ranks 1 and 2 of three wait behind rank 0's batch; whichever carries the next batch takes the
 // other's operation with its own and stops there (its sender holds it). Returns which one.
 struct StuckCarrier {
