@@ -40,6 +40,7 @@
 #include "client/coordinator_store.h"
 #include "client/store_session.h"
 #include "common/crypto.h"
+#include "common/duration.h"
 #include "common/env.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -73,17 +74,13 @@ double ProcessCpuMicros() {
   return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
 }
 
-int64_t MonotonicNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 ClientRound RunClient(c10d::Store& store, int id, int iterations) {
   ClientRound out;
   out.set.reserve(iterations);
   out.get.reserve(iterations);
   out.add.reserve(iterations);
   std::vector<uint8_t> value(64, 'v');
-  out.start_ns = MonotonicNs();
+  out.start_ns = MonotonicNowNs();
   for (int i = 0; i < iterations; ++i) {
     std::string key = absl::StrCat("c", id, "-k", i % 64);
     std::string tag = absl::StrCat(i);  // each set's value differs, and its get must return it
@@ -100,7 +97,7 @@ ClientRound RunClient(c10d::Store& store, int id, int iterations) {
     out.get.push_back(Micros(t2 - t1));
     out.add.push_back(Micros(t3 - t2));
   }
-  out.end_ns = MonotonicNs();
+  out.end_ns = MonotonicNowNs();
   return out;
 }
 
@@ -158,7 +155,7 @@ class BarrierRanks {
       for (int i = 0; i < iterations; ++i) {
         // Stagger arrivals a little so the last one is a real straggler.
         std::this_thread::sleep_for(std::chrono::microseconds((agent.rank() * 37 + i * 11) % 200));
-        int64_t arrived = MonotonicNs();
+        int64_t arrived = MonotonicNowNs();
         if (kind == 'd') {
           if (absl::Status s = agent.Barrier("bench", absl::Seconds(60)); !s.ok())
             throw std::runtime_error(s.ToString());
@@ -168,7 +165,7 @@ class BarrierRanks {
           if (tcp_[t]->add(key, 1) == agent.world_size()) tcp_[t]->set(key + "/done", Bytes("1"));
           tcp_[t]->wait({key + "/done"});
         }
-        per[t].emplace_back(arrived, MonotonicNs());
+        per[t].emplace_back(arrived, MonotonicNowNs());
       }
     });
     std::vector<std::pair<int64_t, int64_t>> latest(iterations, {0, 0});
@@ -282,10 +279,10 @@ int ClientMain(int argc, char** argv) {
       auto store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg-", iterations, "-", round), base);
       auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      int64_t start = MonotonicNs();
+      int64_t start = MonotonicNowNs();
       {
         c10d::ProcessGroupGloo group(store, id, iterations, options);
-        figures << start << " " << MonotonicNs();
+        figures << start << " " << MonotonicNowNs();
       }
     } else {
       bool first = true;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/node_segment.h"
 #include "client/store_session.h"
+#include "common/duration.h"
 #include "common/limits.h"
 #include "common/utf8.h"
 
@@ -30,13 +31,6 @@ constexpr size_t kMessageBytes = 512;
 // How often a waiting operation looks at the carrier lock on its own: only matters when a carrier
 // died (the live ones wake the next carrier themselves).
 constexpr int64_t kRecheckMillis = 50;
-
-// CLOCK_MONOTONIC, which every process of the machine shares: when a lane was taken, compared
-// across processes.
-int64_t MonotonicNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Holds a lane's process-shared carrier lock for a scope, unlocking it however the scope ends.
 class LaneLock {

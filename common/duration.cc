@@ -1,5 +1,7 @@
 #include "common/duration.h"
 
+#include <chrono>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
@@ -21,5 +23,10 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, abs
 }
 
 int64_t ToMillis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
+
+int64_t MonotonicNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace dt

@@ -1,6 +1,7 @@
 // Human durations on command lines and in messages: "500ms", "30s", "10m", "1h30m".
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -14,5 +15,9 @@ namespace dt {
 absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, absl::string_view text);
 
 int64_t ToMillis(absl::Duration d);
+
+// Nanoseconds on CLOCK_MONOTONIC (std::chrono::steady_clock), which every process of the machine
+// shares: comparable across processes, never stepped by the wall clock.
+int64_t MonotonicNowNs();
 
 }  // namespace dt
