@@ -386,72 +386,81 @@ struct RecordingSender {
   }
 };
 
+// Two ranks of a node; `stuck` carries its own add and its sender holds it (the lane stays held)
+// until `held.release` is notified, at the latest when this is destroyed.
+struct HeldLane {
+  std::unique_ptr<StoreCombiner> stuck, rank;
+  HeldSender held;
+  std::thread carrier;
+
+  // ASSERTs inside: check HasFatalFailure() after constructing.
+  void Start() {
+    std::string run = FreshRun();
+    auto s = StoreCombiner::Open(run, 0, "node-a", 2);
+    auto r = StoreCombiner::Open(run, 0, "node-a", 2);
+    ASSERT_TRUE(s.ok() && r.ok());
+    stuck = std::move(*s);
+    rank = std::move(*r);
+    carrier = std::thread([this] { EXPECT_TRUE(stuck->Add("k", 1, std::ref(held), kTimeout).ok()); });
+    ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+  void Release() {
+    if (!held.release.HasBeenNotified()) held.release.Notify();
+    if (carrier.joinable()) carrier.join();
+  }
+  ~HeldLane() { Release(); }
+};
+
 // A carrier that stops holding the node's lane (a stopped process, a debugger) does not stop the
 // node's operations that it has not taken: after StoreCombiner::kGoAloneAfter, or their timeout if
 // shorter, each goes alone on its own rank's stream.
 TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
-  std::string run = FreshRun();
-  auto stuck = StoreCombiner::Open(run, 0, "node-a", 2);
-  auto rank = StoreCombiner::Open(run, 0, "node-a", 2);
-  ASSERT_TRUE(stuck.ok() && rank.ok());
-  HeldSender held;
-  std::thread carrier([&] { EXPECT_TRUE((*stuck)->Add("k", 1, std::ref(held), kTimeout).ok()); });
-  absl::Cleanup join = [&] {
-    if (!held.release.HasBeenNotified()) held.release.Notify();
-    carrier.join();
-  };
-  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  HeldLane node;
+  node.Start();
+  if (HasFatalFailure()) return;
+  StoreCombiner* rank = node.rank.get();
   RecordingSender own;
   constexpr absl::Duration kShort = absl::Milliseconds(200);
   absl::Time start = absl::Now();
-  absl::StatusOr<int64_t> added = (*rank)->Add("k", 3, std::ref(own), kShort);
+  absl::StatusOr<int64_t> added = rank->Add("k", 3, std::ref(own), kShort);
   EXPECT_GE(absl::Now() - start, kShort) << "it went alone before its time";
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_EQ(*added, 1003);
-  EXPECT_FALSE((*rank)->Set("s", "v", std::ref(own), kShort).has_value()) << "the caller sends it itself";
-  EXPECT_FALSE((*rank)->GetIfPresent("s", std::ref(own), kShort).has_value()) << "the caller gets it itself";
-  EXPECT_FALSE((*rank)->Exists("s", std::ref(own), kShort).has_value()) << "the caller asks itself";
+  EXPECT_FALSE(rank->Set("s", "v", std::ref(own), kShort).has_value()) << "the caller sends it itself";
+  EXPECT_FALSE(rank->GetIfPresent("s", std::ref(own), kShort).has_value()) << "the caller gets it itself";
+  EXPECT_FALSE(rank->Exists("s", std::ref(own), kShort).has_value()) << "the caller asks itself";
   EXPECT_EQ(own.batches, std::vector<int>{1}) << "the add alone; the others go on the rank's own stream";
-  EXPECT_EQ((*rank)->pending(), 0) << "nothing left behind in the slot";
-  EXPECT_EQ((*rank)->carried().batches, 0);
-  held.release.Notify();
-  std::move(join).Invoke();
-  EXPECT_EQ(held.batch_size, 1) << "the stuck carrier's batch held only its own add";
+  EXPECT_EQ(rank->pending(), 0) << "nothing left behind in the slot";
+  EXPECT_EQ(rank->carried().batches, 0);
+  node.Release();
+  EXPECT_EQ(node.held.batch_size, 1) << "the stuck carrier's batch held only its own add";
 }
 
 // Once the node's lane has been held for go_alone_after, every later operation goes alone at once:
 // a stopped carrier costs the node one wait, not one per operation.
 TEST(StoreCombinerTest, OnceTheLaneIsHeldPastGoAloneAfterLaterOperationsGoAloneAtOnce) {
-  std::string run = FreshRun();
-  auto stuck = StoreCombiner::Open(run, 0, "node-a", 2);
-  auto rank = StoreCombiner::Open(run, 0, "node-a", 2);
-  ASSERT_TRUE(stuck.ok() && rank.ok());
+  HeldLane node;
+  node.Start();
+  if (HasFatalFailure()) return;
+  StoreCombiner* rank = node.rank.get();
   constexpr absl::Duration kGoAloneAfter = absl::Seconds(1);
-  (*rank)->set_go_alone_after(kGoAloneAfter);
-  HeldSender held;
-  std::thread carrier([&] { EXPECT_TRUE((*stuck)->Add("k", 1, std::ref(held), kTimeout).ok()); });
-  absl::Cleanup join = [&] {
-    if (!held.release.HasBeenNotified()) held.release.Notify();
-    carrier.join();
-  };
-  ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  rank->set_go_alone_after(kGoAloneAfter);
   RecordingSender own;
   absl::Time start = absl::Now();
-  ASSERT_TRUE((*rank)->Add("k", 3, std::ref(own), kTimeout).ok());
+  ASSERT_TRUE(rank->Add("k", 3, std::ref(own), kTimeout).ok());
   EXPECT_GE(absl::Now() - start, kGoAloneAfter) << "the first waits for the lane";
   // Each of these would wait kGoAloneAfter again without the lane's mark.
   start = absl::Now();
-  ASSERT_TRUE((*rank)->Add("k", 5, std::ref(own), kTimeout).ok());
-  EXPECT_FALSE((*rank)->Set("s", "v", std::ref(own), kTimeout).has_value());
-  EXPECT_FALSE((*rank)->GetIfPresent("s", std::ref(own), kTimeout).has_value());
+  ASSERT_TRUE(rank->Add("k", 5, std::ref(own), kTimeout).ok());
+  EXPECT_FALSE(rank->Set("s", "v", std::ref(own), kTimeout).has_value());
+  EXPECT_FALSE(rank->GetIfPresent("s", std::ref(own), kTimeout).has_value());
   EXPECT_LT(absl::Now() - start, kGoAloneAfter) << "later operations waited for the stuck lane again";
   EXPECT_EQ(own.batches, (std::vector<int>{1, 1})) << "both adds alone";
   // The carrier comes back: the lane's mark is cleared, and the rank's operations combine again.
-  held.release.Notify();
-  std::move(join).Invoke();
-  absl::StatusOr<int64_t> again = (*rank)->Add("k", 7, std::ref(own), kTimeout);
+  node.Release();
+  absl::StatusOr<int64_t> again = rank->Add("k", 7, std::ref(own), kTimeout);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ((*rank)->carried().batches, 1) << "through its slot, carried by itself";
+  EXPECT_EQ(rank->carried().batches, 1) << "through its slot, carried by itself";
 }
 
 // A carrier whose send throws (out of memory) answers every operation of its batch, another
