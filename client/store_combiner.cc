@@ -32,18 +32,6 @@ constexpr size_t kMessageBytes = 512;
 // died (the live ones wake the next carrier themselves).
 constexpr int64_t kRecheckMillis = 50;
 
-// Holds a lane's process-shared carrier lock for a scope, unlocking it however the scope ends.
-class LaneLock {
- public:
-  explicit LaneLock(pthread_mutex_t* mu) : mu_(mu) {}
-  ~LaneLock() { pthread_mutex_unlock(mu_); }
-  LaneLock(const LaneLock&) = delete;
-  LaneLock& operator=(const LaneLock&) = delete;
-
- private:
-  pthread_mutex_t* mu_;
-};
-
 // A slot's state, also its futex word. Only the owner moves it out of kDone/kIdle, only the
 // carrier out of kTaken + lane.
 enum : uint32_t {
@@ -392,11 +380,11 @@ StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
     // Set and cleared by whoever holds the lane, so a carrier that died holding it leaves it set
     // only until the next one carries.
     {
-      LaneLock held(mu);
+      absl::Cleanup unlock = [mu] { pthread_mutex_unlock(mu); };  // however CarryPending ends
       shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
       shared_->carried_since_ns[lane].store(MonotonicNowNs(), std::memory_order_relaxed);
       shared_->carrying[lane].store(1, std::memory_order_relaxed);
-      // Cleared before the lock is let go, however CarryPending ends.
+      // Cleared before the lock is let go (cleanups run in reverse order).
       absl::Cleanup clear = [&] {
         shared_->carrying[lane].store(0, std::memory_order_relaxed);
         shared_->carried_since_ns[lane].store(0, std::memory_order_relaxed);

@@ -1,4 +1,5 @@
-// Human durations on command lines and in messages: "500ms", "30s", "10m", "1h30m".
+// Human durations on command lines and in messages ("500ms", "30s", "10m", "1h30m"), and the
+// monotonic clock that processes of one machine compare.
 #pragma once
 
 #include <cstdint>

@@ -121,6 +121,19 @@ struct HeldSender {
   }
 };
 
+// Opens `n` ranks of one node of a fresh run into `ranks`, each waiting `go_alone_after` for a
+// carrier. Call under ASSERT_NO_FATAL_FAILURE.
+void OpenNode(int n, std::vector<std::unique_ptr<StoreCombiner>>* ranks,
+              absl::Duration go_alone_after = StoreCombiner::kGoAloneAfter) {
+  std::string run = FreshRun();
+  for (int i = 0; i < n; ++i) {
+    auto combiner = StoreCombiner::Open(run, 0, "node-a", n);
+    ASSERT_TRUE(combiner.ok()) << combiner.status();
+    (*combiner)->set_go_alone_after(go_alone_after);
+    ranks->push_back(std::move(*combiner));
+  }
+}
+
 TEST(StoreCombinerTest, AddsPendingWhileEveryLaneIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
   constexpr int kLanes = StoreCombiner::kLanes, kRanks = kLanes + 3;
   std::string run = FreshRun();
@@ -183,15 +196,9 @@ struct StandInStore {
 // whose value is larger than a slot, comes back not carried (the caller gets it on its own stream).
 TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndEachGetsItsOwnAnswer) {
   static_assert(StoreCombiner::kLanes == 1, "hold every lane in flight, as the adds' test does");
-  std::string run = FreshRun();
   constexpr int kRanks = 5;
   std::vector<std::unique_ptr<StoreCombiner>> ranks;
-  for (int i = 0; i < kRanks; ++i) {
-    auto combiner = StoreCombiner::Open(run, 0, "node-a", kRanks);
-    ASSERT_TRUE(combiner.ok()) << combiner.status();
-    (*combiner)->set_go_alone_after(absl::Minutes(1));  // the lane is held on purpose
-    ranks.push_back(std::move(*combiner));
-  }
+  ASSERT_NO_FATAL_FAILURE(OpenNode(kRanks, &ranks, absl::Minutes(1)));  // the lane is held on purpose
   StandInStore store;
   {
     absl::MutexLock lock(&store.mu);
@@ -393,14 +400,12 @@ struct HeldLane {
   HeldSender held;
   std::thread carrier;
 
-  // ASSERTs inside: check HasFatalFailure() after constructing.
+  // ASSERTs inside: check HasFatalFailure() after it.
   void Start() {
-    std::string run = FreshRun();
-    auto s = StoreCombiner::Open(run, 0, "node-a", 2);
-    auto r = StoreCombiner::Open(run, 0, "node-a", 2);
-    ASSERT_TRUE(s.ok() && r.ok());
-    stuck = std::move(*s);
-    rank = std::move(*r);
+    std::vector<std::unique_ptr<StoreCombiner>> node;
+    ASSERT_NO_FATAL_FAILURE(OpenNode(2, &node));
+    stuck = std::move(node[0]);
+    rank = std::move(node[1]);
     carrier = std::thread([this] { EXPECT_TRUE(stuck->Add("k", 1, std::ref(held), kTimeout).ok()); });
     ASSERT_TRUE(held.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   }
@@ -466,13 +471,8 @@ TEST(StoreCombinerTest, OnceTheLaneIsHeldPastGoAloneAfterLaterOperationsGoAloneA
 // A carrier whose send throws (out of memory) answers every operation of its batch, another
 // rank's too, with the failure, and lets the lane go: the node combines again.
 TEST(StoreCombinerTest, ACarrierWhoseSendThrowsAnswersItsBatchAndLetsTheLaneGo) {
-  std::string run = FreshRun();
   std::vector<std::unique_ptr<StoreCombiner>> ranks;
-  for (int i = 0; i < 3; ++i) {
-    auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
-    ASSERT_TRUE(combiner.ok()) << combiner.status();
-    ranks.push_back(std::move(*combiner));
-  }
+  ASSERT_NO_FATAL_FAILURE(OpenNode(3, &ranks));
   HeldSender first;
   auto throwing = [](const v1::StoreRequest&) -> absl::StatusOr<v1::StoreResponse> { throw std::bad_alloc(); };
   absl::StatusOr<int64_t> added[2];
@@ -521,14 +521,8 @@ struct StuckCarrier {
   // `op(rank, send)` runs on ranks 1 and 2, each in a thread of its own.
   void Start(std::function<void(int, const StoreCombiner::SendBatch&)> run_op) {
     op = std::move(run_op);
-    std::string run = FreshRun();
-    for (int i = 0; i < 3; ++i) {
-      auto combiner = StoreCombiner::Open(run, 0, "node-a", 3);
-      ASSERT_TRUE(combiner.ok()) << combiner.status();
-      // Held lanes are on purpose here: only the store's timeout is under test.
-      (*combiner)->set_go_alone_after(absl::Minutes(1));
-      ranks.push_back(std::move(*combiner));
-    }
+    // Held lanes are on purpose here: only the store's timeout is under test.
+    ASSERT_NO_FATAL_FAILURE(OpenNode(3, &ranks, absl::Minutes(1)));
     threads.emplace_back([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, std::ref(first), kTimeout).ok()); });
     ASSERT_TRUE(first.entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
     for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { op(1 + i, std::ref(held[i])); });
