@@ -612,10 +612,14 @@ void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, co
     ProcessGroupFigures dt, tcp;
     // Interleaved, so both see the same machine noise. A group's start-up on two shared cores
     // swings by +-15% from round to round: the median of two or four rounds read 0.91x in one run
-    // and 1.24x in the next for the same code, so more rounds are taken than elsewhere.
+    // and 1.24x in the next for the same code, so more rounds are taken than elsewhere. Each pair
+    // alternates which side goes first (counterbalanced): every round leaves about n*(n-1)/2
+    // TIME-WAIT sockets that the next round's port choices (Gloo binds a port per pair) step
+    // around, and a side always second would always pay for the other's.
     for (int r = 0; r < (Quick() ? 8 : 16); ++r) {
-      ProcessGroupRound(pool, 'd', n, &dt);
-      ProcessGroupRound(pool, 't', n, &tcp);
+      bool dt_first = r % 2 == 0;
+      ProcessGroupRound(pool, dt_first ? 'd' : 't', n, dt_first ? &dt : &tcp);
+      ProcessGroupRound(pool, dt_first ? 't' : 'd', n, dt_first ? &tcp : &dt);
     }
     Report({absl::StrCat("Gloo process group ready, ", n, " ranks (processes, p50)"), Summarize(dt.ms).p50, "ms",
             "on a TCPStore", Summarize(tcp.ms).p50, "<= 1x", false, 1.0});
