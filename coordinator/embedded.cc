@@ -11,6 +11,7 @@ EmbeddedCoordinator::EmbeddedCoordinator(const std::string& state_dir, EmbeddedO
   o.coordinator.health_check_period = options.health_check_period;
   o.coordinator.store_bytes_per_run = options.store_bytes_per_run;
   o.server.listen = "127.0.0.1:0";
+  o.server.store_features = options.store_features;
   o.http_listen = options.http_listen;
   absl::StatusOr<std::unique_ptr<Dtcoord>> started = Dtcoord::Start(o);
   if (!started.ok()) throw std::runtime_error(std::string(started.status().message()));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "client/coordinator_client.h"
@@ -14,7 +15,8 @@ struct EmbeddedOptions {
   CoordinatorTimeouts timeouts;
   absl::Duration health_check_period = absl::Milliseconds(50);
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;
-  std::string http_listen = "off";  // the web console, e.g. "127.0.0.1:0"
+  std::string http_listen = "off";                         // the web console, e.g. "127.0.0.1:0"
+  std::optional<v1::StoreSessionFeatures> store_features;  // ServerOptions::store_features
 };
 
 class EmbeddedCoordinator {

@@ -9,6 +9,7 @@
 #include "common/fs.h"
 #include "common/limits.h"
 #include "coordinator/services.h"
+#include "coordinator/store_ops.h"
 #include "coordinator/unparsable_request.h"
 
 namespace dt {
@@ -42,7 +43,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coor
   ServiceDeps deps{coordinator, auth, rpc_observer, &server->waiting_calls_};
   server->services_.push_back(std::make_unique<RunServiceImpl>(deps));
   server->services_.push_back(std::make_unique<RendezvousServiceImpl>(deps));
-  auto store = std::make_unique<StoreServiceImpl>(deps);
+  auto store = std::make_unique<StoreServiceImpl>(deps, options.store_features.value_or(AllStoreSessionFeatures()));
   server->store_service_ = store.get();
   server->services_.push_back(std::move(store));
   server->services_.push_back(std::make_unique<BarrierServiceImpl>(deps));

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/reactors.h"
+#include "dt/v1/store.pb.h"
 
 namespace dt {
 
@@ -22,6 +24,10 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:50051";  // port 0 picks a free port
   std::string tls_cert;                    // PEM files; both or neither
   std::string tls_key;
+  // What the store sessions accept beyond the stream's first version (and say so in their answer
+  // to `open`); unset: everything this build has. An empty one serves as a coordinator before
+  // StoreSessionFeatures did, for tests of newer clients against older coordinators.
+  std::optional<v1::StoreSessionFeatures> store_features;
 };
 
 class CoordinatorServer {

@@ -63,7 +63,9 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
 
 class StoreServiceImpl final : public v1::StoreService::CallbackService {
  public:
-  explicit StoreServiceImpl(ServiceDeps deps) : deps_(deps) {}
+  // `features`: what its sessions accept beyond the stream's first version, and say so in their
+  // answer to `open` (every feature of this build, unless serving as an older coordinator).
+  StoreServiceImpl(ServiceDeps deps, v1::StoreSessionFeatures features) : deps_(deps), features_(std::move(features)) {}
   grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* Session(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* ctx, const v1::StoreSetRequest* req,
                                 v1::StoreSetResponse* out) override;
@@ -96,6 +98,7 @@ class StoreServiceImpl final : public v1::StoreService::CallbackService {
 
  private:
   ServiceDeps deps_;
+  v1::StoreSessionFeatures features_;
   std::shared_ptr<Sessions> sessions_ = std::make_shared<Sessions>();
 };
 

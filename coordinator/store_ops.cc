@@ -18,10 +18,21 @@ absl::Status FromStoreStatus(const v1::StoreStatus& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
 }
 
+const v1::StoreSessionFeatures& AllStoreSessionFeatures() {
+  static const v1::StoreSessionFeatures* all = [] {
+    auto* f = new v1::StoreSessionFeatures();
+    f->set_batch_get_if_present(true);
+    return f;
+  }();
+  return *all;
+}
+
 namespace {
 
-// A batch holds 1..kMaxStoreBatchOps operations that answer at once (StoreBatchRequest).
-absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreRequest>& ops) {
+// A batch holds 1..kMaxStoreBatchOps operations that answer at once (StoreBatchRequest), and a get
+// only where `accepted` says so.
+absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreRequest>& ops,
+                        const v1::StoreSessionFeatures& accepted) {
   if (ops.empty() || ops.size() > kMaxStoreBatchOps) {
     return absl::InvalidArgumentError(
         absl::StrCat("a store batch holds 1 to ", kMaxStoreBatchOps, " operations, not ", ops.size()));
@@ -36,6 +47,12 @@ absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreReques
       case v1::StoreRequest::kNumKeys:
         continue;
       case v1::StoreRequest::kGet:
+        if (ops[i].get().if_present() && !accepted.batch_get_if_present()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("operation ", i, " of the store batch (id ", ops[i].id(),
+                           ") is a get, which this coordinator's batches do not take (its sessions do not offer "
+                           "batch_get_if_present): send it on its own"));
+        }
         if (ops[i].get().if_present()) continue;
         [[fallthrough]];
       default:
@@ -52,9 +69,10 @@ absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreReques
 // operation in order, its answer (with its id) in the response's `batch` (a set's too: only a
 // session's top-level set may go unanswered).
 void ApplyBatch(KvStore& store, const Coordinator& coordinator, v1::StoreBatchRequest& batch,
-                const std::function<void(v1::StoreResponse)>& done, Deferred& deferred) {
+                const std::function<void(v1::StoreResponse)>& done, Deferred& deferred,
+                const v1::StoreSessionFeatures& accepted) {
   v1::StoreResponse out;
-  if (absl::Status s = CheckBatch(batch.ops()); !s.ok()) {
+  if (absl::Status s = CheckBatch(batch.ops(), accepted); !s.ok()) {
     *out.mutable_status() = ToStoreStatus(s);
     done(std::move(out));
     return;
@@ -75,7 +93,8 @@ void ApplyBatch(KvStore& store, const Coordinator& coordinator, v1::StoreBatchRe
 }  // namespace
 
 void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreRequest& request,
-                  std::function<void(v1::StoreResponse)> done, Deferred& deferred) {
+                  std::function<void(v1::StoreResponse)> done, Deferred& deferred,
+                  const v1::StoreSessionFeatures& accepted) {
   v1::StoreResponse out;
   absl::Status status;
   auto blocking_timeout = [&](int64_t ms) -> std::optional<absl::Duration> {
@@ -166,7 +185,7 @@ void ApplyStoreOp(KvStore& store, const Coordinator& coordinator, v1::StoreReque
       status = absl::InvalidArgumentError("the store session is already open");
       break;
     case v1::StoreRequest::kBatch:
-      ApplyBatch(store, coordinator, *request.mutable_batch(), done, deferred);
+      ApplyBatch(store, coordinator, *request.mutable_batch(), done, deferred, accepted);
       return;
     case v1::StoreRequest::kBarrier:  // handled by the session, which knows its rank
       status = absl::InvalidArgumentError("a barrier goes through a store session (or BarrierService.Barrier)");

@@ -17,9 +17,13 @@ namespace {
 // through a shared state that OnDone detaches.
 class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse> {
  public:
-  SessionReactor(const ServiceDeps& deps, std::shared_ptr<StoreServiceImpl::Sessions> sessions,
-                 grpc::CallbackServerContext* ctx)
-      : deps_(deps), timer_(deps, "StoreSession"), state_(std::make_shared<State>()), sessions_(std::move(sessions)) {
+  SessionReactor(const ServiceDeps& deps, const v1::StoreSessionFeatures* features,
+                 std::shared_ptr<StoreServiceImpl::Sessions> sessions, grpc::CallbackServerContext* ctx)
+      : deps_(deps),
+        features_(features),
+        timer_(deps, "StoreSession"),
+        state_(std::make_shared<State>()),
+        sessions_(std::move(sessions)) {
     state_->reactor = this;
     {
       absl::MutexLock lock(&sessions_->mu);
@@ -110,7 +114,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     store_ = *store;
     v1::StoreResponse ok;
     ok.set_id(request_.id());
-    ok.mutable_features()->set_batch_get_if_present(true);
+    *ok.mutable_features() = *features_;
     Send(state_, std::move(ok));
     return absl::OkStatus();
   }
@@ -131,7 +135,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
           r.set_id(id);
           if (auto st = weak.lock()) Send(st, std::move(r));
         },
-        deferred);
+        deferred, *features_);
   }
 
   // The stream's rank arrives at a barrier; the release (or the failure) is written to the stream,
@@ -222,6 +226,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
   }
 
   ServiceDeps deps_;
+  const v1::StoreSessionFeatures* features_;  // the service's, which outlives its sessions
   RpcTimer timer_;
   std::shared_ptr<State> state_;
   std::shared_ptr<StoreServiceImpl::Sessions> sessions_;
@@ -272,7 +277,7 @@ grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackSe
 
 grpc::ServerBidiReactor<v1::StoreRequest, v1::StoreResponse>* StoreServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {
-  return new SessionReactor(deps_, sessions_, ctx);
+  return new SessionReactor(deps_, &features_, sessions_, ctx);
 }
 
 void StoreServiceImpl::CloseSessions(const absl::Status& status) {

@@ -1,7 +1,9 @@
 // CoordinatorStore, the c10d::Store that LibTorch's process groups use, with its node's store
 // combiner, against a real coordinator over gRPC: a wait and the get after it go through the
 // node's batches and see the store as it is; a wait for a key that never comes times out as a wait
-// should; a Gloo process group forms on four ranks' stores and reduces.
+// should; a Gloo process group forms on four ranks' stores and reduces. The same client against a
+// coordinator serving as one before StoreSessionFeatures (whose batches refuse gets): it sends
+// such a coordinator no get in a batch, and Gloo still forms on it.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -28,6 +30,9 @@ class CoordinatorStoreTest : public ::testing::Test {
  protected:
   static constexpr int kRanks = 4;
 
+  CoordinatorStoreTest() : CoordinatorStoreTest(EmbeddedOptions{}) {}
+  explicit CoordinatorStoreTest(EmbeddedOptions options) : coord_(tmp_.Sub("state"), options) {}
+
   void SetUp() override {
     v1::SubmitRunRequest req;
     *req.mutable_spec() = testing::MakeSpec("store", tmp_.Sub("runs"), 1, kRanks);
@@ -37,23 +42,52 @@ class CoordinatorStoreTest : public ::testing::Test {
   }
 
   // Rank `rank`'s store on node-a, combining with the node's other ranks; `carried` (when given)
-  // reads what its combiner carried.
+  // reads what its combiner carried, `session` (when given) is the store's own stream.
   c10::intrusive_ptr<CoordinatorStore> RankStore(int rank, std::chrono::milliseconds timeout,
-                                                 const StoreCombiner** carried = nullptr) {
+                                                 const StoreCombiner** carried = nullptr,
+                                                 StoreSession** session_out = nullptr) {
     auto session = StoreSession::Open(coord_.Client(run_.run_token()), run_.run_id(), 0, rank);
     auto combiner = StoreCombiner::Open(run_.run_id(), 0, "node-a", kRanks);
     if (!session.ok() || !combiner.ok()) {
       ADD_FAILURE() << session.status() << " / " << combiner.status();
       return c10::intrusive_ptr<CoordinatorStore>();
     }
+    if (session_out != nullptr) *session_out = session->get();
     auto store = c10::make_intrusive<CoordinatorStore>(std::move(*session), timeout);
     if (carried != nullptr) *carried = combiner->get();
     store->CombineWith(std::move(*combiner));
     return store;
   }
 
+  // Four ranks of node-a form a Gloo group on their stores and allreduce their rank + 1: each
+  // rank's sum; `carried`, when given, what each rank's combiner carried.
+  std::vector<float> GlooGroupSums(std::vector<const StoreCombiner*>* carried = nullptr) {
+    std::vector<const StoreCombiner*> carriers(kRanks);
+    std::vector<c10::intrusive_ptr<CoordinatorStore>> stores;
+    for (int r = 0; r < kRanks; ++r) {
+      stores.push_back(RankStore(r, std::chrono::seconds(60), &carriers[r]));
+      if (!stores.back()) return {};
+    }
+    std::vector<float> sums(kRanks, 0);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < kRanks; ++r) {
+      ranks.emplace_back([&, r] {
+        auto store = c10::make_intrusive<c10d::PrefixStore>("pg", stores[r]);
+        auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        c10d::ProcessGroupGloo group(store, r, kRanks, options);
+        std::vector<at::Tensor> tensors{torch::full({2}, static_cast<float>(r + 1))};
+        group.allreduce(tensors)->wait();
+        sums[r] = tensors[0][1].item<float>();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    if (carried != nullptr) *carried = carriers;
+    return sums;
+  }
+
   testing::TempDir tmp_;
-  EmbeddedCoordinator coord_{tmp_.Sub("state")};
+  EmbeddedCoordinator coord_;
   std::shared_ptr<CoordinatorClient> admin_ = coord_.AdminClient();
   v1::SubmitRunResponse run_;
 };
@@ -87,6 +121,53 @@ TEST_F(CoordinatorStoreTest, AWaitAndTheGetAfterItGoThroughTheNodesBatches) {
   EXPECT_EQ(carried->carried().ops - before.ops, 2);
 }
 
+// A set goes out without waiting for its answer (as c10d's does); until a later answer on the
+// rank's own stream shows it applied, the rank's next operation goes behind it on that stream
+// instead of in the node's batch, which another rank's stream carries and which could reach the
+// coordinator first.
+TEST_F(CoordinatorStoreTest, AnAddAfterAnUnansweredSetGoesBehindItOnTheRanksOwnStream) {
+  const StoreCombiner* carried = nullptr;
+  auto store = RankStore(0, std::chrono::seconds(30), &carried);
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->add("counter", 1), 1);
+  EXPECT_EQ(carried->carried().ops, 1) << "with nothing unanswered, an add goes in the node's batch";
+  store->set("addr/0", Bytes("a"));
+  EXPECT_EQ(store->add("counter", 1), 2);
+  EXPECT_EQ(carried->carried().ops, 1) << "the add after the set was carried: it could overtake the set";
+  // Its answer came after the set's place on the stream: the set is applied, the node's batches
+  // are open again.
+  EXPECT_EQ(store->add("counter", 1), 3);
+  EXPECT_EQ(carried->carried().ops, 2);
+}
+
+// A set the coordinator refused is reported by the rank's next operation (as c10d's TCPStore
+// reports it), which therefore goes on the rank's own stream, not in a batch that would succeed
+// past it; after the report the rank combines again.
+TEST_F(CoordinatorStoreTest, ARefusedSetIsReportedByTheNextAddInsteadOfBeingCarriedPastIt) {
+  const StoreCombiner* carried = nullptr;
+  StoreSession* session = nullptr;
+  auto store = RankStore(0, std::chrono::seconds(30), &carried, &session);
+  ASSERT_TRUE(store);
+  const std::string too_long(600, 'k');  // the coordinator refuses keys over 512 bytes
+  store->set(too_long, Bytes("v"));
+  // An answer behind the refusal, read without reporting it (as a carrier reads its batch's): the
+  // refusal has arrived and waits for the rank's next operation.
+  v1::StoreRequest num_keys;
+  num_keys.mutable_num_keys();
+  ASSERT_TRUE(session->CallCarrying(num_keys).ok());
+  ASSERT_FALSE(session->Quiescent());
+  try {
+    store->add("counter", 1);
+    FAIL() << "the add succeeded past the refused set, which was never reported";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an earlier set failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("INVALID_ARGUMENT"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(carried->carried().ops, 0);
+  EXPECT_EQ(store->add("counter", 1), 1) << "the reporting add was not applied";
+  EXPECT_EQ(carried->carried().ops, 1);
+}
+
 // A key that is not there sends the wait on the rank's own stream after the look: it waits, and
 // times out with the store's timeout, naming the key.
 TEST_F(CoordinatorStoreTest, AWaitForAKeyThatNeverComesTimesOutNamingIt) {
@@ -106,26 +187,9 @@ TEST_F(CoordinatorStoreTest, AWaitForAKeyThatNeverComesTimesOutNamingIt) {
 // Four ranks' stores on one node: the Gloo group forms through them (its address exchange carried
 // in the node's batches) and an allreduce adds every rank's tensor.
 TEST_F(CoordinatorStoreTest, AGlooProcessGroupFormsOnTheNodesStoresAndReduces) {
-  std::vector<const StoreCombiner*> carried(kRanks);
-  std::vector<c10::intrusive_ptr<CoordinatorStore>> stores;
-  for (int r = 0; r < kRanks; ++r) {
-    stores.push_back(RankStore(r, std::chrono::seconds(60), &carried[r]));
-    ASSERT_TRUE(stores.back());
-  }
-  std::vector<float> sums(kRanks, 0);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kRanks; ++r) {
-    ranks.emplace_back([&, r] {
-      auto store = c10::make_intrusive<c10d::PrefixStore>("pg", stores[r]);
-      auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
-      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      c10d::ProcessGroupGloo group(store, r, kRanks, options);
-      std::vector<at::Tensor> tensors{torch::full({2}, static_cast<float>(r + 1))};
-      group.allreduce(tensors)->wait();
-      sums[r] = tensors[0][1].item<float>();
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  std::vector<const StoreCombiner*> carried;
+  std::vector<float> sums = GlooGroupSums(&carried);
+  ASSERT_EQ(sums.size(), kRanks);
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(sums[r], 1 + 2 + 3 + 4) << "rank " << r;
   // Each rank waited for its 3 peers' addresses and got each: every get went in a batch (12), and
   // so did every wait's look but perhaps the first, which follows the rank's own unanswered set and
@@ -133,6 +197,59 @@ TEST_F(CoordinatorStoreTest, AGlooProcessGroupFormsOnTheNodesStoresAndReduces) {
   int64_t ops = 0;
   for (const StoreCombiner* c : carried) ops += c->carried().ops;
   EXPECT_GE(ops, kRanks * (kRanks - 1) + kRanks * (kRanks - 2));
+}
+
+// A coordinator serving as one from before StoreSessionFeatures: its answer to `open` offers
+// nothing, and its batches refuse gets.
+class CoordinatorStoreOnAnOlderCoordinatorTest : public CoordinatorStoreTest {
+ protected:
+  CoordinatorStoreOnAnOlderCoordinatorTest() : CoordinatorStoreTest(OlderCoordinator()) {}
+  static EmbeddedOptions OlderCoordinator() {
+    EmbeddedOptions o;
+    o.store_features = v1::StoreSessionFeatures();
+    return o;
+  }
+};
+
+// What the newer client must not send it: a batch holding a get is refused whole, the other
+// ranks' add in it included (nothing of it is applied).
+TEST_F(CoordinatorStoreOnAnOlderCoordinatorTest, ItsBatchesRefuseAGetWholeAsAnOlderCoordinatorDid) {
+  auto session = StoreSession::Open(coord_.Client(run_.run_token()), run_.run_id(), 0, 0);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_FALSE((*session)->features().batch_get_if_present());
+  v1::StoreRequest batch;
+  v1::StoreRequest* add = batch.mutable_batch()->add_ops();
+  add->set_id(1);
+  add->mutable_add()->set_key("counter");
+  add->mutable_add()->set_delta(1);
+  v1::StoreRequest* get = batch.mutable_batch()->add_ops();
+  get->set_id(2);
+  get->mutable_get()->set_key("counter");
+  get->mutable_get()->set_if_present(true);
+  absl::StatusOr<v1::StoreResponse> refused = (*session)->CallCarrying(batch);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  absl::Status status = StatusOf(*refused);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("batch_get_if_present"), std::string::npos) << status;
+  EXPECT_EQ(*(*session)->Add("counter", 0), 0) << "the refused batch's add was applied";
+}
+
+// The newer client against it: a wait and the get after it go on the rank's own stream (no batch
+// of the node holds a read), adds still go in the node's batches, and a Gloo group forms.
+TEST_F(CoordinatorStoreOnAnOlderCoordinatorTest, TheClientSendsItNoReadInABatchAndGlooFormsOnIt) {
+  const StoreCombiner* carried = nullptr;
+  auto waiter = RankStore(0, std::chrono::seconds(30), &carried);
+  auto setter = RankStore(1, std::chrono::seconds(30));
+  ASSERT_TRUE(waiter && setter);
+  setter->set("addr/1", Bytes("first"));
+  waiter->wait({"addr/1"});
+  EXPECT_EQ(waiter->get("addr/1"), Bytes("first"));
+  EXPECT_EQ(carried->carried().ops, 0) << "a read went in a batch, which this coordinator refuses";
+  EXPECT_EQ(waiter->add("counter", 1), 1);
+  EXPECT_EQ(carried->carried().ops, 1) << "adds combine on any coordinator";
+  std::vector<float> sums = GlooGroupSums();
+  ASSERT_EQ(sums.size(), kRanks);
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(sums[r], 1 + 2 + 3 + 4) << "rank " << r;
 }
 
 }  // namespace
