@@ -208,7 +208,11 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
                                                                     absl::Duration timeout) {
   std::atomic<uint32_t>& state = shared_->state[slot_];
   bool write = op.kind == OpKind::kAdd || op.kind == OpKind::kSet;
-  if (absl::Status allowed = WritesAllowed(); write && !allowed.ok()) return SlotAnswer{allowed};
+  if (absl::Status allowed = WritesAllowed(); write && !allowed.ok()) {
+    SlotAnswer refused;
+    refused.status = std::move(allowed);
+    return refused;
+  }
   // The slot of an operation this process stopped waiting for stays its carrier's until answered,
   // and that answer is nobody's.
   uint32_t left = state.load();

@@ -132,7 +132,9 @@ TEST(NodeRelayTest, TheNodesLastArrivalCarriesTheArrivalsHeldBackBeforeIt) {
   ranks[0]->Publish(first_holder, RelayOutcome{absl::OkStatus(), 1});
   ranks[0]->Publish(second_holder, RelayOutcome{absl::OkStatus(), 2});
   for (int r = 1; r < 4; ++r) {
-    NodeRelay::Ticket member{NodeRelay::Role::kMember, second_holder.slot};
+    NodeRelay::Ticket member;
+    member.role = NodeRelay::Role::kMember;
+    member.slot = second_holder.slot;
     auto outcome = ranks[r]->Wait(member, absl::Now() + absl::Seconds(5), "barrier \"step\"", NeverInterrupted);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_EQ(outcome->sequence, 2u);
