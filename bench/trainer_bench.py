@@ -282,9 +282,11 @@ def metrics_cost():
     coord = Coordinator()
     steps = 30 if QUICK else 100
     times = {"off": [], "on": []}
-    # Alternate off and on so both see the same machine noise.
-    for i in range(2 if QUICK else 3):
-        for label, extra in (("off", ["--no-metrics"]), ("on", [])):
+    # Alternate off and on so both see the same machine noise, and which goes first (off, on, on,
+    # off, ...): with off always first, a machine slowing down during the row counted against on.
+    for i in range(4 if QUICK else 6):
+        order = (("off", ["--no-metrics"]), ("on", []))
+        for label, extra in (order if i % 2 == 0 else order[::-1]):
             run = dt_submit(coord, "cost-%s-%d" % (label, i), 1, ["--model", "tiny", "--seq-len", "64",
                                                                   "--batch-size", "4", "--max-steps", str(steps),
                                                                   "--log-freq", "1"] + extra)
