@@ -18,9 +18,9 @@
 // elsewhere. Once a lane has been held that long, later operations go alone at once (the segment
 // records when each lane was taken), so a stopped carrier costs its node one go_alone_after, not
 // one per operation. One that a carrier took and did not answer within `timeout` (the store's
-// timeout, as c10d's TCPStore applies to every operation): a read (get, check) goes alone, since reading again
-// changes nothing; a write (set, add) fails with DEADLINE_EXCEEDED, naming the carrier's pid: it
-// may or may not have been applied, as on a broken stream. Its slot stays the carrier's until
+// timeout, as c10d's TCPStore applies to every operation): a read (get, check) goes alone, since
+// reading again changes nothing; a write (set, add) fails with DEADLINE_EXCEEDED, naming the
+// carrier's pid: it may or may not have been applied, as on a broken stream. Its slot stays the carrier's until
 // answered; meanwhile the process's reads go alone and its writes fail (FAILED_PRECONDITION): the
 // late write may still be applied, and must not land after a later one. The carrier's own
 // operation in its batch has no deadline of its own: its stream's.

@@ -47,13 +47,13 @@ absl::Status CheckBatch(const google::protobuf::RepeatedPtrField<v1::StoreReques
       case v1::StoreRequest::kNumKeys:
         continue;
       case v1::StoreRequest::kGet:
-        if (ops[i].get().if_present() && !accepted.batch_get_if_present()) {
+        if (ops[i].get().if_present()) {
+          if (accepted.batch_get_if_present()) continue;
           return absl::InvalidArgumentError(
               absl::StrCat("operation ", i, " of the store batch (id ", ops[i].id(),
                            ") is a get, which this coordinator's batches do not take (its sessions do not offer "
                            "batch_get_if_present): send it on its own"));
         }
-        if (ops[i].get().if_present()) continue;
         [[fallthrough]];
       default:
         return absl::InvalidArgumentError(

@@ -42,7 +42,7 @@ class CoordinatorStoreTest : public ::testing::Test {
   }
 
   // Rank `rank`'s store on node-a, combining with the node's other ranks; `carried` (when given)
-  // reads what its combiner carried, `session` (when given) is the store's own stream.
+  // reads what its combiner carried, `session_out` (when given) the store's own stream.
   c10::intrusive_ptr<CoordinatorStore> RankStore(int rank, std::chrono::milliseconds timeout,
                                                  const StoreCombiner** carried = nullptr,
                                                  StoreSession** session_out = nullptr) {
