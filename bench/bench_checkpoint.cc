@@ -19,11 +19,97 @@
 #include "trainer/checkpoint_io.h"
 #include "trainer/gpt2_model.h"
 
+namespace dt::bench {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The state of a GPT-2 shape after one AdamW step: weights and both moments.
+struct Shape {
+  const char* overrides;
+  int repeats;
+};
+
+// One shape's rounds, each followed by `dd` of its size; reports the shape's two rows.
+absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape& shape, int64_t* steps_taken) {
+  auto config = MakeGpt2Config("gpt2", shape.overrides);
+  if (!config.ok()) return config.status();
+  Gpt2 model(*config);
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  {
+    torch::Tensor x = torch::randint(0, config->vocab_size, {1, 16}, torch::kLong);
+    model->Loss(x, x).backward();
+    optimizer.step();  // fills the optimizer state
+  }
+  TrainState state;
+  state.model_config = DescribeConfig(*config);
+  // Kept across rounds and mapped ahead of the first, as dttrainer does (its thread overlaps
+  // the first steps of training; here it is simply done first).
+  SnapshotStaging staging;
+  {
+    std::vector<torch::Tensor> like;
+    for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
+    for (const torch::Tensor& b : model->buffers()) like.push_back(b);
+    staging.Reserve(like);
+  }
+  std::vector<double> pause_seconds, write_seconds, dd_seconds;
+  int64_t bytes = 0, blocks = 1;
+  std::string target = JoinPath(save_dir, "dd.bin");
+  for (int r = 1; r <= shape.repeats; ++r) {
+    // An asynchronous round as dttrainer runs it: training pauses for BeginCheckpoint and the
+    // copy into host memory; a thread writes, hashes, fsyncs and commits the copy.
+    state.step = ++*steps_taken;
+    auto t0 = Clock::now();
+    auto round = agent.BeginCheckpoint(state.step);
+    if (!round.ok()) return round.status();
+    auto snapshot = SnapshotArchives(model, optimizer, state, &staging);
+    if (!snapshot.ok()) return snapshot.status();
+    auto resumed = Clock::now();  // training would go on from here
+    auto manifest = WriteArchives(round->partial_dir(), *snapshot);
+    if (!manifest.ok()) return manifest.status();
+    auto written = Clock::now();
+    auto info = agent.CommitCheckpoint(round->round_id(), &*manifest);
+    if (!info.ok()) return info.status();
+    auto done = Clock::now();
+    pause_seconds.push_back(Seconds(t0, resumed));
+    write_seconds.push_back(Seconds(resumed, done));
+    std::cout << "round " << r << " (" << info->bytes() / 1e6 << " MB): pause (begin + copy) " << pause_seconds.back()
+              << " s, write+hash+fsync " << Seconds(resumed, written) << " s, commit " << Seconds(written, done)
+              << " s\n";
+    bytes = info->bytes();
+    // dd of the same size with conv=fsync, on the same file system, right after (the disk's
+    // speed drifts on these machines: interleaving gives both the same conditions).
+    blocks = std::max<int64_t>(1, bytes / (4 << 20));
+    t0 = Clock::now();
+    auto result = RunCommand(
+        {"dd", "if=/dev/zero", "of=" + target, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
+        absl::Minutes(5));
+    dd_seconds.push_back(Seconds(t0, Clock::now()));
+    if (!result.ok()) return result.status();
+    if (result->exit_code != 0) return absl::InternalError(absl::StrCat("dd exited with ", result->exit_code));
+    ::unlink(target.c_str());
+  }
+  Summary pause = Summarize(pause_seconds), write = Summarize(write_seconds), dd = Summarize(dd_seconds);
+  double dd_bytes = static_cast<double>(blocks) * (4 << 20);
+  double dd_same_bytes = dd.p50 * bytes / dd_bytes;
+  std::string size = absl::StrCat(static_cast<int>(bytes / 1e6), " MB");
+  Report({absl::StrCat("checkpoint write rate (", size, ", background write+sha256+fsync+commit)"),
+          bytes / write.p50 / 1e6, "MB/s", "dd conv=fsync", dd_bytes / dd.p50 / 1e6, ">= 0.9x", true, 0.9});
+  Report({absl::StrCat("training stall of an async checkpoint round (", size, ", begin + copy to host)"), pause.p50,
+          "s", "dd of the same bytes", dd_same_bytes, "<= 0.1x", false, 0.1});
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace dt::bench
+
 int main() {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace dt;
   using namespace dt::bench;
-  using Clock = std::chrono::steady_clock;
   std::cout << "== checkpoint round vs dd conv=fsync (same disk: " << std::filesystem::temp_directory_path() << ")\n";
   torch::set_num_threads(1);
   EmbeddedOptions opts;
@@ -48,13 +134,10 @@ int main() {
   id.node = "bench";
   id.host = "bench";
   Agent agent(coord.Client(run->run_token()), id);
-  if (!agent.Register(absl::Minutes(1)).ok()) return 1;
-
-  // The state of a GPT-2 shape after one AdamW step: weights and both moments.
-  struct Shape {
-    const char* overrides;
-    int repeats;
-  };
+  if (auto registered = agent.Register(absl::Minutes(1)); !registered.ok()) {
+    std::cerr << registered.status() << "\n";
+    return 1;
+  }
   std::vector<Shape> shapes = {
       // ~17M parameters (~200 MB) quick, ~51M (~600 MB) otherwise; and GPT-2 small (124M, ~1.5 GB).
       {Quick() ? "n_embd=256,n_layer=4,n_head=4,n_positions=128" : "n_embd=512,n_layer=8,n_head=8,n_positions=128",
@@ -62,84 +145,10 @@ int main() {
       {"n_embd=768,n_layer=12,n_head=12,n_positions=1024", Quick() ? 2 : 3}};
   int64_t steps_taken = 0;
   for (const Shape& shape : shapes) {
-    auto config = MakeGpt2Config("gpt2", shape.overrides);
-    Gpt2 model(*config);
-    torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
-    {
-      torch::Tensor x = torch::randint(0, config->vocab_size, {1, 16}, torch::kLong);
-      model->Loss(x, x).backward();
-      optimizer.step();  // fills the optimizer state
+    if (absl::Status s = MeasureShape(agent, save_dir, shape, &steps_taken); !s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
     }
-    TrainState state;
-    state.model_config = DescribeConfig(*config);
-    // Kept across rounds and mapped ahead of the first, as dttrainer does (its thread overlaps
-    // the first steps of training; here it is simply done first).
-    SnapshotStaging staging;
-    {
-      std::vector<torch::Tensor> like;
-      for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
-      for (const torch::Tensor& b : model->buffers()) like.push_back(b);
-      staging.Reserve(like);
-    }
-    std::vector<double> pause_seconds, write_seconds, dd_seconds;
-    int64_t bytes = 0, blocks = 1;
-    std::string target = JoinPath(save_dir, "dd.bin");
-    for (int r = 1; r <= shape.repeats; ++r) {
-      // An asynchronous round as dttrainer runs it: training pauses for BeginCheckpoint and the
-      // copy into host memory; a thread writes, hashes, fsyncs and commits the copy.
-      state.step = ++steps_taken;
-      auto t0 = Clock::now();
-      auto round = agent.BeginCheckpoint(state.step);
-      if (!round.ok()) {
-        std::cerr << round.status() << "\n";
-        return 1;
-      }
-      auto snapshot = SnapshotArchives(model, optimizer, state, &staging);
-      if (!snapshot.ok()) {
-        std::cerr << snapshot.status() << "\n";
-        return 1;
-      }
-      auto resumed = Clock::now();  // training would go on from here
-      auto manifest = WriteArchives(round->partial_dir(), *snapshot);
-      if (!manifest.ok()) {
-        std::cerr << manifest.status() << "\n";
-        return 1;
-      }
-      auto written = Clock::now();
-      auto info = agent.CommitCheckpoint(round->round_id(), &*manifest);
-      if (!info.ok()) {
-        std::cerr << info.status() << "\n";
-        return 1;
-      }
-      auto done = Clock::now();
-      pause_seconds.push_back(std::chrono::duration<double>(resumed - t0).count());
-      write_seconds.push_back(std::chrono::duration<double>(done - resumed).count());
-      std::cout << "round " << r << " (" << info->bytes() / 1e6 << " MB): pause (begin + copy) " << pause_seconds.back()
-                << " s, write+hash+fsync " << std::chrono::duration<double>(written - resumed).count() << " s, commit "
-                << std::chrono::duration<double>(done - written).count() << " s\n";
-      bytes = info->bytes();
-      // dd of the same size with conv=fsync, on the same file system, right after (the disk's
-      // speed drifts on these machines: interleaving gives both the same conditions).
-      blocks = std::max<int64_t>(1, bytes / (4 << 20));
-      t0 = Clock::now();
-      auto result = RunCommand(
-          {"dd", "if=/dev/zero", "of=" + target, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
-          absl::Minutes(5));
-      dd_seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      if (!result.ok() || result->exit_code != 0) {
-        std::cerr << "dd failed\n";
-        return 1;
-      }
-      ::unlink(target.c_str());
-    }
-    Summary pause = Summarize(pause_seconds), write = Summarize(write_seconds), dd = Summarize(dd_seconds);
-    double dd_bytes = static_cast<double>(blocks) * (4 << 20);
-    double dd_same_bytes = dd.p50 * bytes / dd_bytes;
-    std::string size = absl::StrCat(static_cast<int>(bytes / 1e6), " MB");
-    Report({absl::StrCat("checkpoint write rate (", size, ", background write+sha256+fsync+commit)"),
-            bytes / write.p50 / 1e6, "MB/s", "dd conv=fsync", dd_bytes / dd.p50 / 1e6, ">= 0.9x", true, 0.9});
-    Report({absl::StrCat("training stall of an async checkpoint round (", size, ", begin + copy to host)"), pause.p50,
-            "s", "dd of the same bytes", dd_same_bytes, "<= 0.1x", false, 0.1});
   }
   return 0;
 }

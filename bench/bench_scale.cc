@@ -315,6 +315,35 @@ void SendBatch(const LoadRank& rank, int64_t step, Calls& calls) {
   if (!ok) ++calls.errors;
 }
 
+// Heartbeats for `window`: every rank every 2 s, spread evenly, asynchronous. Returns when every
+// answer is in (the requests and `heartbeats` must outlive the calls).
+void SendHeartbeatsFor(std::vector<LoadRank>& ranks, absl::Duration window, Calls& heartbeats) {
+  const int n = static_cast<int>(ranks.size());
+  absl::Time start = absl::Now();
+  std::vector<v1::HeartbeatRequest> reqs(n);
+  for (int i = 0; i < n; ++i) {
+    reqs[i].set_run_id(ranks[i].run_id);
+    reqs[i].set_rank(ranks[i].seat.rank());
+    reqs[i].set_incarnation(ranks[i].incarnation);
+  }
+  std::atomic<int> in_flight{0};
+  for (int64_t sent = 0; absl::Now() - start < window;) {
+    absl::Time due = start + absl::Seconds(2) * (static_cast<double>(sent) / n);
+    if (absl::Now() < due) {
+      absl::SleepFor(std::min(due - absl::Now(), absl::Milliseconds(5)));
+      continue;
+    }
+    int i = static_cast<int>(sent % n);
+    reqs[i].set_step(sent / n + 1);
+    SendHeartbeat(*ranks[i].client, reqs[i], in_flight, [&heartbeats](double ms, bool ok) {
+      heartbeats.Add(ms);
+      if (!ok) ++heartbeats.errors;
+    });
+    ++sent;
+  }
+  while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
+}
+
 void LoadBench(const std::string& dir) {
   Coordinator c = StartCoordinator(TempDir("load"), "127.0.0.1:0");
   std::vector<std::string> run_ids;
@@ -353,36 +382,14 @@ void LoadBench(const std::string& dir) {
       }
     });
   }
-  // Heartbeats: every rank every 2 s, spread evenly, asynchronous.
   double cpu0 = CpuSeconds(c.pid());
   absl::Time start = absl::Now();
-  std::vector<v1::HeartbeatRequest> reqs(n);
-  for (int i = 0; i < n; ++i) {
-    reqs[i].set_run_id(ranks[i].run_id);
-    reqs[i].set_rank(ranks[i].seat.rank());
-    reqs[i].set_incarnation(ranks[i].incarnation);
-  }
-  std::atomic<int> in_flight{0};
-  for (int64_t sent = 0; absl::Now() - start < window;) {
-    absl::Time due = start + absl::Seconds(2) * (static_cast<double>(sent) / n);
-    if (absl::Now() < due) {
-      absl::SleepFor(std::min(due - absl::Now(), absl::Milliseconds(5)));
-      continue;
-    }
-    int i = static_cast<int>(sent % n);
-    reqs[i].set_step(sent / n + 1);
-    SendHeartbeat(*ranks[i].client, reqs[i], in_flight, [&](double ms, bool ok) {
-      heartbeats.Add(ms);
-      if (!ok) ++heartbeats.errors;
-    });
-    ++sent;
-  }
+  SendHeartbeatsFor(ranks, window, heartbeats);
   double wall = absl::ToDoubleSeconds(absl::Now() - start);
   double cpu = CpuSeconds(c.pid()) - cpu0;
   double rss = MemoryMiB(c.pid(), "VmRSS"), peak = MemoryMiB(c.pid(), "VmHWM");
   stop = true;
   for (auto& t : threads) t.join();
-  while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
   std::string load = absl::StrCat(n, " ranks in ", run_ids.size(), " runs");
   int64_t errors = heartbeats.errors + batches.errors + store.errors;
   for (auto [name, calls, goal] :
