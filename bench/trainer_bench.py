@@ -6,7 +6,7 @@
      anchor doing the same. Goal: dt <= 0.5x torchrun.
   2. Training throughput: dttrainer vs PyTorch DDP (python3-torch, same GPT-2 shape, batch,
      threads, Gloo) at 1 and 2 ranks; C++/Python ratio (goal >= 1) and 2-rank scaling efficiency
-     (goal >= 80% of linear).
+     (goal >= 80% of linear); pairs of runs alternating which side goes first, step times pooled.
   3. The cost of metric reporting on step time (reporting on vs off). Goal < 1%.
   4. Launch to first step of a user's Python script (examples/python/train_ddp.py, 2 local ranks)
      under `dtctl submit --exec` vs `torchrun --standalone`, side by side. Goal: dt <= 0.5x
@@ -248,24 +248,39 @@ def exec_launch():
            "bare script to step 1", bare_median, "")
 
 
+def dt_step_times(coord, name, procs, args, skip):
+    """Rank 0's step times of a dttrainer run, after the first `skip` steps."""
+    run = dt_submit(coord, name, procs, args)
+    dt_wait(coord, run["run_id"])
+    recs = json.loads(coord.dtctl("metrics", run["run_id"], "--key", "step_time_s", "--rank", "0",
+                                  "-o", "json").stdout)
+    return [r["value"] for r in recs if r["step"] > skip]
+
+
 def throughput():
     n_embd, n_layer, n_head, seq, batch = (128, 4, 4, 128, 4)
     steps = 12 if QUICK else 30
     skip = 3
     coord = Coordinator()
     tps = {}
+    dt_args = shape_args(n_embd, n_layer, n_head, seq, batch) + ["--max-steps", str(steps), "--log-freq", "1",
+                                                                 "--lr", "1e-4"]
+    py_args = ["--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head), "--n-positions", str(seq),
+               "--seq-len", str(seq), "--batch-size", str(batch), "--steps", str(steps)]
     for procs in (1, 2):
-        run = dt_submit(coord, "tput-%d" % procs, procs, shape_args(n_embd, n_layer, n_head, seq, batch) +
-                        ["--max-steps", str(steps), "--log-freq", "1", "--lr", "1e-4"])
-        dt_wait(coord, run["run_id"])
-        recs = json.loads(coord.dtctl("metrics", run["run_id"], "--key", "step_time_s", "--rank", "0",
-                                      "-o", "json").stdout)
-        times = [r["value"] for r in recs if r["step"] > skip]
-        dt_tps = procs * batch * seq / statistics.median(times)
-        _, result = torchrun(procs, ["--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head),
-                                     "--n-positions", str(seq), "--seq-len", str(seq), "--batch-size", str(batch),
-                                     "--steps", str(steps)])
-        py_tps = procs * batch * seq / statistics.median(result["step_times"][skip:])
+        # Pairs of runs that alternate which side goes first, their step times pooled: one run of
+        # each read 0.75x and then 1.02x at 1 rank on the same machine (2026-11-26), a neighbour's
+        # load landing on one side only.
+        times = {"dt": [], "py": []}
+        for i in range(2 if QUICK else 3):
+            for side in (("dt", "py") if i % 2 == 0 else ("py", "dt")):
+                if side == "dt":
+                    times["dt"] += dt_step_times(coord, "tput-%d-%d" % (procs, i), procs, dt_args, skip)
+                else:
+                    _, result = torchrun(procs, py_args)
+                    times["py"] += result["step_times"][skip:]
+        dt_tps = procs * batch * seq / statistics.median(times["dt"])
+        py_tps = procs * batch * seq / statistics.median(times["py"])
         tps[procs] = (dt_tps, py_tps)
         report("training throughput, %d rank(s), GPT-2 %dx%d, batch %dx%d" % (procs, n_layer, n_embd, batch, seq),
                dt_tps, "tokens/s", "PyTorch DDP (Python)", py_tps, ">= 1x", 1.0, higher=True)
