@@ -317,7 +317,7 @@ void SendBatch(const LoadRank& rank, int64_t step, Calls& calls) {
 
 // Heartbeats for `window`: every rank every 2 s, spread evenly, asynchronous. Returns when every
 // answer is in (the requests and `heartbeats` must outlive the calls).
-void SendHeartbeatsFor(std::vector<LoadRank>& ranks, absl::Duration window, Calls& heartbeats) {
+void SendHeartbeatsFor(const std::vector<LoadRank>& ranks, absl::Duration window, Calls& heartbeats) {
   const int n = static_cast<int>(ranks.size());
   absl::Time start = absl::Now();
   std::vector<v1::HeartbeatRequest> reqs(n);

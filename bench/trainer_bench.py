@@ -248,6 +248,18 @@ def exec_launch():
            "bare script to step 1", bare_median, "")
 
 
+def paired_runs(pairs, sides):
+    """Runs each of two sides `pairs` times, alternating which goes first (a, b, then b, a, ...), so
+    both see the same machine noise and neither always runs after the other. `sides`: label ->
+    function of the pair's index returning that run's samples. Returns each side's samples pooled."""
+    labels = list(sides)
+    pooled = {label: [] for label in labels}
+    for i in range(pairs):
+        for label in (labels if i % 2 == 0 else labels[::-1]):
+            pooled[label] += sides[label](i)
+    return pooled
+
+
 def dt_step_times(coord, name, procs, args, skip):
     """Rank 0's step times of a dttrainer run, after the first `skip` steps."""
     run = dt_submit(coord, name, procs, args)
@@ -268,17 +280,12 @@ def throughput():
     py_args = ["--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head), "--n-positions", str(seq),
                "--seq-len", str(seq), "--batch-size", str(batch), "--steps", str(steps)]
     for procs in (1, 2):
-        # Pairs of runs that alternate which side goes first, their step times pooled: one run of
-        # each read 0.75x and then 1.02x at 1 rank on the same machine (2026-11-26), a neighbour's
-        # load landing on one side only.
-        times = {"dt": [], "py": []}
-        for i in range(2 if QUICK else 3):
-            for side in (("dt", "py") if i % 2 == 0 else ("py", "dt")):
-                if side == "dt":
-                    times["dt"] += dt_step_times(coord, "tput-%d-%d" % (procs, i), procs, dt_args, skip)
-                else:
-                    _, result = torchrun(procs, py_args)
-                    times["py"] += result["step_times"][skip:]
+        # One run of each read 0.75x and then 1.02x at 1 rank on the same machine (2026-11-26), a
+        # neighbour's load landing on one side only: hence pairs.
+        times = paired_runs(2 if QUICK else 3, {
+            "dt": lambda i: dt_step_times(coord, "tput-%d-%d" % (procs, i), procs, dt_args, skip),
+            "py": lambda i: torchrun(procs, py_args)[1]["step_times"][skip:],
+        })
         dt_tps = procs * batch * seq / statistics.median(times["dt"])
         py_tps = procs * batch * seq / statistics.median(times["py"])
         tps[procs] = (dt_tps, py_tps)
@@ -296,18 +303,18 @@ def throughput():
 def metrics_cost():
     coord = Coordinator()
     steps = 30 if QUICK else 100
-    times = {"off": [], "on": []}
-    # Alternate off and on so both see the same machine noise, and which goes first (off, on, on,
-    # off, ...): with off always first, a machine slowing down during the row counted against on.
-    for i in range(4 if QUICK else 6):
-        order = (("off", ["--no-metrics"]), ("on", []))
-        for label, extra in (order if i % 2 == 0 else order[::-1]):
-            run = dt_submit(coord, "cost-%s-%d" % (label, i), 1, ["--model", "tiny", "--seq-len", "64",
-                                                                  "--batch-size", "4", "--max-steps", str(steps),
-                                                                  "--log-freq", "1"] + extra)
-            dt_wait(coord, run["run_id"])
-            log = open(os.path.join(run["exp_dir"], "logs", "rank-0.log"), errors="replace").read()
-            times[label] += [float(t) for t in re.findall(r"([0-9.]+)s/step", log)][5:]
+
+    def cost_run(label, extra):
+        def run(i):
+            r = dt_submit(coord, "cost-%s-%d" % (label, i), 1, ["--model", "tiny", "--seq-len", "64", "--batch-size",
+                                                                "4", "--max-steps", str(steps), "--log-freq", "1"] + extra)
+            dt_wait(coord, r["run_id"])
+            log = open(os.path.join(r["exp_dir"], "logs", "rank-0.log"), errors="replace").read()
+            return [float(t) for t in re.findall(r"([0-9.]+)s/step", log)][5:]
+        return run
+
+    # With off always first, a machine slowing down during the row counted against on.
+    times = paired_runs(4 if QUICK else 6, {"off": cost_run("off", ["--no-metrics"]), "on": cost_run("on", [])})
     medians = {k: statistics.median(v) for k, v in times.items()}
     coord.stop()
     report("step time with metric reporting on (log every step)", medians["on"], "s", "reporting off", medians["off"],
