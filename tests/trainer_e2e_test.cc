@@ -321,6 +321,25 @@ TEST_F(TrainerE2ETest, ARankStoppedAfterAPeerDiedIsAVictimNotTheCause) {
   EXPECT_EQ(s.ranks(1).state(), v1::RankStatus::FAILED);
 }
 
+// Gloo writes to its peers with writev, and a write to a peer that has just died raises SIGPIPE.
+// Gloo expects the EPIPE the write then returns (Python ignores the signal); a trainer the signal
+// killed left no log line and no report, and the run lost the victim it should have listed (seen
+// in SlurmTest.AKilledTrainerRestartsTheGroupInsideTheAllocation: srun ended with 141). The signal
+// sent from outside stands for that write: both trainers train on and the run succeeds.
+TEST_F(TrainerE2ETest, TheSignalOfAWriteToADeadPeerDoesNotKillATrainer) {
+  constexpr int kSteps = 60;
+  auto run = Submit("sigpipe", 2);
+  auto procs = Start(run, 2, {"--max-steps", absl::StrCat(kSteps), "--batch-size", "2", "--eval-split", "0"});
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.Metrics(run.run_id(), "loss", 0).size() >= 2; }, absl::Minutes(2)))
+      << testing::Slurp(Log(run, 0));
+  for (auto& p : procs) p->Signal(SIGPIPE);
+  // Still training when the signal came: steps remained to report.
+  ASSERT_LT(coord_.Metrics(run.run_id(), "loss", 0).size(), static_cast<size_t>(kSteps));
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(run, procs, 0));
+  EXPECT_EQ(coord_.GetRun(run.run_id()).state(), v1::SUCCEEDED);
+  EXPECT_EQ(coord_.Metrics(run.run_id(), "loss", 0).size(), static_cast<size_t>(kSteps));
+}
+
 // A rank stopped from outside while the others train on (a user's kill, an OOM killer's polite
 // cousin): once the heartbeat timeout passes with nothing else failing, the stop is the cause.
 TEST_F(TrainerE2ETest, AStopNothingElseExplainsIsTheCause) {

@@ -1,6 +1,7 @@
 // dttrainer: one training process per device. See `dttrainer --help`.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -269,6 +270,11 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
 int main(int argc, char** argv) {
   // Before any thread exists: SIGTERM/SIGINT go to one watcher thread (see RunTrainer).
   dt::BlockStopSignals();
+  // Gloo writes to its peers with writev, which raises SIGPIPE when the peer has just died. Gloo
+  // expects the EPIPE that follows (Python ignores the signal), and turns the dead peer into an
+  // error this rank reports, or survives until srun's SIGTERM makes it a victim; by default the
+  // signal would kill it silently, leaving the run without its root cause.
+  std::signal(SIGPIPE, SIG_IGN);
   // absl's lock-order checking costs a graph update per lock; the tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   dt::SetLogProgram("dttrainer");

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -41,6 +42,10 @@ absl::Status Checkpoint(dt::Agent& agent, torch::nn::Linear& model, int64_t step
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Gloo writes to its peers with writev: a peer that just died raises SIGPIPE, which kills a C++
+  // program unless ignored (Python ignores it). Ignored, Gloo sees EPIPE and the collective fails
+  // with an error this rank can report.
+  std::signal(SIGPIPE, SIG_IGN);
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 100;
   const int64_t pause_ms = argc > 2 ? std::atoll(argv[2]) : 0;
   const int64_t checkpoint_every = 10;
