@@ -74,6 +74,14 @@ double ProcessCpuMicros() {
   return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
 }
 
+// Times a thread of this process went to sleep (voluntary context switches): the wake-ups a
+// store operation costs the node, beside its CPU.
+int64_t ProcessSleeps() {
+  struct rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
+}
+
 ClientRound RunClient(c10d::Store& store, int id, int iterations) {
   ClientRound out;
   out.set.reserve(iterations);
@@ -257,6 +265,7 @@ int ClientMain(int argc, char** argv) {
     char c = 'r';
     if (::write(ready, &c, 1) != 1 || ::read(go, &c, 1) != 1 || c == 'q') break;
     double cpu0 = ProcessCpuMicros();
+    int64_t sleeps0 = ProcessSleeps();
     std::ostringstream figures;
     if (mode == "store" && (c == 'a' || c == 'b')) {  // adds only: 'a' the coordinator, 'b' TCPStore
       // First what this client carried for the node in the round: batches, adds.
@@ -291,7 +300,8 @@ int ClientMain(int argc, char** argv) {
         first = false;
       }
     }
-    out << c << " " << ProcessCpuMicros() - cpu0 << " " << figures.str() << "\n" << std::flush;
+    out << c << " " << ProcessCpuMicros() - cpu0 << " " << ProcessSleeps() - sleeps0 << " " << figures.str() << "\n"
+        << std::flush;
   }
   return 0;
 }
@@ -333,6 +343,7 @@ class ClientPool {
     std::vector<std::istringstream> figures;  // per client: the round's figures
     double server_cpu_us = 0;                 // this process (the servers) during the round
     double client_cpu_us = 0;                 // all clients during the round
+    int64_t client_sleeps = 0;                // all clients' voluntary context switches in the round
   };
 
   // One round on every client at once; kind 'd' (coordinator) or 't' (TCPStore).
@@ -350,9 +361,11 @@ class ClientPool {
       std::istringstream fields(line);
       char got = 0;
       double cpu = 0;
-      fields >> got >> cpu;
+      int64_t sleeps = 0;
+      fields >> got >> cpu >> sleeps;
       if (got != kind) throw std::runtime_error(absl::StrCat("client ", c, " ran the wrong round; see ", dir_));
       lines.client_cpu_us += cpu;
+      lines.client_sleeps += sleeps;
       lines.figures.push_back(std::move(fields));
     }
     return lines;
@@ -480,7 +493,7 @@ std::vector<double> BarrierRound(ClientPool& pool, char kind, int iterations, do
 // One group's start-up: first store operation of any rank → the group ready on every rank, and
 // the CPU it took, per rank, in the ranks (the store client, Gloo's pairs) and in the server.
 struct ProcessGroupFigures {
-  std::vector<double> ms, client_cpu_ms_per_rank, server_cpu_ms_per_rank;
+  std::vector<double> ms, client_cpu_ms_per_rank, server_cpu_ms_per_rank, client_sleeps_per_rank;
 };
 
 void ProcessGroupRound(ClientPool& pool, char kind, int ranks, ProcessGroupFigures* figures) {
@@ -488,6 +501,7 @@ void ProcessGroupRound(ClientPool& pool, char kind, int ranks, ProcessGroupFigur
   figures->ms.push_back(SpanNs(lines) / 1e6);  // each line: first store operation, group ready
   figures->client_cpu_ms_per_rank.push_back(lines.client_cpu_us / 1e3 / ranks);
   figures->server_cpu_ms_per_rank.push_back(lines.server_cpu_us / 1e3 / ranks);
+  figures->client_sleeps_per_rank.push_back(static_cast<double>(lines.client_sleeps) / ranks);
 }
 
 // The TCPStore server lives in this process, as the coordinator does; clients connect to its port.
@@ -630,6 +644,10 @@ void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, co
     Report({absl::StrCat("Gloo process group server CPU per rank, ", n, " ranks"),
             Summarize(dt.server_cpu_ms_per_rank).p50, "ms", "TCPStore", Summarize(tcp.server_cpu_ms_per_rank).p50, "",
             false, 0});
+    // And how often a rank's threads slept (its store calls plus Gloo's own pair connects).
+    Report({absl::StrCat("Gloo process group client sleeps per rank, ", n, " ranks"),
+            Summarize(dt.client_sleeps_per_rank).p50, "sleeps", "TCPStore", Summarize(tcp.client_sleeps_per_rank).p50,
+            "", false, 0});
   }
 }
 
