@@ -13,6 +13,7 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -52,13 +53,12 @@ torch::Tensor CpuRngState() {
 }
 
 // Copies tensors into host memory that training cannot change (device tensors come to the CPU),
-// into kept buffers when there is a staging area. Copies into staging buffers are collected while
-// the archives are built and made together by Run(): host tensors in 4 MiB pieces on every core
-// (training is paused while they run, so the pause is the copy at the machine's memory bandwidth,
-// not one core's); others (a device's) by torch on the calling thread.
+// into kept buffers when there is a staging area. Copies of host tensors into staging buffers are
+// collected while the archives are built, into a SnapshotCopy; others (a device's) are made by
+// torch on the calling thread.
 class Copier {
  public:
-  explicit Copier(SnapshotStaging* staging) : staging_(staging) {}
+  explicit Copier(SnapshotStaging* staging) : staging_(staging), pending_(std::make_shared<SnapshotCopy>()) {}
 
   torch::Tensor operator()(const torch::Tensor& t) {
     bytes_ += static_cast<int64_t>(t.numel() * t.element_size());
@@ -69,54 +69,25 @@ class Copier {
     torch::Tensor source = t.detach();
     if (source.is_cpu() && source.is_contiguous() && host.is_contiguous() &&
         source.scalar_type() == host.scalar_type() && source.numel() == host.numel()) {
-      auto* to = static_cast<char*>(host.data_ptr());
-      const auto* from = static_cast<const char*>(source.data_ptr());
-      size_t size = source.numel() * source.element_size();
-      for (size_t at = 0; at < size; at += kPiece) pieces_.push_back({to + at, from + at, std::min(kPiece, size - at)});
-      keep_alive_.push_back(source);
+      pending_->Add(static_cast<char*>(host.data_ptr()), static_cast<const char*>(source.data_ptr()),
+                    source.numel() * source.element_size(), source);
     } else {
       host.copy_(source);
     }
     return host;
   }
 
-  void Run() {
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < pieces_.size();) {
-        std::memcpy(pieces_[i].to, pieces_[i].from, pieces_[i].size);
-      }
-    };
-    size_t helpers = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()) - 1, kMaxHelpers);
-    helpers = std::min(helpers, pieces_.size() / 2);
-    std::vector<std::thread> threads;
-    for (size_t h = 0; h < helpers; ++h) {
-      try {
-        threads.emplace_back(work);
-      } catch (const std::system_error&) {
-        break;  // no thread to be had (a process limit): those started and this one copy it all
-      }
-    }
-    work();
-    for (auto& th : threads) th.join();
-    pieces_.clear();
-    keep_alive_.clear();
+  // The copies collected (null when there are none).
+  std::shared_ptr<SnapshotCopy> TakePending() {
+    if (pending_->pieces() == 0) return nullptr;
+    return std::exchange(pending_, std::make_shared<SnapshotCopy>());
   }
-
   int64_t bytes() const { return bytes_; }
 
  private:
-  static constexpr size_t kPiece = 4 << 20;
-  static constexpr size_t kMaxHelpers = 7;
-  struct Piece {
-    char* to;
-    const char* from;
-    size_t size;
-  };
   SnapshotStaging* staging_;
   int64_t bytes_ = 0;
-  std::vector<Piece> pieces_;
-  std::vector<torch::Tensor> keep_alive_;  // the sources the pieces point into
+  std::shared_ptr<SnapshotCopy> pending_;
 };
 
 // What Module::save writes — parameters, buffers, then each serialisable child as a nested
@@ -230,8 +201,48 @@ int64_t SnapshotStaging::bytes() const {
   return total;
 }
 
+void SnapshotCopy::Add(char* to, const char* from, size_t size, const torch::Tensor& source) {
+  for (size_t at = 0; at < size; at += kPiece) pieces_.push_back({to + at, from + at, std::min(kPiece, size - at)});
+  sources_.push_back(source);
+}
+
+void SnapshotCopy::Work() {
+  size_t done = 0;
+  for (size_t i; (i = next_.fetch_add(1)) < pieces_.size(); ++done) {
+    std::memcpy(pieces_[i].to, pieces_[i].from, pieces_[i].size);
+  }
+  if (done == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  copied_ += done;
+  if (copied_ == pieces_.size()) copied_cv_.notify_all();
+}
+
+void SnapshotCopy::Complete() {
+  size_t taken = std::min(next_.load(), pieces_.size());
+  size_t helpers = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()) - 1, kMaxHelpers);
+  helpers = std::min(helpers, (pieces_.size() - taken) / 2);
+  std::vector<std::thread> threads;
+  for (size_t h = 0; h < helpers; ++h) {
+    try {
+      threads.emplace_back([this] { Work(); });
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (a process limit): those started and this one copy it all
+    }
+  }
+  Work();
+  for (auto& th : threads) th.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  copied_cv_.wait(lock, [this] { return copied_ == pieces_.size(); });
+}
+
+bool SnapshotCopy::complete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return copied_ == pieces_.size();
+}
+
 absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,
-                                                    const TrainState& state, SnapshotStaging* staging) {
+                                                    const TrainState& state, SnapshotStaging* staging,
+                                                    bool defer_copy) {
   const auto* adamw = dynamic_cast<const torch::optim::AdamW*>(&optimizer);
   if (adamw == nullptr) return absl::UnimplementedError("asynchronous checkpoints snapshot AdamW only");
   CheckpointArchives a;
@@ -240,7 +251,8 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
   try {
     SnapshotModule(*model, a.model, copy);
     a.optimizer = SnapshotAdamW(*adamw, copy);
-    copy.Run();
+    a.pending_copy = copy.TakePending();
+    if (a.pending_copy && !defer_copy) std::exchange(a.pending_copy, nullptr)->Complete();
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot copy the training state for a checkpoint: ", ExceptionText(e)));
@@ -253,6 +265,7 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
 }
 
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives) {
+  if (archives.pending_copy) archives.pending_copy->Complete();
   // The large files are serialised straight to disk (no in-memory copy) and hashed on the way,
   // model and optimizer on two threads.
   auto save_archive = [&](const std::string& name,

@@ -6,6 +6,9 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -29,6 +32,43 @@ struct TrainState {
   std::string model_config;  // e.g. "n_embd=64,n_layer=2,..." to refuse a mismatched model
 };
 
+// The memory copies of a snapshot into its staging buffers, made after the snapshot's archives
+// are built: the sources are the live tensors, so the copy must be complete before anything
+// changes them (the next optimizer step). Between the two, training may go on: the forward and
+// backward passes only read parameters and moments, so a thread can copy while they run, and the
+// training thread helps finish whatever is left when it reaches the optimizer step (as
+// zero-overhead checkpointing overlaps its device-to-host copy with the next step). Thread-safe:
+// any number of threads may Work() or Complete() at once; every piece is copied exactly once.
+class SnapshotCopy {
+ public:
+  // Before any Work(): copy `size` bytes from `from` (inside `source`, kept alive until done).
+  void Add(char* to, const char* from, size_t size, const torch::Tensor& source);
+  // Copies pieces on the calling thread until none is left to take.
+  void Work();
+  // Work() on the calling thread and on helper threads on the machine's other cores, then waits
+  // for the pieces that other threads took: when it returns, every byte is copied.
+  void Complete();
+  bool complete() const;
+  size_t pieces() const { return pieces_.size(); }
+
+  // Pieces are this size (the last of a tensor smaller), so threads share a large tensor.
+  static constexpr size_t kPiece = 4 << 20;
+
+ private:
+  struct Piece {
+    char* to;
+    const char* from;
+    size_t size;
+  };
+  static constexpr size_t kMaxHelpers = 7;
+  std::vector<Piece> pieces_;
+  std::vector<torch::Tensor> sources_;
+  std::atomic<size_t> next_{0};  // the next piece to take
+  mutable std::mutex mu_;
+  std::condition_variable copied_cv_;
+  size_t copied_ = 0;  // pieces finished (guarded by mu_)
+};
+
 // What a checkpoint's files hold, as archives ready to serialise: either over the live model and
 // optimizer (written at once, the training loop waiting), or a snapshot copied out of them into
 // host memory, which a background thread can write while training goes on.
@@ -38,6 +78,10 @@ struct CheckpointArchives {
   torch::Tensor rng;  // the CPU generator's state
   TrainState state;
   int64_t tensor_bytes = 0;  // what the snapshot copied (0 for live archives)
+  // A snapshot's host copies still to be made (null when none is pending): the archives hold the
+  // staging buffers, which hold the live state only once this is complete. WriteArchives
+  // completes it first.
+  std::shared_ptr<SnapshotCopy> pending_copy;
 };
 
 // Host buffers that snapshots copy into, kept from one round to the next: allocating and first
@@ -69,14 +113,19 @@ class SnapshotStaging {
 
 // Archives over the live tensors: valid until the next optimizer step changes them.
 CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
-// A copy of every parameter, buffer and AdamW moment in host memory (the only pause an
-// asynchronous checkpoint costs), into `staging`'s buffers when given. UNIMPLEMENTED for an
-// optimizer other than AdamW; RESOURCE_EXHAUSTED when the copy cannot be allocated.
+// A copy of every parameter, buffer and AdamW moment in host memory (what an asynchronous
+// checkpoint writes while training goes on), into `staging`'s buffers when given. With `defer_copy`, the
+// copies of host tensors into staging buffers are left in `pending_copy` for the caller to make
+// (SnapshotCopy) before the live state next changes; without, they are made here, on every core.
+// UNIMPLEMENTED for an optimizer other than AdamW; RESOURCE_EXHAUSTED when the copy cannot be
+// allocated.
 absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,
-                                                    const TrainState& state, SnapshotStaging* staging = nullptr);
+                                                    const TrainState& state, SnapshotStaging* staging = nullptr,
+                                                    bool defer_copy = false);
 
-// Writes model.pt, optimizer.pt, rng.pt and state.json into `dir`, hashing each file as it is
-// written, fsyncs them and the directory, and returns the manifest for the coordinator.
+// Writes model.pt, optimizer.pt, rng.pt and state.json into `dir` (completing a snapshot's
+// pending copy first), hashing each file as it is written, fsyncs them and the directory, and
+// returns the manifest for the coordinator.
 // RESOURCE_EXHAUSTED when the disk is full (the message names the file).
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives);
 

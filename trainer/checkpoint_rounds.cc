@@ -22,6 +22,7 @@ void CheckpointRounds::PrepareStaging(std::vector<torch::Tensor> like) {
 absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim::Optimizer& optimizer,
                                                        const TrainState& state) {
   if (in_flight_.valid()) finished_ = in_flight_.get();
+  pending_copy_.reset();  // the round that made it is over
   if (preparing_.joinable()) preparing_.join();
   absl::Time start = absl::Now();
   absl::StatusOr<v1::BeginCheckpointResponse> round = agent_.BeginCheckpoint(state.step);
@@ -37,7 +38,8 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
   }
   std::shared_ptr<CheckpointArchives> snapshot;
   if (writer) {
-    absl::StatusOr<CheckpointArchives> copied = SnapshotArchives(model, optimizer, state, &staging_);
+    absl::StatusOr<CheckpointArchives> copied =
+        SnapshotArchives(model, optimizer, state, &staging_, /*defer_copy=*/true);
     if (!copied.ok()) {
       // No room for a copy (or an optimizer without one): this round is written in place.
       DT_LOG(Warning) << "checkpoint at step " << state.step << " written synchronously: " << copied.status();
@@ -48,12 +50,25 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
       return absl::Now() - start;
     }
     snapshot = std::make_shared<CheckpointArchives>(std::move(*copied));
+    pending_copy_ = snapshot->pending_copy;
   }
   absl::Duration paused = absl::Now() - start;
   in_flight_ = std::async(std::launch::async, [this, round = *round, step = state.step, snapshot, start] {
+    // One thread copies while training goes on (AwaitSnapshot brings every core when training
+    // needs the copy finished); WriteArchives waits for the last pieces.
+    if (snapshot && snapshot->pending_copy) snapshot->pending_copy->Work();
     return Finish(round, step, snapshot.get(), start);
   });
   return paused;
+}
+
+absl::Duration CheckpointRounds::AwaitSnapshot() {
+  if (!pending_copy_) return absl::ZeroDuration();
+  absl::Time start = absl::Now();
+  bool already = pending_copy_->complete();
+  pending_copy_->Complete();
+  pending_copy_.reset();
+  return already ? absl::ZeroDuration() : absl::Now() - start;
 }
 
 CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResponse& round, int64_t step,

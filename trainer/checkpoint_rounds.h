@@ -1,8 +1,10 @@
 // One rank's part in checkpoint rounds. A round starts at a step boundary with BeginCheckpoint
 // (every rank arrives; the coordinator names the writer). Synchronous rounds then write and commit
 // while training waits. Asynchronous rounds (the default, as torch.distributed.checkpoint's
-// async_save) pause training only while the writer copies the model and optimizer into host
-// memory; a thread writes, hashes, fsyncs and commits the copy while training goes on, and the
+// async_save) copy the model and optimizer into host memory on a thread while the next step's
+// forward and backward passes run (they only read what is copied); training waits for the copy
+// only if it reaches the optimizer step first. The thread then writes, hashes, fsyncs and commits
+// the copy while training goes on, and the
 // other ranks wait for the commit on a thread as well. At most one round is in flight: starting
 // the next waits for it. The host copy's buffers are kept for the next round (the memory of the
 // model and optimizer once more, for the run's life). A crash mid-write leaves `latest` on the
@@ -13,6 +15,7 @@
 
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -41,8 +44,15 @@ class CheckpointRounds {
 
   // Starts a round at `state.step` (waiting first for the one in flight, whose outcome is then
   // returned by the next Poll or Wait). Returns how long training was paused. A BeginCheckpoint
-  // failure is returned (the generation is failing).
+  // failure is returned (the generation is failing). An asynchronous round's writer may still be
+  // copying the state into host memory when this returns (on the round's thread, overlapping the
+  // next step's forward and backward passes): call AwaitSnapshot before the model or optimizer
+  // next changes.
   absl::StatusOr<absl::Duration> Start(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
+  // Returns once the round's copy of the state is complete, helping to make it on every core;
+  // returns how long that took (zero when nothing was left to copy). The model and optimizer may
+  // change after it.
+  absl::Duration AwaitSnapshot();
   // Maps the host buffers of asynchronous rounds on a thread, ahead of the first round (which
   // would otherwise pay for it): one for each of `like`'s shapes. Call on the rank that will
   // likely write (the lowest); no-op for synchronous rounds.
@@ -62,8 +72,9 @@ class CheckpointRounds {
   Agent& agent_;
   const bool async_;
   const int64_t exit_before_commit_at_;
-  SnapshotStaging staging_;  // used by one round at a time: the next starts after it
-  std::thread preparing_;    // PrepareStaging's; joined before the first round
+  SnapshotStaging staging_;                     // used by one round at a time: the next starts after it
+  std::shared_ptr<SnapshotCopy> pending_copy_;  // the round's copy, until AwaitSnapshot
+  std::thread preparing_;                       // PrepareStaging's; joined before the first round
   std::future<Outcome> in_flight_;
   std::optional<Outcome> finished_;  // a round waited for by Start, not yet handed out
 };

@@ -183,9 +183,10 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
   app.add_option("--ckpt-freq", c.ckpt_freq, "checkpoint every N steps (0: only at the end)")->group(loop);
   app.add_flag("--async-checkpoint,!--sync-checkpoint", c.async_checkpoint,
-               "write checkpoints in the background: training pauses only while the writer copies the model and "
-               "optimizer into host memory, which needs that much memory again (--sync-checkpoint: pause for the "
-               "whole write and commit)")
+               "write checkpoints in the background: the writer copies the model and optimizer into host memory "
+               "while the next step's forward and backward passes run (its optimizer step waits for what is left of "
+               "the copy), which needs that much memory again (--sync-checkpoint: pause for the whole write and "
+               "commit)")
       ->group(loop)
       ->capture_default_str();
   app.add_option("--log-freq", c.log_freq, "report metrics every N steps")->group(loop)->capture_default_str();

@@ -379,6 +379,11 @@ class Trainer {
     }
     Collective("gradient all-reduce", [&] { ddp_->Finish(); });
     double grad_norm = torch::nn::utils::clip_grad_norm_(params_, cfg_.grad_clip);
+    // A checkpoint round's copy of the state may still be going on (CheckpointRounds): the
+    // optimizer step must not change what it copies. The wait counts as the round's pause.
+    if (absl::Duration waited = rounds_->AwaitSnapshot(); waited > absl::ZeroDuration()) {
+      step_metrics_["checkpoint_pause_seconds"] += absl::ToDoubleSeconds(waited);
+    }
     double lr = schedule_.At(step);
     for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     optimizer_->step();
