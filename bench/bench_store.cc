@@ -572,7 +572,9 @@ void BarrierRow(EmbeddedCoordinator& coord, uint16_t port, int n, int per_node, 
   std::string how = absl::StrCat(", ", n / per_node, " node", n / per_node == 1 ? "" : "s", " x ", per_node);
   if (threads > 1) absl::StrAppend(&how, " (", processes, " processes x ", threads, " threads)");
   if (!relay) absl::StrAppend(&how, ", node relay off");
-  int rounds = Quick() ? 10 : (n >= 64 ? 20 : 40);
+  // A round of a few milliseconds swings with the machine: quick mode takes as many rounds as the
+  // full one (the pool's start-up, not the rounds, is what a row costs), in two blocks a side.
+  int rounds = n >= 64 ? 20 : 40;
   // The coordinator: a run of n ranks, each a client process (or thread) registered as one rank.
   v1::SubmitRunRequest req;
   v1::RunSpec* spec = req.mutable_spec();
@@ -589,10 +591,15 @@ void BarrierRow(EmbeddedCoordinator& coord, uint16_t port, int n, int per_node, 
   ::unsetenv("DT_NODE_RELAY");
   std::vector<double> dt_rounds, tcp_rounds;
   double dt_cpu = 0, tcp_cpu = 0;
-  int repeats = Quick() ? 1 : 2;
-  for (int r = 0; r < repeats; ++r) {  // interleaved, so both see the same machine noise
-    for (double ms : BarrierRound(pool, 'd', rounds, &dt_cpu)) dt_rounds.push_back(ms);
-    for (double ms : BarrierRound(pool, 't', rounds, &tcp_cpu)) tcp_rounds.push_back(ms);
+  int repeats = Quick() ? 2 : 4;
+  for (int r = 0; r < repeats; ++r) {  // interleaved, each side first in turn: both see the same noise
+    for (char kind : r % 2 == 0 ? std::string("dt") : std::string("td")) {
+      if (kind == 'd') {
+        for (double ms : BarrierRound(pool, 'd', rounds, &dt_cpu)) dt_rounds.push_back(ms);
+      } else {
+        for (double ms : BarrierRound(pool, 't', rounds, &tcp_cpu)) tcp_rounds.push_back(ms);
+      }
+    }
   }
   Summary d = Summarize(dt_rounds), t = Summarize(tcp_rounds);
   double released = static_cast<double>(n) * rounds * repeats;

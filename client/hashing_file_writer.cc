@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -79,10 +82,29 @@ namespace {
 constexpr size_t kPiece = 1 << 20;
 // Below this, the caller hashes itself: archive headers and small records.
 constexpr size_t kHandOverAtLeast = 64 << 10;
+// O_DIRECT's alignment of memory, file offsets and sizes: a page covers every device's block.
+constexpr size_t kAlignment = 4096;
 }  // namespace
 
-HashingFileWriter::HashingFileWriter(std::string path)
+void HashingFileWriter::FreeBuffer::operator()(char* p) const { std::free(p); }
+
+HashingFileWriter::HashingFileWriter(std::string path, bool direct)
     : path_(std::move(path)), hash_(std::make_unique<BackgroundSha256>()) {
+  fd_ = direct ? ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
+  if (fd_ >= 0) {
+    void* buffer = nullptr;
+    if (::posix_memalign(&buffer, kAlignment, kDirectBuffer) == 0) {
+      buffer_.reset(static_cast<char*>(buffer));
+      direct_ = true;
+    } else {
+      StopDirect();
+    }
+    return;
+  }
+  if (direct && errno != EINVAL) {  // EINVAL: the file system does not do O_DIRECT (tmpfs)
+    error_ = ErrnoStatus("create", path_, errno);
+    return;
+  }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) error_ = ErrnoStatus("create", path_, errno);
 }
@@ -94,26 +116,70 @@ HashingFileWriter::~HashingFileWriter() {
 size_t HashingFileWriter::Write(const void* data, size_t n) {
   const auto* bytes = static_cast<const char*>(data);
   for (size_t done = 0; done < n && error_.ok();) {
-    size_t piece = std::min(kPiece, n - done);
-    bool hand_over = piece >= kHandOverAtLeast;
-    if (hand_over) {
-      hash_->StartPiece(bytes + done, piece);
-    } else {
-      hash_->Update(bytes + done, piece);
+    if (!direct_) {
+      size_t piece = std::min(kPiece, n - done);
+      if (int err = HashAndWrite(bytes + done, piece); err != 0) {
+        Fail(err);
+        break;
+      }
+      done += piece;
+      continue;
     }
-    int err = WriteFully(fd_, bytes + done, piece);
-    if (hand_over) hash_->AwaitPiece();
-    if (err != 0) {
-      Fail(err);
-      break;
+    size_t take = std::min(kDirectBuffer - buffered_, n - done);
+    std::memcpy(buffer_.get() + buffered_, bytes + done, take);
+    buffered_ += take;
+    done += take;
+    if (buffered_ == kDirectBuffer) {
+      buffered_ = 0;
+      if (int err = HashAndWrite(buffer_.get(), kDirectBuffer); err != 0) Fail(err);
     }
-    bytes_ += static_cast<int64_t>(piece);
-    done += piece;
   }
   return n;
 }
 
+int HashingFileWriter::HashAndWrite(const char* data, size_t n) {
+  bool hand_over = n >= kHandOverAtLeast;
+  if (hand_over) {
+    hash_->StartPiece(data, n);
+  } else {
+    hash_->Update(data, n);
+  }
+  int err = WriteAll(data, n);
+  if (hand_over) hash_->AwaitPiece();
+  if (err == 0) bytes_ += static_cast<int64_t>(n);
+  return err;
+}
+
+int HashingFileWriter::WriteAll(const char* data, size_t n) {
+  for (size_t done = 0; done < n;) {
+    ssize_t w = ::write(fd_, data + done, n - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EINVAL && direct_) {  // accepted at open, refused at the write
+        StopDirect();
+        continue;
+      }
+      return errno;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return 0;
+}
+
+void HashingFileWriter::StopDirect() {
+  int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+  direct_ = false;
+}
+
 absl::StatusOr<v1::ManifestFile> HashingFileWriter::Finish(const std::string& name) {
+  if (error_.ok() && buffered_ > 0) {
+    // The tail: whole blocks could still go direct, but the file's last partial block cannot,
+    // and one buffered write of at most kDirectBuffer bytes costs little.
+    size_t tail = std::exchange(buffered_, 0);
+    StopDirect();
+    if (int err = HashAndWrite(buffer_.get(), tail); err != 0) Fail(err);
+  }
   if (error_.ok() && ::fsync(fd_) != 0) Fail(errno);
   if (!error_.ok()) return error_;
   v1::ManifestFile f;

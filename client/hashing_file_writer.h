@@ -15,32 +15,61 @@ namespace dt {
 
 class BackgroundSha256;
 
-// Creates (or truncates) `path`. Large writes are hashed on a helper thread while the caller
-// writes the same piece, so the SHA-256 and the kernel's copy run on two cores and read each
-// piece from memory once. Write never fails towards its caller — torch's archive writer throws
+// Creates (or truncates) `path`. Where the file system allows it, the file is written around the
+// page cache (O_DIRECT) from an aligned buffer of kDirectBuffer bytes: measured here with `dd` of
+// 1.26 GB and fsync, 0.86 s and 0.15 s of system CPU against 1.26-2.29 s and 0.63-1.63 s through
+// the page cache, whose copy was half of a checkpoint writer's CPU; and a checkpoint of many
+// gigabytes does not push the node's page cache out. Elsewhere (tmpfs, a file system refusing
+// O_DIRECT at open or at the first write) it writes through the page cache. Each buffer (or, through
+// the page cache, each large piece) is hashed on a helper thread while the caller writes it, so the
+// SHA-256 and the write run side by side and read each piece from memory once. Write never fails
+// towards its caller — torch's archive writer throws
 // from a destructor when a write comes up short, which ends the process (SIGABRT) — but keeps the
 // first error, which Finish returns: "no space left on device" with the path (RESOURCE_EXHAUSTED),
 // or the system's message.
 class HashingFileWriter {
  public:
-  explicit HashingFileWriter(std::string path);
+  // `direct`: try O_DIRECT (false: always through the page cache).
+  explicit HashingFileWriter(std::string path, bool direct = true);
   ~HashingFileWriter();
   HashingFileWriter(const HashingFileWriter&) = delete;
   HashingFileWriter& operator=(const HashingFileWriter&) = delete;
 
   // Writes and hashes `n` bytes; returns `n` (the archive writer's contract), whatever happened.
   size_t Write(const void* data, size_t n);
-  // fsyncs and describes the file for the manifest as `name`, or returns the first error.
+  // Writes what is buffered, fsyncs and describes the file for the manifest as `name`, or returns
+  // the first error.
   absl::StatusOr<v1::ManifestFile> Finish(const std::string& name);
+
+  // Whether the file is being written around the page cache (see above).
+  bool direct() const { return direct_; }
+
+  // The aligned buffer's size: whole blocks for O_DIRECT, large enough that one write keeps the
+  // disk busy (4 MiB wrote 1.26 GB in 0.86 s here, 1 MiB in 0.99 s, 16 MiB in 1.05 s).
+  static constexpr size_t kDirectBuffer = 4 << 20;
 
  private:
   void Fail(int err);
+  // Hashes [data, data + n) (on the helper thread when large) while writing it at the file's end.
+  int HashAndWrite(const char* data, size_t n);
+  // write(2) of all of [data, data + n); a direct write the file system refuses (EINVAL) turns
+  // O_DIRECT off and goes through the page cache. 0 or the errno.
+  int WriteAll(const char* data, size_t n);
+  // Turns O_DIRECT off for the rest of the file (a tail that is not whole blocks, or a refusal).
+  void StopDirect();
+
+  struct FreeBuffer {
+    void operator()(char* p) const;
+  };
 
   std::string path_;
   int fd_ = -1;
+  bool direct_ = false;
+  std::unique_ptr<char, FreeBuffer> buffer_;  // kDirectBuffer bytes, page-aligned, while direct_
+  size_t buffered_ = 0;
   absl::Status error_;
   std::unique_ptr<BackgroundSha256> hash_;
-  int64_t bytes_ = 0;
+  int64_t bytes_ = 0;  // written to the file (and hashed)
 };
 
 // Writes `data` to dir/name through a HashingFileWriter, fsyncs, and describes it.

@@ -4,8 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/crypto.h"
 #include "common/fs.h"
@@ -43,6 +51,66 @@ TEST(HashingFileWriterTest, WritesAndHashesEveryByteInOrderWhateverTheWriteSizes
   absl::StatusOr<std::string> on_disk = ReadFile(JoinPath(tmp.path(), "model.pt"));
   ASSERT_TRUE(on_disk.ok()) << on_disk.status();
   EXPECT_TRUE(*on_disk == expected) << "the file differs from what was written";
+}
+
+// Whether `dir`'s file system takes O_DIRECT writes of whole aligned blocks.
+bool TakesDirectWrites(const std::string& dir) {
+  std::string probe = JoinPath(dir, "direct-probe");
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+  if (fd < 0) return false;
+  void* block = nullptr;
+  bool ok = ::posix_memalign(&block, 4096, 4096) == 0;
+  if (ok) {
+    std::memset(block, 0, 4096);
+    ok = ::write(fd, block, 4096) == 4096;
+    std::free(block);
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return ok;
+}
+
+// Several direct buffers' worth, in writes that never line up with them, and a tail that is not
+// whole blocks: the file and the digest are exactly what was written, on every file system.
+void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true) {
+  std::string path = JoinPath(dir, "optimizer.pt");
+  HashingFileWriter writer(path, try_direct);
+  EXPECT_EQ(writer.direct(), try_direct && TakesDirectWrites(dir))
+      << "around the page cache exactly where " << dir << " allows and it was asked for";
+  std::string expected;
+  uint32_t seed = 11;
+  for (size_t n : {size_t{64}, HashingFileWriter::kDirectBuffer - 64 + 1, size_t{3} << 20, size_t{5'000'003},
+                   size_t{4096}, size_t{17}}) {
+    std::string part = RandomBytes(n, seed++);
+    EXPECT_EQ(writer.Write(part.data(), part.size()), n);
+    expected += part;
+  }
+  absl::StatusOr<v1::ManifestFile> f = writer.Finish("optimizer.pt");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->size(), static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(f->sha256(), Sha256Hex(expected));
+  absl::StatusOr<std::string> on_disk = ReadFile(path);
+  ASSERT_TRUE(on_disk.ok()) << on_disk.status();
+  EXPECT_TRUE(*on_disk == expected) << "the file differs from what was written";
+}
+
+TEST(HashingFileWriterTest, WritesAroundThePageCacheWhereTheFileSystemAllowsWithTheSameBytes) {
+  testing::TempDir tmp;  // a disk's file system here (ext4 takes O_DIRECT)
+  ExpectExactFileAcrossBuffers(tmp.path());
+}
+
+TEST(HashingFileWriterTest, WritesThroughThePageCacheWhenAskedTo) {
+  testing::TempDir tmp;
+  ExpectExactFileAcrossBuffers(tmp.path(), /*try_direct=*/false);  // --checkpoint-buffered-io
+}
+
+TEST(HashingFileWriterTest, WritesThroughThePageCacheWhereTheFileSystemRefusesDirectWrites) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm (tmpfs) here";
+  std::string dir = absl::StrCat("/dev/shm/dt-hfw-", ::getpid());
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  ExpectExactFileAcrossBuffers(dir);  // tmpfs refuses O_DIRECT at open
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST(HashingFileWriterTest, AFullDiskIsNamedWithThePathAndWhatToDo) {

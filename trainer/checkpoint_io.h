@@ -127,7 +127,8 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
 // pending copy first), hashing each file as it is written, fsyncs them and the directory, and
 // returns the manifest for the coordinator.
 // RESOURCE_EXHAUSTED when the disk is full (the message names the file).
-absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives);
+// `direct_io`: the large files around the page cache where the file system allows it (HashingFileWriter).
+absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives, bool direct_io = true);
 
 // WriteArchives of LiveArchives.
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,

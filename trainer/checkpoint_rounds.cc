@@ -78,7 +78,7 @@ CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResp
   if (archives == nullptr) {
     out.committed = agent_.CommitCheckpoint(round.round_id(), nullptr);
   } else {
-    absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives);
+    absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives, direct_io_);
     if (!manifest.ok()) {
       (void)agent_.AbortCheckpoint(round.round_id(), manifest.status().ToString());
       out.disk_full = absl::IsResourceExhausted(manifest.status());

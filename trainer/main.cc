@@ -170,6 +170,12 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")
       ->group(loop)
       ->capture_default_str();
+  app.add_flag("--checkpoint-direct-io,!--checkpoint-buffered-io", c.checkpoint_direct_io,
+               "write checkpoint files around the page cache (O_DIRECT) where the file system allows it: less CPU, "
+               "and a checkpoint of many gigabytes does not push the node's page cache out (--checkpoint-buffered-io: "
+               "through the page cache, for a file system where direct writes are slow)")
+      ->group(loop)
+      ->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
   app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
   app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();

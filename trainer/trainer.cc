@@ -164,7 +164,8 @@ class Trainer {
     agent_.ReportProgress(state_.step, total_steps_);
     current_step_ = state_.step;
     last_checkpoint_ = checkpoint_started_ = state_.step;
-    rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing);
+    rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
+                                                 cfg_.checkpoint_direct_io);
     if (rank_ == 0) rounds_->PrepareStaging(StagingShapes());
     model_->train();
     while (state_.step < total_steps_) {

@@ -57,6 +57,9 @@ struct TrainerConfig {
   // host memory (twice the model and optimizer's memory for that while); false: it waits for the
   // whole write and commit.
   bool async_checkpoint = true;
+  // Checkpoint files written around the page cache (O_DIRECT) where the file system allows it;
+  // false: through the page cache (HashingFileWriter).
+  bool checkpoint_direct_io = true;
   int64_t log_freq = 10;
   uint64_t seed = 1337;
   int threads = 0;      // 0: OMP_NUM_THREADS, else 1
