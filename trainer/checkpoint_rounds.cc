@@ -1,5 +1,9 @@
 #include "trainer/checkpoint_rounds.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <memory>
 #include <utility>
@@ -8,6 +12,18 @@
 #include "common/log.h"
 
 namespace dt {
+namespace {
+
+// The round's thread and the threads it starts (the archive writers and their hash helpers inherit
+// a Linux thread's nice value) yield to training: where cores are short, the background write
+// takes the time training leaves instead of slowing its steps. Training never waits longer for a
+// round than before: a round still writing when the next begins is waited for, and then has the
+// cores to itself.
+void YieldToTraining() {
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), CheckpointRounds::kBackgroundNice);
+}
+
+}  // namespace
 
 CheckpointRounds::~CheckpointRounds() {
   if (preparing_.joinable()) preparing_.join();
@@ -54,6 +70,7 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
   }
   absl::Duration paused = absl::Now() - start;
   in_flight_ = std::async(std::launch::async, [this, round = *round, step = state.step, snapshot, start] {
+    YieldToTraining();
     // One thread copies while training goes on (AwaitSnapshot brings every core when training
     // needs the copy finished); WriteArchives waits for the last pieces.
     if (snapshot && snapshot->pending_copy) snapshot->pending_copy->Work();
