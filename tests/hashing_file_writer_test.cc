@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -75,8 +77,6 @@ bool TakesDirectWrites(const std::string& dir) {
 void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true) {
   std::string path = JoinPath(dir, "optimizer.pt");
   HashingFileWriter writer(path, try_direct);
-  EXPECT_EQ(writer.direct(), try_direct && TakesDirectWrites(dir))
-      << "around the page cache exactly where " << dir << " allows and it was asked for";
   std::string expected;
   uint32_t seed = 11;
   for (size_t n : {size_t{64}, HashingFileWriter::kDirectBuffer - 64 + 1, size_t{3} << 20, size_t{5'000'003},
@@ -85,6 +85,10 @@ void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true
     EXPECT_EQ(writer.Write(part.data(), part.size()), n);
     expected += part;
   }
+  // Whole buffers have been written by now (the tail waits for Finish): a file system that took
+  // the open but refuses direct writes has been found out, as the probe finds it.
+  EXPECT_EQ(writer.direct(), try_direct && TakesDirectWrites(dir))
+      << "around the page cache exactly where " << dir << " allows and it was asked for";
   absl::StatusOr<v1::ManifestFile> f = writer.Finish("optimizer.pt");
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->size(), static_cast<int64_t>(expected.size()));
@@ -111,6 +115,32 @@ TEST(HashingFileWriterTest, WritesThroughThePageCacheWhereTheFileSystemRefusesDi
   ExpectExactFileAcrossBuffers(dir);  // tmpfs refuses O_DIRECT at open
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
+}
+
+TEST(HashingFileWriterTest, ADirectWriteRefusedPartWayIsReportedWithThePath) {
+  testing::TempDir tmp;
+  if (!TakesDirectWrites(tmp.path())) GTEST_SKIP() << tmp.path() << " does not take direct writes";
+  // A file size limit of 1.5 buffers: the second buffer's direct write comes up short, the next
+  // write is refused (EFBIG; SIGXFSZ ignored, as the default would end the test).
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = HashingFileWriter::kDirectBuffer * 3 / 2;
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::string path = JoinPath(tmp.path(), "model.pt");
+  absl::StatusOr<v1::ManifestFile> f;
+  {
+    HashingFileWriter writer(path);
+    std::string big = RandomBytes(3 * HashingFileWriter::kDirectBuffer, 5);
+    EXPECT_EQ(writer.Write(big.data(), big.size()), big.size());  // never short towards the archive
+    f = writer.Finish("model.pt");
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("cannot write " + path), std::string::npos) << f.status();
+  EXPECT_NE(f.status().message().find(std::strerror(EFBIG)), std::string::npos) << f.status();
 }
 
 TEST(HashingFileWriterTest, AFullDiskIsNamedWithThePathAndWhatToDo) {
