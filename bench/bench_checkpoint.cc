@@ -1,9 +1,10 @@
 // Asynchronous checkpoint rounds as dttrainer runs them (CheckpointRounds), for a ~600 MB state
 // (~200 MB quick) and GPT-2 small's ~1.5 GB (weights and AdamW moments), each against `dd
-// conv=fsync` of the same size on the same disk: the training stall (how much longer a training
-// step takes with a round started before it than without) and the background rate (copy the
+// conv=fsync` of the same size on the same disk: the training stall (BeginCheckpoint and the
+// optimizer step's wait for the copy), the background rate beside a training step (copy the
 // state into host memory, serialise the copy, write and hash each file, fsync; the coordinator
-// checks the sizes, records the digests, publishes and moves `latest`).
+// checks the sizes, records the digests, publishes and moves `latest`), and how much longer that
+// step takes than the same step without a round.
 #include <sys/stat.h>
 
 #include <chrono>
@@ -50,7 +51,7 @@ void TrainStep(Gpt2& model, torch::optim::AdamW& optimizer, const torch::Tensor&
   optimizer.zero_grad();
 }
 
-// One shape's rounds, each followed by `dd` of its size; reports the shape's two rows.
+// One shape's rounds, each followed by `dd` of its size; reports the shape's three rows.
 absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape& shape, int64_t* steps_taken) {
   auto config = MakeGpt2Config("gpt2", shape.overrides);
   if (!config.ok()) return config.status();
@@ -61,14 +62,9 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
   TrainState state;
   state.model_config = DescribeConfig(*config);
   CheckpointRounds rounds(agent, /*async=*/true);
-  {
-    // Mapped ahead of the first round, as dttrainer does (its thread overlaps the first steps of
-    // training; here it is simply done first).
-    std::vector<torch::Tensor> like;
-    for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
-    for (const torch::Tensor& b : model->buffers()) like.push_back(b);
-    rounds.PrepareStaging(like);
-  }
+  // Mapped ahead of the first round, as dttrainer does (its thread overlaps the first steps of
+  // training; here the first round waits for it).
+  rounds.PrepareStaging(StagingShapes(model));
   std::vector<double> stall_seconds, plain_step_seconds, round_step_seconds, write_seconds, dd_seconds;
   int64_t bytes = 0, blocks = 1;
   std::string target = JoinPath(save_dir, "dd.bin");

@@ -591,15 +591,16 @@ void BarrierRow(EmbeddedCoordinator& coord, uint16_t port, int n, int per_node, 
   ::unsetenv("DT_NODE_RELAY");
   std::vector<double> dt_rounds, tcp_rounds;
   double dt_cpu = 0, tcp_cpu = 0;
+  auto block = [&](bool dt) {
+    for (double ms : BarrierRound(pool, dt ? 'd' : 't', rounds, dt ? &dt_cpu : &tcp_cpu)) {
+      (dt ? dt_rounds : tcp_rounds).push_back(ms);
+    }
+  };
   int repeats = Quick() ? 2 : 4;
   for (int r = 0; r < repeats; ++r) {  // interleaved, each side first in turn: both see the same noise
-    for (char kind : r % 2 == 0 ? std::string("dt") : std::string("td")) {
-      if (kind == 'd') {
-        for (double ms : BarrierRound(pool, 'd', rounds, &dt_cpu)) dt_rounds.push_back(ms);
-      } else {
-        for (double ms : BarrierRound(pool, 't', rounds, &tcp_cpu)) tcp_rounds.push_back(ms);
-      }
-    }
+    bool dt_first = r % 2 == 0;
+    block(dt_first);
+    block(!dt_first);
   }
   Summary d = Summarize(dt_rounds), t = Summarize(tcp_rounds);
   double released = static_cast<double>(n) * rounds * repeats;

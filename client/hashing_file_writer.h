@@ -20,13 +20,12 @@ class BackgroundSha256;
 // 1.26 GB and fsync, 0.86 s and 0.15 s of system CPU against 1.26-2.29 s and 0.63-1.63 s through
 // the page cache, whose copy was half of a checkpoint writer's CPU; and a checkpoint of many
 // gigabytes does not push the node's page cache out. Elsewhere (tmpfs, a file system refusing
-// O_DIRECT at open or at the first write) it writes through the page cache. Each buffer (or, through
-// the page cache, each large piece) is hashed on a helper thread while the caller writes it, so the
-// SHA-256 and the write run side by side and read each piece from memory once. Write never fails
-// towards its caller — torch's archive writer throws
-// from a destructor when a write comes up short, which ends the process (SIGABRT) — but keeps the
-// first error, which Finish returns: "no space left on device" with the path (RESOURCE_EXHAUSTED),
-// or the system's message.
+// O_DIRECT at open or at the first write) it writes through the page cache. Each buffer (or,
+// through the page cache, each large piece) is hashed on a helper thread while the caller writes
+// it, so the SHA-256 and the write run side by side and read each piece from memory once. Write
+// never fails towards its caller — torch's archive writer throws from a destructor when a write
+// comes up short, which ends the process (SIGABRT) — but keeps the first error, which Finish
+// returns: "no space left on device" with the path (RESOURCE_EXHAUSTED), or the system's message.
 class HashingFileWriter {
  public:
   // `direct`: try O_DIRECT (false: always through the page cache).

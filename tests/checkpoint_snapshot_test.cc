@@ -66,12 +66,7 @@ TEST(CheckpointSnapshot, HoldsTheStepBoundaryWhileTheNextStepRuns) {
   // As CheckpointRounds runs it: the snapshot's archives at the boundary, its copy on a thread
   // while the next step's forward and backward run, the optimizer step once it is complete.
   SnapshotStaging staging;
-  {
-    std::vector<torch::Tensor> like;  // kept buffers, as dttrainer maps them ahead of its first round
-    for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
-    for (const torch::Tensor& b : model->buffers()) like.push_back(b);
-    staging.Reserve(like);
-  }
+  staging.Reserve(StagingShapes(model));  // kept buffers, as dttrainer maps them ahead of its first round
   TrainState state;
   state.step = 1;
   auto snapshot = SnapshotArchives(model, optimizer, state, &staging, /*defer_copy=*/true);

@@ -132,6 +132,13 @@ torch::serialize::OutputArchive SnapshotAdamW(const torch::optim::AdamW& optimiz
 
 }  // namespace
 
+std::vector<torch::Tensor> StagingShapes(Gpt2& model) {
+  std::vector<torch::Tensor> like;
+  for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
+  for (const torch::Tensor& b : model->buffers()) like.push_back(b);
+  return like;
+}
+
 CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state) {
   CheckpointArchives a;
   model->save(a.model);

@@ -111,12 +111,18 @@ class SnapshotStaging {
   std::vector<Buffer> buffers_;
 };
 
+// The tensors an asynchronous snapshot of `model` with AdamW copies, for SnapshotStaging::Reserve:
+// parameters, buffers and AdamW's two moments per parameter (not created until the first step;
+// they have their parameter's shape).
+std::vector<torch::Tensor> StagingShapes(Gpt2& model);
+
 // Archives over the live tensors: valid until the next optimizer step changes them.
 CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
 // A copy of every parameter, buffer and AdamW moment in host memory (what an asynchronous
-// checkpoint writes while training goes on), into `staging`'s buffers when given. With `defer_copy`, the
-// copies of host tensors into staging buffers are left in `pending_copy` for the caller to make
-// (SnapshotCopy) before the live state next changes; without, they are made here, on every core.
+// checkpoint writes while training goes on), into `staging`'s buffers when given. With
+// `defer_copy`, the copies of host tensors into staging buffers are left in `pending_copy` for the
+// caller to make (SnapshotCopy) before the live state next changes; without, they are made here,
+// on every core.
 // UNIMPLEMENTED for an optimizer other than AdamW; RESOURCE_EXHAUSTED when the copy cannot be
 // allocated.
 absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,
@@ -127,7 +133,8 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
 // pending copy first), hashing each file as it is written, fsyncs them and the directory, and
 // returns the manifest for the coordinator.
 // RESOURCE_EXHAUSTED when the disk is full (the message names the file).
-// `direct_io`: the large files around the page cache where the file system allows it (HashingFileWriter).
+// `direct_io`: the large files around the page cache where the file system allows it
+// (HashingFileWriter).
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives, bool direct_io = true);
 
 // WriteArchives of LiveArchives.

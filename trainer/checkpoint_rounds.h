@@ -4,11 +4,9 @@
 // async_save) copy the model and optimizer into host memory on a thread while the next step's
 // forward and backward passes run (they only read what is copied); training waits for the copy
 // only if it reaches the optimizer step first. The thread then writes, hashes, fsyncs and commits
-// the copy while training goes on, and the
-// other ranks wait for the commit on a thread as well. At most one round is in flight: starting
-// the next waits for it. The host copy's buffers are kept for the next round (the memory of the
-// model and optimizer once more, for the run's life). A crash mid-write leaves `latest` on the
-// previous complete checkpoint.
+// the copy while training goes on, and the other ranks wait for the commit on a thread as well. At most one round is in
+// flight: starting the next waits for it. The host copy's buffers are kept for the next round (the memory of the model
+// and optimizer once more, for the run's life). A crash mid-write leaves `latest` on the previous complete checkpoint.
 #pragma once
 
 #include <torch/torch.h>

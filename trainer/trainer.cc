@@ -166,7 +166,7 @@ class Trainer {
     last_checkpoint_ = checkpoint_started_ = state_.step;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
-    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes());
+    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes(model_));
     model_->train();
     while (state_.step < total_steps_) {
       TrainStep();
@@ -483,15 +483,6 @@ class Trainer {
     checkpoint_started_ = step;
     step_metrics_["checkpoint_pause_seconds"] = absl::ToDoubleSeconds(*paused);
     if (!rounds_->async()) CollectCheckpoint(rounds_->Wait());
-  }
-
-  // The tensors an asynchronous round copies: parameters, buffers and AdamW's two moments per
-  // parameter (not created until the first step; they have their parameter's shape).
-  std::vector<torch::Tensor> StagingShapes() {
-    std::vector<torch::Tensor> like;
-    for (const torch::Tensor& p : model_->parameters()) like.insert(like.end(), {p, p, p});
-    for (const torch::Tensor& b : model_->buffers()) like.push_back(b);
-    return like;
   }
 
   // What a finished round came to: logged and reported; a full disk is thrown.
