@@ -92,6 +92,10 @@ absl::Status Coordinator::RequireAdmin(const Principal& who, absl::string_view w
 
 // ---- Lookup ---------------------------------------------------------------------------------
 
+absl::Status RunEndedError(const v1::Run& r) {
+  return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
+}
+
 absl::StatusOr<Coordinator::RunPtr> Coordinator::FindRun(const std::string& run_id) const {
   if (absl::Status s = ValidateRunId(run_id); !s.ok()) return s;
   absl::MutexLock lock(&registry_mu_);
@@ -716,9 +720,7 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   absl::Status id_ok = r.spec().scheduler() == v1::SLURM ? ValidateSlurmJobId(request.scheduler_job_id())
                                                          : ValidateLocalJobId(request.scheduler_job_id());
   if (!id_ok.ok()) return id_ok;
-  if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
-  }
+  if (IsTerminal(r.state())) return RunEndedError(r);
   r.set_scheduler_job_id(request.scheduler_job_id());
   r.set_launcher_host(request.launcher_host());
   Persist(*run);
@@ -759,9 +761,7 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
-  if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
-  }
+  if (IsTerminal(r.state())) return RunEndedError(r);
   std::vector<const v1::FailedNode*> added;
   for (const v1::FailedNode& n : request.nodes()) {
     bool known = absl::c_linear_search(r.excluded_nodes(), n.node()) ||

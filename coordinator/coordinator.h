@@ -256,6 +256,13 @@ class Coordinator {
   using RunPtr = std::shared_ptr<RunEntry>;
 
   absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const;
+  // FindRun for a call answered through `reply`: nullptr once `reply` has FindRun's error.
+  template <typename Response>
+  RunPtr FindRunOrReply(const std::string& run_id, const PendingPtr<Response>& reply) const {
+    absl::StatusOr<RunPtr> found = FindRun(run_id);
+    if (!found.ok()) reply->Complete(found.status());
+    return found.ok() ? *found : nullptr;
+  }
   std::vector<RunPtr> AllRuns() const;
 
   // State machine (run lock held).

@@ -46,12 +46,8 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
     reply->Complete(absl::InvalidArgumentError("timeout_ms must not be negative"));
     return;
   }
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) {
-    reply->Complete(found.status());
-    return;
-  }
-  RunPtr run = *found;
+  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  if (run == nullptr) return;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
@@ -176,12 +172,8 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
 
 void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
                                    PendingPtr<v1::CommitCheckpointResponse> reply) {
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) {
-    reply->Complete(found.status());
-    return;
-  }
-  RunPtr run = *found;
+  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  if (run == nullptr) return;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;

@@ -53,6 +53,9 @@ struct Coordinator::Generation {
   int preflights_reported = 0;  // ranks whose RankStatus.preflight is set
 };
 
+// FAILED_PRECONDITION for a call that needs run `r` going: names the run and the state it ended in.
+absl::Status RunEndedError(const v1::Run& r);
+
 google::protobuf::Timestamp ToProtoTime(absl::Time t);
 absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
 

@@ -148,11 +148,8 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
     reply->Complete(s);
     return;
   }
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) {
-    reply->Complete(found.status());
-    return;
-  }
+  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  if (run == nullptr) return;
   bool shutting_down;
   {
     absl::MutexLock lock(&registry_mu_);
@@ -162,7 +159,6 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
     reply->Complete(absl::UnavailableError("the coordinator is shutting down; register with its replacement"));
     return;
   }
-  RunPtr run = *found;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   if (absl::Status s = CheckRunAcceptsRegistration(*run, request); !s.ok()) {
@@ -509,9 +505,7 @@ absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
-  if (IsTerminal(r.state())) {
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state())));
-  }
+  if (IsTerminal(r.state())) return RunEndedError(r);
   absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;

@@ -95,12 +95,8 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
     reply->Complete(s);
     return;
   }
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) {
-    reply->Complete(found.status());
-    return;
-  }
-  RunPtr run = *found;
+  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  if (run == nullptr) return;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
