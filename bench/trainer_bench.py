@@ -3,9 +3,12 @@
 
   1. Launch to first step: `dtctl submit --scheduler local --nproc-per-node 2` until both ranks
      finished step 1 (tiny model), vs `torchrun --standalone --nproc_per_node 2` of the Python
-     anchor doing the same. Goal: dt <= 0.5x torchrun.
+     anchor doing the same, as users run it; beside it the anchor given the OpenBLAS kernels dt
+     gave its ranks (where OpenBLAS's own pick is older than the CPU: common/blas_core.h) and
+     dttrainer's malloc settings (trainer/main.cc).
+     Goal: dt <= 0.2x torchrun.
   2. Training throughput: dttrainer vs PyTorch DDP (python3-torch, same GPT-2 shape, batch,
-     threads, Gloo) at 1 and 2 ranks; C++/Python ratio (goal >= 1) and 2-rank scaling efficiency
+     threads, Gloo, OpenBLAS kernels, malloc settings) at 1 and 2 ranks; C++/Python ratio (goal >= 1) and 2-rank scaling efficiency
      (goal >= 80% of linear); pairs of runs alternating which side goes first, step times pooled.
   3. The cost of metric reporting on step time (reporting on vs off). Goal < 1%.
   4. Launch to first step of a user's Python script (examples/python/train_ddp.py, 2 local ranks)
@@ -90,6 +93,21 @@ def dt_submit(coord, name, procs, trainer_args):
     return json.loads(r.stdout)
 
 
+# What dttrainer does to glibc's malloc in its main (large blocks stay in the heap instead of an
+# mmap and munmap each step), as a Python process gets it from the environment.
+SAME_MALLOC = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"}
+
+
+def same_settings_env(exp_dir):
+    """The settings a dt run's ranks ran with, as environment for the Python anchor: the OpenBLAS
+    kernels rank 0's pre-flight line names (dt's launcher gives its ranks the best ones of the CPU
+    where OpenBLAS's own pick is older than the CPU; common/blas_core.h) and dttrainer's malloc
+    settings. Rows that compare dttrainer's code with PyTorch's give the anchor the same."""
+    log = open(os.path.join(exp_dir, "logs", "rank-0.log"), errors="replace").read()
+    m = re.search(r"\(OpenBLAS (\w+) kernels\)", log)
+    return dict(SAME_MALLOC, **({"OPENBLAS_CORETYPE": m.group(1)} if m else {}))
+
+
 def dt_wait(coord, run_id):
     r = coord.dtctl("watch", run_id, check=False)
     if r.returncode != 0:
@@ -127,10 +145,10 @@ def live_members(pgid):
     return live
 
 
-def torchrun(procs, args, first_step_only=False):
+def torchrun(procs, args, first_step_only=False, extra_env=None):
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs), "--redirects", "1",
            "--tee", "1", ANCHOR] + args
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(extra_env or {}))
     start = time.perf_counter()
     # A session of its own: stopping it at the first step must stop its workers too, or they would
     # still be running (on the same two cores) when the next measurement starts.
@@ -153,7 +171,9 @@ def torchrun(procs, args, first_step_only=False):
 
 def launch_to_first_step():
     coord = Coordinator()
-    dt_times, py_times = [], []
+    dt_times, py_times, py_same_blas_times = [], [], []
+    tiny = ["--n-embd", "64", "--n-layer", "2", "--n-head", "2", "--n-positions", "64", "--seq-len", "64",
+            "--batch-size", "8", "--steps", "1"]
     # One unmeasured launch each first: dt's token cache (shared by experiments on the same data)
     # and both sides' binaries and libraries in the page cache, as on a user's second run.
     for i in range(-1, LAUNCH_REPEATS):
@@ -169,16 +189,20 @@ def launch_to_first_step():
                 raise RuntimeError("dt run did not reach step 1:\n" + open(log).read())
             time.sleep(0.005)
         dt_wait(coord, run["run_id"])
-        first, _ = torchrun(2, ["--n-embd", "64", "--n-layer", "2", "--n-head", "2", "--n-positions", "64",
-                                "--seq-len", "64", "--batch-size", "8", "--steps", "1"], first_step_only=True)
-        py_times.append(first)
+        py_times.append(torchrun(2, tiny, first_step_only=True)[0])
+        # The same, with the OpenBLAS kernels and malloc settings dt's ranks ran with: what is left
+        # is the launch itself.
+        py_same_blas_times.append(torchrun(2, tiny, first_step_only=True, extra_env=same_settings_env(run["exp_dir"]))[0])
         if i < 0:
-            dt_times.pop()
-            py_times.pop()
+            for times in (dt_times, py_times, py_same_blas_times):
+                times.pop()
     coord.stop()
-    print("launch to first step: dt %s, torchrun %s" % (["%.2f" % t for t in dt_times], ["%.2f" % t for t in py_times]))
+    print("launch to first step: dt %s, torchrun %s, torchrun with dt's settings %s" % (
+        ["%.2f" % t for t in dt_times], ["%.2f" % t for t in py_times], ["%.2f" % t for t in py_same_blas_times]))
     report("launch to first step, 2 local ranks (median)", statistics.median(dt_times), "s",
            "torchrun --standalone", statistics.median(py_times), "<= 0.2x", 0.2)
+    report("launch to first step, 2 local ranks, anchor with dt's OpenBLAS kernels and malloc settings (median)",
+           statistics.median(dt_times), "s", "torchrun --standalone", statistics.median(py_same_blas_times), "")
 
 
 def time_to_line(cmd, env, needle, timeout=120):
@@ -260,10 +284,13 @@ def paired_runs(pairs, sides):
     return pooled
 
 
-def dt_step_times(coord, name, procs, args, skip):
-    """Rank 0's step times of a dttrainer run, after the first `skip` steps."""
+def dt_step_times(coord, name, procs, args, skip, blas_env=None):
+    """Rank 0's step times of a dttrainer run, after the first `skip` steps. `blas_env`, when given,
+    is updated with the settings the run's ranks ran with (same_settings_env)."""
     run = dt_submit(coord, name, procs, args)
     dt_wait(coord, run["run_id"])
+    if blas_env is not None:
+        blas_env.update(same_settings_env(run["exp_dir"]))
     recs = json.loads(coord.dtctl("metrics", run["run_id"], "--key", "step_time_s", "--rank", "0",
                                   "-o", "json").stdout)
     return [r["value"] for r in recs if r["step"] > skip]
@@ -279,12 +306,15 @@ def throughput():
                                                                  "--lr", "1e-4"]
     py_args = ["--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head), "--n-positions", str(seq),
                "--seq-len", str(seq), "--batch-size", str(batch), "--steps", str(steps)]
+    # The anchor runs with the OpenBLAS kernels and malloc settings dt's ranks ran with (known after
+    # dt's first run, which goes first in the first pair): these rows compare the trainers' code.
+    blas_env = {}
     for procs in (1, 2):
         # One run of each read 0.75x and then 1.02x at 1 rank on the same machine (2026-11-26), a
         # neighbour's load landing on one side only: hence pairs.
         times = paired_runs(2 if QUICK else 3, {
-            "dt": lambda i: dt_step_times(coord, "tput-%d-%d" % (procs, i), procs, dt_args, skip),
-            "py": lambda i: torchrun(procs, py_args)[1]["step_times"][skip:],
+            "dt": lambda i: dt_step_times(coord, "tput-%d-%d" % (procs, i), procs, dt_args, skip, blas_env),
+            "py": lambda i: torchrun(procs, py_args, extra_env=blas_env)[1]["step_times"][skip:],
         })
         dt_tps = procs * batch * seq / statistics.median(times["dt"])
         py_tps = procs * batch * seq / statistics.median(times["py"])

@@ -287,6 +287,8 @@ TEST_F(DtctlTest, LocalRunEndToEndWithEveryCommandsShape) {
   CommandResult logs = Dtctl({"logs", run, "--rank", "0"});
   EXPECT_EQ(logs.exit_code, 0);
   EXPECT_NE(logs.output.find("done: 6 steps"), std::string::npos) << logs.output;
+  // The launcher gave the ranks the best OpenBLAS kernels of this CPU (common/blas_core.h).
+  EXPECT_NE(logs.output.find(testing::ExpectedOpenBlasKernels()), std::string::npos) << logs.output;
   EXPECT_EQ(Dtctl({"logs", run, "--rank", "7"}).exit_code, 2);
 
   CommandResult cancel = Dtctl({"cancel", run});

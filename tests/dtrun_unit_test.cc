@@ -35,9 +35,19 @@ v1::RegisterResponse Assignment() {
 }
 
 TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
-  WorkerContext c{
-      Assignment(),         "inc-1",       "10.0.0.7", 29500,
-      /*agent_store=*/true, "coord:50051", "",         "dt_run_secret", "/runs/clm/logs/rank-5.error.json", "", "", ""};
+  WorkerContext c{Assignment(),
+                  "inc-1",
+                  "10.0.0.7",
+                  29500,
+                  /*agent_store=*/true,
+                  "coord:50051",
+                  "",
+                  "dt_run_secret",
+                  "/runs/clm/logs/rank-5.error.json",
+                  "",
+                  "",
+                  "",
+                  ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   std::map<std::string, std::string> want = {{"RANK", "5"},
                                              {"LOCAL_RANK", "1"},
@@ -67,6 +77,9 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
   for (const auto& [k, v] : want) EXPECT_EQ(env[k], v) << k;
   EXPECT_EQ(env.count("DT_TLS_CA"), 0u);
   EXPECT_EQ(env.count("PYTHONPATH"), 0u);
+  EXPECT_EQ(env.count("OPENBLAS_CORETYPE"), 0u);  // OpenBLAS's own pick stands
+  c.openblas_core = "Cooperlake";
+  EXPECT_EQ(WorkerEnvironment(c)["OPENBLAS_CORETYPE"], "Cooperlake");
   c.dt_python_dir = "/opt/dt/share/dt/python";
   EXPECT_EQ(WorkerEnvironment(c)["PYTHONPATH"], "/opt/dt/share/dt/python");
   c.inherited_python_path = "/home/me/lib";
@@ -76,14 +89,14 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
 TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume) {
   v1::RegisterResponse a = Assignment();
   a.mutable_resume()->set_path("/runs/clm/checkpoints/step-200");
-  WorkerContext c{a, "inc", "h", 1, false, "c:1", "/ca.pem", "t", "/e", "8", "", ""};
+  WorkerContext c{a, "inc", "h", 1, false, "c:1", "/ca.pem", "t", "/e", "8", "", "", ""};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited as the user set it
   EXPECT_EQ(env["DT_LATEST_CHECKPOINT"], "/runs/clm/checkpoints/step-200");
   EXPECT_EQ(env["DT_TLS_CA"], "/ca.pem");
   EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");  // rank 0's process hosts the store
   a.set_local_world_size(1);
-  WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", ""};
+  WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", "", ""};
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
 }
 

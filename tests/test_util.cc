@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/blas_core.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 
@@ -192,6 +193,12 @@ std::vector<v1::MetricRecord> CoordinatorProcess::Metrics(const std::string& run
 
 std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index) {
   return JoinPath(log_dir, absl::StrCat(run.run_id(), "-rank", index, ".log"));
+}
+
+std::string ExpectedOpenBlasKernels() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
+  std::string better = OpenBlasCoreToSet();
+  return absl::StrCat("(OpenBLAS ", better.empty() ? OpenBlasPickedCore() : better, " kernels)");
 }
 
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,

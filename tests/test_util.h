@@ -152,6 +152,12 @@ std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess&
                                                        const std::string& log_dir);
 std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& run, int index);
 
+// What a trainer's pre-flight line says of its BLAS on this machine: "(OpenBLAS <core> kernels)"
+// with dt's choice where OpenBLAS's own pick is older than the CPU (common/blas_core.h), else
+// OpenBLAS's pick. Empty when this process's environment sets OPENBLAS_CORETYPE (the trainers
+// then run what it says).
+std::string ExpectedOpenBlasKernels();
+
 // A RunSpec with the given shape, saving under `save_dir`.
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes, int procs_per_node,
                      int max_restarts = 0);

@@ -119,6 +119,19 @@ TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
   EXPECT_EQ(coord_.GetRun(two.run_id()).state(), v1::SUCCEEDED);
 }
 
+// OpenBLAS picks its kernels from the CPU's model when LibTorch loads it; on a model newer than
+// the library (this project's Emerald Rapids VMs with Debian 12's OpenBLAS) it falls back to
+// Prescott's, 2x slower for a step. A trainer started by hand (as srun starts them) runs the best
+// kernels of its CPU all the same, and trains.
+TEST_F(TrainerE2ETest, ATrainerStartedByHandRunsTheBestOpenBlasKernelsOfItsCpu) {
+  auto run = Submit("blas", 1);
+  auto procs = Start(run, 1, {"--max-steps", "1", "--eval-split", "0"});
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(run, procs, 0));
+  std::string log = testing::Slurp(Log(run, 0));
+  EXPECT_NE(log.find(testing::ExpectedOpenBlasKernels()), std::string::npos) << log;
+  EXPECT_NE(log.find("step 1/1"), std::string::npos) << log;
+}
+
 TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   std::vector<std::string> args = {"--max-steps",  "20", "--ckpt-freq", "10",   "--batch-size",   "2",
                                    "--seed",       "5",  "--lr",        "1e-3", "--warmup-steps", "3",

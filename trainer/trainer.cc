@@ -28,6 +28,7 @@
 #include "client/coordinator_store.h"
 #include "client/join_run.h"
 #include "client/metrics_reporter.h"
+#include "common/blas_core.h"
 #include "common/env.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -217,9 +218,11 @@ class Trainer {
     v1::DevicePreflight result =
         Collective("device pre-flight all-reduce", [&] { return RunDevicePreflight(*group_, device_); });
     if (result.error().empty()) {
-      DT_LOG(Info) << absl::StrFormat("device pre-flight on %s: matrix multiply (order %d) %.1f ms, all-reduce %.1f ms",
-                                      result.device(), result.matmul_size(), result.matmul_seconds() * 1e3,
-                                      result.allreduce_seconds() * 1e3);
+      std::string blas = device_.is_cpu() ? OpenBlasPickedCore() : "";
+      DT_LOG(Info) << absl::StrFormat(
+          "device pre-flight on %s: matrix multiply (order %d) %.1f ms, all-reduce %.1f ms%s", result.device(),
+          result.matmul_size(), result.matmul_seconds() * 1e3, result.allreduce_seconds() * 1e3,
+          blas.empty() ? "" : absl::StrCat(" (OpenBLAS ", blas, " kernels)"));
     } else {
       DT_LOG(Error) << "device pre-flight on " << result.device() << " failed: " << result.error();
     }

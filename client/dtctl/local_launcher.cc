@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
+#include "common/blas_core.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/run_state.h"
@@ -83,6 +84,7 @@ std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
   std::map<std::string, std::string> env = {
       {"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token}};
   if (!l.tls_ca.empty()) env["DT_TLS_CA"] = l.tls_ca;
+  if (!l.openblas_core.empty()) env["OPENBLAS_CORETYPE"] = l.openblas_core;
   if (!l.exec_command.empty()) {
     // torchrun's rule for threads (1 per process when a node runs several) unless the user chose.
     if (l.omp_threads > 0) env["OMP_NUM_THREADS"] = absl::StrCat(l.omp_threads);
@@ -293,8 +295,15 @@ class Launcher {
 
 }  // namespace
 
-int RunLocalLauncher(const LocalLaunch& l) {
+int RunLocalLauncher(const LocalLaunch& launch) {
   SetLogProgram("dt-launcher");
+  LocalLaunch l = launch;
+  l.openblas_core = OpenBlasCoreToSet();
+  if (!l.openblas_core.empty()) {
+    DT_LOG(Info) << "OpenBLAS picks " << OpenBlasPickedCore() << " kernels on this CPU, older than it runs: the ranks "
+                 << "get OPENBLAS_CORETYPE=" << l.openblas_core
+                 << " (set OPENBLAS_CORETYPE to choose, DT_OPENBLAS_CORETYPE=off to keep OpenBLAS's pick)";
+  }
   absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
       CoordinatorClient::Connect(l.coordinator, l.run_token, l.tls_ca);
   if (!client.ok()) {

@@ -25,6 +25,8 @@ struct LocalLaunch {
   std::vector<std::string> trainer_args;
   // The user's program: one `dtrun` per node starts it once per slot, instead of dttrainers.
   std::vector<std::string> exec_command;
+  // OPENBLAS_CORETYPE for every process started (common/blas_core.h); empty: OpenBLAS's own pick.
+  std::string openblas_core;
 };
 
 // One process the launcher starts for a generation: a dttrainer per rank, or a dtrun per node.

@@ -21,6 +21,7 @@
 #include "client/dtrun/agent_store.h"
 #include "client/dtrun/child_failure.h"
 #include "client/dtrun/worker_env.h"
+#include "common/blas_core.h"
 #include "common/data_dir.h"
 #include "common/fs.h"
 #include "common/host.h"
@@ -188,6 +189,12 @@ class NodeAgent {
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const char* python_path = std::getenv("PYTHONPATH");
     std::string dt_python = FindDtPythonDir().value_or("");
+    std::string openblas_core = OpenBlasCoreToSet();
+    if (!openblas_core.empty()) {
+      DT_LOG(Info) << "OpenBLAS picks " << OpenBlasPickedCore() << " kernels on this CPU, older than it runs: the "
+                   << "workers get OPENBLAS_CORETYPE=" << openblas_core
+                   << " (set OPENBLAS_CORETYPE to choose, DT_OPENBLAS_CORETYPE=off to keep OpenBLAS's pick)";
+    }
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::AbortedError("stopped before the workers started");
     for (Worker& w : workers_) {
@@ -208,7 +215,8 @@ class NodeAgent {
                       w.error_file,
                       omp != nullptr ? omp : "",
                       dt_python,
-                      python_path != nullptr ? python_path : ""};
+                      python_path != nullptr ? python_path : "",
+                      openblas_core};
       SpawnOptions o;
       o.env = WorkerEnvironment(c);
       o.output_file = w.log_file;

@@ -42,6 +42,7 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
       {"DT_LATEST_CHECKPOINT", LatestCheckpointDir(a)},
   };
   if (!c.tls_ca.empty()) env["DT_TLS_CA"] = c.tls_ca;
+  if (!c.openblas_core.empty()) env["OPENBLAS_CORETYPE"] = c.openblas_core;
   if (!c.dt_python_dir.empty()) {
     env["PYTHONPATH"] =
         c.inherited_python_path.empty() ? c.dt_python_dir : absl::StrCat(c.dt_python_dir, ":", c.inherited_python_path);

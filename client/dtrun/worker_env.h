@@ -25,6 +25,8 @@ struct WorkerContext {
   // package goes first, so `import dt` works without installing it.
   std::string dt_python_dir;
   std::string inherited_python_path;
+  // OPENBLAS_CORETYPE for the children (common/blas_core.h); empty: OpenBLAS's own pick.
+  std::string openblas_core;
 };
 
 // Variables added to (or overriding) the child's inherited environment.
