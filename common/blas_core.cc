@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace dt {
 namespace {
@@ -78,6 +79,12 @@ std::string OpenBlasCoreToSet() {
   CpuFeatures features = ThisCpuFeatures();
   if (OpenBlasCoreFor(features).empty()) return "";  // nothing better to offer: no need to ask
   return OpenBlasCoreOverride(OpenBlasPickedCore(), features);
+}
+
+std::string OpenBlasCoreNotice(const std::string& core) {
+  return absl::StrCat("OpenBLAS picks ", OpenBlasPickedCore(), " kernels on this CPU, older than it runs: ",
+                      "the processes started here get OPENBLAS_CORETYPE=", core,
+                      " (set OPENBLAS_CORETYPE to choose, DT_OPENBLAS_CORETYPE=off to keep OpenBLAS's pick)");
 }
 
 void RestartWithBetterOpenBlasCore(char** argv) {

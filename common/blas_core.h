@@ -56,6 +56,9 @@ std::string OpenBlasPickedCore();
 // OpenBlasCoreOverride leaves OpenBLAS's pick.
 std::string OpenBlasCoreToSet();
 
+// The log line of a launcher that gives its children `core` (OpenBlasCoreToSet's answer).
+std::string OpenBlasCoreNotice(const std::string& core);
+
 // For a program that links OpenBLAS (which chose its kernels when it was loaded, before main):
 // when OpenBlasCoreToSet has a core for it, starts the program again (execv of /proc/self/exe
 // with `argv`) with OPENBLAS_CORETYPE set; the second start finds it set and carries on. Returns

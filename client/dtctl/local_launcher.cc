@@ -299,11 +299,7 @@ int RunLocalLauncher(const LocalLaunch& launch) {
   SetLogProgram("dt-launcher");
   LocalLaunch l = launch;
   l.openblas_core = OpenBlasCoreToSet();
-  if (!l.openblas_core.empty()) {
-    DT_LOG(Info) << "OpenBLAS picks " << OpenBlasPickedCore() << " kernels on this CPU, older than it runs: the ranks "
-                 << "get OPENBLAS_CORETYPE=" << l.openblas_core
-                 << " (set OPENBLAS_CORETYPE to choose, DT_OPENBLAS_CORETYPE=off to keep OpenBLAS's pick)";
-  }
+  if (!l.openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(l.openblas_core);
   absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
       CoordinatorClient::Connect(l.coordinator, l.run_token, l.tls_ca);
   if (!client.ok()) {

@@ -190,11 +190,7 @@ class NodeAgent {
     const char* python_path = std::getenv("PYTHONPATH");
     std::string dt_python = FindDtPythonDir().value_or("");
     std::string openblas_core = OpenBlasCoreToSet();
-    if (!openblas_core.empty()) {
-      DT_LOG(Info) << "OpenBLAS picks " << OpenBlasPickedCore() << " kernels on this CPU, older than it runs: the "
-                   << "workers get OPENBLAS_CORETYPE=" << openblas_core
-                   << " (set OPENBLAS_CORETYPE to choose, DT_OPENBLAS_CORETYPE=off to keep OpenBLAS's pick)";
-    }
+    if (!openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(openblas_core);
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::AbortedError("stopped before the workers started");
     for (Worker& w : workers_) {
