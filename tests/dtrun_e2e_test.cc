@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/blas_core.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -119,13 +120,17 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   EXPECT_EQ(s.dump().find("dt_run_"), std::string::npos) << s;
   EXPECT_NE(testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log")).find("done: 20 steps"), std::string::npos);
 
-  // The same script under torchrun itself trains the same losses, step for step. (Debian's torch
-  // 1.13 on Python 3.11 needs non-zero --redirects/--tee: its Std.from_str("0") returns None.)
+  // The same script under torchrun itself trains the same losses, step for step, given the
+  // OpenBLAS kernels dt gives its workers (on a CPU OpenBLAS does not know, better ones than its
+  // own pick: common/blas_core.h; the kernels decide a loss's last digits). (Debian's torch 1.13
+  // on Python 3.11 needs non-zero --redirects/--tee: its Std.from_str("0") returns None.)
+  std::map<std::string, std::string> same_kernels;
+  if (std::string core = OpenBlasCoreToSet(); !core.empty()) same_kernels["OPENBLAS_CORETYPE"] = core;
   std::string torchrun_losses = JoinPath(tmp_.path(), "losses-torchrun");
   absl::StatusOr<CommandResult> torchrun =
       RunCommand({kPython, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1",
                   "--tee", "1", Script(), "--steps", "20", "--ckpt-every", "0", "--losses-out", torchrun_losses},
-                 absl::Minutes(3));
+                 absl::Minutes(3), same_kernels);
   ASSERT_TRUE(torchrun.ok()) << torchrun.status();
   ASSERT_EQ(torchrun->exit_code, 0) << torchrun->output;
   std::string dt_text = testing::Slurp(dt_losses);
