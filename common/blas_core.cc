@@ -65,7 +65,9 @@ std::string OpenBlasPickedCore() {
     ::dlclose(loaded);
     return core;
   }
-  void* opened = ::dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL);
+  // Never unloaded: OpenBLAS and its OpenMP runtime keep a few bytes for the life of the process,
+  // which an unloaded library would leave to LeakSanitizer as leaks of an unknown module.
+  void* opened = ::dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL | RTLD_NODELETE);
   if (opened == nullptr) return "";
   std::string core = CoreOf(opened);
   ::dlclose(opened);

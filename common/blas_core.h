@@ -47,7 +47,7 @@ bool IsModernOpenBlasCore(absl::string_view core);
 std::string OpenBlasCoreOverride(absl::string_view picked, const CpuFeatures& features);
 
 // What OpenBLAS picks in this process: the loaded library's when one is (dttrainer, through
-// LibTorch), otherwise libblas.so.3's, opened for the question and closed again (about 4 ms).
+// LibTorch), otherwise libblas.so.3's, opened for the question (about 4 ms; it stays mapped).
 // Empty when the BLAS is not OpenBLAS or cannot be opened.
 std::string OpenBlasPickedCore();
 
