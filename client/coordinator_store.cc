@@ -130,6 +130,13 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chr
   last_waited_ = keys[0];
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Store> CoordinatorStore::clone() {
+  C10_THROW_ERROR(NotImplementedError,
+                  "dt's coordinator store cannot be cloned (a process group split needs a store of its own)");
+}
+#endif
+
 void CoordinatorStore::CheckWritesAllowed(const char* op) {
   if (combiner_) Check(combiner_->WritesAllowed(), op);
 }

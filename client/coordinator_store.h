@@ -2,6 +2,7 @@
 // and NCCL process groups initialise through dtcoord: no MASTER_ADDR/MASTER_PORT.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <memory>
@@ -37,6 +38,12 @@ class CoordinatorStore : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x's Store has clone() pure virtual (a copy for another thread; ProcessGroup's group
+  // splits call it). dt neither splits nor clones its groups: this one throws. Not marked override:
+  // the earliest 2.x releases do not declare it, and there it is a member of this class alone.
+  c10::intrusive_ptr<c10d::Store> clone();
+#endif
 
  private:
   // What carries a batch of the node when this rank is its carrier: its own session.

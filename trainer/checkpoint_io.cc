@@ -13,9 +13,11 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -46,10 +48,37 @@ std::string DescribeConfig(const Gpt2Config& c) {
 
 namespace {
 
-torch::Tensor CpuRngState() {
-  auto gen = at::detail::getDefaultCPUGenerator();
+#if TORCH_VERSION_MAJOR >= 2
+// LibTorch 1.x names an optimizer's parameters in optimizer.pt by their TensorImpl addresses as an
+// ostream prints them ("0x..."); 2.x reads the names back with std::stoull (torch/optim/serialize.h),
+// which makes every one 0: its load gives the first parameter another one's moments and the others
+// none. Such a file is refused instead.
+bool OptimizerWrittenByLibTorch1(torch::serialize::InputArchive& optimizer_archive) {
+  torch::serialize::InputArchive state;
+  if (!optimizer_archive.try_read("state", state)) return false;
+  for (const std::string& key : state.keys()) {
+    if (key.rfind("0x", 0) == 0) return true;
+  }
+  return false;
+}
+#endif
+
+// A Generator is a handle: copies share the generator they name.
+torch::Tensor GeneratorState(at::Generator gen) {
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
+}
+
+// The CPU generator's state, and the model's device's when that is not the CPU.
+void SaveRngStates(Gpt2& model, CheckpointArchives& a) {
+  a.rng = GeneratorState(at::detail::getDefaultCPUGenerator());
+  torch::Device device = model->parameters().front().device();
+  if (!device.is_cpu()) a.device_rng = GeneratorState(at::globalContext().defaultGenerator(device));
+}
+
+void RestoreRngState(at::Generator gen, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
 }
 
 // Copies tensors into host memory that training cannot change (device tensors come to the CPU),
@@ -109,7 +138,8 @@ void SnapshotModule(const torch::nn::Module& module, torch::serialize::OutputArc
 // their parameters by the live tensors' identities, as the state keys do, so the archive loads
 // into the live optimizer like one it saved itself.
 torch::serialize::OutputArchive SnapshotAdamW(const torch::optim::AdamW& optimizer, Copier& copy) {
-  ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>> copies;
+  // The state's own map type: keyed by std::string in LibTorch 1.x, by the TensorImpl's void* in 2.x.
+  std::remove_const_t<std::remove_reference_t<decltype(optimizer.state())>> copies;
   for (const auto& [key, state] : optimizer.state()) {
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
     auto copied = std::make_unique<torch::optim::AdamWParamState>();
@@ -143,7 +173,7 @@ CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer,
   CheckpointArchives a;
   model->save(a.model);
   optimizer.save(a.optimizer);
-  a.rng = CpuRngState();
+  SaveRngStates(model, a);
   a.state = state;
   return a;
 }
@@ -266,7 +296,7 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
   }
   if (staging != nullptr) staging->EndSnapshot();
   a.tensor_bytes = copy.bytes();
-  a.rng = CpuRngState();
+  SaveRngStates(model, a);
   a.state = state;
   return a;
 }
@@ -300,6 +330,7 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
   try {
     torch::serialize::OutputArchive a;
     a.write("cpu", archives.rng);
+    if (archives.device_rng.defined()) a.write("device", archives.device_rng);
     absl::StatusOr<v1::ManifestFile> f = WriteHashed(dir, "rng.pt", ArchiveBytes(a));
     if (!f.ok()) return f.status();
     *manifest.add_files() = *f;
@@ -363,6 +394,13 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
     {
       torch::serialize::InputArchive a;
       a.load_from(JoinPath(dir, "optimizer.pt"), device);  // moments live beside their parameters
+#if TORCH_VERSION_MAJOR >= 2
+      if (OptimizerWrittenByLibTorch1(a)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("checkpoint ", dir, " holds an optimizer state written by LibTorch 1.x, which LibTorch 2.x ",
+                         "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
+      }
+#endif
       optimizer.load(a);
     }
     {
@@ -370,9 +408,13 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
       a.load_from(JoinPath(dir, "rng.pt"));
       torch::Tensor rng;
       a.read("cpu", rng);
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng);
+      RestoreRngState(at::detail::getDefaultCPUGenerator(), rng);
+      // A checkpoint written on another kind of device has no state for this one's generator,
+      // which then keeps its seeded state.
+      torch::Tensor device_rng;
+      if (!device.is_cpu() && a.try_read("device", device_rng)) {
+        RestoreRngState(at::globalContext().defaultGenerator(device), device_rng);
+      }
     }
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("cannot load checkpoint ", dir, ": ", ExceptionText(e)));

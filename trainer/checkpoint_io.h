@@ -76,6 +76,9 @@ struct CheckpointArchives {
   torch::serialize::OutputArchive model;
   torch::serialize::OutputArchive optimizer;
   torch::Tensor rng;  // the CPU generator's state
+  // The model's device's generator state when it is not the CPU (dropout on a GPU draws from the
+  // device's generator, so an exact resume needs it too); undefined on CPU.
+  torch::Tensor device_rng;
   TrainState state;
   int64_t tensor_bytes = 0;  // what the snapshot copied (0 for live archives)
   // A snapshot's host copies still to be made (null when none is pending): the archives hold the

@@ -29,6 +29,7 @@
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/gpt2_tokenizer.h"
+#include "trainer/process_group.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -305,7 +306,9 @@ int main(int argc, char** argv) {
       "Usually started by `dtctl submit` (local or Slurm) with DT_COORDINATOR, DT_RUN_ID and\n"
       "DT_RUN_TOKEN set. With your own sbatch script, give --experiment-name/--save-dir/--nnodes/\n"
       "--nproc-per-node and DT_TOKEN: the tasks of one Slurm job create or join one run."};
-  app.set_version_flag("--version", std::string(dt::kVersion));
+  // The version names the backends (and CUDA devices) this build can run: tests and users ask it
+  // whether NCCL is there before they submit a GPU run.
+  app.set_version_flag("--version", [] { return absl::StrCat(dt::kVersion, " (", dt::DescribeBackends(), ")"); });
   app.require_subcommand(0, 1);
   // A later occurrence of a flag overrides an earlier one (launchers append to user arguments).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

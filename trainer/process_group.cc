@@ -5,8 +5,10 @@
 #include <cstdlib>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -14,6 +16,15 @@
 #include "common/log.h"
 
 namespace dt {
+
+std::string DescribeBackends() {
+  std::string out = absl::StrCat("LibTorch ", TORCH_VERSION, ", backends gloo");
+#ifdef USE_C10D_NCCL
+  size_t devices = torch::cuda::device_count();
+  absl::StrAppend(&out, " nccl (", devices, devices == 1 ? " CUDA device)" : " CUDA devices)");
+#endif
+  return out;
+}
 
 absl::StatusOr<std::string> ResolveBackend(const std::string& requested) {
   bool cuda = torch::cuda::is_available();

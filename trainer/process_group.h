@@ -12,6 +12,10 @@
 
 namespace dt {
 
+// What this binary can run, for `dttrainer --version`: the LibTorch it was built against and its
+// backends, e.g. "LibTorch 2.11.0, backends gloo nccl (1 CUDA device)" ("backends gloo" on CPU).
+std::string DescribeBackends();
+
 // "gloo", "nccl", or "" for the default (nccl when CUDA is there, else gloo).
 absl::StatusOr<std::string> ResolveBackend(const std::string& requested);
 

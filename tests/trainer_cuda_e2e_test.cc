@@ -1,0 +1,135 @@
+// dttrainer on a GPU, end to end: a real dtcoord, a trainer whose model and AdamW state live on
+// cuda:<local rank>, an NCCL process group initialised through the coordinator's store, checkpoints
+// of device state, and an exact resume. Skipped (saying why) where this dttrainer was built without
+// NCCL or sees no CUDA device: CI's machines, and every CPU build. Run it on a GPU machine with the
+// CUDA build (scripts/build.sh --torch-dir ..., see README "GPUs").
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/fs.h"
+#include "common/subprocess.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+using testing::CoordinatorProcess;
+using testing::Subprocess;
+
+class TrainerCudaE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<CommandResult> version = RunCommand({testing::BinaryPath("dttrainer"), "--version"}, absl::Minutes(1));
+    ASSERT_TRUE(version.ok() && version->exit_code == 0)
+        << (version.ok() ? version->output : version.status().ToString());
+    version_ = version->output;
+    if (version_.find(" nccl (") == std::string::npos || version_.find("(0 CUDA devices)") != std::string::npos) {
+      GTEST_SKIP() << "this dttrainer has no NCCL or sees no CUDA device: " << version_;
+    }
+  }
+
+  std::string version_;
+  testing::TempDir tmp_;
+  std::string save_dir_ = tmp_.Sub("runs");
+  CoordinatorProcess coord_{tmp_.path(),
+                            {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s", "--hang-timeout", "2m",
+                             "--rendezvous-timeout", "1m"}};
+
+  v1::SubmitRunResponse Submit(const std::string& name) {
+    return coord_.Submit(testing::MakeSpec(name, save_dir_, 1, 1));
+  }
+
+  std::string Log(const v1::SubmitRunResponse& run) { return testing::TrainerLog(tmp_.path(), run, 0); }
+
+  // One trainer of the run (local rank 0: cuda:0 with NCCL); waits for it and expects `code`.
+  void Train(const v1::SubmitRunResponse& run, const std::vector<std::string>& args, int code) {
+    auto procs = testing::StartTrainers(coord_, run, 1, 1, args, tmp_.path());
+    int status = procs[0]->Wait(absl::Minutes(5));
+    ASSERT_NE(status, -1) << "the trainer did not finish:\n" << testing::Slurp(Log(run));
+    ASSERT_TRUE(WIFEXITED(status)) << "signal " << WTERMSIG(status) << "\n" << testing::Slurp(Log(run));
+    ASSERT_EQ(WEXITSTATUS(status), code) << testing::Slurp(Log(run));
+  }
+
+  double MaxAbsDiff(const std::string& a, const std::string& b) {
+    absl::StatusOr<CommandResult> diff =
+        RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", a, b}, absl::Minutes(1));
+    EXPECT_TRUE(diff.ok() && diff->exit_code == 0) << (diff.ok() ? diff->output : diff.status().ToString());
+    if (!diff.ok()) return 1e9;
+    nlohmann::json j = testing::DtctlJson(*diff);
+    EXPECT_FALSE(j.is_discarded()) << diff->output;
+    return j.is_discarded() ? 1e9 : j.value("max_abs_diff", 1e9);
+  }
+
+  std::string Ckpt(const std::string& name, int step) {
+    return JoinPath(save_dir_, absl::StrCat(name, "/checkpoints/step-", step));
+  }
+};
+
+// With dropout, whose masks a GPU draws from the device's generator: a run killed after its
+// checkpoint at step 4 and resumed ends bit for bit where a run that never stopped ends.
+TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
+  std::vector<std::string> args = {"--max-steps", "8",    "--ckpt-freq",    "4", "--batch-size", "2", "--seed", "5",
+                                   "--lr",        "1e-3", "--warmup-steps", "3", "--eval-split", "0", "--dropout",
+                                   "0.1",         "--backend", "nccl"};
+  auto straight = Submit("gpu-straight");
+  ASSERT_NO_FATAL_FAILURE(Train(straight, args, 0));
+  std::string log = testing::Slurp(Log(straight));
+  EXPECT_NE(log.find("nccl process group ready"), std::string::npos) << log;
+  EXPECT_NE(log.find("device pre-flight on cuda:0"), std::string::npos) << log;
+
+  auto crashed = Submit("gpu-crashed");
+  auto crash_args = args;
+  crash_args.insert(crash_args.end(), {"--exit-after-step", "4"});
+  ASSERT_NO_FATAL_FAILURE(Train(crashed, crash_args, 137));
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
+  auto resumed = Submit("gpu-crashed");
+  EXPECT_EQ(resumed.resume_step(), 4);
+  ASSERT_NO_FATAL_FAILURE(Train(resumed, args, 0));
+  EXPECT_NE(testing::Slurp(Log(resumed)).find("resumed from"), std::string::npos);
+
+  auto want = coord_.Metrics(straight.run_id(), "loss", 0);
+  auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 4u);  // steps 5..8 only
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i].step(), 5 + i);
+    EXPECT_EQ(got[i].value(), want[4 + i].value()) << "step " << 5 + i;  // bit for bit
+  }
+  EXPECT_EQ(MaxAbsDiff(Ckpt("gpu-straight", 8), Ckpt("gpu-crashed", 8)), 0.0);
+}
+
+// The GPU computes what the CPU computes: the same seed, data and model give the same losses
+// over Gloo on the CPU and over NCCL on the GPU, up to float rounding. (Not the parameters: AdamW's
+// first steps move a weight by about the learning rate whatever its gradient's size, so a gradient
+// near zero that rounds to the other sign on one device moves that weight the other way.)
+TEST_F(TrainerCudaE2ETest, AGpuRunLearnsWhatTheSameRunOnTheCpuLearns) {
+  std::vector<std::string> args = {"--max-steps", "6",    "--batch-size",   "2", "--seed",       "9",
+                                   "--lr",        "1e-3", "--warmup-steps", "2", "--eval-split", "0",
+                                   "--dropout",   "0"};
+  auto gpu = Submit("on-gpu");
+  auto gpu_args = args;
+  gpu_args.insert(gpu_args.end(), {"--backend", "nccl"});
+  ASSERT_NO_FATAL_FAILURE(Train(gpu, gpu_args, 0));
+  auto cpu = Submit("on-cpu");
+  auto cpu_args = args;
+  cpu_args.insert(cpu_args.end(), {"--backend", "gloo"});
+  ASSERT_NO_FATAL_FAILURE(Train(cpu, cpu_args, 0));
+  EXPECT_NE(testing::Slurp(Log(cpu)).find("device pre-flight on cpu"), std::string::npos);
+
+  auto on_gpu = coord_.Metrics(gpu.run_id(), "loss", 0);
+  auto on_cpu = coord_.Metrics(cpu.run_id(), "loss", 0);
+  ASSERT_EQ(on_gpu.size(), 6u);
+  ASSERT_EQ(on_cpu.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(on_gpu[i].value(), on_cpu[i].value(), 1e-3) << "step " << i + 1;
+  EXPECT_LT(on_gpu[5].value(), on_gpu[0].value());  // it learned
+}
+
+}  // namespace
+}  // namespace dt
