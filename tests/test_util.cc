@@ -281,6 +281,32 @@ CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::s
   return RunBinary("dtctl", args, env);
 }
 
+double CheckpointMaxAbsDiff(const std::string& a, const std::string& b) {
+  absl::StatusOr<CommandResult> diff = RunCommand({BinaryPath("dttrainer"), "ckpt-diff", a, b}, absl::Minutes(1));
+  if (!diff.ok() || diff->exit_code != 0) {
+    ADD_FAILURE() << "ckpt-diff " << a << " " << b << ": " << (diff.ok() ? diff->output : diff.status().ToString());
+    return 1e9;
+  }
+  nlohmann::json j = DtctlJson(*diff);  // the JSON after any notes on stderr
+  if (j.is_discarded()) {
+    ADD_FAILURE() << "ckpt-diff printed no JSON: " << diff->output;
+    return 1e9;
+  }
+  return j.value("max_abs_diff", 1e9);
+}
+
+void ExpectResumedLossesMatch(const CoordinatorProcess& coord, const std::string& straight_run,
+                              const std::string& resumed_run, int from, int to) {
+  std::vector<v1::MetricRecord> want = coord.Metrics(straight_run, "loss", 0);
+  std::vector<v1::MetricRecord> got = coord.Metrics(resumed_run, "loss", 0);
+  ASSERT_EQ(want.size(), static_cast<size_t>(to));
+  ASSERT_EQ(got.size(), static_cast<size_t>(to - from));
+  for (int i = 0; i < to - from; ++i) {
+    EXPECT_EQ(got[i].step(), from + 1 + i);
+    EXPECT_EQ(got[i].value(), want[from + i].value()) << "step " << from + 1 + i;  // bit for bit
+  }
+}
+
 nlohmann::json DtctlJson(const CommandResult& r) {
   size_t start = r.output.find_first_of("[{");
   return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);

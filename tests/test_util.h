@@ -158,6 +158,15 @@ std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& 
 // then run what it says).
 std::string ExpectedOpenBlasKernels();
 
+// The largest absolute difference between two checkpoints' tensors (`dttrainer ckpt-diff`); fails
+// the test, and returns a huge value, when the tool does.
+double CheckpointMaxAbsDiff(const std::string& a, const std::string& b);
+
+// The run `resumed` (resumed after step `from`) reported rank 0's losses of steps from+1..`to`
+// only, each bit for bit the loss the run `straight`, which never stopped, reported at that step.
+void ExpectResumedLossesMatch(const CoordinatorProcess& coord, const std::string& straight_run,
+                              const std::string& resumed_run, int from, int to);
+
 // A RunSpec with the given shape, saving under `save_dir`.
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes, int procs_per_node,
                      int max_restarts = 0);

@@ -6,11 +6,6 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <filesystem>
-#include <map>
-
-#include <nlohmann/json.hpp>
-
 #include "absl/strings/str_cat.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -20,12 +15,12 @@ namespace dt {
 namespace {
 
 using testing::CoordinatorProcess;
-using testing::Subprocess;
 
 class TrainerCudaE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<CommandResult> version = RunCommand({testing::BinaryPath("dttrainer"), "--version"}, absl::Minutes(1));
+    absl::StatusOr<CommandResult> version =
+        RunCommand({testing::BinaryPath("dttrainer"), "--version"}, absl::Minutes(1));
     ASSERT_TRUE(version.ok() && version->exit_code == 0)
         << (version.ok() ? version->output : version.status().ToString());
     version_ = version->output;
@@ -56,27 +51,17 @@ class TrainerCudaE2ETest : public ::testing::Test {
     ASSERT_EQ(WEXITSTATUS(status), code) << testing::Slurp(Log(run));
   }
 
-  double MaxAbsDiff(const std::string& a, const std::string& b) {
-    absl::StatusOr<CommandResult> diff =
-        RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", a, b}, absl::Minutes(1));
-    EXPECT_TRUE(diff.ok() && diff->exit_code == 0) << (diff.ok() ? diff->output : diff.status().ToString());
-    if (!diff.ok()) return 1e9;
-    nlohmann::json j = testing::DtctlJson(*diff);
-    EXPECT_FALSE(j.is_discarded()) << diff->output;
-    return j.is_discarded() ? 1e9 : j.value("max_abs_diff", 1e9);
-  }
-
   std::string Ckpt(const std::string& name, int step) {
     return JoinPath(save_dir_, absl::StrCat(name, "/checkpoints/step-", step));
   }
 };
 
-// With dropout, whose masks a GPU draws from the device's generator: a run killed after its
-// checkpoint at step 4 and resumed ends bit for bit where a run that never stopped ends.
+// With dropout, whose masks a GPU draws from the device's generator: a run that vanishes after
+// its checkpoint at step 4 (--exit-after-step) and is resumed ends bit for bit where a run that never stopped ends.
 TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
-  std::vector<std::string> args = {"--max-steps", "8",    "--ckpt-freq",    "4", "--batch-size", "2", "--seed", "5",
-                                   "--lr",        "1e-3", "--warmup-steps", "3", "--eval-split", "0", "--dropout",
-                                   "0.1",         "--backend", "nccl"};
+  std::vector<std::string> args = {"--max-steps",  "8", "--ckpt-freq", "4",    "--batch-size",   "2",
+                                   "--seed",       "5", "--lr",        "1e-3", "--warmup-steps", "3",
+                                   "--eval-split", "0", "--dropout",   "0.1",  "--backend",      "nccl"};
   auto straight = Submit("gpu-straight");
   ASSERT_NO_FATAL_FAILURE(Train(straight, args, 0));
   std::string log = testing::Slurp(Log(straight));
@@ -94,15 +79,8 @@ TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
   ASSERT_NO_FATAL_FAILURE(Train(resumed, args, 0));
   EXPECT_NE(testing::Slurp(Log(resumed)).find("resumed from"), std::string::npos);
 
-  auto want = coord_.Metrics(straight.run_id(), "loss", 0);
-  auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
-  ASSERT_EQ(want.size(), 8u);
-  ASSERT_EQ(got.size(), 4u);  // steps 5..8 only
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(got[i].step(), 5 + i);
-    EXPECT_EQ(got[i].value(), want[4 + i].value()) << "step " << 5 + i;  // bit for bit
-  }
-  EXPECT_EQ(MaxAbsDiff(Ckpt("gpu-straight", 8), Ckpt("gpu-crashed", 8)), 0.0);
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 4, 8));
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("gpu-straight", 8), Ckpt("gpu-crashed", 8)), 0.0);
 }
 
 // The GPU computes what the CPU computes: the same seed, data and model give the same losses
@@ -110,9 +88,8 @@ TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
 // first steps move a weight by about the learning rate whatever its gradient's size, so a gradient
 // near zero that rounds to the other sign on one device moves that weight the other way.)
 TEST_F(TrainerCudaE2ETest, AGpuRunLearnsWhatTheSameRunOnTheCpuLearns) {
-  std::vector<std::string> args = {"--max-steps", "6",    "--batch-size",   "2", "--seed",       "9",
-                                   "--lr",        "1e-3", "--warmup-steps", "2", "--eval-split", "0",
-                                   "--dropout",   "0"};
+  std::vector<std::string> args = {"--max-steps",    "6", "--batch-size", "2", "--seed",    "9", "--lr", "1e-3",
+                                   "--warmup-steps", "2", "--eval-split", "0", "--dropout", "0"};
   auto gpu = Submit("on-gpu");
   auto gpu_args = args;
   gpu_args.insert(gpu_args.end(), {"--backend", "nccl"});

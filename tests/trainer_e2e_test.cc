@@ -65,17 +65,6 @@ class TrainerE2ETest : public ::testing::Test {
     }
   }
 
-  double MaxAbsDiff(const std::string& ckpt_a, const std::string& ckpt_b) {
-    std::string out = JoinPath(tmp_.path(), "diff.json");
-    Subprocess diff({testing::BinaryPath("dttrainer"), "ckpt-diff", ckpt_a, ckpt_b}, {}, out);
-    int status = diff.Wait(absl::Minutes(1));
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::Slurp(out);
-    nlohmann::json j = nlohmann::json::parse(testing::Slurp(out), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << testing::Slurp(out);
-    std::filesystem::remove(out);
-    return j.value("max_abs_diff", 1e9);
-  }
-
   std::string Ckpt(const std::string& name, int step) {
     return JoinPath(save_dir_, absl::StrCat(name, "/checkpoints/step-", step));
   }
@@ -107,8 +96,8 @@ TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
   }());
   ASSERT_NO_FATAL_FAILURE(ExpectExit(acc, p3, 0));
 
-  EXPECT_LE(MaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-two", 4)), 1e-5);
-  EXPECT_LE(MaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-accum", 4)), 1e-5);
+  EXPECT_LE(testing::CheckpointMaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-two", 4)), 1e-5);
+  EXPECT_LE(testing::CheckpointMaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-accum", 4)), 1e-5);
   // The runs did train: the parameters moved away from the start (a 0-step run of the same seed
   // would differ by more than the tolerance).
   auto losses = coord_.Metrics(two.run_id(), "loss", 0);
@@ -154,15 +143,8 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   ASSERT_NO_FATAL_FAILURE(ExpectExit(resumed, pr, 0));
   EXPECT_NE(testing::Slurp(Log(resumed, 0)).find("resumed from"), std::string::npos);
 
-  auto want = coord_.Metrics(straight.run_id(), "loss", 0);
-  auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
-  ASSERT_EQ(want.size(), 20u);
-  ASSERT_EQ(got.size(), 10u);  // steps 11..20 only
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(got[i].step(), 11 + i);
-    EXPECT_EQ(got[i].value(), want[10 + i].value()) << "step " << 11 + i;  // bit for bit
-  }
-  EXPECT_EQ(MaxAbsDiff(Ckpt("straight", 20), Ckpt("crashed", 20)), 0.0);
+  ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 10, 20));
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("straight", 20), Ckpt("crashed", 20)), 0.0);
 }
 
 // Asynchronous rounds (the default): the writer copies the state at the step boundary and writes
@@ -208,7 +190,7 @@ TEST_F(TrainerE2ETest, AWriterThatDiesBeforeItsCommitLeavesLatestOnThePreviousCh
   auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
   ASSERT_EQ(got.size(), 15u);  // steps 6..20
   EXPECT_EQ(got[0].step(), 6);
-  EXPECT_EQ(MaxAbsDiff(Ckpt("async-straight", 20), Ckpt("async-crash", 20)), 0.0);
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("async-straight", 20), Ckpt("async-crash", 20)), 0.0);
   // The pause of an asynchronous round is reported beside its duration.
   EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_pause_seconds", 0).empty());
   EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_seconds", 0).empty());
