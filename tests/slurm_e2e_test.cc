@@ -226,13 +226,7 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
   // The same seed without the interruption ends with the same parameters.
   std::string plain = Submit("slurm-plain", 24);
   ASSERT_EQ(Dtctl({"watch", plain}).exit_code, 0);
-  auto diff =
-      RunCommand({testing::BinaryPath("dttrainer"), "ckpt-diff", save_dir_ + "/slurm-preempt/checkpoints/step-24",
-                  save_dir_ + "/slurm-plain/checkpoints/step-24"},
-                 absl::Minutes(1));
-  ASSERT_TRUE(diff.ok() && diff->exit_code == 0) << (diff.ok() ? diff->output : diff.status().ToString());
-  nlohmann::json d = nlohmann::json::parse(diff->output.substr(diff->output.find('{')), nullptr, false);
-  EXPECT_EQ(d.value("max_abs_diff", 1.0), 0.0) << diff->output;
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, "slurm-preempt", "slurm-plain", 24), 0.0);
 }
 
 // The same for a program that knows nothing of dt or SIGUSR2: Slurm's signal ends it, dtrun

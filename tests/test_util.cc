@@ -281,10 +281,14 @@ CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::s
   return RunBinary("dtctl", args, env);
 }
 
-double CheckpointMaxAbsDiff(const std::string& a, const std::string& b) {
-  absl::StatusOr<CommandResult> diff = RunCommand({BinaryPath("dttrainer"), "ckpt-diff", a, b}, absl::Minutes(1));
+double CheckpointMaxAbsDiff(const std::string& save_dir, const std::string& a, const std::string& b, int step) {
+  std::string dir_a = JoinPath(save_dir, absl::StrCat(a, "/checkpoints/step-", step));
+  std::string dir_b = JoinPath(save_dir, absl::StrCat(b, "/checkpoints/step-", step));
+  absl::StatusOr<CommandResult> diff =
+      RunCommand({BinaryPath("dttrainer"), "ckpt-diff", dir_a, dir_b}, absl::Minutes(1));
   if (!diff.ok() || diff->exit_code != 0) {
-    ADD_FAILURE() << "ckpt-diff " << a << " " << b << ": " << (diff.ok() ? diff->output : diff.status().ToString());
+    ADD_FAILURE() << "ckpt-diff " << dir_a << " " << dir_b << ": "
+                  << (diff.ok() ? diff->output : diff.status().ToString());
     return 1e9;
   }
   nlohmann::json j = DtctlJson(*diff);  // the JSON after any notes on stderr

@@ -158,9 +158,10 @@ std::string TrainerLog(const std::string& log_dir, const v1::SubmitRunResponse& 
 // then run what it says).
 std::string ExpectedOpenBlasKernels();
 
-// The largest absolute difference between two checkpoints' tensors (`dttrainer ckpt-diff`); fails
-// the test, and returns a huge value, when the tool does.
-double CheckpointMaxAbsDiff(const std::string& a, const std::string& b);
+// The largest absolute difference between the tensors of experiments `a`'s and `b`'s checkpoints
+// at `step`, both under `save_dir` (`dttrainer ckpt-diff`); fails the test, and returns a huge
+// value, when the tool does.
+double CheckpointMaxAbsDiff(const std::string& save_dir, const std::string& a, const std::string& b, int step);
 
 // The run `resumed` (resumed after step `from`) reported rank 0's losses of steps from+1..`to`
 // only, each bit for bit the loss the run `straight`, which never stopped, reported at that step.

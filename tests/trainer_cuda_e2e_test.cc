@@ -50,10 +50,6 @@ class TrainerCudaE2ETest : public ::testing::Test {
     ASSERT_TRUE(WIFEXITED(status)) << "signal " << WTERMSIG(status) << "\n" << testing::Slurp(Log(run));
     ASSERT_EQ(WEXITSTATUS(status), code) << testing::Slurp(Log(run));
   }
-
-  std::string Ckpt(const std::string& name, int step) {
-    return JoinPath(save_dir_, absl::StrCat(name, "/checkpoints/step-", step));
-  }
 };
 
 // With dropout, whose masks a GPU draws from the device's generator: a run that vanishes after
@@ -80,7 +76,7 @@ TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
   EXPECT_NE(testing::Slurp(Log(resumed)).find("resumed from"), std::string::npos);
 
   ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 4, 8));
-  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("gpu-straight", 8), Ckpt("gpu-crashed", 8)), 0.0);
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, "gpu-straight", "gpu-crashed", 8), 0.0);
 }
 
 // The GPU computes what the CPU computes: the same seed, data and model give the same losses

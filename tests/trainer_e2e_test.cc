@@ -64,10 +64,6 @@ class TrainerE2ETest : public ::testing::Test {
       EXPECT_EQ(WEXITSTATUS(status), code) << testing::Slurp(Log(run, i));
     }
   }
-
-  std::string Ckpt(const std::string& name, int step) {
-    return JoinPath(save_dir_, absl::StrCat(name, "/checkpoints/step-", step));
-  }
 };
 
 TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
@@ -96,8 +92,8 @@ TEST_F(TrainerE2ETest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
   }());
   ASSERT_NO_FATAL_FAILURE(ExpectExit(acc, p3, 0));
 
-  EXPECT_LE(testing::CheckpointMaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-two", 4)), 1e-5);
-  EXPECT_LE(testing::CheckpointMaxAbsDiff(Ckpt("ddp-one", 4), Ckpt("ddp-accum", 4)), 1e-5);
+  EXPECT_LE(testing::CheckpointMaxAbsDiff(save_dir_, "ddp-one", "ddp-two", 4), 1e-5);
+  EXPECT_LE(testing::CheckpointMaxAbsDiff(save_dir_, "ddp-one", "ddp-accum", 4), 1e-5);
   // The runs did train: the parameters moved away from the start (a 0-step run of the same seed
   // would differ by more than the tolerance).
   auto losses = coord_.Metrics(two.run_id(), "loss", 0);
@@ -144,7 +140,7 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   EXPECT_NE(testing::Slurp(Log(resumed, 0)).find("resumed from"), std::string::npos);
 
   ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 10, 20));
-  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("straight", 20), Ckpt("crashed", 20)), 0.0);
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, "straight", "crashed", 20), 0.0);
 }
 
 // Asynchronous rounds (the default): the writer copies the state at the step boundary and writes
@@ -190,7 +186,7 @@ TEST_F(TrainerE2ETest, AWriterThatDiesBeforeItsCommitLeavesLatestOnThePreviousCh
   auto got = coord_.Metrics(resumed.run_id(), "loss", 0);
   ASSERT_EQ(got.size(), 15u);  // steps 6..20
   EXPECT_EQ(got[0].step(), 6);
-  EXPECT_EQ(testing::CheckpointMaxAbsDiff(Ckpt("async-straight", 20), Ckpt("async-crash", 20)), 0.0);
+  EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, "async-straight", "async-crash", 20), 0.0);
   // The pause of an asynchronous round is reported beside its duration.
   EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_pause_seconds", 0).empty());
   EXPECT_FALSE(coord_.Metrics(resumed.run_id(), "checkpoint_seconds", 0).empty());
