@@ -3,6 +3,7 @@
 // the same run.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct Result {
   std::string goal;         // e.g. "<= 1.5x" (ratio = value / anchor_value)
   bool higher_is_better = false;
   double goal_ratio = 0;  // the ratio the goal allows (0: no goal)
+  // An absolute goal (e.g. "<= 2 s"): whether it was met, decided by the benchmark.
+  std::optional<bool> met;
 };
 
 // Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line).

@@ -30,7 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "bin")
-DATA = os.path.abspath(os.path.join(ROOT, "..", "shared", "data"))
+DATA = os.path.join(ROOT, "data")
 PY = "/usr/bin/python3"
 ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
@@ -88,7 +88,7 @@ def shape_args(n_embd, n_layer, n_head, seq, batch):
 def dt_submit(coord, name, procs, trainer_args):
     r = coord.dtctl("submit", "-o", "json", "--name", name, "--save-dir", os.path.join(WORK, "runs"),
                     "--nproc-per-node", str(procs), "--omp-threads", "1", "--",
-                    "--dataset", os.path.join(DATA, "alpaca_5000.json"), "--tokenizer-dir", os.path.join(DATA, "gpt2"),
+                    "--dataset", os.path.join(DATA, "alpaca_sample.json"), "--tokenizer-dir", os.path.join(DATA, "gpt2"),
                     "--eval-split", "0", *trainer_args)
     return json.loads(r.stdout)
 
@@ -351,8 +351,41 @@ def metrics_cost():
            "<= 1.01x", 1.01)
 
 
+def capture_cost():
+    """Step time of a 2-rank dttrainer run while `dtctl stacks` captures every rank's stacks every
+    10 s (each capture attaches eu-stack to every rank for a moment), against the same run without."""
+    coord = Coordinator()
+    steps = 120 if QUICK else 300
+
+    def cost_run(label, capture):
+        def run(i):
+            r = dt_submit(coord, "capture-%s-%d" % (label, i), 2, ["--model", "tiny", "--seq-len", "64",
+                                                                   "--batch-size", "4", "--max-steps", str(steps),
+                                                                   "--log-freq", "1"])
+            captures = 0
+            while capture:
+                state = json.loads(coord.dtctl("status", r["run_id"], "-o", "json").stdout)["state"]
+                if state not in ("PENDING", "RENDEZVOUS", "RUNNING"):
+                    break
+                if state == "RUNNING" and coord.dtctl("stacks", r["run_id"], "-o", "json", check=False).returncode == 0:
+                    captures += 1
+                time.sleep(10)
+            dt_wait(coord, r["run_id"])
+            if capture and captures < 2:
+                print("warning: only %d capture(s) during run %s" % (captures, r["run_id"]))
+            log = open(os.path.join(r["exp_dir"], "logs", "rank-0.log"), errors="replace").read()
+            return [float(t) for t in re.findall(r"([0-9.]+)s/step", log)][5:]
+        return run
+
+    times = paired_runs(1 if QUICK else 2, {"off": cost_run("off", False), "on": cost_run("on", True)})
+    medians = {k: statistics.mean(v) for k, v in times.items()}
+    coord.stop()
+    report("step time with a live stack capture every 10 s (2 ranks)", medians["on"], "s", "no captures",
+           medians["off"], "<= 1.05x", 1.05)
+
+
 def main():
-    which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost"]
+    which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost", "capture-cost"]
     print("== trainer benchmarks (%s)" % ", ".join(which))
     try:
         if "launch" in which:
@@ -363,6 +396,8 @@ def main():
             throughput()
         if "metrics-cost" in which:
             metrics_cost()
+        if "capture-cost" in which:
+            capture_cost()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
 

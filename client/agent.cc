@@ -14,7 +14,10 @@
 #include "common/crypto.h"
 #include "common/env.h"
 #include "common/grpc_status.h"
+#include "common/limits.h"
 #include "common/log.h"
+#include "common/proto_time.h"
+#include "common/utf8.h"
 
 namespace dt {
 namespace {
@@ -32,6 +35,7 @@ Agent::Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options)
 
 Agent::~Agent() {
   StopHeartbeats();
+  if (capture_thread_.joinable()) capture_thread_.join();
   absl::MutexLock lock(&barrier_mu_);
   if (relay_) relay_->Unlink();  // when not every rank of the node opened it
 }
@@ -124,6 +128,7 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
   request.set_version(options_.version);
   *request.mutable_expected() = options_.expected;
   if (options_.scheduler_task) request.set_scheduler_task(*options_.scheduler_task);
+  request.set_captures_stacks(capturer_ != nullptr);
   absl::StatusOr<v1::RegisterResponse> response = RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
     return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request, left);
   });
@@ -174,6 +179,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     request.set_step(step_.load());
     request.set_total_steps(total_steps_.load());
     request.set_worker_pid(worker_pid_.load());
+    request.set_idle_ms(idle_ms_.load());
     // While the coordinator is away, give each attempt time to connect and handshake with a
     // coordinator that is just starting on a busy machine (a heartbeat interval can be 200 ms).
     absl::Duration deadline = reconnecting ? std::max(interval, absl::Seconds(2)) : interval;
@@ -188,6 +194,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
         on_stop(reply->reason());
         return;
       }
+      if (!reply->capture_id().empty()) StartCapture(reply->capture_id());
       last_ok = absl::Now();
     } else {
       absl::StatusCode code = reply.status().code();
@@ -204,6 +211,43 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     }
     if (stop_heartbeats_.WaitForNotificationWithTimeout(interval)) return;
   }
+}
+
+void Agent::StartCapture(const std::string& capture_id) {
+  if (capturer_ == nullptr || capture_id == last_capture_) return;
+  // One capture at a time: a reply naming another id while one runs is answered by the next
+  // heartbeat after it (the coordinator keeps asking until the rank answers).
+  if (capture_thread_.joinable()) {
+    if (!capture_done_) return;
+    capture_thread_.join();
+  }
+  last_capture_ = capture_id;
+  capture_done_ = false;
+  capture_thread_ = std::thread([this, capture_id] {
+    CaptureAndReport(capture_id);
+    capture_done_ = true;
+  });
+}
+
+void Agent::CaptureAndReport(const std::string& capture_id) {
+  absl::Time start = absl::Now();
+  v1::ReportStacksRequest request;
+  request.set_run_id(options_.run_id);
+  request.set_generation(generation());
+  request.set_rank(rank());
+  request.set_incarnation(incarnation_);
+  request.set_capture_id(capture_id);
+  v1::RankStacks* stacks = request.mutable_stacks();
+  *stacks = capturer_();
+  stacks->set_rank(rank());
+  stacks->set_node(options_.node);
+  stacks->set_host(options_.host);
+  *stacks->mutable_captured_at() = ToProtoTime(start);
+  stacks->set_capture_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  absl::StatusOr<v1::ReportStacksResponse> sent =
+      Call(*client_, &v1::StacksService::Stub::ReportStacks, client_->stacks(), request, absl::Seconds(10));
+  if (!sent.ok())
+    DT_LOG(Warning) << "rank " << rank() << ": stacks of capture " << capture_id << " not delivered: " << sent.status();
 }
 
 absl::Status Agent::Barrier(const std::string& name, absl::Duration timeout) {
@@ -352,9 +396,11 @@ v1::ReportErrorRequest Agent::ErrorRequest(const std::string& message, const std
   request.set_node(options_.node);
   request.set_local_slot(options_.local_slot);
   request.set_host(options_.host);
-  request.set_message(message.empty() ? "unknown error" : message);
-  request.set_exception_type(exception_type);
-  request.set_stack(stack);
+  // Whatever a program printed: valid UTF-8 (protobuf refuses anything else, and the report would
+  // be lost) and within the coordinator's limits, keeping each text's head and tail.
+  request.set_message(message.empty() ? "unknown error" : HeadAndTailUtf8(message, kMaxMessageBytes));
+  request.set_exception_type(TruncateUtf8(exception_type, kMaxNameChars * 2));
+  request.set_stack(HeadAndTailUtf8(stack, kMaxMessageBytes));
   request.set_step(step);
   return request;
 }

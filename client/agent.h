@@ -21,6 +21,7 @@
 #include "client/store_combiner.h"
 #include "client/store_session.h"
 #include "common/host.h"
+#include "dt/v1/stacks.pb.h"
 
 namespace dt {
 
@@ -73,6 +74,16 @@ class Agent {
   // The process doing this rank's work, when it is not this one (dtrun's child); sent with each
   // heartbeat so `dtctl status` shows the pid to look at.
   void SetWorkerPid(int pid) { worker_pid_ = pid; }
+  // How long the rank's processes have neither printed nor used CPU (dtrun measures it for the
+  // user's program); sent with each heartbeat for the coordinator's idle check.
+  void SetIdle(absl::Duration idle) { idle_ms_ = absl::ToInt64Milliseconds(idle); }
+
+  // Captures this rank's stacks when a heartbeat reply asks (HeartbeatResponse.capture_id): the
+  // capturer runs on a thread of its own, so heartbeats go on meanwhile, and its answer goes back
+  // with ReportStacks (the agent fills in rank, node, host and timing). Set before Register: the
+  // registration says that this process captures.
+  using StackCapturer = std::function<v1::RankStacks()>;
+  void SetStackCapturer(StackCapturer capturer) { capturer_ = std::move(capturer); }
 
   // Zero timeouts mean the run's policy. Barriers travel on a store session this agent keeps open
   // for them (the release is a write on an open stream, not a call's completion); a session broken
@@ -112,6 +123,9 @@ class Agent {
                                       const std::string& stack, int64_t step) const;
   absl::Status SendError(const v1::ReportErrorRequest& request);
   void HeartbeatLoop(std::function<void(const std::string&)> on_stop);
+  // Starts the capture the coordinator asked for (once per id), on its own thread.
+  void StartCapture(const std::string& capture_id);
+  void CaptureAndReport(const std::string& capture_id);
   // This node's relay, opened on first use; null without one.
   NodeRelay* RelayLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(barrier_mu_);
   // A relay member's arrival: counted by the coordinator, the outcome from the node's holder.
@@ -131,6 +145,11 @@ class Agent {
   std::atomic<int64_t> step_{0};
   std::atomic<int64_t> total_steps_{0};
   std::atomic<int> worker_pid_{0};
+  std::atomic<int64_t> idle_ms_{0};
+  StackCapturer capturer_;
+  std::string last_capture_;  // heartbeat thread only
+  std::thread capture_thread_;
+  std::atomic<bool> capture_done_{true};
   absl::Mutex barrier_mu_;
   std::map<std::string, uint64_t> barrier_sequences_ ABSL_GUARDED_BY(barrier_mu_);
   std::shared_ptr<StoreSession> barrier_session_ ABSL_GUARDED_BY(barrier_mu_);

@@ -84,6 +84,7 @@ absl::StatusOr<std::shared_ptr<CoordinatorClient>> CoordinatorClient::Connect(co
   client->channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   client->runs_ = v1::RunService::NewStub(client->channel_);
   client->rendezvous_ = v1::RendezvousService::NewStub(client->channel_);
+  client->stacks_ = v1::StacksService::NewStub(client->channel_);
   client->store_ = v1::StoreService::NewStub(client->channel_);
   client->barriers_ = v1::BarrierService::NewStub(client->channel_);
   client->experiments_ = v1::ExperimentService::NewStub(client->channel_);

@@ -15,6 +15,7 @@
 #include "dt/v1/metrics.grpc.pb.h"
 #include "dt/v1/rendezvous.grpc.pb.h"
 #include "dt/v1/runs.grpc.pb.h"
+#include "dt/v1/stacks.grpc.pb.h"
 #include "dt/v1/store.grpc.pb.h"
 
 namespace dt {
@@ -61,6 +62,7 @@ class CoordinatorClient {
   v1::ExperimentService::Stub& experiments() { return *experiments_; }
   v1::CheckpointService::Stub& checkpoints() { return *checkpoints_; }
   v1::MetricsService::Stub& metrics() { return *metrics_; }
+  v1::StacksService::Stub& stacks() { return *stacks_; }
 
  private:
   explicit CoordinatorClient(ClientOptions options) : options_(std::move(options)) {}
@@ -73,6 +75,7 @@ class CoordinatorClient {
   std::unique_ptr<v1::ExperimentService::Stub> experiments_;
   std::unique_ptr<v1::CheckpointService::Stub> checkpoints_;
   std::unique_ptr<v1::MetricsService::Stub> metrics_;
+  std::unique_ptr<v1::StacksService::Stub> stacks_;
 };
 
 // Calls a unary stub method with a fresh context: `Call(client, &Stub::Method, request, timeout)`.

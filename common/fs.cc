@@ -56,6 +56,11 @@ std::string Dirname(const std::string& path) {
   return path.substr(0, slash);
 }
 
+std::string Basename(absl::string_view path) {
+  size_t slash = path.find_last_of('/');
+  return std::string(slash == absl::string_view::npos ? path : path.substr(slash + 1));
+}
+
 std::string JoinPath(absl::string_view a, absl::string_view b) {
   if (a.empty()) return std::string(b);
   while (!a.empty() && a.back() == '/' && a.size() > 1) a.remove_suffix(1);

@@ -45,4 +45,7 @@ std::string Dirname(const std::string& path);
 // Joins two path parts with exactly one '/'.
 std::string JoinPath(absl::string_view a, absl::string_view b);
 
+// The last component of `path` ("train.py" of "/x/train.py"; the whole of a name without '/').
+std::string Basename(absl::string_view path);
+
 }  // namespace dt

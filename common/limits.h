@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/time/time.h"
+
 namespace dt {
 
 inline constexpr size_t kMaxKeyBytes = 512;
@@ -24,6 +26,13 @@ inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr size_t kMaxMessageBytes = 64 << 10;  // error messages and stacks
 inline constexpr size_t kMaxTrainerArgs = 1024;
 inline constexpr size_t kMaxCheckpointFiles = 4096;
+// --exec runs: how long a rank may be idle (no output, no CPU, no step) before it is hung, unless
+// the run says otherwise (RunSpec.idle_timeout_ms), and the most a run may say.
+inline constexpr absl::Duration kDefaultIdleTimeout = absl::Minutes(20);
+inline constexpr absl::Duration kMaxIdleTimeout = absl::Hours(24 * 7);
+// Stack captures: processes and bytes one rank's answer may hold.
+inline constexpr int kMaxCaptureProcesses = 4096;
+inline constexpr size_t kMaxCaptureBytes = 4 << 20;
 // gRPC messages carry a value of up to kMaxValueBytes plus framing.
 inline constexpr int kMaxGrpcMessageBytes = 16 << 20;
 

@@ -13,7 +13,30 @@ std::string Iso8601(const google::protobuf::Timestamp& t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", at, absl::UTCTimeZone());
 }
 
+nlohmann::json VerdictJson(const v1::HangVerdict& v) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const v1::StackGroup& g : v.groups()) {
+    nlohmann::json frames = nlohmann::json::array();
+    for (const v1::StackFrame& f : g.frames()) {
+      frames.push_back({{"function", f.function()}, {"file", f.file()}, {"line", f.line()}, {"module", f.module()}});
+    }
+    groups.push_back(
+        {{"ranks", std::vector<int>(g.ranks().begin(), g.ranks().end())}, {"odd", g.odd()}, {"frames", frames}});
+  }
+  return {{"summary", v.summary()},
+          {"groups", groups},
+          {"odd_ranks", std::vector<int>(v.odd_ranks().begin(), v.odd_ranks().end())},
+          {"collectives", v.collectives()},
+          {"missing_ranks", std::vector<int>(v.missing_ranks().begin(), v.missing_ranks().end())}};
+}
+
 nlohmann::json FailureJson(const v1::Failure& f) {
+  nlohmann::json j = FailureFields(f);
+  if (f.has_verdict()) j["verdict"] = VerdictJson(f.verdict());
+  return j;
+}
+
+nlohmann::json FailureFields(const v1::Failure& f) {
   return {{"kind", v1::Failure::Kind_Name(f.kind())},
           {"rank", f.rank()},
           {"host", f.host()},
@@ -26,6 +49,7 @@ nlohmann::json FailureJson(const v1::Failure& f) {
           {"summary", DescribeFailure(f)},
           {"stopped_ranks", std::vector<int>(f.stopped_ranks().begin(), f.stopped_ranks().end())},
           {"fatal", f.fatal()},
+          {"before_first_step", f.before_first_step()},
           {"time", Iso8601(f.time())}};
 }
 
@@ -40,7 +64,8 @@ nlohmann::json RankJson(const v1::RankStatus& rank) {
                       {"state", v1::RankStatus::State_Name(rank.state())},
                       {"step", rank.step()},
                       {"generation", rank.generation()},
-                      {"last_heartbeat", Iso8601(rank.last_heartbeat())}};
+                      {"last_heartbeat", Iso8601(rank.last_heartbeat())},
+                      {"idle_seconds", static_cast<double>(rank.idle_ms()) / 1000.0}};
   if (rank.has_scheduler_task()) j["scheduler_task"] = rank.scheduler_task();
   if (rank.has_preflight()) {
     const v1::DevicePreflight& p = rank.preflight();

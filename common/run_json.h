@@ -18,13 +18,19 @@ namespace dt {
 //  "latest_checkpoint_step","resumed_from_step","reason","created_at","ended_at","scheduler",
 //  "scheduler_job_id","trainer_args",
 //  "ranks":[{"rank","local_rank","node","host","pid","state","step","generation","last_heartbeat",
-//            "scheduler_task"?,"preflight"?:{"device","matmul_size","matmul_seconds",
+//            "idle_seconds","scheduler_task"?,"preflight"?:{"device","matmul_size","matmul_seconds",
 //            "allreduce_seconds","error"}}],
 //  "failures": [FailureJson...]}
 nlohmann::json RunJson(const v1::Run& run);
 // {"kind","rank","host","node","generation","step","message","exception_type","stack",
-//  "summary" (DescribeFailure's line),"stopped_ranks","fatal","time"}
+//  "summary" (DescribeFailure's line),"stopped_ranks","fatal","before_first_step","time",
+//  "verdict"?: VerdictJson}
 nlohmann::json FailureJson(const v1::Failure& f);
+// FailureJson without the verdict.
+nlohmann::json FailureFields(const v1::Failure& f);
+// A hang's verdict: {"summary","groups":[{"ranks","odd","frames":[{"function","file","line","module"}]}],
+//  "odd_ranks","collectives","missing_ranks"}
+nlohmann::json VerdictJson(const v1::HangVerdict& v);
 // {"step","size","time","path","committed","generation"}
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c);
 // {"step","rank","name","value","time"}

@@ -33,7 +33,9 @@ std::string DescribeFailure(const v1::Failure& f) {
     default:
       what = absl::StrCat(who, f.message());
   }
-  if (f.fatal()) absl::StrAppend(&what, " (not restarted: the trainer reported that a restart cannot help)");
+  if (f.fatal() && f.kind() != v1::Failure::HUNG_REPEATEDLY && !f.before_first_step()) {
+    absl::StrAppend(&what, " (not restarted: the trainer reported that a restart cannot help)");
+  }
   return what;
 }
 

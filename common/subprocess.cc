@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +25,51 @@ extern char** environ;
 
 namespace dt {
 
+namespace {
+
+// What the child does between fork and exec: only async-signal-safe calls (the parent may have
+// other threads, whose locks the child inherits held). Failures are written to `error_pipe` as an
+// errno and end the child.
+[[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, const SpawnOptions& options,
+                            const char* output_file, pid_t parent, int error_pipe) {
+  auto fail = [error_pipe]() {
+    int e = errno;
+    (void)!::write(error_pipe, &e, sizeof e);
+    ::_exit(127);
+  };
+  // Handled signals are reset by exec anyway. A SIGTERM or SIGINT this process ignores on
+  // purpose stays ignored, as under nohup: dtctl rides out the stop of a Slurm requeue, and the
+  // scontrol it runs meanwhile must finish too. SIGPIPE and SIGCHLD go back to their defaults (an
+  // inherited SIG_IGN for SIGCHLD would reap the child's own children).
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  ::sigaction(SIGCHLD, &dfl, nullptr);
+  if (options.new_session) {
+    if (::setsid() < 0) fail();
+  } else if (options.new_process_group) {
+    if (::setpgid(0, 0) < 0) fail();
+  }
+  if (options.parent_death_signal != 0) {
+    if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal, 0, 0, 0) < 0) fail();
+    // The parent died before the request took effect: act on it now.
+    if (::getppid() != parent) ::raise(options.parent_death_signal);
+  }
+  if (options.ptracer > 0) ::prctl(PR_SET_PTRACER, options.ptracer, 0, 0, 0);  // without Yama: EINVAL, harmless
+  if (output_file != nullptr) {
+    int fd = ::open(output_file, O_WRONLY | O_CREAT | O_APPEND, 0644);  // no O_CLOEXEC: the child's stdout
+    if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) fail();
+    if (fd > 2) ::close(fd);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(program, argv, envp);
+  fail();
+}
+
+}  // namespace
+
 absl::Status Subprocess::Start(const std::vector<std::string>& argv, const SpawnOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
   std::map<std::string, std::string> merged;
@@ -42,34 +87,39 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
   envp.push_back(nullptr);
   for (auto& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!options.output_file.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 1, options.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND,
-                                     0644);  // no O_CLOEXEC: it is the child's stdout
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  // Handled signals are reset by exec anyway. A SIGTERM or SIGINT this process ignores on
-  // purpose stays ignored, as under nohup: dtctl rides out the stop of a Slurm requeue, and the
-  // scontrol it runs meanwhile must finish too.
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGCHLD);  // an inherited SIG_IGN would reap the child's own children
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (options.new_session) flags |= POSIX_SPAWN_SETSID;
-  posix_spawnattr_setflags(&attr, flags);
   std::string program = argv[0].find('/') == std::string::npos ? FindOnPath(argv[0]) : argv[0];
-  int rc = program.empty() ? ENOENT : posix_spawn(&pid_, program.c_str(), &actions, &attr, argp.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(rc)));
+  if (program.empty())
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(ENOENT)));
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": pipe: ", std::strerror(errno)));
+  }
+  pid_t parent = ::getpid();
+  const char* output = options.output_file.empty() ? nullptr : options.output_file.c_str();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    ExecChild(program.c_str(), argp.data(), envp.data(), options, output, parent, pipe_fds[1]);
+  }
+  int fork_errno = errno;
+  ::close(pipe_fds[1]);
+  if (pid < 0) {
+    ::close(pipe_fds[0]);
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": fork: ", std::strerror(fork_errno)));
+  }
+  // The pipe closes on a successful exec (O_CLOEXEC) and carries an errno otherwise.
+  int child_errno = 0;
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  ::close(pipe_fds[0]);
+  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+    int status;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(child_errno)));
+  }
+  pid_ = pid;
   return absl::OkStatus();
 }
 

@@ -1,4 +1,4 @@
-// Child processes: started with posix_spawn, an environment added to this one's, output to a
+// Child processes: started with fork and exec, an environment added to this one's, output to a
 // file; signalled, waited for with a timeout, killed and reaped when the object dies (unless
 // released). Used by the local launcher, dtctl's pre-flight checks, and the tests.
 #pragma once
@@ -18,6 +18,14 @@ struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) this process's environment
   std::string output_file;                 // stdout and stderr appended here; empty: inherited
   bool new_session = false;                // setsid(): not killed with the parent's terminal
+  bool new_process_group = false;          // setpgid(0, 0): its own group (ignored with new_session)
+  // PR_SET_PDEATHSIG: the signal the child gets when the *thread* that started it ends (this
+  // process's death by SIGKILL included). Start such children from a thread that lives as long
+  // as they should (the main thread). 0: none.
+  int parent_death_signal = 0;
+  // PR_SET_PTRACER: this process (and what it starts, such as a stack capture tool) may attach to
+  // the child under Yama's ptrace_scope 1, where only ancestors may by default. 0: no change.
+  pid_t ptracer = 0;
 };
 
 class Subprocess {

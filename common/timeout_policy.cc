@@ -32,7 +32,8 @@ v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
   p.set_hang_timeout_ms(ToMillis(t.hang_timeout));
   p.set_store_timeout_ms(ToMillis(t.rendezvous_timeout));
   p.set_barrier_timeout_ms(ToMillis(t.hang_timeout));
-  p.set_collective_timeout_ms(ToMillis(t.hang_timeout + t.heartbeat_timeout + 2 * t.heartbeat_interval));
+  p.set_collective_timeout_ms(
+      ToMillis(t.hang_timeout + t.heartbeat_timeout + 3 * t.heartbeat_interval + kStackCaptureAllowance));
   p.set_checkpoint_lease_ms(ToMillis(t.hang_timeout));
   p.set_reconnect_timeout_ms(ToMillis(t.heartbeat_timeout + kCoordinatorRestartAllowance));
   return p;

@@ -17,6 +17,11 @@ struct CoordinatorTimeouts {
   absl::Duration rendezvous_timeout = absl::Minutes(10);  // also the init timeout
 };
 
+// What a hang's stack capture may take once the ranks are asked (the capture on each node is
+// bounded by 5 s; the rest is the answers' way back): the capture window is a heartbeat interval
+// (to ask) plus this.
+inline constexpr absl::Duration kStackCaptureAllowance = absl::Seconds(8);
+
 // INVALID_ARGUMENT unless heartbeat_timeout ≥ 2 × heartbeat_interval and the hang timeout exceeds
 // the heartbeat timeout (a hang must not be reported before a silent rank would be).
 absl::Status ValidateTimeouts(const CoordinatorTimeouts& t);
@@ -24,7 +29,8 @@ absl::Status ValidateTimeouts(const CoordinatorTimeouts& t);
 // The policy sent to trainers:
 //   init = store = rendezvous timeout (set-up may wait for the slowest process to start);
 //   barrier = hang timeout; checkpoint lease = hang timeout;
-//   collective = hang + heartbeat timeout + 2 heartbeat intervals.
+//   collective = hang + heartbeat timeout + 2 heartbeat intervals + the capture window
+//   (a hang's stacks are captured while the collective still waits, before the group stops).
 v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t);
 
 }  // namespace dt

@@ -1,5 +1,7 @@
 #include "common/utf8.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace dt {
@@ -77,6 +79,18 @@ std::string ValidUtf8(absl::string_view text) {
     text.remove_prefix(n);
   }
   return out;
+}
+
+std::string HeadAndTailUtf8(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return ValidUtf8(text);
+  size_t half = max_bytes / 2;
+  // Up to 3 bytes more than kept, so the cut falls at a character boundary of the original.
+  std::string head = TruncateUtf8(text.substr(0, half + 3), half);
+  size_t from = text.size() - half;
+  while (from < text.size() && (static_cast<unsigned char>(text[from]) & 0xC0) == 0x80) ++from;
+  std::string tail = ValidUtf8(text.substr(from));
+  size_t cut = from - std::min(from, half);  // about: replaced bytes change the head's length
+  return absl::StrCat(head, "\n… [", cut, " bytes cut] …\n", tail);
 }
 
 std::string TruncateUtf8(absl::string_view text, size_t max_bytes) {

@@ -30,4 +30,9 @@ std::string PrintableForTerminal(absl::string_view text);
 // ValidUtf8(text), cut to at most `max_bytes` at a character boundary.
 std::string TruncateUtf8(absl::string_view text, size_t max_bytes);
 
+// `text` as valid UTF-8 of at most about `max_bytes`: whole when it fits, else its head and its
+// tail (the start of a message says what failed, its end often why) around a line saying how much
+// was cut. Reads only the parts it keeps, so a 100 MB message costs what the result does.
+std::string HeadAndTailUtf8(absl::string_view text, size_t max_bytes);
+
 }  // namespace dt

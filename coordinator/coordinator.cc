@@ -34,18 +34,6 @@ constexpr int kMaxExcludedNodes = 1024;
 
 }  // namespace
 
-google::protobuf::Timestamp ToProtoTime(absl::Time t) {
-  google::protobuf::Timestamp ts;
-  int64_t nanos = absl::ToUnixNanos(t);
-  ts.set_seconds(nanos / 1'000'000'000);
-  ts.set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
-  return ts;
-}
-
-absl::Time FromProtoTime(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers, StateDb* db)
     : options_(std::move(options)),
       policy_(DerivePolicy(options_.timeouts)),
@@ -297,6 +285,7 @@ void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Defer
   Generation& g = *run.gen;
   if (!g.stopped.ok()) return;
   g.stopped = cause;
+  if (g.capture) CompleteCapture(run, deferred);  // what arrived is kept; the hang it was for is moot
   if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
   g.rendezvous.FailAll(cause, deferred);
   g.store->Abort(cause, deferred);
@@ -313,6 +302,10 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   if (!g.stopped.ok() || IsTerminal(r.state())) return;  // the first failure is the root cause
   failure.set_generation(g.number);
   *failure.mutable_time() = ToProtoTime(clock_->Now());
+  if (failure.kind() == v1::Failure::REPORTED_ERROR || failure.kind() == v1::Failure::PROCESS_EXITED) {
+    CheckRepeatedEarlyFailure(run, failure);
+  }
+  if (failure.kind() == v1::Failure::HANG) CheckRepeatedHang(run, failure);
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   AddStoppedRanks(run, failure);
   std::string cause = DescribeFailure(failure);
@@ -335,7 +328,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     SetState(run, v1::CANCELLED, deferred);
   } else if (failure.fatal()) {
     DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of " << r.spec().max_restarts()
-                 << " restarts spent): rank " << failure.rank() << " reported that restarting cannot help";
+                 << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
     r.set_restarts(r.restarts() + 1);
@@ -510,6 +503,16 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
   }
   if (spec.max_restarts() < 0 || spec.max_restarts() > 1000) {
     return absl::InvalidArgumentError(absl::StrCat("max restarts must be within 0..1000, not ", spec.max_restarts()));
+  }
+  if (spec.has_idle_timeout_ms() &&
+      (spec.idle_timeout_ms() < 0 || spec.idle_timeout_ms() > absl::ToInt64Milliseconds(kMaxIdleTimeout))) {
+    return absl::InvalidArgumentError(absl::StrCat("idle timeout must be within 0 (off) and ",
+                                                   absl::FormatDuration(kMaxIdleTimeout), ", not ",
+                                                   spec.idle_timeout_ms(), " ms"));
+  }
+  if (spec.has_max_identical_hangs() && (spec.max_identical_hangs() < 1 || spec.max_identical_hangs() > 1000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max identical hangs must be within 1..1000, not ", spec.max_identical_hangs()));
   }
   if (spec.keep_checkpoints() < 0 || spec.keep_checkpoints() > 1000) {
     return absl::InvalidArgumentError(
@@ -950,6 +953,10 @@ void Coordinator::Shutdown() {
         for (auto& [rank, reply] : g.round->waiting)
           deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
         g.round->waiting.clear();
+      }
+      if (g.capture) {
+        for (auto& reply : g.capture->waiting) deferred.Complete(reply, absl::StatusOr<v1::StackCapture>(unavailable));
+        g.capture->waiting.clear();
       }
       PersistRanks(*run);
     }

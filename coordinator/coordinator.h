@@ -42,6 +42,7 @@
 #include "dt/v1/metrics.pb.h"
 #include "dt/v1/rendezvous.pb.h"
 #include "dt/v1/runs.pb.h"
+#include "dt/v1/stacks.pb.h"
 #include "dt/v1/store.pb.h"
 
 namespace dt {
@@ -161,6 +162,20 @@ class Coordinator {
   // completed; the codes of Barrier for the request itself.
   absl::Status ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks);
 
+  // ---- Stacks -----------------------------------------------------------------------------
+  // One rank's answer to a capture (StacksService.ReportStacks); codes as the proto lists.
+  absl::StatusOr<v1::ReportStacksResponse> ReportStacks(const v1::ReportStacksRequest& request);
+  // Captures every rank's stacks of the running generation without stopping it; `reply` gets
+  // the capture once every rank answered or the capture's deadline passed.
+  void CaptureStacks(const v1::CaptureStacksRequest& request, PendingPtr<v1::StackCapture> reply);
+  // The captures kept for a run, newest first.
+  absl::StatusOr<v1::GetStacksResponse> GetStacks(const v1::GetStacksRequest& request);
+  // How long a capture waits for the ranks: a heartbeat interval to ask, their capture's bound,
+  // and the reply's way back.
+  absl::Duration CaptureWindow() const;
+  // On-demand captures kept per run (hang captures are all kept).
+  static constexpr int kLiveCapturesKept = 5;
+
   // ---- Checkpoints ------------------------------------------------------------------------
   void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
   void CommitCheckpoint(const v1::CommitCheckpointRequest& request, PendingPtr<v1::CommitCheckpointResponse> reply);
@@ -195,6 +210,7 @@ class Coordinator {
  private:
   struct CheckpointRound;
   struct Generation;
+  struct CaptureInProgress;
   // The run's progress (record and rank table) as of `sequence`, for a write off the run's lock.
   struct ProgressSnapshot {
     uint64_t sequence = 0;
@@ -211,6 +227,8 @@ class Coordinator {
     std::vector<v1::CheckpointInfo> checkpoints ABSL_GUARDED_BY(mu);  // committed by this run, by step
     std::unique_ptr<Generation> gen ABSL_GUARDED_BY(mu);
     std::map<int64_t, std::string> ended_generations ABSL_GUARDED_BY(mu);  // generation → why it ended
+    // Completed stack captures whose database row is not written yet (GetStacks shows them too).
+    std::vector<v1::StackCapture> unsaved_captures ABSL_GUARDED_BY(mu);
     struct Watcher {
       bool metrics = false;
       WatchCallback callback;
@@ -352,6 +370,25 @@ class Coordinator {
   // "rank 0 (node n1, host h1) at 12:00:01.234 UTC by SIGTERM, …" (at most 16).
   std::string DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+
+  // Stack capture helpers (coordinator_stacks.cc).
+  // Starts a capture of the running generation's ranks (or joins the one in progress): `hang`, when
+  // set, is the failure the generation ends with once the capture completes (a hang's evidence is
+  // taken before the group is stopped); `waiter` gets the capture. False when no rank captures
+  // stacks (nothing started; the caller acts without the evidence).
+  bool BeginCapture(RunEntry& run, const std::string& reason, std::optional<v1::Failure> hang,
+                    PendingPtr<v1::StackCapture> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Completes the generation's capture with what arrived: judges it, answers its waiters, stores it
+  // (off the lock) and, for a hang, fails the generation with the verdict.
+  void CompleteCapture(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void OnCaptureDeadline(const std::string& run_id, const std::string& capture_id);
+  // Rank `rank` left (its work done): the capture in progress no longer waits for it.
+  void ExcuseFromCapture(RunEntry& run, int rank, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // A hang whose odd stack repeats the previous generations' ends the run: HUNG_REPEATEDLY.
+  void CheckRepeatedHang(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // The same exception from the same rank before its first step, as in the generation before:
+  // restarting cannot help; the failure is made fatal, saying so.
+  void CheckRepeatedEarlyFailure(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Checkpoint helpers.
   // Called as each rank is released from the arrival barrier; the first opens the round.

@@ -3,9 +3,12 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "common/proto_time.h"
 #include "common/run_state.h"
 #include "coordinator/coordinator.h"
 
@@ -33,6 +36,17 @@ struct Coordinator::CheckpointRound {
   v1::CheckpointInfo info;                                          // when committed
 };
 
+// A stack capture waiting for the ranks' answers (coordinator_stacks.cc).
+struct Coordinator::CaptureInProgress {
+  v1::StackCapture capture;               // id, run, generation, requested_at, reason, live
+  std::set<int> awaited;                  // ranks that capture stacks and have not answered
+  std::map<int, v1::RankStacks> answers;  // by rank
+  std::vector<int> left;                  // ranks that left (finished) before answering
+  TimerQueue::Id deadline_timer = 0;
+  std::optional<v1::Failure> hang;  // the generation fails with this once complete
+  std::vector<PendingPtr<v1::StackCapture>> waiting;
+};
+
 struct Coordinator::Generation {
   Generation(int64_t n, int nodes, int procs_per_node) : number(n), rendezvous(nodes, procs_per_node) {}
   int64_t number;
@@ -48,15 +62,17 @@ struct Coordinator::Generation {
   TimerQueue::Id rendezvous_timer = 0;
   bool ranks_dirty = false;
   absl::Time last_flush;
-  int preempted_by = 0;         // the signal with which a rank left after the preemption checkpoint
-  bool time_limit = false;      // a rank said the signal came with the job's time limit near
-  int preflights_reported = 0;  // ranks whose RankStatus.preflight is set
+  int preempted_by = 0;                        // the signal with which a rank left after the preemption checkpoint
+  bool time_limit = false;                     // a rank said the signal came with the job's time limit near
+  int preflights_reported = 0;                 // ranks whose RankStatus.preflight is set
+  std::unique_ptr<CaptureInProgress> capture;  // a stack capture waiting for the ranks
+  absl::Time assigned_at;                      // when the rendezvous completed
 };
+
+// The idle timeout of a run's ranks (zero: not watched): --exec runs only, where dtrun measures it.
+absl::Duration IdleTimeout(const v1::RunSpec& spec);
 
 // FAILED_PRECONDITION for a call that needs run `r` going: names the run and the state it ended in.
 absl::Status RunEndedError(const v1::Run& r);
-
-google::protobuf::Timestamp ToProtoTime(absl::Time t);
-absl::Time FromProtoTime(const google::protobuf::Timestamp& t);
 
 }  // namespace dt

@@ -15,6 +15,7 @@
 
 #include <signal.h>
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/hang_verdict.h"
 
 namespace dt {
 namespace {
@@ -186,7 +187,8 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
                         request.version(),
                         clock_->Now(),
                         reply.get(),
-                        request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt};
+                        request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt,
+                        request.captures_stacks()};
   // The seat's reply builds the RegisterResponse once rendezvous completes.
   int64_t number = g.number;
   // Weak: the pending lives in the run's own rendezvous; a strong reference would be a cycle.
@@ -233,6 +235,7 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
   std::optional<v1::CheckpointInfo> latest = Latest(run);
   int64_t start_step = latest ? latest->step() : 0;
   g.assigned = true;
+  g.assigned_at = now;
   g.ranks.clear();
   std::vector<std::string> hosts;
   for (const Seat& seat : seats) {
@@ -248,6 +251,7 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
     rs.set_incarnation(seat.registrant.incarnation);
     rs.set_generation(g.number);
     if (seat.registrant.scheduler_task) rs.set_scheduler_task(*seat.registrant.scheduler_task);
+    rs.set_captures_stacks(seat.registrant.captures_stacks);
     *rs.mutable_last_heartbeat() = ToProtoTime(now);
     if (hosts.empty() || hosts.back() != seat.registrant.host) hosts.push_back(seat.registrant.host);
   }
@@ -303,6 +307,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
     return absl::InvalidArgumentError("step and total steps must not be negative");
   }
   if (request.worker_pid() < 0) return absl::InvalidArgumentError("worker pid must not be negative");
+  if (request.idle_ms() < 0) return absl::InvalidArgumentError("idle time must not be negative");
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -331,10 +336,14 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
                                            rank.host(), "); this process was replaced and must exit"));
   }
   g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
+  g.health->SetIdle(request.rank(), absl::Milliseconds(request.idle_ms()), clock_->Now());
   if (request.total_steps() > 0) r.set_total_steps(request.total_steps());
   if (request.worker_pid() > 0) rank.set_pid(request.worker_pid());
+  rank.set_idle_ms(request.idle_ms());
   g.ranks_dirty = true;
   out.set_directive(v1::HeartbeatResponse::CONTINUE);
+  // A capture waits for this rank's stacks: asked in every reply until they arrive.
+  if (g.capture && g.capture->awaited.count(request.rank()) > 0) out.set_capture_id(g.capture->capture.capture_id());
   return out;
 }
 
@@ -595,6 +604,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     g.ranks_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
     g.time_limit = g.time_limit || (request.preempted() && request.time_limit());
+    ExcuseFromCapture(*run, request.rank(), deferred);  // a rank that left has no stacks to give
   }
   if (g.health->all_finished()) {
     int64_t final_step = 0;
@@ -661,6 +671,15 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
                                           " UTC while the other ranks kept running, and nothing else failed within ",
                                           absl::FormatDuration(verdict.timeout), ": something outside dt killed it"));
       break;
+    case HealthVerdict::Kind::kIdle: {
+      failure.set_kind(v1::Failure::HANG);
+      std::vector<int> idle = verdict.idle_ranks;
+      failure.set_message(absl::StrCat(idle.size() == 1 ? "rank " : "ranks ", RankList(idle),
+                                       ": no output, no CPU (under 1% of a core) and no step for ",
+                                       absl::FormatDuration(verdict.timeout), " (idle since ", since,
+                                       " UTC; --idle-timeout): a hang"));
+      break;
+    }
     case HealthVerdict::Kind::kHang: {
       failure.set_kind(v1::Failure::HANG);
       std::vector<std::string> stuck;
@@ -685,16 +704,23 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
 
 void Coordinator::CheckHealth() {
   absl::Time now = clock_->Now();
-  HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
-                        options_.timeouts.rendezvous_timeout};
   for (const RunPtr& run : AllRuns()) {
     LockedRun locked(*run);
     Deferred& deferred = locked.deferred();
     if (IsTerminal(run->stored.run.state()) || !run->gen) continue;
     Generation& g = *run->gen;
     if (!g.assigned || !g.stopped.ok()) continue;
+    // A hang's capture is under way: its completion fails the generation with the evidence.
+    if (g.capture && g.capture->hang) continue;
+    HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
+                          options_.timeouts.rendezvous_timeout, IdleTimeout(run->stored.run.spec())};
     if (std::optional<HealthVerdict> verdict = g.health->Check(now, limits)) {
-      FailGeneration(*run, VerdictFailure(*run, *verdict), deferred);
+      v1::Failure failure = VerdictFailure(*run, *verdict);
+      bool hang = verdict->kind == HealthVerdict::Kind::kHang || verdict->kind == HealthVerdict::Kind::kIdle;
+      // Evidence before the kill: every rank's stacks, captured while every process still lives.
+      if (!hang || !BeginCapture(*run, failure.message(), failure, nullptr, deferred)) {
+        FailGeneration(*run, failure, deferred);
+      }
       continue;
     }
     if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) FlushProgress(run);

@@ -13,8 +13,13 @@ HealthTracker::HealthTracker(int world_size, int64_t start_step, absl::Time now,
       steps_expected_(steps_expected) {
   for (auto& r : ranks_) {
     r.last_heartbeat = now;
+    r.last_step_at = now;
     r.step = start_step;
   }
+}
+
+void HealthTracker::SetIdle(int rank, absl::Duration idle, absl::Time now) {
+  ranks_[rank].idle_since = idle > absl::ZeroDuration() ? now - idle : absl::InfiniteFuture();
 }
 
 void HealthTracker::Heartbeat(int rank, int64_t step, absl::Time now) {
@@ -22,6 +27,7 @@ void HealthTracker::Heartbeat(int rank, int64_t step, absl::Time now) {
   r.last_heartbeat = now;
   if (step > r.step) {
     r.step = step;
+    r.last_step_at = now;
     step_reported_ = true;
     RecomputeGroupStep(now);
   }
@@ -54,6 +60,29 @@ std::vector<StoppedRank> HealthTracker::StoppedRanks() const {
 void HealthTracker::GraceAll(absl::Time now) {
   for (auto& r : ranks_) r.last_heartbeat = now;
   last_progress_ = now;
+}
+
+std::optional<HealthVerdict> HealthTracker::CheckIdle(absl::Time now, const HealthTimeouts& t) const {
+  if (t.idle_timeout <= absl::ZeroDuration()) return std::nullopt;
+  std::vector<std::pair<absl::Time, int>> idle;  // since when, rank
+  for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
+    const RankHealth& r = ranks_[i];
+    if (!r.watched() || r.idle_since == absl::InfiniteFuture()) continue;
+    absl::Time since = std::max(r.idle_since, r.last_step_at);
+    if (now - since >= t.idle_timeout) idle.emplace_back(since, i);
+  }
+  if (idle.empty()) return std::nullopt;
+  std::sort(idle.begin(), idle.end());
+  HealthVerdict v{HealthVerdict::Kind::kIdle,
+                  idle.front().second,
+                  ranks_[idle.front().second].step,
+                  {},
+                  idle.front().first,
+                  t.idle_timeout,
+                  {},
+                  {}};
+  for (const auto& [since, rank] : idle) v.idle_ranks.push_back(rank);
+  return v;
 }
 
 void HealthTracker::RecomputeGroupStep(absl::Time now) {
@@ -108,6 +137,10 @@ std::optional<HealthVerdict> HealthTracker::Check(absl::Time now, const HealthTi
     return v;
   }
   if (watched == 0) return std::nullopt;
+  if (std::optional<HealthVerdict> idle = CheckIdle(now, t)) {
+    idle->stopped = std::move(stopped);
+    return idle;
+  }
   if (!steps_expected_ && !step_reported_) return std::nullopt;
   absl::Duration limit = group_step_ > start_step_ ? t.hang_timeout : t.init_timeout;
   if (now - last_progress_ <= limit) return std::nullopt;

@@ -23,6 +23,9 @@ struct HealthTimeouts {
   absl::Duration heartbeat_timeout;
   absl::Duration hang_timeout;
   absl::Duration init_timeout;
+  // A rank whose processes neither printed nor used CPU, and that reported no step, for this long
+  // is hung (users' programs under dtrun, which measures the idleness). Zero: not watched.
+  absl::Duration idle_timeout = absl::ZeroDuration();
 };
 
 struct StoppedRank {
@@ -32,7 +35,7 @@ struct StoppedRank {
 };
 
 struct HealthVerdict {
-  enum class Kind { kHeartbeatTimeout, kHang, kStopped };
+  enum class Kind { kHeartbeatTimeout, kHang, kStopped, kIdle };
   Kind kind;
   // The silent rank; the first rank at the lowest step for a hang; for kStopped the first rank
   // stopped, or -1 when every rank still training was stopped (the scheduler stopped the job).
@@ -46,6 +49,8 @@ struct HealthVerdict {
   std::vector<std::pair<int, absl::Time>> also_silent;
   // Ranks stopped by a signal, first stopped first (for kStopped, including `rank`).
   std::vector<StoppedRank> stopped;
+  // kIdle: the idle ranks, longest idle first (`rank` is the first; `since` when it went idle).
+  std::vector<int> idle_ranks;
 };
 
 class HealthTracker {
@@ -55,6 +60,8 @@ class HealthTracker {
   HealthTracker(int world_size, int64_t start_step, absl::Time now, bool steps_expected = true);
 
   void Heartbeat(int rank, int64_t step, absl::Time now);
+  // How long the rank's processes have been idle, as its agent measured it (zero: busy).
+  void SetIdle(int rank, absl::Duration idle, absl::Time now);
   // A rank that left with success is no longer watched.
   void Finish(int rank);
   // A rank stopped by a signal from outside: no longer watched for silence or progress. The
@@ -74,6 +81,9 @@ class HealthTracker {
   // Ranks stopped by a signal, first stopped first.
   std::vector<StoppedRank> StoppedRanks() const;
   bool all_finished() const { return finished_ == static_cast<int>(ranks_.size()); }
+  int64_t start_step() const { return start_step_; }
+  // Some rank reported a step past the start.
+  bool step_reported() const { return step_reported_; }
 
  private:
   struct RankHealth {
@@ -83,10 +93,13 @@ class HealthTracker {
     bool stopped = false;
     int signal = 0;
     absl::Time stopped_at;
+    absl::Time idle_since = absl::InfiniteFuture();
+    absl::Time last_step_at;  // its last step advance (or the generation's start)
     // Neither finished nor stopped: still expected to heartbeat and make progress.
     bool watched() const { return !finished && !stopped; }
   };
   void RecomputeGroupStep(absl::Time now);
+  std::optional<HealthVerdict> CheckIdle(absl::Time now, const HealthTimeouts& t) const;
 
   std::vector<RankHealth> ranks_;
   int64_t start_step_;

@@ -27,6 +27,7 @@ struct Registrant {
   absl::Time registered_at;
   const void* call = nullptr;         // the RPC this registrant waits in (tells a retry's call from the old one)
   std::optional<int> scheduler_task;  // SLURM_PROCID under srun
+  bool captures_stacks = false;       // answers stack captures (StacksService)
 };
 
 // What a registrant receives: its assignment (the coordinator adds the run's settings).

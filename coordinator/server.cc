@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coor
   server->services_.push_back(std::make_unique<ExperimentServiceImpl>(deps));
   server->services_.push_back(std::make_unique<CheckpointServiceImpl>(deps));
   server->services_.push_back(std::make_unique<MetricsServiceImpl>(deps));
+  server->services_.push_back(std::make_unique<StacksServiceImpl>(deps));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

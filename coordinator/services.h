@@ -15,6 +15,7 @@
 #include "dt/v1/metrics.grpc.pb.h"
 #include "dt/v1/rendezvous.grpc.pb.h"
 #include "dt/v1/runs.grpc.pb.h"
+#include "dt/v1/stacks.grpc.pb.h"
 #include "dt/v1/store.grpc.pb.h"
 
 namespace dt {
@@ -147,6 +148,20 @@ class MetricsServiceImpl final : public v1::MetricsService::CallbackService {
                                                           v1::ReportMetricsResponse* out) override;
   grpc::ServerUnaryReactor* QueryMetrics(grpc::CallbackServerContext* ctx, const v1::QueryMetricsRequest* req,
                                          v1::QueryMetricsResponse* out) override;
+
+ private:
+  ServiceDeps deps_;
+};
+
+class StacksServiceImpl final : public v1::StacksService::CallbackService {
+ public:
+  explicit StacksServiceImpl(ServiceDeps deps) : deps_(deps) {}
+  grpc::ServerUnaryReactor* ReportStacks(grpc::CallbackServerContext* ctx, const v1::ReportStacksRequest* req,
+                                         v1::ReportStacksResponse* out) override;
+  grpc::ServerUnaryReactor* CaptureStacks(grpc::CallbackServerContext* ctx, const v1::CaptureStacksRequest* req,
+                                          v1::StackCapture* out) override;
+  grpc::ServerUnaryReactor* GetStacks(grpc::CallbackServerContext* ctx, const v1::GetStacksRequest* req,
+                                      v1::GetStacksResponse* out) override;
 
  private:
   ServiceDeps deps_;

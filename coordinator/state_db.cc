@@ -14,7 +14,7 @@
 namespace dt {
 namespace {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
@@ -43,6 +43,11 @@ CREATE TABLE IF NOT EXISTS metric_batches(
   run_id TEXT NOT NULL, rank INTEGER NOT NULL, first_step INTEGER NOT NULL, last_step INTEGER NOT NULL,
   points BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS metric_batches_by_run ON metric_batches(run_id, last_step);
+-- Stack captures: every hang's, and a run's latest on-demand ones (the body is a StackCapture).
+CREATE TABLE IF NOT EXISTS stack_captures(
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, generation INTEGER NOT NULL,
+  live INTEGER NOT NULL, body BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS stack_captures_by_run ON stack_captures(run_id, seq);
 -- QueryMetrics reads a run's batches in step order and stops early: covering for its filter.
 CREATE INDEX IF NOT EXISTS metric_batches_by_first_step
   ON metric_batches(run_id, first_step, last_step, rank);
@@ -226,6 +231,53 @@ absl::Status StateDb::SaveCheckpoint(const std::string& run_id, const v1::Checkp
   BindText(st, 3, ToJson(info));
   if (sqlite3_step(st) != SQLITE_DONE) return Error("save checkpoint");
   return absl::OkStatus();
+}
+
+absl::Status StateDb::SaveStackCapture(const v1::StackCapture& capture, int keep_live) {
+  absl::MutexLock lock(&mu_);
+  std::string body = capture.SerializeAsString();
+  {
+    sqlite3_stmt* st = Prepare("INSERT INTO stack_captures(run_id, generation, live, body) VALUES(?1, ?2, ?3, ?4)");
+    if (st == nullptr) return Error("prepare SaveStackCapture");
+    StatementReset reset{st};
+    BindText(st, 1, capture.run_id());
+    sqlite3_bind_int64(st, 2, capture.generation());
+    sqlite3_bind_int(st, 3, capture.live() ? 1 : 0);
+    sqlite3_bind_blob(st, 4, body.data(), static_cast<int>(body.size()), SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_DONE) return Error("save stack capture");
+  }
+  if (!capture.live()) return absl::OkStatus();
+  sqlite3_stmt* st = Prepare(
+      "DELETE FROM stack_captures WHERE run_id = ?1 AND live = 1 AND seq NOT IN "
+      "(SELECT seq FROM stack_captures WHERE run_id = ?1 AND live = 1 ORDER BY seq DESC LIMIT ?2)");
+  if (st == nullptr) return Error("prepare SaveStackCapture retention");
+  StatementReset reset{st};
+  BindText(st, 1, capture.run_id());
+  sqlite3_bind_int(st, 2, keep_live);
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("retire stack captures");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::StackCapture>> StateDb::LoadStackCaptures(const std::string& run_id,
+                                                                         std::optional<int64_t> generation, int limit) {
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare(
+      "SELECT body FROM stack_captures WHERE run_id = ?1 AND (?2 < 0 OR generation = ?2) ORDER BY seq DESC LIMIT ?3");
+  if (st == nullptr) return Error("prepare LoadStackCaptures");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_int64(st, 2, generation.value_or(-1));
+  sqlite3_bind_int(st, 3, limit);
+  std::vector<v1::StackCapture> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    v1::StackCapture& c = out.emplace_back();
+    if (!c.ParseFromArray(sqlite3_column_blob(st, 0), sqlite3_column_bytes(st, 0))) {
+      return absl::DataLossError(absl::StrCat("corrupt stack capture of run ", run_id));
+    }
+  }
+  if (rc != SQLITE_DONE) return Error("load stack captures");
+  return out;
 }
 
 absl::Status StateDb::DeleteCheckpoint(const std::string& run_id, int64_t step) {

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "dt/v1/metrics.pb.h"
 #include "dt/v1/runs.pb.h"
+#include "dt/v1/stacks.pb.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -47,6 +48,11 @@ class StateDb {
   absl::Status AddFailure(const std::string& run_id, const v1::Failure& failure);
   absl::Status SaveCheckpoint(const std::string& run_id, const v1::CheckpointInfo& info);
   absl::Status DeleteCheckpoint(const std::string& run_id, int64_t step);
+  // Stores a capture; of a run's on-demand (live) captures only the newest `keep_live` stay.
+  absl::Status SaveStackCapture(const v1::StackCapture& capture, int keep_live);
+  // A run's captures, newest first: every generation's, or one's.
+  absl::StatusOr<std::vector<v1::StackCapture>> LoadStackCaptures(const std::string& run_id,
+                                                                  std::optional<int64_t> generation, int limit);
   // The points of many ranks' batches, one row per batch, in one transaction: the coordinator
   // stores what arrived while the previous transaction committed together (one WAL append and
   // one commit, not one per batch). All or none are stored.

@@ -18,6 +18,7 @@ build/bin/bench_store
 build/bin/bench_scale
 build/bin/bench_checkpoint
 build/bin/bench_metrics
+build/bin/bench_capture
 /usr/bin/python3 bench/trainer_bench.py
 /usr/bin/python3 bench/report.py "$DT_BENCH_OUT" build/bench/results.json docs/benchmarks.md "$mode"
 echo "benchmarks ($mode) took $(( $(date +%s) - start )) s"

@@ -3,7 +3,7 @@
 # already installed are skipped, and apt-get update runs at most once per call.
 #
 #   scripts/setup.sh            build + test dependencies
-#   scripts/setup.sh --bench    also what bench/ needs beside the tests (hyperfine)
+#   scripts/setup.sh --bench    also what bench/ needs beside the tests (hyperfine, gdb)
 set -euo pipefail
 
 packages=(
@@ -27,9 +27,12 @@ packages=(
   python3-torch python3-grpcio python3-protobuf
   # real servers the integration tests run
   slurmctld slurmd slurm-client munge prometheus
+  # stacks of a hung run's processes: eu-stack (native frames; Python frames come from the
+  # interpreter's own faulthandler)
+  elfutils
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(hyperfine)
+  packages+=(hyperfine gdb)  # gdb: the anchor of bench_capture
 fi
 
 missing=()

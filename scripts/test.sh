@@ -14,7 +14,8 @@
 #       repeatable run of each fuzz target (label fuzz; scripts/fuzz.sh fuzzes for longer).
 #       .ci/run runs it after the suite: about 6 minutes of build on 2 cores and 1.5 of tests.
 #
-# The sources must be formatted (scripts/format.sh --check; scripts/format.sh fixes them).
+# The sources must be formatted (scripts/format.sh --check; scripts/format.sh fixes them), and no
+# file may refer outside the clone (scripts/check-self-contained.sh).
 #
 # Labels: unit (no network), integration (gRPC on loopback), e2e (real trainer processes, Gloo,
 # W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root), slurm-soak (the
@@ -46,6 +47,7 @@ fi
 
 scripts/build.sh
 scripts/format.sh --check
+scripts/check-self-contained.sh
 cd build
 # The soak and chaos labels run only when asked for (scripts/test.sh -L slurm-soak, -L chaos).
 label_args=(-LE 'slurm-soak|chaos')

@@ -65,7 +65,7 @@ class ConsoleBrowserTest : public ::testing::Test {
                                          "1",
                                          "--",
                                          "--dataset",
-                                         JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                         JoinPath(testing::DataDir(), "alpaca_sample.json"),
                                          "--tokenizer-dir",
                                          JoinPath(testing::DataDir(), "gpt2"),
                                          "--model",

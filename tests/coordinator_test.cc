@@ -88,13 +88,16 @@ class CoordinatorTest : public ::testing::Test {
     return req;
   }
 
-  // Registers nodes × ppn ranks and returns their assignments by rank.
-  std::vector<v1::RegisterResponse> RegisterAll(const std::string& run, int nodes, int ppn) {
+  // Registers nodes × ppn ranks and returns their assignments by rank. `captures`: the ranks say
+  // they capture stacks.
+  std::vector<v1::RegisterResponse> RegisterAll(const std::string& run, int nodes, int ppn, bool captures = false) {
     std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
     for (int n = nodes - 1; n >= 0; --n) {
       for (int s = 0; s < ppn; ++s) {
         replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-        coord_->Register(RegisterRequest(run, "n" + std::to_string(n + 1), s), replies.back()->pending());
+        v1::RegisterRequest req = RegisterRequest(run, "n" + std::to_string(n + 1), s);
+        req.set_captures_stacks(captures);
+        coord_->Register(req, replies.back()->pending());
       }
     }
     std::vector<v1::RegisterResponse> out(nodes * ppn);
@@ -1259,6 +1262,245 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {
   }
   EXPECT_EQ(coord_->GetRun(run)->state(), v1::FAILED);
   EXPECT_EQ(coord_->GetRun(run)->reason().rank(), 1);
+}
+
+}  // namespace
+}  // namespace dt
+
+namespace dt {
+namespace {
+
+// A rank's answer to a capture: its main thread in `function` (a Python frame of train.py).
+v1::ReportStacksRequest StacksOf(const std::string& run, const v1::RegisterResponse& a, const std::string& capture,
+                                 const std::string& function) {
+  v1::ReportStacksRequest req;
+  req.set_run_id(run);
+  req.set_rank(a.rank());
+  req.set_generation(a.generation());
+  req.set_incarnation("n" + std::to_string(a.node_rank() + 1) + "-" + std::to_string(a.local_rank()));
+  req.set_capture_id(capture);
+  v1::ThreadStack* t = req.mutable_stacks()->add_processes()->add_threads();
+  req.mutable_stacks()->mutable_processes(0)->set_kind("python");
+  t->set_main(true);
+  v1::StackFrame* f = t->add_frames();
+  f->set_function(function);
+  f->set_file("/x/train.py");
+  f->set_line(function == "load_batch" ? 9 : 20);
+  return req;
+}
+
+class StacksTest : public CoordinatorTest {
+ protected:
+  // Steps 1..3, then heartbeats at step 3 until the hang timeout passes: the capture's id.
+  std::string HangUntilCaptured(const std::string& run, const std::vector<v1::RegisterResponse>& ranks) {
+    for (int step = 1; step <= 3; ++step) {
+      Advance(absl::Seconds(2));
+      for (const auto& a : ranks) EXPECT_TRUE(Beat(run, a, step).ok());
+    }
+    for (int i = 0; i < 400; ++i) {
+      Advance(absl::Seconds(2));
+      for (const auto& a : ranks) {
+        absl::StatusOr<v1::HeartbeatResponse> b = Beat(run, a, 3);
+        EXPECT_TRUE(b.ok()) << b.status();
+        if (b.ok() && !b->capture_id().empty()) return b->capture_id();
+      }
+    }
+    ADD_FAILURE() << "no capture was asked for";
+    return "";
+  }
+};
+
+TEST_F(StacksTest, AHangIsCapturedBeforeTheGenerationFailsAndTheVerdictNamesTheOddRank) {
+  std::string run = Submit(1, 2, /*max_restarts=*/1);
+  auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
+  std::string capture = HangUntilCaptured(run, ranks);
+  // Until the ranks answer, the generation lives: the processes the evidence comes from do too.
+  EXPECT_EQ(State(run), v1::RUNNING);
+  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+  EXPECT_EQ(State(run), v1::RUNNING);
+  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "load_batch")).ok());
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::RESTARTING);
+  EXPECT_EQ(r.reason().kind(), v1::Failure::HANG);
+  EXPECT_EQ(r.reason().rank(), 1);
+  ASSERT_EQ(r.reason().verdict().odd_ranks_size(), 1);
+  EXPECT_EQ(r.reason().verdict().odd_ranks(0), 1);
+  EXPECT_NE(r.reason().message().find("load_batch"), std::string::npos) << r.reason().message();
+  // A late answer is refused, naming the capture.
+  EXPECT_EQ(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "x")).status().code(), absl::StatusCode::kAborted);
+  // The capture is kept: in GetStacks and in the experiment directory.
+  coord_->AwaitFileWork();
+  v1::GetStacksRequest get;
+  get.set_run_id(run);
+  absl::StatusOr<v1::GetStacksResponse> kept = coord_->GetStacks(get);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_EQ(kept->captures_size(), 1);
+  EXPECT_EQ(kept->captures(0).capture_id(), capture);
+  EXPECT_FALSE(kept->captures(0).live());
+  EXPECT_EQ(kept->captures(0).ranks_size(), 2);
+  std::string verdict = testing::Slurp(JoinPath(r.exp_dir(), "hangs/gen-0/verdict.txt"));
+  EXPECT_NE(verdict.find("odd group: rank 1"), std::string::npos) << verdict;
+  EXPECT_NE(testing::Slurp(JoinPath(r.exp_dir(), "hangs/gen-0/rank-1.txt")).find("load_batch"), std::string::npos);
+}
+
+TEST_F(StacksTest, RanksThatDoNotAnswerAreNamedAtTheDeadline) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
+  std::string capture = HangUntilCaptured(run, ranks);
+  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+  Advance(coord_->CaptureWindow() + absl::Seconds(1));
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::FAILED);
+  EXPECT_EQ(r.reason().kind(), v1::Failure::HANG);
+  ASSERT_EQ(r.reason().verdict().missing_ranks_size(), 1);
+  EXPECT_EQ(r.reason().verdict().missing_ranks(0), 1);
+  EXPECT_NE(r.reason().message().find("No stacks from rank 1"), std::string::npos) << r.reason().message();
+}
+
+TEST_F(StacksTest, RanksThatDoNotCaptureFailAtOnceAsBefore) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2, /*captures=*/false);
+  for (int i = 0; i < 310; ++i) {
+    Advance(absl::Seconds(2));
+    for (const auto& a : ranks) {
+      absl::StatusOr<v1::HeartbeatResponse> b = Beat(run, a, 0);
+      if (b.ok()) EXPECT_EQ(b->capture_id(), "");
+    }
+  }
+  EXPECT_EQ(coord_->GetRun(run)->reason().kind(), v1::Failure::HANG);
+  EXPECT_FALSE(coord_->GetRun(run)->reason().has_verdict());
+}
+
+TEST_F(StacksTest, TheSameHangTwiceEndsTheRunHungRepeatedly) {
+  std::string run = Submit(1, 2, /*max_restarts=*/5);
+  for (int generation = 0; generation < 2; ++generation) {
+    auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
+    std::string capture = HangUntilCaptured(run, ranks);
+    ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+    ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "load_batch")).ok());
+  }
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::FAILED);
+  EXPECT_EQ(r.restarts(), 1);  // one restart, not the whole budget
+  EXPECT_EQ(r.reason().kind(), v1::Failure::HUNG_REPEATEDLY);
+  EXPECT_NE(r.reason().message().find("hung the way generation 0 did"), std::string::npos) << r.reason().message();
+}
+
+TEST_F(StacksTest, TheSameExceptionBeforeTheFirstStepTwiceEndsTheRun) {
+  std::string run = Submit(1, 2, /*max_restarts=*/5);
+  for (int generation = 0; generation < 2; ++generation) {
+    auto ranks = RegisterAll(run, 1, 2);
+    v1::ReportErrorRequest err;
+    err.set_run_id(run);
+    err.set_generation(generation);
+    err.set_rank(1);
+    err.set_message("No module named 'torch'");
+    err.set_exception_type("ModuleNotFoundError");
+    ASSERT_TRUE(coord_->ReportError(err).ok());
+  }
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::FAILED);
+  EXPECT_EQ(r.restarts(), 1);
+  EXPECT_TRUE(r.reason().fatal());
+  EXPECT_TRUE(r.reason().before_first_step());
+  EXPECT_NE(r.reason().message().find("ended generation 0 before its first step too"), std::string::npos)
+      << r.reason().message();
+}
+
+TEST_F(StacksTest, AnExceptionAfterTrainingIsRestartedAsBefore) {
+  std::string run = Submit(1, 2, /*max_restarts=*/5);
+  for (int generation = 0; generation < 2; ++generation) {
+    auto ranks = RegisterAll(run, 1, 2);
+    Advance(absl::Seconds(2));
+    for (const auto& a : ranks) ASSERT_TRUE(Beat(run, a, 5).ok());
+    v1::ReportErrorRequest err;
+    err.set_run_id(run);
+    err.set_generation(generation);
+    err.set_rank(1);
+    err.set_message("loss is nan");
+    err.set_exception_type("ValueError");
+    ASSERT_TRUE(coord_->ReportError(err).ok());
+  }
+  EXPECT_EQ(State(run), v1::RESTARTING);
+  EXPECT_FALSE(coord_->GetRun(run)->reason().fatal());
+}
+
+TEST_F(StacksTest, ALiveCaptureLeavesTheRunTrainingAndIsKept) {
+  std::string run = Submit(1, 2);
+  auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
+  Reply<v1::StackCapture> live;
+  v1::CaptureStacksRequest req;
+  req.set_run_id(run);
+  coord_->CaptureStacks(req, live.pending());
+  EXPECT_FALSE(live.arrived());
+  std::string capture = Beat(run, ranks[0], 1)->capture_id();
+  ASSERT_FALSE(capture.empty());
+  EXPECT_EQ(Beat(run, ranks[1], 1)->capture_id(), capture);
+  // An answer to a capture that does not exist is refused, naming it.
+  absl::StatusOr<v1::ReportStacksResponse> stray = coord_->ReportStacks(StacksOf(run, ranks[0], "cap-other", "f"));
+  EXPECT_EQ(stray.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(stray.status().message().find("cap-other"), std::string::npos);
+  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "train_step")).ok());
+  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "train_step")).ok());
+  ASSERT_TRUE(live.arrived());
+  ASSERT_TRUE(live.value.ok()) << live.value.status();
+  EXPECT_TRUE(live.value->live());
+  EXPECT_EQ(live.value->ranks_size(), 2);
+  EXPECT_EQ(live.value->verdict().groups_size(), 1);
+  EXPECT_EQ(State(run), v1::RUNNING);
+  EXPECT_EQ(Beat(run, ranks[0], 2)->capture_id(), "");  // answered: not asked again
+  // An ended run has nothing to capture; asking says where its captures are.
+  ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
+  Reply<v1::StackCapture> ended;
+  coord_->CaptureStacks(req, ended.pending());
+  ASSERT_TRUE(ended.arrived());
+  EXPECT_EQ(ended.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(ended.value.status().message().find("GetStacks"), std::string::npos);
+  v1::GetStacksRequest get;
+  get.set_run_id(run);
+  EXPECT_EQ(coord_->GetStacks(get)->captures_size(), 1);
+  get.set_generation(7);
+  EXPECT_EQ(coord_->GetStacks(get)->captures_size(), 0);
+  get.set_generation(-1);
+  EXPECT_EQ(coord_->GetStacks(get).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StacksTest, AnIdleRankIsAHangOnceTheIdleTimeoutPasses) {
+  v1::RunSpec spec = testing::MakeSpec("idle", save_dir_, 1, 2);
+  spec.add_exec_command("python3");
+  spec.set_idle_timeout_ms(60'000);
+  auto submitted = coord_->SubmitRun(spec);
+  ASSERT_TRUE(submitted.ok());
+  std::string run = submitted->run_id();
+  auto ranks = RegisterAll(run, 1, 2);
+  auto idle_beat = [&](const v1::RegisterResponse& a, absl::Duration idle) {
+    v1::HeartbeatRequest req;
+    req.set_run_id(run);
+    req.set_rank(a.rank());
+    req.set_generation(a.generation());
+    req.set_incarnation("n1-" + std::to_string(a.local_rank()));
+    req.set_idle_ms(absl::ToInt64Milliseconds(idle));
+    return coord_->Heartbeat(req);
+  };
+  for (int s = 2; s <= 58; s += 2) {
+    Advance(absl::Seconds(2));
+    ASSERT_TRUE(idle_beat(ranks[0], absl::ZeroDuration()).ok());
+    ASSERT_TRUE(idle_beat(ranks[1], absl::Seconds(s)).ok());
+  }
+  EXPECT_EQ(State(run), v1::RUNNING);
+  for (int s = 60; s <= 64; s += 2) {
+    Advance(absl::Seconds(2));
+    (void)idle_beat(ranks[0], absl::ZeroDuration());
+    (void)idle_beat(ranks[1], absl::Seconds(s));
+  }
+  v1::Run r = *coord_->GetRun(run);
+  EXPECT_EQ(r.state(), v1::FAILED);
+  EXPECT_EQ(r.reason().kind(), v1::Failure::HANG);
+  EXPECT_NE(r.reason().message().find("rank 1: no output, no CPU"), std::string::npos) << r.reason().message();
+  // The run's own limit is checked.
+  spec.set_experiment_name("idle-bad");
+  spec.set_idle_timeout_ms(-1);
+  EXPECT_EQ(coord_->SubmitRun(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ TEST(TokenCache, AlpacaTokenizesInSecondsAndRoundTrips) {
   testing::TempDir tmp;
   auto tok = Gpt2Tokenizer::Load(JoinPath(testing::DataDir(), "gpt2"));
   ASSERT_TRUE(tok.ok());
-  std::string dataset = JoinPath(testing::DataDir(), "alpaca_5000.json");
+  std::string dataset = JoinPath(testing::DataDir(), "alpaca_sample.json");
   auto name = TokenCacheName(dataset, (*tok)->fingerprint());
   ASSERT_TRUE(name.ok());
   std::string path = JoinPath(tmp.path(), *name);

@@ -47,7 +47,7 @@ class DtctlTest : public ::testing::Test {
   std::vector<std::string> TrainerArgs(int steps, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"--",
                                   "--dataset",
-                                  JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                  JoinPath(testing::DataDir(), "alpaca_sample.json"),
                                   "--tokenizer-dir",
                                   JoinPath(testing::DataDir(), "gpt2"),
                                   "--model",
@@ -203,7 +203,7 @@ TEST_F(DtctlTest, PreflightCatchesWhatWouldFailInTheQueue) {
       Dtctl(args({"--", "--dataset", "/nope/data.json", "--tokenizer-dir", JoinPath(testing::DataDir(), "gpt2")}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("/nope/data.json"), std::string::npos) << r.output;
-  r = Dtctl(args({"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir", "/nope"}));
+  r = Dtctl(args({"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_sample.json"), "--tokenizer-dir", "/nope"}));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("encoder.json"), std::string::npos) << r.output;
   std::vector<std::string> good = TrainerArgs(1);

@@ -13,6 +13,7 @@
 #include "client/dtrun/worker_env.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/utf8.h"
 #include "tests/test_util.h"
 
 namespace dt::run {
@@ -100,10 +101,18 @@ TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume)
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
 }
 
+// The child's error file, written where dtrun would find it.
+std::string ErrorFile(const testing::TempDir& tmp, const std::string& contents) {
+  std::string path = JoinPath(tmp.path(), "error.json");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+  return path;
+}
+
 TEST(ChildFailure, TorchRecordErrorFileGivesTypeMessageAndTraceback) {
+  testing::TempDir tmp;
   std::string file = R"({"message": {"message": "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
       "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 9, in main\n    step()\nRuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "timestamp": "1700000000"}}})";
-  ChildFailure f = DescribeChildFailure(file, "unrelated output\n", "pid 7 exited with code 1");
+  ChildFailure f = DescribeChildFailure(ErrorFile(tmp, file), "unrelated output\n", "pid 7 exited with code 1");
   EXPECT_EQ(f.exception_type, "RuntimeError");
   EXPECT_EQ(f.message, "CUDA out of memory. Tried to allocate 2.00 GiB (pid 7 exited with code 1)");
   EXPECT_NE(f.stack.find("File \"train.py\", line 9"), std::string::npos) << f.stack;
@@ -120,8 +129,9 @@ TEST(ChildFailure, WithoutAnErrorFileTheTracebacksLastLineNamesTheException) {
 }
 
 TEST(ChildFailure, ACrashWithoutATracebackIsTheExitWithTheLastLines) {
-  ChildFailure f =
-      DescribeChildFailure("not json", "loading\nSegmentation fault\n", "pid 3 killed by signal 11 (SIGSEGV)");
+  testing::TempDir tmp;
+  ChildFailure f = DescribeChildFailure(ErrorFile(tmp, "not json"), "loading\nSegmentation fault\n",
+                                        "pid 3 killed by signal 11 (SIGSEGV)");
   EXPECT_EQ(f.exception_type, "");
   EXPECT_EQ(f.message, "pid 3 killed by signal 11 (SIGSEGV)");
   EXPECT_EQ(f.stack, "loading\nSegmentation fault");
@@ -136,6 +146,70 @@ TEST(ChildFailure, LastLinesKeepsWholeLinesWithinTheBudget) {
   std::string one_long_line(100, 'x');
   EXPECT_EQ(LastLines(one_long_line, 3, 10).size(), 10u);
   EXPECT_EQ(LastLines("", 3, 10), "");
+}
+
+// A message of any length: parsed in one pass (a backtracking regex on a 30,000-character line
+// overflowed dtrun's stack), reported with its head and tail, the exception's type kept.
+TEST(ChildFailure, AHugeMessageKeepsItsTypeHeadAndTail) {
+  testing::TempDir tmp;
+  for (size_t size : {size_t{30'000}, size_t{1} << 20, size_t{100} << 20}) {
+    std::string message = "ValueError: START" + std::string(size, 'x') + "END";
+    std::string json = "{\"message\": {\"message\": \"" + message + "\", \"extraInfo\": {\"py_callstack\": \"" +
+                       "Traceback (most recent call last):\\n  File \\\"t.py\\\", line 1\\n" + message + "\"}}}";
+    absl::Time start = absl::Now();
+    ChildFailure f = DescribeChildFailure(ErrorFile(tmp, json), "", "pid 4 exited with code 1");
+    EXPECT_EQ(f.exception_type, "ValueError") << size;
+    EXPECT_EQ(f.message.rfind("START", 0), 0u) << size;
+    EXPECT_NE(f.message.find("END (pid 4 exited with code 1)"), std::string::npos) << size;
+    EXPECT_NE(f.message.find("bytes cut"), std::string::npos) << size;
+    EXPECT_LT(f.message.size(), 8u << 10) << size;
+    EXPECT_LT(f.stack.size(), 20u << 10) << size;
+    EXPECT_NE(f.stack.find("END"), std::string::npos) << size;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << size;  // one pass, not a backtracking crawl
+  }
+  // The same line without an error file: the output's last line.
+  std::string line = "Traceback (most recent call last):\nKeyError: " + std::string(30'000, 'k') + "\n";
+  ChildFailure f = DescribeChildFailure("", line, "pid 5 exited with code 1");
+  EXPECT_EQ(f.exception_type, "KeyError");
+  EXPECT_LT(f.message.size(), 8u << 10);
+  std::string k;
+  EXPECT_TRUE(SplitException("KeyError: " + std::string(1'000'000, 'k'), &k, &line));
+  EXPECT_EQ(k, "KeyError");
+  EXPECT_FALSE(SplitException(std::string(1'000'000, 'a') + "Error:x", &k, &line));  // no ": "
+}
+
+// Bytes that are not UTF-8, in the error file or the output: replaced, so the coordinator (whose
+// protobuf strings must be UTF-8) takes the report.
+TEST(ChildFailure, InvalidUtf8IsReplacedEverywhere) {
+  testing::TempDir tmp;
+  std::string bad = "caf\xC3 \xFF\xFE na\xEF\xBF";
+  ChildFailure f = DescribeChildFailure(ErrorFile(tmp, "{\"message\": \"ValueError: " + bad + "\"}"), "",
+                                        "pid 6 exited with code 1");
+  EXPECT_EQ(f.exception_type, "ValueError");
+  EXPECT_TRUE(IsValidUtf8(f.message)) << f.message;
+  EXPECT_NE(f.message.find("caf"), std::string::npos);
+  // Python's json.dump of text decoded with surrogateescape: a lone surrogate's escape.
+  f = DescribeChildFailure(ErrorFile(tmp, R"({"message": "OSError: bad name caf\udcc3\udca9 \\udcff"})"), "",
+                           "pid 6 exited with code 1");
+  EXPECT_EQ(f.exception_type, "OSError");
+  EXPECT_NE(f.message.find("bad name caf"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("\\udcff"), std::string::npos) << f.message;  // an escaped backslash stays text
+  f = DescribeChildFailure("", "Traceback (most recent call last):\n  File \"x\xFF.py\"\nValueError: \xFE" + bad + "\n",
+                           "pid 6 exited with code 1");
+  EXPECT_EQ(f.exception_type, "ValueError");
+  EXPECT_TRUE(IsValidUtf8(f.message)) << f.message;
+  EXPECT_TRUE(IsValidUtf8(f.stack)) << f.stack;
+}
+
+TEST(HeadAndTailUtf8, KeepsBothEndsAtCharacterBoundaries) {
+  EXPECT_EQ(HeadAndTailUtf8("short", 100), "short");
+  std::string text = "αβγ" + std::string(1000, 'x') + "ωψχ";
+  std::string kept = HeadAndTailUtf8(text, 40);
+  EXPECT_TRUE(IsValidUtf8(kept)) << kept;
+  EXPECT_EQ(kept.rfind("αβγ", 0), 0u);
+  EXPECT_EQ(kept.substr(kept.size() - 6), "ωψχ");
+  EXPECT_NE(kept.find("bytes cut"), std::string::npos);
+  for (size_t max = 1; max < 20; ++max) EXPECT_TRUE(IsValidUtf8(HeadAndTailUtf8("€€€€€€€€€€€€€€€€", max))) << max;
 }
 
 // A LibTorch program's checkpoint writer commits what it saved: plain files with size and SHA-256.

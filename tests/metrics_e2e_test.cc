@@ -43,7 +43,7 @@ class MetricsE2ETest : public ::testing::Test {
     v1::RunSpec spec = testing::MakeSpec(name, save_dir_, nodes, procs, max_restarts);
     spec.set_log_strategy(strategy);
     spec.mutable_wandb()->set_project("dt-tests");
-    for (const char* a : {"--model", "tiny", "--dataset", "alpaca_5000.json"}) spec.add_trainer_args(a);
+    for (const char* a : {"--model", "tiny", "--dataset", "alpaca_sample.json"}) spec.add_trainer_args(a);
     return coord_->Submit(spec);
   }
 
@@ -106,7 +106,7 @@ TEST_F(MetricsE2ETest, EachLogStrategyCreatesItsRunsWithEveryStepOnce) {
   EXPECT_EQ(m["config"]["world_size"]["value"], 2);
   EXPECT_TRUE(m["config"].contains("_wandb"));
   std::set<std::string> tags(m["tags"].begin(), m["tags"].end());
-  EXPECT_TRUE(tags.count("tiny") && tags.count("alpaca_5000.json")) << m["tags"];
+  EXPECT_TRUE(tags.count("tiny") && tags.count("alpaca_sample.json")) << m["tags"];
   // Train and eval metrics of step 3 share one history row.
   nlohmann::json row3 = nlohmann::json::parse(m["history"][2].get<std::string>());
   EXPECT_TRUE(row3.contains("loss") && row3.contains("eval_loss")) << row3;

@@ -12,10 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/fs.h"
+#include "common/process_tree.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 #include "tests/wandb_test_server.h"
@@ -76,10 +79,24 @@ class SlurmTest : public ::testing::Test {
                                      "--max-restarts",
                                      std::to_string(max_restarts)};
     args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_5000.json"), "--tokenizer-dir",
+    args.insert(args.end(), {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_sample.json"), "--tokenizer-dir",
                              JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64", "--batch-size",
                              "2", "--max-steps", std::to_string(steps), "--log-freq", "1", "--eval-split", "0"});
     args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult r = Dtctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return Json(r).value("run_id", "");
+  }
+
+  // dtctl submit --scheduler slurm, 2 nodes × 1, `flags`, --exec -- `command` → run id.
+  std::string SubmitExec(const std::string& name, std::vector<std::string> flags,
+                         const std::vector<std::string>& command) {
+    std::vector<std::string> args = {"submit", "-o",         "json",    "--scheduler", "slurm", "--name",
+                                     name,     "--save-dir", save_dir_, "--nodes",     "2",     "--nproc-per-node",
+                                     "1"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--exec", "--"});
+    args.insert(args.end(), command.begin(), command.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return Json(r).value("run_id", "");
@@ -586,6 +603,75 @@ TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {
       },
       absl::Seconds(30)));
   EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);  // harmless the second time
+}
+
+// A hang on two nodes: rank 1 (on n2) sleeps in load_batch while rank 0 (on n1) waits in the
+// all_reduce. Both dtruns capture their rank in parallel before the group is stopped; the verdict
+// names load_batch with its file and line for rank 1 and the all_reduce for rank 0.
+TEST_F(SlurmTest, AHungScriptOnTwoNodesIsCapturedBeforeItsGroupIsStopped) {
+  std::string script = JoinPath(DT_SOURCE_DIR, "tests/python/hang_in_load_batch.py");
+  std::string run = SubmitExec("slurm-hang", {"--idle-timeout", "3s"}, {"/usr/bin/python3", script});
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_NE(watch.exit_code, 0);
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  ASSERT_EQ(s["state"], "FAILED") << s.dump(2);
+  ASSERT_EQ(s["reason"]["kind"], "HANG") << s["reason"].dump(2);
+  const nlohmann::json& verdict = s["reason"]["verdict"];
+  EXPECT_EQ(verdict["odd_ranks"], nlohmann::json::array({1})) << verdict.dump(2);
+  bool load_batch = false, all_reduce = false;
+  for (const auto& g : verdict["groups"]) {
+    const nlohmann::json& top = g["frames"][0];
+    if (g.value("odd", false)) {
+      load_batch = top.value("function", "") == "load_batch" &&
+                   absl::EndsWith(top.value("file", ""), "hang_in_load_batch.py") && top.value("line", 0) > 0;
+    } else {
+      for (const auto& f : g["frames"]) all_reduce = all_reduce || f.value("function", "") == "all_reduce";
+    }
+  }
+  EXPECT_TRUE(load_batch) << verdict.dump(2);
+  EXPECT_TRUE(all_reduce) << verdict.dump(2);
+  nlohmann::json captures = Json(Dtctl({"stacks", run, "-o", "json"}));
+  ASSERT_EQ(captures.size(), 1u);
+  ASSERT_EQ(captures[0]["ranks"].size(), 2u);
+  EXPECT_EQ(captures[0]["ranks"][0]["node"], "n1");
+  EXPECT_EQ(captures[0]["ranks"][1]["node"], "n2");
+  EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerOfRun(run)).empty(); }, absl::Seconds(30)));
+}
+
+// kill -9 of one node's dtrun on Slurm: its rank's whole tree (a wrapper shell, the program, a
+// grandchild that ignores SIGTERM) ends within dtrun's grace, the next generation runs inside the
+// allocation, and a cancel leaves no process of the run on any node.
+TEST_F(SlurmTest, KillingANodesDtrunLeavesNothingOfItsGeneration) {
+  std::string out = JoinPath(tmp_.path(), "writes.txt");
+  std::string wrapper = absl::StrCat("(trap '' TERM; exec sleep 600) & /usr/bin/python3 ",
+                                     JoinPath(DT_SOURCE_DIR, "tests/python/writer.py"), " ", out, "; wait");
+  std::string run =
+      SubmitExec("slurm-tree", {"--max-restarts", "1", "--idle-timeout", "0"}, {"/bin/bash", "-c", wrapper});
+  // Lines writer.py wrote in `generation` ("<generation> <time> <pid>").
+  auto writes_of = [&](const std::string& generation) {
+    int n = 0;
+    for (absl::string_view line : absl::StrSplit(testing::Slurp(out), '\n')) {
+      n += absl::StartsWith(line, generation + " ") ? 1 : 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return writes_of("0") >= 10; }, absl::Minutes(2)));
+  // n2's dtrun: the parent of rank 1's dtslot.
+  pid_t dtrun = 0;
+  for (pid_t p : ProcessesWithMarker(MarkerIn({SlotMarker(run, 0, "rank-1")}))) {
+    std::optional<ProcessInfo> info = ReadProcess(p);
+    if (info && info->comm == "dtslot") dtrun = info->ppid;
+  }
+  ASSERT_NE(dtrun, 0);
+  ASSERT_EQ(ReadProcess(dtrun)->comm, "dtrun");
+  ASSERT_EQ(::kill(dtrun, SIGKILL), 0);
+  EXPECT_TRUE(
+      testing::WaitFor([&] { return ProcessesWithMarker(MarkerBeforeGeneration(run, 1)).empty(); }, absl::Seconds(20)))
+      << "generation 0 outlived its dtrun by more than the grace";
+  ASSERT_TRUE(testing::WaitFor([&] { return writes_of("1") >= 5; }, absl::Minutes(2)));
+  ASSERT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+  EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerOfRun(run)).empty(); }, absl::Seconds(30)))
+      << "a process of the run survived the cancel";
 }
 
 }  // namespace

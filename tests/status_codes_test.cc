@@ -67,7 +67,10 @@ struct Env {
     o.local_slot = slot;
     o.host = "host";
     o.pid = 100 + slot;
-    return std::make_unique<Agent>(run_client, o);
+    auto agent = std::make_unique<Agent>(run_client, o);
+    // Registered as capturing stacks; the tests answer captures themselves (no heartbeats here).
+    agent->SetStackCapturer([] { return v1::RankStacks(); });
+    return agent;
   }
 
   // Both ranks of `run`, registered; ranks[r] holds rank r.
@@ -1038,8 +1041,112 @@ void StoreRpcs(std::vector<Case>& t) {
   RunScoped(t, s, [](Env&, CoordinatorClient& c, const std::string& run) { return Session(c, Scope(run)); });
 }
 
+v1::ReportStacksRequest StacksReq(const Env& e, int rank, const std::string& incarnation, const std::string& capture) {
+  v1::ReportStacksRequest r = RankReq<v1::ReportStacksRequest>(e, rank);
+  r.set_incarnation(incarnation);
+  r.set_capture_id(capture);
+  return r;
+}
+
+// A live capture of `run` waiting on another thread (joined by the Env); the id its heartbeat
+// reply names.
+std::string StartLiveCapture(Env& e) {
+  e.background.emplace_back([&e] {
+    v1::CaptureStacksRequest r;
+    r.set_run_id(e.run.run_id());
+    (void)Raw(*e.run_client, &v1::StacksService::Stub::CaptureStacks, e.run_client->stacks(), r);
+  });
+  std::string id;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        absl::StatusOr<v1::HeartbeatResponse> b = Call(*e.run_client, &v1::RendezvousService::Stub::Heartbeat,
+                                                       e.run_client->rendezvous(), BeatReq(e, 0), absl::Seconds(5));
+        if (b.ok()) id = b->capture_id();
+        return !id.empty();
+      },
+      absl::Seconds(10)));
+  return id;
+}
+
+void StacksRpcs(std::vector<Case>& t) {
+  const std::string report = "StacksService.ReportStacks";
+  auto send = [](CoordinatorClient& c, const v1::ReportStacksRequest& r) {
+    return Raw(c, &v1::StacksService::Stub::ReportStacks, c.stacks(), r);
+  };
+  t.push_back({report, Code::OK, [send](Env& e) {
+                 e.Register();
+                 std::string id = StartLiveCapture(e);
+                 return send(*e.run_client, StacksReq(e, 0, e.ranks[0]->incarnation(), id));
+               }});
+  t.push_back({report, Code::INVALID_ARGUMENT, [send](Env& e) {
+                 e.Register();
+                 return send(*e.run_client, StacksReq(e, 0, e.ranks[0]->incarnation(), ""));
+               }});
+  t.push_back({report, Code::ABORTED, [send](Env& e) {
+                 e.Register();
+                 return send(*e.run_client, StacksReq(e, 0, "an-older-process", "cap-none"));
+               }});
+  t.push_back({report, Code::FAILED_PRECONDITION, [send](Env& e) {
+                 std::unique_ptr<Agent> one = e.MakeAgent(0);
+                 std::thread waiting([&] { (void)one->Register(absl::Seconds(10)); });
+                 e.AwaitWaiting(1);
+                 Code c = send(*e.run_client, StacksReq(e, 0, "whoever", "cap-none"));
+                 e.Cancel();
+                 waiting.join();
+                 return c;
+               }});
+  RunScoped(t, report, [send](Env& e, CoordinatorClient& c, const std::string& run) {
+    e.Register();
+    v1::ReportStacksRequest r = StacksReq(e, 0, e.ranks[0]->incarnation(), "cap-none");
+    r.set_run_id(run);
+    return send(c, r);
+  });
+
+  const std::string capture = "StacksService.CaptureStacks";
+  auto live = [](CoordinatorClient& c, const std::string& run) {
+    v1::CaptureStacksRequest r;
+    r.set_run_id(run);
+    return Raw(c, &v1::StacksService::Stub::CaptureStacks, c.stacks(), r);
+  };
+  t.push_back({capture, Code::OK, [live](Env& e) {
+                 e.Register();
+                 return e.WhileWaiting(
+                     [&] { return live(*e.run_client, e.run.run_id()); },
+                     [&] {
+                       for (int rank = 0; rank < 2; ++rank) {
+                         v1::HeartbeatRequest b = BeatReq(e, rank);
+                         absl::StatusOr<v1::HeartbeatResponse> got =
+                             Call(*e.run_client, &v1::RendezvousService::Stub::Heartbeat, e.run_client->rendezvous(), b,
+                                  absl::Seconds(5));
+                         ASSERT_TRUE(got.ok());
+                         (void)Raw(*e.run_client, &v1::StacksService::Stub::ReportStacks, e.run_client->stacks(),
+                                   StacksReq(e, rank, e.ranks[rank]->incarnation(), got->capture_id()));
+                       }
+                     });
+               }});
+  t.push_back({capture, Code::INVALID_ARGUMENT, [live](Env& e) { return live(*e.admin, kMalformedRun); }});
+  t.push_back({capture, Code::FAILED_PRECONDITION, [live](Env& e) { return live(*e.run_client, e.run.run_id()); }});
+  t.push_back({capture, Code::UNAVAILABLE, [live](Env& e) {
+                 e.Register();
+                 return e.WhileWaiting([&] { return live(*e.run_client, e.run.run_id()); }, [&] { e.Shutdown(); });
+               }});
+  RunScoped(t, capture, [live](Env&, CoordinatorClient& c, const std::string& run) { return live(c, run); });
+
+  const std::string get = "StacksService.GetStacks";
+  auto stored = [](CoordinatorClient& c, const std::string& run, int64_t generation) {
+    v1::GetStacksRequest r;
+    r.set_run_id(run);
+    r.set_generation(generation);
+    return Raw(c, &v1::StacksService::Stub::GetStacks, c.stacks(), r);
+  };
+  t.push_back({get, Code::OK, [stored](Env& e) { return stored(*e.run_client, e.run.run_id(), 0); }});
+  t.push_back({get, Code::INVALID_ARGUMENT, [stored](Env& e) { return stored(*e.run_client, e.run.run_id(), -1); }});
+  RunScoped(t, get, [stored](Env&, CoordinatorClient& c, const std::string& run) { return stored(c, run, 0); });
+}
+
 std::vector<Case> Table() {
   std::vector<Case> t;
+  StacksRpcs(t);
   RunRpcs(t);
   RendezvousRpcs(t);
   BarrierRpcs(t);
@@ -1082,7 +1189,7 @@ std::set<std::pair<std::string, std::string>> DocumentedCodes() {
   static const std::regex service_line("^service (\\w+)");
   static const std::regex rpc_line("^rpc (\\w+)\\(");
   std::set<std::pair<std::string, std::string>> out;
-  for (const char* file : {"runs", "rendezvous", "barrier", "checkpoint", "experiment", "metrics", "store"}) {
+  for (const char* file : {"runs", "rendezvous", "barrier", "checkpoint", "experiment", "metrics", "store", "stacks"}) {
     std::ifstream in(JoinPath(DT_SOURCE_DIR, absl::StrCat("proto/dt/v1/", file, ".proto")));
     std::string service, line;
     std::vector<std::string> comment;

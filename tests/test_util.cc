@@ -47,11 +47,7 @@ std::string TempDir::Sub(const std::string& name) const {
 
 std::string BinaryPath(const std::string& name) { return JoinPath(DT_BINARY_DIR, name); }
 
-std::string DataDir() {
-  const char* env = std::getenv("DT_DATA_DIR");
-  if (env != nullptr && *env != '\0') return env;
-  return JoinPath(DT_SOURCE_DIR, "../shared/data");
-}
+std::string DataDir() { return JoinPath(DT_SOURCE_DIR, "data"); }
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -210,7 +206,7 @@ std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess&
     for (int i = 0; i < procs; ++i) {
       std::vector<std::string> argv = {BinaryPath("dttrainer"),
                                        "--dataset",
-                                       JoinPath(DataDir(), "alpaca_5000.json"),
+                                       JoinPath(DataDir(), "alpaca_sample.json"),
                                        "--tokenizer-dir",
                                        JoinPath(DataDir(), "gpt2"),
                                        "--model",

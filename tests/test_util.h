@@ -43,7 +43,8 @@ using dt::Subprocess;
 
 // Path of a binary built by this project (build/bin/<name>).
 std::string BinaryPath(const std::string& name);
-// The shared data directory (../shared/data relative to the source tree), or DT_DATA_DIR.
+// The tree's data/ (tokenizer files, Alpaca and Shakespeare samples; see data/README.md). Tests
+// read nothing outside the clone.
 std::string DataDir();
 
 // Reads a file; "" if it is missing.
@@ -145,7 +146,7 @@ class CoordinatorProcess {
 };
 
 // Starts nodes × procs dttrainer processes of a run (nodes named n1..nN), output to
-// <log_dir>/<run>-rank<i>.log, with the tiny model on the shared Alpaca data plus `args`.
+// <log_dir>/<run>-rank<i>.log, with the tiny model on the tree's Alpaca sample plus `args`.
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
                                                        const v1::SubmitRunResponse& run, int nodes, int procs,
                                                        const std::vector<std::string>& args,

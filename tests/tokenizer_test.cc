@@ -51,7 +51,7 @@ TEST_F(TokenizerTest, MatchesTheReferenceOnMixedText) {
 }
 
 TEST_F(TokenizerTest, MatchesTheReferenceOnRenderedAlpacaRecords) {
-  nlohmann::json records = nlohmann::json::parse(testing::Slurp(JoinPath(testing::DataDir(), "alpaca_5000.json")));
+  nlohmann::json records = nlohmann::json::parse(testing::Slurp(JoinPath(testing::DataDir(), "alpaca_sample.json")));
   for (const auto& c : golden_["alpaca_records"]) {
     const auto& r = records[c["record"].get<int>()];
     std::string text = RenderAlpaca(r["instruction"], r.value("input", ""), r["output"]);

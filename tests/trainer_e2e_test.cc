@@ -365,7 +365,7 @@ TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
   };
   std::vector<std::string> base = {"--coordinator", coord_.address(),
                                    "--run",         "r-0000000000000000",
-                                   "--dataset",     JoinPath(testing::DataDir(), "alpaca_5000.json"),
+                                   "--dataset",     JoinPath(testing::DataDir(), "alpaca_sample.json"),
                                    "--max-steps",   "1"};
   std::map<std::string, std::string> token = {{"DT_TOKEN", coord_.admin_token()}};
   struct Case {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A strict local Weights & Biases server for dt's tests (no network needed).
 
-It speaks the part of the W&B wire protocol the SDK uses (../shared/docs/wandb-protocol.md):
+It speaks the part of the W&B wire protocol the SDK uses (docs/wandb-protocol.md):
 Basic auth, the RunResumeStatus query, the UpsertBucket mutation, and file_stream posts with line
 offsets. Every deviation from the protocol is recorded as an error; tests fail on any. It records
 everything it accepted, and can inject faults (429, 5xx, dropped connections) into file_stream.

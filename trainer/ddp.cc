@@ -1,5 +1,7 @@
 #include "trainer/ddp.h"
 
+#include "common/collective_ring.h"
+
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -74,7 +76,9 @@ void DistributedDataParallel::BroadcastParameters() {
   for (auto& p : parameters_) flat_parts.push_back(p.detach().reshape({-1}));
   torch::Tensor flat = torch::cat(flat_parts);
   std::vector<torch::Tensor> tensors = {flat};
+  uint64_t sequence = CollectiveRing::Process().Begin("broadcast", flat.numel() * flat.element_size());
   group_->broadcast(tensors)->wait();
+  CollectiveRing::Process().End(sequence);
   int64_t offset = 0;
   for (auto& p : parameters_) {
     p.detach().copy_(flat.narrow(0, offset, p.numel()).view_as(p));
@@ -113,6 +117,7 @@ void DistributedDataParallel::LaunchReady() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& b = buckets_[next_to_launch_++];
     std::vector<torch::Tensor> tensors = {b.flat};
+    b.sequence = CollectiveRing::Process().Begin("all-reduce", b.flat.numel() * b.flat.element_size());
     b.work = group_->allreduce(tensors);
   }
 }
@@ -133,6 +138,7 @@ void DistributedDataParallel::Finish() {
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
     b.work->wait();
+    CollectiveRing::Process().End(b.sequence);
     b.flat.mul_(scale);
     for (size_t k = 0; k < b.params.size(); ++k) {
       torch::Tensor& p = parameters_[b.params[k]];

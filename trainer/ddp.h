@@ -38,6 +38,7 @@ class DistributedDataParallel {
     torch::Tensor flat;
     size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
+    uint64_t sequence = 0;  // its all-reduce in the process's CollectiveRing
   };
   void OnGradReady(size_t param);
   void LaunchReady();

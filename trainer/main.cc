@@ -1,5 +1,6 @@
 // dttrainer: one training process per device. See `dttrainer --help`.
 #include <malloc.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -298,6 +299,9 @@ int main(int argc, char** argv) {
   // error this rank reports, or survives until srun's SIGTERM makes it a victim; by default the
   // signal would kill it silently, leaving the run without its root cause.
   std::signal(SIGPIPE, SIG_IGN);
+  // A hang's evidence: this process's own stack capture tool (eu-stack, its child) may attach to it
+  // under Yama's ptrace_scope 1, where only ancestors may by default. (Without Yama: EINVAL.)
+  ::prctl(PR_SET_PTRACER, ::getpid(), 0, 0, 0);
   // absl's lock-order checking costs a graph update per lock; the tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   dt::SetLogProgram("dttrainer");

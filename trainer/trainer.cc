@@ -20,6 +20,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -29,9 +30,11 @@
 #include "client/join_run.h"
 #include "client/metrics_reporter.h"
 #include "common/blas_core.h"
+#include "common/collective_ring.h"
 #include "common/env.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/stack_capture.h"
 #include "common/stop_signals.h"
 #include "common/version.h"
 #include "trainer/checkpoint_io.h"
@@ -90,6 +93,36 @@ auto Collective(const char* what, F fn) -> decltype(fn()) {
   } catch (const std::exception& e) {
     throw CollectiveError(absl::StrCat(what, ": ", e.what()));
   }
+}
+
+// Issues a collective (`issue` returns its Work) and waits for it, recorded in the process's
+// CollectiveRing so a hang's verdict can say who waits in which collective.
+template <typename F>
+void RecordedWait(const char* op, int64_t bytes, F issue) {
+  uint64_t sequence = CollectiveRing::Process().Begin(op, bytes);
+  issue()->wait();
+  CollectiveRing::Process().End(sequence);
+}
+
+// For the tests of hang capture: DT_TEST_HANG_AT_STEP=S and DT_TEST_HANG_RANK=R make rank R block
+// at the start of step S, inside this frame, until it is killed (the other ranks then wait for it
+// in the step's gradient all-reduce). Kept out of line so the frame shows in its stack.
+struct HangForTests {
+  int64_t step = -1;
+  int rank = -1;
+};
+HangForTests HangForTestsFromEnvironment() {
+  HangForTests h;
+  const char* step = std::getenv("DT_TEST_HANG_AT_STEP");
+  const char* rank = std::getenv("DT_TEST_HANG_RANK");
+  if (step != nullptr && rank != nullptr && absl::SimpleAtoi(step, &h.step) && absl::SimpleAtoi(rank, &h.rank)) {
+    return h;
+  }
+  return {};
+}
+[[gnu::noinline]] void HangInsideStepForTests(int64_t step) {
+  DT_LOG(Warning) << "DT_TEST_HANG_AT_STEP: blocking at the start of step " << step << " (a test's hang)";
+  while (true) absl::SleepFor(absl::Hours(1));
 }
 
 // Throws (for RunTrainer to report) when `s` is an error.
@@ -361,6 +394,7 @@ class Trainer {
   // checkpoints.
   void TrainStep() {
     const int64_t step = state_.step + 1;
+    if (step == hang_for_tests_.step && rank_ == hang_for_tests_.rank) HangInsideStepForTests(step);
     const int seq_len = cfg_.seq_len;
     absl::Time step_start = absl::Now();
     absl::Duration data_time;
@@ -437,7 +471,7 @@ class Trainer {
   double AllReduceMean(double value) {
     return Collective("all-reduce of metrics", [&] {
       std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device_)};
-      group_->allreduce(t)->wait();
+      RecordedWait("all-reduce", 8, [&] { return group_->allreduce(t); });
       return t[0].item<double>() / world_;
     });
   }
@@ -460,7 +494,7 @@ class Trainer {
     model_->train();
     return Collective("all-reduce of eval loss", [&] {
       std::vector<torch::Tensor> t = {torch::tensor({sum, count}, torch::kDouble).to(device_)};
-      group_->allreduce(t)->wait();
+      RecordedWait("all-reduce", 16, [&] { return group_->allreduce(t); });
       return t[0][1].item<double>() > 0 ? t[0][0].item<double>() / t[0][1].item<double>() : 0.0;
     });
   }
@@ -514,7 +548,7 @@ class Trainer {
       std::vector<torch::Tensor> t = {torch::tensor({PreemptionRequested() ? 1.0f : 0.0f}).to(device_)};
       c10d::AllreduceOptions max;
       max.reduceOp = c10d::ReduceOp::MAX;
-      group_->allreduce(t, max)->wait();
+      RecordedWait("all-reduce", 4, [&] { return group_->allreduce(t, max); });
       return t[0].item<float>() > 0;
     });
   }
@@ -583,6 +617,7 @@ class Trainer {
   std::unique_ptr<CheckpointRounds> rounds_;
   int64_t checkpoint_started_ = 0;  // the step of the last round started
   int64_t last_checkpoint_ = 0;     // the step of the last round committed
+  const HangForTests hang_for_tests_ = HangForTestsFromEnvironment();
   double last_loss_ = std::nan("");
   double best_eval_ = std::numeric_limits<double>::infinity();
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it
@@ -701,6 +736,16 @@ int RunTrainer(const TrainerConfig& cfg) {
   }
 
   Agent agent(*client, AgentIdentity(cfg, run_id));
+  // A capture the coordinator asks for (a hang, or dtctl stacks): this process's threads, native
+  // frames from eu-stack, and the collectives it issued.
+  agent.SetStackCapturer([] {
+    v1::RankStacks out;
+    for (v1::ProcessStacks& p : CaptureProcessStacks({::getpid()}, StackCaptureOptions())) {
+      *out.add_processes() = std::move(p);
+    }
+    for (v1::CollectiveRecord& c : CollectiveRing::Process().Snapshot()) *out.add_collectives() = std::move(c);
+    return out;
+  });
   std::atomic<int64_t> step{0};
   // SIGTERM/SIGINT from outside (srun ending the step after another task died, a cancel, a time
   // limit): tell the coordinator this rank is a victim, not a cause, then die by the signal.

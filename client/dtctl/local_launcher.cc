@@ -16,6 +16,7 @@
 #include "common/blas_core.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/process_tree.h"
 #include "common/run_state.h"
 #include "common/subprocess.h"
 
@@ -156,6 +157,7 @@ class Launcher {
     while (true) {
       if (std::optional<int> code = FollowRun()) return *code;
       ReapChildren();
+      ReapInherited();
       // Every trainer finished cleanly: the run should succeed any moment.
       if (all_done_) {
         if (all_done_at_ == absl::InfiniteFuture()) all_done_at_ = absl::Now();
@@ -200,6 +202,7 @@ class Launcher {
     }
     if (IsTerminal(run_.state())) {
       StopAll(children_, absl::Seconds(10));
+      EndLeftovers(absl::Seconds(2));
       DT_LOG(Info) << "run " << l_.run_id << " ended " << v1::RunState_Name(run_.state()) << "; launcher exits";
       return run_.state() == v1::SUCCEEDED ? 0 : 1;
     }
@@ -208,6 +211,25 @@ class Launcher {
 
   bool AnyAlive() const {
     return absl::c_any_of(children_, [](const Child& c) { return !c.done; });
+  }
+
+  // Processes of the run that are no longer anyone's tracked child: the rank trees of a dtrun
+  // killed with SIGKILL (re-parented here, this launcher being their subreaper, and stopping
+  // within their dtslot's grace), or any that escaped. Found by their slot marker and ended.
+  void EndLeftovers(absl::Duration grace) {
+    std::vector<pid_t> keep;
+    for (const Child& c : children_) keep.push_back(c.process->pid());
+    int ended = EndMarkedProcesses(MarkerOfRun(l_.run_id), grace, keep);
+    if (ended > 0) DT_LOG(Warning) << "ended " << ended << " leftover process(es) of run " << l_.run_id;
+  }
+
+  // Reaps, once a second, the orphans re-parented here.
+  void ReapInherited() {
+    if (absl::Now() - last_reap_ < absl::Seconds(1)) return;
+    last_reap_ = absl::Now();
+    std::vector<pid_t> keep;
+    for (const Child& c : children_) keep.push_back(c.process->pid());
+    ReapOrphans(keep);
   }
 
   // Reaps trainers; tells the coordinator at once about one that died in the current generation.
@@ -255,6 +277,9 @@ class Launcher {
       return std::nullopt;
     }
     stop_waiting_since_ = absl::InfiniteFuture();
+    // The old generation's processes are gone only when none of the run's is left: the next
+    // generation must be the only one writing to the experiment.
+    EndLeftovers(kOldGenerationGrace);
     launched_generation_ = run_.generation();
     reported_ = false;
     children_.clear();
@@ -263,7 +288,13 @@ class Launcher {
     for (LaunchUnit& unit : LaunchUnits(l_)) {
       SpawnOptions o;
       o.env = unit.env;
+      o.env[kSlotMarkerEnv] = SlotMarker(
+          l_.run_id, launched_generation_,
+          unit.rank >= 0 ? absl::StrCat("rank-", unit.rank) : absl::StrCat("node-", NodeNameFor(l_, unit.node)));
       o.output_file = unit.log_file;
+      // A launcher that dies (SIGKILL included) stops its trainers and node agents: nothing of the
+      // run trains on without it. This is the main thread, which lives as long as the launcher.
+      o.parent_death_signal = SIGTERM;
       absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(unit.argv, o);
       if (!p.ok()) {
         DT_LOG(Error) << p.status();
@@ -291,6 +322,7 @@ class Launcher {
   absl::Time all_done_at_ = absl::InfiniteFuture();
   absl::Time stop_waiting_since_ = absl::InfiniteFuture();
   absl::Time last_reached_ = absl::Now();
+  absl::Time last_reap_;
 };
 
 }  // namespace
@@ -308,6 +340,8 @@ int RunLocalLauncher(const LocalLaunch& launch) {
   }
   int world = l.nodes * l.procs_per_node;
   (void)MakeDirs(JoinPath(l.exp_dir, "logs"));
+  // Orphans of the run's processes come here, not to init: found, ended and reaped.
+  BecomeChildSubreaper();
   DT_LOG(Info) << "launcher for run " << l.run_id << " (pid " << ::getpid() << "): " << l.nodes << " node(s) x "
                << l.procs_per_node
                << (l.exec_command.empty() ? absl::StrCat(", OMP_NUM_THREADS=", LocalThreads(l.omp_threads, world))

@@ -31,6 +31,7 @@
 #include "client/dtctl/output.h"
 #include "client/dtctl/slurm.h"
 #include "client/dtctl/srun_report.h"
+#include "client/dtctl/stacks.h"
 #include "client/dtctl/submit.h"
 #include "client/dtctl/watch.h"
 #include "common/cli_checks.h"
@@ -177,6 +178,7 @@ int Status(Global& g, const std::string& run_id) {
   }
   if (r->has_reason() && r->reason().kind() != v1::Failure::KIND_UNSPECIFIED) {
     std::cout << "reason     " << FailureLine(r->reason()) << "\n";
+    if (r->reason().has_verdict()) std::cout << VerdictLines(r->reason().verdict());
   }
   for (const v1::OpenBarrier& b : r->open_barriers()) {
     std::vector<std::string> missing;
@@ -324,6 +326,23 @@ int Checkpoints(Global& g, const std::string& run_id, bool verify) {
                  "if it names it, to resume from an earlier one)\n";
     return kFailed;
   }
+  return kOk;
+}
+
+int Stacks(Global& g, const StacksQuery& q) {
+  absl::StatusOr<std::vector<v1::StackCapture>> captures = FetchStacks(*g.client, q);
+  if (!captures.ok()) return Fail(g, captures.status(), absl::StrCat("stacks of ", q.run_id));
+  if (g.output == "json") {
+    PrintJson(CapturesJson(*captures, q.rank));
+    return kOk;
+  }
+  if (captures->empty()) {
+    std::cout << "run " << q.run_id << " has no stored stack captures"
+              << (q.generation ? absl::StrCat(" of generation ", *q.generation) : "")
+              << " (one is taken when a hang ends a generation, or by dtctl stacks while the run trains)\n";
+    return kOk;
+  }
+  std::cout << FormatCaptures(*captures, q.rank);
   return kOk;
 }
 
@@ -568,6 +587,13 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   f.Add("--trainer", &SubmitOptions::trainer, "dttrainer binary (default: the one beside dtctl)");
+  f.Add("--idle-timeout", &SubmitOptions::idle_timeout,
+        "--exec runs: a rank whose processes neither print, nor use CPU, nor report a step for this long is hung: "
+        "its stacks are captured and the group restarts (default 20m: shorter than torch's 30-minute collective "
+        "timeout; 0 turns it off)");
+  f.Add("--max-identical-hangs", &SubmitOptions::max_identical_hangs,
+        "a hang whose odd stack repeats this many generations in a row ends the run (HUNG_REPEATEDLY; default 1)")
+      ->check(dt::InRange(1, 1000));
   cli.command->add_option("-f,--file", cli.run_file, "YAML run file; flags override it");
   cli.command->add_flag("--follow", cli.follow, "watch the run until it ends (exit code as watch)");
   cli.command->add_flag("--dry-run", cli.dry_run,
@@ -583,11 +609,27 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
 // A `dtctl submit` flag that dttrainer does not take, among the words after -- (a --dry-run there
 // would launch the run instead of printing it).
 std::optional<std::string> DtctlFlagAmong(const std::vector<std::string>& words) {
-  static const char* const kSubmitOnly[] = {
-      "--dry-run",       "--exec",          "--follow",    "--gpus-per-node", "--keep-checkpoints",
-      "--log-strategy",  "--max-requeues",  "--name",      "--nodes",         "--omp-threads",
-      "--preempt-grace", "--sbatch-arg",    "--scheduler", "--trainer",       "--wandb-entity",
-      "--wandb-mode",    "--wandb-project", "-f",          "--file"};
+  static const char* const kSubmitOnly[] = {"--dry-run",
+                                            "--exec",
+                                            "--follow",
+                                            "--gpus-per-node",
+                                            "--keep-checkpoints",
+                                            "--log-strategy",
+                                            "--max-requeues",
+                                            "--name",
+                                            "--nodes",
+                                            "--omp-threads",
+                                            "--preempt-grace",
+                                            "--sbatch-arg",
+                                            "--scheduler",
+                                            "--trainer",
+                                            "--wandb-entity",
+                                            "--wandb-mode",
+                                            "--wandb-project",
+                                            "-f",
+                                            "--file",
+                                            "--idle-timeout",
+                                            "--max-identical-hangs"};
   for (const std::string& w : words) {
     std::string flag = w.substr(0, w.find('='));
     for (const char* f : kSubmitOnly) {
@@ -615,6 +657,14 @@ absl::StatusOr<SubmitOptions> SubmitOptionsOf(const SubmitCli& cli) {
   }
   if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
   AbsolutizeTrainerPaths(&merged);
+  if (!merged.idle_timeout.empty()) {
+    if (!cli.exec) {
+      return absl::InvalidArgumentError(
+          "--idle-timeout applies to --exec programs: dttrainer reports its steps, and a run whose steps stop is "
+          "caught by the coordinator's hang timeout");
+    }
+    if (absl::StatusOr<absl::Duration> idle = ParseIdleTimeout(merged.idle_timeout); !idle.ok()) return idle.status();
+  }
   if (merged.name.empty()) return absl::InvalidArgumentError("--name is required (the experiment's name)");
   if (merged.save_dir.empty()) {
     return absl::InvalidArgumentError("--save-dir is required (where experiment directories go)");
@@ -675,7 +725,9 @@ struct RunCommands {
   bool follow_logs = false;
   bool verify = false;
   std::string key;
-  CLI::App *list, *status, *watch, *logs, *metrics, *checkpoints, *cancel;
+  CLI::App *list, *status, *watch, *logs, *metrics, *checkpoints, *cancel, *stacks;
+  std::optional<int64_t> generation;
+  bool stored = false;
 };
 
 void DeclareRunCommands(CLI::App& app, RunCommands& c) {
@@ -693,7 +745,15 @@ void DeclareRunCommands(CLI::App& app, RunCommands& c) {
                           "read every file again and check its size and SHA-256 against what the writer recorded "
                           "(from a machine that sees the save dir; exit 1 if one differs)");
   c.cancel = app.add_subcommand("cancel", "cancel a run (and its Slurm job); harmless when repeated");
-  for (CLI::App* sub : {c.status, c.watch, c.logs, c.metrics, c.checkpoints, c.cancel}) {
+  c.stacks = app.add_subcommand(
+      "stacks",
+      "stacks of every rank's processes: captured now while the run trains (it goes on), else the captures kept "
+      "(every hang's), with the verdict: identical stacks grouped, the odd one out named");
+  c.stacks->add_option("--rank", c.rank, "only this rank's stacks")->check(dt::InRange(0, dt::kMaxWorldSize - 1));
+  c.stacks->add_option("--generation", c.generation, "the capture kept for this generation")
+      ->check(dt::InRange(0, 1 << 30));
+  c.stacks->add_flag("--stored", c.stored, "the captures kept, even while the run trains");
+  for (CLI::App* sub : {c.status, c.watch, c.logs, c.metrics, c.checkpoints, c.cancel, c.stacks}) {
     sub->add_option("RUN_ID", c.run_id, "run id (dtctl list shows them)")->required();
   }
 }
@@ -707,6 +767,7 @@ int RunSubcommand(Global& g, const RunCommands& c) {
   if (c.metrics->parsed()) return Metrics(g, c.run_id, c.key, c.rank);
   if (c.checkpoints->parsed()) return Checkpoints(g, c.run_id, c.verify);
   if (c.cancel->parsed()) return Cancel(g, c.run_id);
+  if (c.stacks->parsed()) return Stacks(g, {c.run_id, c.rank, c.generation, c.stored});
   return kUsage;
 }
 

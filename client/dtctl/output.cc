@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -42,6 +43,28 @@ std::string HumanBytes(int64_t bytes) {
 std::string FailureLine(const v1::Failure& f) {
   // The message and type come from the run's processes: escaped, they cannot drive the terminal.
   return PrintableForTerminal(DescribeFailure(f));
+}
+
+std::string VerdictLines(const v1::HangVerdict& v) {
+  std::string out = absl::StrCat("stacks     ", v.summary(), "\n");
+  for (const v1::StackGroup& g : v.groups()) {
+    std::vector<std::string> ranks;
+    for (int r : g.ranks()) ranks.push_back(absl::StrCat(r));
+    absl::StrAppend(&out, "           ", g.odd() ? "odd one out: " : "", g.ranks_size() == 1 ? "rank " : "ranks ",
+                    absl::StrJoin(ranks, ", "), "\n");
+    int n = 0;
+    for (const v1::StackFrame& f : g.frames()) {
+      if (n == 8) {
+        absl::StrAppend(&out, "             … ", g.frames_size() - n, " more (dtctl stacks)\n");
+        break;
+      }
+      absl::StrAppend(
+          &out, "             #", n++, " ", f.function(),
+          f.file().empty() ? "" : absl::StrCat(" (", f.file(), f.line() > 0 ? absl::StrCat(":", f.line()) : "", ")"),
+          "\n");
+    }
+  }
+  return PrintableForTerminal(out);
 }
 
 std::string PreflightCell(const v1::RankStatus& rank) {

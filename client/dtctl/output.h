@@ -19,6 +19,9 @@ std::string Ago(const google::protobuf::Timestamp& t);  // "3m ago"
 std::string HumanBytes(int64_t bytes);                  // "1.5 GiB"
 std::string HumanSeconds(double seconds);               // "1h02m", "45s"
 std::string FailureLine(const v1::Failure& f);          // DescribeFailure, escaped for a terminal
+// A hang's verdict under `dtctl status`: the summary, then one stack per group (8 frames).
+std::string VerdictLines(const v1::HangVerdict& verdict);
+
 std::string PreflightCell(const v1::RankStatus& rank);  // "9.1 ms", "device error" or ""
 
 }  // namespace dt::ctl

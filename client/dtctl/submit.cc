@@ -19,6 +19,7 @@
 #include "client/dtctl/slurm.h"
 #include "common/crypto.h"
 #include "common/data_dir.h"
+#include "common/duration.h"
 #include "common/fs.h"
 #include "common/limits.h"
 #include "common/names.h"
@@ -170,10 +171,10 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
   const YAML::Node& doc = *loaded;
   RunFileReader r(path);
   static const std::vector<std::string> known = {
-      "name",         "save_dir",     "nodes",        "nproc_per_node",   "scheduler",
-      "log_strategy", "wandb",        "max_restarts", "keep_checkpoints", "gpus_per_node",
-      "omp_threads",  "sbatch_args",  "trainer",      "trainer_args",     "exec",
-      "max_requeues", "preempt_grace"};
+      "name",         "save_dir",      "nodes",        "nproc_per_node",     "scheduler",
+      "log_strategy", "wandb",         "max_restarts", "keep_checkpoints",   "gpus_per_node",
+      "omp_threads",  "sbatch_args",   "trainer",      "trainer_args",       "exec",
+      "max_requeues", "preempt_grace", "idle_timeout", "max_identical_hangs"};
   // The same ranges as the flags (and the coordinator's limits).
   std::vector<absl::Status> checks = {
       r.KnownKeys(doc, "the run file", known),
@@ -193,6 +194,8 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
       r.List(doc, "sbatch_args", &o->sbatch_args),
       r.List(doc, "trainer_args", &o->trainer_args),
       r.List(doc, "exec", &o->exec_command),
+      r.Text(doc, "idle_timeout", &o->idle_timeout),
+      r.Number(doc, "max_identical_hangs", 1, 1000, &o->max_identical_hangs),
   };
   for (const absl::Status& s : checks) {
     if (!s.ok()) return s;
@@ -394,6 +397,17 @@ absl::StatusOr<std::string> DescribeLaunch(const SubmitOptions& o, const std::st
   return out;
 }
 
+absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text) {
+  if (text == "0" || text == "off") return absl::ZeroDuration();
+  absl::StatusOr<absl::Duration> d = ParsePositiveDuration("--idle-timeout", text);
+  if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat(d.status().message(), ", or 0 to turn the check off"));
+  if (*d > kMaxIdleTimeout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--idle-timeout ", text, " is longer than ", absl::FormatDuration(kMaxIdleTimeout)));
+  }
+  return *d;
+}
+
 absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client, const SubmitOptions& o,
                                           const std::string& tls_ca) {
   v1::SubmitRunRequest req;
@@ -415,6 +429,12 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->mutable_wandb()->set_entity(o.wandb_entity);
   spec->mutable_wandb()->set_mode(o.wandb_mode);
   for (const auto& t : o.wandb_tags) spec->mutable_wandb()->add_tags(t);
+  if (!o.idle_timeout.empty()) {
+    absl::StatusOr<absl::Duration> idle = ParseIdleTimeout(o.idle_timeout);
+    if (!idle.ok()) return idle.status();
+    spec->set_idle_timeout_ms(absl::ToInt64Milliseconds(*idle));
+  }
+  if (o.max_identical_hangs > 0) spec->set_max_identical_hangs(o.max_identical_hangs);
   absl::StatusOr<v1::SubmitRunResponse> run =
       Call(*client, &v1::RunService::Stub::SubmitRun, client->runs(), req, absl::Seconds(30));
   if (!run.ok()) return run.status();

@@ -34,12 +34,20 @@ struct SubmitOptions {
   std::vector<std::string> trainer_args;
   // `--exec -- CMD ARGS...`: the user's program, started once per rank by dtrun (no dttrainer).
   std::vector<std::string> exec_command;
+  // --exec runs: a rank idle this long (no output, no CPU, no step) is hung: "20m", "90s", or "0"
+  // to turn the check off. Empty: the coordinator's default.
+  std::string idle_timeout;
+  int max_identical_hangs = 0;  // 0: the coordinator's default (1)
 };
+
+// The idle timeout `text` names ("0" or "off": none, returned as zero). INVALID_ARGUMENT naming
+// the flag otherwise.
+absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text);
 
 // Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
 // log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
 // gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...],
-// max_requeues, preempt_grace (seconds).
+// max_requeues, preempt_grace (seconds), idle_timeout ("20m"), max_identical_hangs.
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 // The same from the file's text (`path` names it in messages).

@@ -24,6 +24,7 @@ class AgentStore {
  public:
   explicit AgentStore(std::unique_ptr<Subprocess> helper, int port) : helper_(std::move(helper)), port_(port) {}
   int port() const { return port_; }
+  pid_t pid() const { return helper_->pid(); }
   // The helper's wait status once it ended (it should outlive the workers); nullopt while it runs.
   std::optional<int> Ended();
 

@@ -1,6 +1,7 @@
 #include "client/dtrun/node_agent.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
@@ -26,6 +27,8 @@
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/log.h"
+#include "common/process_tree.h"
+#include "common/stack_capture.h"
 #include "common/stop_signals.h"
 #include "common/subprocess.h"
 #include "common/version.h"
@@ -39,12 +42,23 @@ constexpr size_t kLogTailBytes = 64 * 1024;
 constexpr absl::Duration kSecondaryFailureSettle = absl::Milliseconds(500);
 // How much earlier than the others group rank 0's worker starts (see StartWorkers).
 constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
+// How much longer than its own grace dtrun gives a dtslot to stop its tree before it kills the
+// dtslot (whose tree would then escape to dtrun, to be killed by marker).
+constexpr absl::Duration kSlotStopMargin = absl::Seconds(5);
 
 struct Worker {
   std::unique_ptr<Agent> agent;
   std::unique_ptr<Subprocess> process;
   std::string log_file;
   std::string error_file;
+  std::string marker;      // DT_SLOT of every process of the rank (common/process_tree.h)
+  std::string stacks_dir;  // where its Python processes register for stack captures
+  pid_t program_pid = 0;   // the rank's program: its dtslot's child, once seen
+  // Idleness of the rank's processes (main thread): their CPU and output at the last look, and
+  // since when neither moved.
+  uint64_t cpu_ticks = 0;
+  int64_t output_bytes = -1;
+  absl::Time idle_since = absl::InfiniteFuture();
   bool done = false;
   int status = 0;
   // When the child ended, as its watcher thread saw it the moment it did: when a peer dies, the
@@ -77,6 +91,8 @@ class NodeAgent {
     // Each watcher ends with its child, and every path out of Run() leaves no child running.
     for (Worker& w : workers_) {
       if (w.watcher.joinable()) w.watcher.join();
+      w.agent.reset();  // its capture thread ends before the directory goes
+      if (!w.stacks_dir.empty()) (void)RemoveAll(w.stacks_dir);
     }
   }
 
@@ -96,7 +112,11 @@ class NodeAgent {
         o.expected.set_procs_per_node(config_.procs_per_node);
         o.expected.set_world_size(config_.nodes * config_.procs_per_node);
       }
-      workers_.emplace_back().agent = std::make_unique<Agent>(client_, o);
+      Worker& w = workers_.emplace_back();
+      w.agent = std::make_unique<Agent>(client_, o);
+      w.agent->SetStackCapturer([this, slot] { return CaptureWorker(slot); });
+      char dir[] = "/tmp/dt-stacks-XXXXXX";
+      if (::mkdtemp(dir) != nullptr) w.stacks_dir = dir;
     }
   }
 
@@ -112,6 +132,7 @@ class NodeAgent {
     for (Worker& w : workers_) {
       w.agent->StartHeartbeats([this](const std::string& reason) { OnToldToStop(reason); });
     }
+    EndEarlierGenerations();
     absl::StatusOr<Endpoint> master = AgreeOnMaster();
     if (!master.ok()) return ReportSetupFailure(absl::StrCat("MASTER_ADDR/MASTER_PORT: ", master.status().message()));
     if (absl::Status s = StartWorkers(*master); !s.ok()) return ReportSetupFailure(std::string(s.message()));
@@ -139,6 +160,15 @@ class NodeAgent {
                  << ", generation " << a.generation() << " (restart " << a.restarts() << " of "
                  << a.spec().max_restarts() << ")";
     return absl::OkStatus();
+  }
+
+  // Whatever an earlier generation of the run left on this machine (its dtrun was killed with
+  // SIGKILL and its dtslots are still stopping their trees, or a tree escaped) ends before this
+  // generation's programs start: only one generation writes to the experiment.
+  void EndEarlierGenerations() {
+    int ended = EndMarkedProcesses(MarkerBeforeGeneration(config_.run_id, workers_.front().agent->generation()),
+                                   config_.stop_grace);
+    if (ended > 0) DT_LOG(Warning) << "ended " << ended << " process(es) an earlier generation of the run left running";
   }
 
   // Group rank 0's node picks its address and a free port and publishes them; the others read them.
@@ -212,18 +242,31 @@ class NodeAgent {
                       omp != nullptr ? omp : "",
                       dt_python,
                       python_path != nullptr ? python_path : "",
-                      openblas_core};
+                      openblas_core,
+                      w.stacks_dir,
+                      static_cast<int>(::getpid())};
       SpawnOptions o;
       o.env = WorkerEnvironment(c);
+      for (const char* own :
+           {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}) {
+        if (std::getenv(own) != nullptr) o.env.erase(own);  // the user's choice stands
+      }
+      w.marker = SlotMarker(config_.run_id, a.generation(), absl::StrCat("rank-", a.rank()));
+      o.env[kSlotMarkerEnv] = w.marker;
       o.output_file = w.log_file;
+      // The rank's tree is kept by a dtslot, which stops it whole; dtrun's own death (SIGKILL
+      // included) stops it too. This is the main thread, which lives as long as dtrun.
+      o.parent_death_signal = SIGTERM;
+      std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtslot"), "--grace",
+                                       absl::StrCat(absl::ToDoubleSeconds(config_.stop_grace)), "--"};
+      argv.insert(argv.end(), config_.command.begin(), config_.command.end());
       std::ofstream(w.log_file, std::ios::app)
           << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation() << " (restart "
           << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master.port << ": "
           << absl::StrJoin(config_.command, " ") << "\n";
-      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(config_.command, o);
+      absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
       if (!p.ok()) return p.status();
       w.process = std::move(*p);
-      w.agent->SetWorkerPid(static_cast<int>(w.process->pid()));
       w.watcher = std::thread([this, &w, pid = w.process->pid()] {
         siginfo_t info;
         // WNOWAIT: the supervisor reaps; this only notes the moment.
@@ -307,8 +350,89 @@ class NodeAgent {
         return kExitStopped;
       }
       if (all_done && failed == nullptr) return all_clean || PreemptionRequested() ? kExitOk : kExitStopped;
+      TendTrees();
       absl::SleepFor(absl::Milliseconds(50));
     }
+  }
+
+  // Once a second: reaps the orphans the rank trees left here (dtrun is their subreaper), and
+  // tells the coordinator which process runs each rank's program (the dtslot's child), so `dtctl
+  // status` shows the pid to look at.
+  void TendTrees() {
+    bool due = absl::Now() - last_tended_ >= absl::Seconds(1);
+    if (!due && programs_known_) return;
+    if (due) {
+      last_tended_before_ = last_tended_ == absl::Time() ? absl::Now() : last_tended_;
+      last_tended_ = absl::Now();
+    }
+    std::vector<pid_t> ours;
+    {
+      absl::MutexLock lock(&mu_);
+      programs_known_ = true;
+      for (Worker& w : workers_) {
+        if (!w.process) continue;
+        ours.push_back(w.process->pid());
+        if (w.done || (!due && w.program_pid != 0)) continue;
+        std::vector<pid_t> tree = Descendants(w.process->pid());
+        if (!tree.empty() && tree.front() != w.program_pid) {
+          w.program_pid = tree.front();
+          w.agent->SetWorkerPid(static_cast<int>(w.program_pid));
+        }
+        programs_known_ = programs_known_ && w.program_pid != 0;
+        if (due) MeasureIdle(w, tree);
+      }
+    }
+    if (!due) return;
+    if (agent_store_) ours.push_back(agent_store_->pid());
+    ReapOrphans(ours);
+  }
+
+  // A rank is idle while its processes neither print (its log does not grow) nor use CPU (under 1%
+  // of a core since the last look); the coordinator judges how long is too long.
+  void MeasureIdle(Worker& w, const std::vector<pid_t>& tree) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Time now = absl::Now();
+    uint64_t cpu = CpuTicks(tree);
+    struct stat st;
+    int64_t output = ::stat(w.log_file.c_str(), &st) == 0 ? st.st_size : 0;
+    absl::Duration since_last = now - last_tended_before_;
+    double cpu_seconds = static_cast<double>(cpu - std::min(cpu, w.cpu_ticks)) / ClockTicksPerSecond();
+    bool busy = w.output_bytes < 0 || output != w.output_bytes || cpu < w.cpu_ticks ||
+                cpu_seconds >= 0.01 * absl::ToDoubleSeconds(since_last);
+    w.cpu_ticks = cpu;
+    w.output_bytes = output;
+    if (busy) {
+      w.idle_since = absl::InfiniteFuture();
+    } else if (w.idle_since == absl::InfiniteFuture()) {
+      w.idle_since = last_tended_before_;
+    }
+    w.agent->SetIdle(w.idle_since == absl::InfiniteFuture() ? absl::ZeroDuration() : now - w.idle_since);
+  }
+
+  // The stacks of slot `slot`'s processes (everything under its dtslot), for the coordinator's
+  // capture: Python frames from processes the hook registered, native frames from the others.
+  v1::RankStacks CaptureWorker(int slot) {
+    v1::RankStacks out;
+    pid_t keeper = 0;
+    std::string hooks;
+    {
+      absl::MutexLock lock(&mu_);
+      const Worker& w = workers_[slot];
+      if (!w.process || w.done) {
+        out.set_error("the rank's program is not running");
+        return out;
+      }
+      keeper = w.process->pid();
+      hooks = w.stacks_dir;
+    }
+    std::vector<pid_t> tree = Descendants(keeper);
+    if (tree.empty()) {
+      out.set_error("no process is left under the rank's keeper");
+      return out;
+    }
+    StackCaptureOptions o;
+    o.python_hooks_dir = hooks;
+    for (v1::ProcessStacks& p : CaptureProcessStacks(tree, o)) *out.add_processes() = std::move(p);
+    return out;
   }
 
   // A child killed by a signal (SIGKILL, SIGSEGV, the OOM killer) is reported at once. One that
@@ -324,7 +448,7 @@ class NodeAgent {
   void ReportFailure(const Worker& w) {
     std::string exit =
         absl::StrCat("pid ", w.process->pid(), " ", DescribeWaitStatus(w.status), "; output in ", w.log_file);
-    ChildFailure f = DescribeChildFailure(ReadFile(w.error_file).value_or(""), Tail(w.log_file, kLogTailBytes), exit);
+    ChildFailure f = DescribeChildFailure(w.error_file, Tail(w.log_file, kLogTailBytes), exit);
     DT_LOG(Error) << "rank " << w.agent->rank()
                   << " failed: " << (f.exception_type.empty() ? "" : absl::StrCat(f.exception_type, ": ")) << f.message;
     if (absl::Status s = w.agent->ReportWorkerExit(f.message, f.exception_type, f.stack, 0); !s.ok()) {
@@ -343,11 +467,18 @@ class NodeAgent {
       running.push_back(&w);
       processes.push_back(w.process.get());
     }
-    std::vector<int> statuses = StopProcesses(processes, config_.stop_grace);
+    std::vector<int> statuses = StopProcesses(processes, config_.stop_grace + kSlotStopMargin);
     for (size_t k = 0; k < running.size(); ++k) {
       running[k]->done = true;
       running[k]->status = statuses[k];
     }
+    // A tree whose dtslot was killed before it finished is re-parented here; nothing of the
+    // node's ranks outlives this.
+    std::vector<std::string> markers;
+    for (const Worker& w : workers_) {
+      if (!w.marker.empty()) markers.push_back(w.marker);
+    }
+    if (!markers.empty()) EndMarkedProcesses(MarkerIn(markers), absl::ZeroDuration());
   }
 
   // A child that could not start, or no master endpoint: the node's ranks cannot run.
@@ -383,6 +514,9 @@ class NodeAgent {
   NodeAgentConfig config_;
   std::vector<Worker> workers_;  // one per local slot, fixed at construction
   std::atomic<bool> registered_{false};
+  absl::Time last_tended_;                   // main thread only
+  bool programs_known_ = false;              // every worker's program pid was seen (main thread only)
+  absl::Time last_tended_before_;            // the look before (idleness is measured between the two)
   std::unique_ptr<AgentStore> agent_store_;  // on group rank 0's node, for the children's lifetime
   absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -393,6 +527,8 @@ class NodeAgent {
 }  // namespace
 
 int RunNodeAgent(std::shared_ptr<CoordinatorClient> client, const NodeAgentConfig& config) {
+  // Orphans of the node's rank trees come here, not to init: they stay findable and are reaped.
+  BecomeChildSubreaper();
   return NodeAgent(std::move(client), config).Run();
 }
 

@@ -44,9 +44,21 @@ std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& c) {
   if (!c.tls_ca.empty()) env["DT_TLS_CA"] = c.tls_ca;
   if (!c.openblas_core.empty()) env["OPENBLAS_CORETYPE"] = c.openblas_core;
   if (!c.dt_python_dir.empty()) {
-    env["PYTHONPATH"] =
-        c.inherited_python_path.empty() ? c.dt_python_dir : absl::StrCat(c.dt_python_dir, ":", c.inherited_python_path);
+    std::string path = c.dt_python_dir;
+    // dt's stack hook (python/dt_site/sitecustomize.py) first: Python imports the first
+    // sitecustomize on its path, and the hook runs the one it shadows.
+    if (!c.stacks_dir.empty()) path = absl::StrCat(c.dt_python_dir, "/dt_site:", path);
+    env["PYTHONPATH"] = c.inherited_python_path.empty() ? path : absl::StrCat(path, ":", c.inherited_python_path);
   }
+  if (!c.stacks_dir.empty()) env["DT_STACKS_DIR"] = c.stacks_dir;
+  if (c.ptracer_pid > 0) env["DT_PTRACER"] = absl::StrCat(c.ptracer_pid);
+  // torch's NCCL flight recorder (CUDA builds of torch >= 2.3): each rank keeps its recent
+  // collectives and dumps them when a collective times out, here into the run's logs/, unless the
+  // user chose otherwise (the variables in dtrun's own environment win).
+  env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000";
+  env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1";
+  env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] =
+      absl::StrCat(a.exp_dir(), "/logs/nccl-flight-recorder-g", a.generation(), "-rank-");
   // torchrun's default: one thread per process when a node runs several, unless the user chose.
   if (c.inherited_omp_threads.empty() && a.local_world_size() > 1) env["OMP_NUM_THREADS"] = "1";
   return env;

@@ -27,6 +27,10 @@ struct WorkerContext {
   std::string inherited_python_path;
   // OPENBLAS_CORETYPE for the children (common/blas_core.h); empty: OpenBLAS's own pick.
   std::string openblas_core;
+  // Where the child's Python processes register for stack captures (DT_STACKS_DIR; empty: none):
+  // the hook's directory (<dt_python_dir>/dt_site) then goes first on PYTHONPATH.
+  std::string stacks_dir;
+  int ptracer_pid = 0;  // DT_PTRACER: the process that captures (dtrun), for Yama's ptrace_scope 1
 };
 
 // Variables added to (or overriding) the child's inherited environment.

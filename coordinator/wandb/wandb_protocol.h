@@ -1,4 +1,4 @@
-// The W&B wire protocol as the official SDK speaks it (see ../shared/docs/wandb-protocol.md):
+// The W&B wire protocol as the official SDK speaks it (docs/wandb-protocol.md):
 // the RunResumeStatus query, the UpsertBucket mutation, and file_stream bodies with line offsets.
 // Pure functions: bodies in, bodies out.
 #pragma once

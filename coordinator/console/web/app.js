@@ -398,7 +398,22 @@ function runView(runId) {
     cause.replaceChildren(el("div", { class: "card alert" + (failed ? "" : " warn") },
       el("h2", {}, failed ? "Root cause" : "Last failure"),
       el("div", {}, run.reason.summary),
-      run.reason.stack ? el("pre", {}, run.reason.stack) : null), ...waits);
+      run.reason.stack ? el("pre", {}, run.reason.stack) : null,
+      verdictView(run.reason.verdict)), ...waits);
+  };
+
+  // A hang's verdict: its stacks grouped by rank, the odd group first and marked (dtctl stacks
+  // prints the whole capture).
+  const verdictView = (verdict) => {
+    if (!verdict || !verdict.groups || !verdict.groups.length) return null;
+    const frame = (f) => f.function + (f.file ? " (" + f.file + (f.line ? ":" + f.line : "") + ")" : "");
+    const groups = [...verdict.groups].sort((a, b) => (b.odd ? 1 : 0) - (a.odd ? 1 : 0));
+    return el("div", { class: "verdict" },
+      el("h3", {}, "Stacks before the group was stopped"),
+      verdict.collectives ? el("div", { class: "muted" }, "Collectives: " + verdict.collectives) : null,
+      ...groups.map((g) => el("details", { class: "stack-group" + (g.odd ? " odd" : ""), open: g.odd ? "" : null },
+        el("summary", {}, (g.odd ? "odd one out: " : "") + (g.ranks.length === 1 ? "rank " : "ranks ") + g.ranks.join(", ")),
+        el("pre", {}, g.frames.slice(0, 24).map((f, i) => "#" + i + " " + frame(f)).join("\n")))));
   };
 
   const drawRanks = (run) => {
@@ -430,7 +445,8 @@ function runView(runId) {
       el("td", {}, el("details", {}, el("summary", {}, f.kind + (f.fatal ? " (fatal)" : "")),
         el("div", {}, f.summary),
         f.stopped_ranks.length ? el("div", { class: "muted" }, "stopped meanwhile (victims): ranks " + f.stopped_ranks.join(", ")) : null,
-        f.stack ? el("pre", {}, f.stack) : null)),
+        f.stack ? el("pre", {}, f.stack) : null,
+        verdictView(f.verdict))),
       el("td", {}, f.rank >= 0 ? f.rank + (f.node ? " on " + f.node : "") : "—"),
       el("td", {}, f.step)));
     rows.push(el("tr", {}, el("td", {}, run.generation), el("td", {}, ""),

@@ -1,0 +1,121 @@
+#include "client/dtslot/slot_keeper.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "common/log.h"
+#include "common/process_tree.h"
+#include "common/stop_signals.h"
+#include "common/subprocess.h"
+
+namespace dt::slot {
+namespace {
+
+// The signals dtslot takes as "stop the rank", and those it leaves to the program.
+sigset_t HandledSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
+  return set;
+}
+
+bool IsStopSignal(int s) { return s == SIGTERM || s == SIGINT || s == SIGHUP || s == SIGQUIT; }
+
+class Keeper {
+ public:
+  explicit Keeper(const SlotOptions& options) : options_(options) {}
+
+  int Run() {
+    sigset_t handled = HandledSignals();
+    ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+    BecomeChildSubreaper();
+    SpawnOptions o;
+    o.new_process_group = true;
+    o.parent_death_signal = SIGKILL;  // a dtslot killed by SIGKILL takes the program with it
+    o.ptracer = ::getppid();          // the starter (dtrun) captures the program's stacks
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(options_.command, o);
+    if (!p.ok()) {
+      DT_LOG(Error) << p.status();
+      return 127;
+    }
+    (*p)->Release();  // reaped here, with every orphan of the tree
+    program_ = (*p)->pid();
+    while (!Done()) {
+      Reap();
+      if (program_ended_ && stop_began_ == absl::InfiniteFuture() && !Descendants(::getpid()).empty()) {
+        BeginStop("the program ended");
+      }
+      if (stop_began_ != absl::InfiniteFuture() && absl::Now() >= stop_began_ + options_.grace) KillRest();
+      WaitForSignal(handled);
+    }
+    if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+    if (WIFSIGNALED(status_)) return -WTERMSIG(status_);
+    return 1;
+  }
+
+ private:
+  // The program and every process of its tree are gone.
+  bool Done() {
+    if (!program_ended_) return false;
+    Reap();
+    errno = 0;
+    int status;
+    return ::waitpid(-1, &status, WNOHANG) < 0 && errno == ECHILD;
+  }
+
+  void Reap() {
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (pid == program_) {
+        program_ended_ = true;
+        status_ = status;
+      }
+    }
+  }
+
+  void BeginStop(const char* why) {
+    stop_began_ = absl::Now();
+    std::vector<pid_t> tree = Descendants(::getpid());
+    DT_LOG(Info) << why << ": SIGTERM to the " << tree.size() << " process(es) of the slot, SIGKILL after "
+                 << absl::FormatDuration(options_.grace);
+    SignalProcesses(tree, SIGTERM);
+  }
+
+  void KillRest() {
+    std::vector<pid_t> tree = Descendants(::getpid());
+    if (tree.empty()) return;
+    if (!killed_) {
+      DT_LOG(Warning) << tree.size() << " process(es) of the slot outlived the grace of "
+                      << absl::FormatDuration(options_.grace) << "; SIGKILL";
+      killed_ = true;
+    }
+    SignalProcesses(tree, SIGKILL);  // again each round: a process forking meanwhile
+  }
+
+  void WaitForSignal(const sigset_t& handled) {
+    timespec wait = {0, 50 * 1000 * 1000};
+    siginfo_t info;
+    int s = ::sigtimedwait(&handled, &info, &wait);
+    if (s > 0 && IsStopSignal(s) && stop_began_ == absl::InfiniteFuture()) {
+      BeginStop(SignalName(s).c_str());
+    }
+  }
+
+  const SlotOptions& options_;
+  pid_t program_ = -1;
+  bool program_ended_ = false;
+  int status_ = 0;
+  absl::Time stop_began_ = absl::InfiniteFuture();
+  bool killed_ = false;
+};
+
+}  // namespace
+
+int RunSlot(const SlotOptions& options) { return Keeper(options).Run(); }
+
+}  // namespace dt::slot

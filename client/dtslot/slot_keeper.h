@@ -1,0 +1,34 @@
+// dtslot: the keeper of one rank's process tree. dt starts every rank's program through it (dtrun
+// for a user's program, the local launcher for dttrainer), so every process the program starts,
+// however deep and whatever it does with sessions and process groups, belongs to the rank and ends
+// with it:
+// - it is the child subreaper of the tree: an orphaned grandchild is re-parented to it, not to
+//   init, so the tree cannot be escaped by double-forking or setsid;
+// - a stop (SIGTERM, SIGINT, SIGHUP or SIGQUIT to dtslot; its starter's death, through
+//   PR_SET_PDEATHSIG) sends SIGTERM to every process of the tree, waits the grace, then SIGKILLs
+//   what is left;
+// - when the program itself ends, what it left running is stopped the same way;
+// - it ends the way the program did: the same exit code, or the same signal.
+// The program is started with PR_SET_PDEATHSIG(SIGKILL), so a dtslot killed with SIGKILL takes
+// the program with it; the program's own descendants then go to the next subreaper up (dtrun, the
+// local launcher), which finds them by their slot marker (common/process_tree.h).
+// SIGUSR1 and SIGUSR2 are not forwarded: a scheduler signals every process of a job step itself.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace dt::slot {
+
+struct SlotOptions {
+  std::vector<std::string> command;
+  absl::Duration grace = absl::Seconds(10);  // SIGTERM → SIGKILL
+};
+
+// Runs `command` as described above and returns what main() should do: the exit code, or
+// -signal when the program died by a signal (the caller ends this process by it).
+int RunSlot(const SlotOptions& options);
+
+}  // namespace dt::slot

@@ -1,0 +1,37 @@
+// StacksService: gRPC glue over Coordinator's stack captures.
+#include "coordinator/services.h"
+
+namespace dt {
+
+grpc::ServerUnaryReactor* StacksServiceImpl::ReportStacks(grpc::CallbackServerContext* ctx,
+                                                          const v1::ReportStacksRequest* req,
+                                                          v1::ReportStacksResponse* out) {
+  RpcTimer timer(deps_, "ReportStacks");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::ReportStacksResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->ReportStacks(*req));
+}
+
+grpc::ServerUnaryReactor* StacksServiceImpl::CaptureStacks(grpc::CallbackServerContext* ctx,
+                                                           const v1::CaptureStacksRequest* req, v1::StackCapture* out) {
+  auto* reactor = new PendingUnaryReactor<v1::StackCapture>(deps_, "CaptureStacks", out);
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    reactor->pending()->Complete(who.status());
+    return reactor;
+  }
+  deps_.coordinator->CaptureStacks(*req, reactor->pending());
+  reactor->HandedOver();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StacksServiceImpl::GetStacks(grpc::CallbackServerContext* ctx,
+                                                       const v1::GetStacksRequest* req, v1::GetStacksResponse* out) {
+  RpcTimer timer(deps_, "GetStacks");
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    return Reply<v1::GetStacksResponse>(ctx, timer, out, who.status());
+  }
+  return Reply(ctx, timer, out, deps_.coordinator->GetStacks(*req));
+}
+
+}  // namespace dt

@@ -1,0 +1,100 @@
+// A rank's process tree, owned whole: dtslot stops every process under it (a wrapper shell, its
+// python, a grandchild that ignores SIGTERM, one that escaped into its own session) and ends as
+// the program did; markers find processes that left their tree. Real processes.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/fs.h"
+#include "common/process_tree.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+std::string Dtslot() { return testing::BinaryPath("dtslot"); }
+
+// A shell that starts a grandchild ignoring SIGTERM, one in a session of its own, and waits.
+const char* kStubbornTree =
+    "trap '' TERM; "
+    "(trap '' TERM; exec sleep 600) & "
+    "setsid sleep 600 & "
+    "echo started; wait";
+
+TEST(ProcessTree, DtslotStopsItsWholeTreeAndEndsByTheSameSignal) {
+  testing::TempDir tmp;
+  std::string log = JoinPath(tmp.path(), "slot.log");
+  std::string marker = SlotMarker("run-tree-1", 0, "rank-0");
+  Subprocess slot({Dtslot(), "--grace", "1", "--", "bash", "-c", kStubbornTree}, {{kSlotMarkerEnv, marker}}, log);
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return testing::Slurp(log).find("started") != std::string::npos; }, absl::Seconds(10)));
+  ASSERT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({marker})).size() == 4; },
+                               absl::Seconds(5)));  // dtslot, bash, two sleeps
+  absl::Time stop = absl::Now();
+  slot.Signal(SIGTERM);
+  int status = slot.Wait(absl::Seconds(10));
+  ASSERT_NE(status, -1) << "dtslot did not end";
+  // The shell ignores SIGTERM: SIGKILL after the 1 s grace; dtslot ends as its program did.
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << DescribeWaitStatus(status);
+  EXPECT_GE(absl::Now() - stop, absl::Seconds(1));
+  EXPECT_TRUE(ProcessesWithMarker(MarkerIn({marker})).empty()) << testing::Slurp(log);
+}
+
+TEST(ProcessTree, WhatTheProgramLeavesBehindIsStoppedAndItsExitCodeKept) {
+  testing::TempDir tmp;
+  std::string marker = SlotMarker("run-tree-2", 3, "rank-1");
+  Subprocess slot({Dtslot(), "--grace", "1", "--", "bash", "-c", "setsid sleep 600 & sleep 600 & exit 7"},
+                  {{kSlotMarkerEnv, marker}}, JoinPath(tmp.path(), "slot.log"));
+  int status = slot.Wait(absl::Seconds(10));
+  ASSERT_NE(status, -1);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << DescribeWaitStatus(status);
+  EXPECT_TRUE(ProcessesWithMarker(MarkerIn({marker})).empty());
+}
+
+TEST(ProcessTree, TheDeathOfWhoeverStartedDtslotStopsTheTree) {
+  testing::TempDir tmp;
+  std::string marker = SlotMarker("run-tree-3", 0, "rank-0");
+  // dtrun starts dtslot with PR_SET_PDEATHSIG; the signal fires when the starting thread ends, as
+  // it does when dtrun is killed with SIGKILL. Here a thread of the test plays dtrun.
+  std::unique_ptr<Subprocess> slot;
+  std::thread parent([&] {
+    SpawnOptions o;
+    o.env[kSlotMarkerEnv] = marker;
+    o.parent_death_signal = SIGTERM;
+    o.output_file = JoinPath(tmp.path(), "slot.log");
+    slot = *Subprocess::Spawn({Dtslot(), "--grace", "1", "--", "bash", "-c", kStubbornTree}, o);
+    ASSERT_TRUE(
+        testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({marker})).size() == 4; }, absl::Seconds(10)));
+  });
+  parent.join();  // the thread that started dtslot ends: its death signal fires
+  int status = slot->Wait(absl::Seconds(10));
+  ASSERT_NE(status, -1) << "dtslot outlived its parent";
+  EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({marker})).empty(); }, absl::Seconds(5)));
+}
+
+TEST(ProcessTree, MarkersNameRunAndGeneration) {
+  EXPECT_EQ(SlotMarker("r-1", 4, "rank-2"), "r-1/g4/rank-2");
+  EXPECT_EQ(MarkerGeneration("r-1/g4/rank-2"), 4);
+  EXPECT_FALSE(MarkerGeneration("something else").has_value());
+  EXPECT_TRUE(MarkerBeforeGeneration("r-1", 5)("r-1/g4/node-a"));
+  EXPECT_FALSE(MarkerBeforeGeneration("r-1", 4)("r-1/g4/node-a"));
+  EXPECT_FALSE(MarkerBeforeGeneration("r-1", 5)("r-10/g4/node-a"));
+  EXPECT_TRUE(MarkerOfRun("r-1")("r-1/g0/rank-0"));
+  EXPECT_FALSE(MarkerOfRun("r-1")("r-12/g0/rank-0"));
+}
+
+TEST(ProcessTree, DescendantsFollowParentLinks) {
+  Subprocess shell({"bash", "-c", "sleep 600 & sleep 600 & wait"});
+  ASSERT_TRUE(testing::WaitFor([&] { return Descendants(shell.pid()).size() == 2; }, absl::Seconds(5)));
+  for (pid_t p : Descendants(shell.pid())) EXPECT_EQ(ReadProcess(p)->ppid, shell.pid());
+  SignalProcesses(Descendants(shell.pid()), SIGKILL);
+}
+
+}  // namespace
+}  // namespace dt
