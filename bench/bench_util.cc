@@ -43,11 +43,11 @@ bool Quick() {
   return q != nullptr && std::string(q) == "1";
 }
 
-void Report(const Result& r) {
+void Report(const Result& r, std::optional<bool> absolute_met) {
   double ratio = r.anchor_value != 0 ? r.value / r.anchor_value : 0;
   nlohmann::json met = nullptr;
   if (r.goal_ratio > 0 && r.anchor_value != 0) met = r.higher_is_better ? ratio >= r.goal_ratio : ratio <= r.goal_ratio;
-  if (r.met) met = *r.met;
+  if (absolute_met) met = *absolute_met;
   std::cout << absl::StrFormat("%-58s %12.4g %-8s | %-22s %12.4g | ratio %7.3f | goal %-14s %s\n", r.name, r.value,
                                r.unit, r.anchor, r.anchor_value, ratio, r.goal,
                                met.is_null() ? "" : (met.get<bool>() ? "met" : "MISSED"));

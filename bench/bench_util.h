@@ -27,12 +27,11 @@ struct Result {
   std::string goal;         // e.g. "<= 1.5x" (ratio = value / anchor_value)
   bool higher_is_better = false;
   double goal_ratio = 0;  // the ratio the goal allows (0: no goal)
-  // An absolute goal (e.g. "<= 2 s"): whether it was met, decided by the benchmark.
-  std::optional<bool> met;
 };
 
-// Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line).
-void Report(const Result& r);
+// Prints the result and appends it as JSON to $DT_BENCH_OUT (one object per line). `met`: for an
+// absolute goal (e.g. "<= 2 s"), whether the benchmark met it.
+void Report(const Result& r, std::optional<bool> met = std::nullopt);
 
 // The median time, in microseconds, of a one-byte round trip through two pipes: between two
 // processes (each end wakes the other: what a wake-up costs on this machine) or, with
