@@ -33,6 +33,11 @@ inline constexpr absl::Duration kMaxIdleTimeout = absl::Hours(24 * 7);
 // Stack captures: processes and bytes one rank's answer may hold.
 inline constexpr int kMaxCaptureProcesses = 4096;
 inline constexpr size_t kMaxCaptureBytes = 4 << 20;
+// A run's labels (SubmitRun): how many, and how long a value may be (names are labels: 128 chars).
+inline constexpr int kMaxLabels = 64;
+inline constexpr size_t kMaxLabelValueBytes = 1024;
+// One page of ListRuns: its runs' encoded size, so no answer outgrows a gRPC message.
+inline constexpr size_t kMaxListRunsPageBytes = 4 << 20;
 // gRPC messages carry a value of up to kMaxValueBytes plus framing.
 inline constexpr int kMaxGrpcMessageBytes = 16 << 20;
 

@@ -27,14 +27,18 @@ namespace dt {
 
 namespace {
 
+// Where the child failed before its program ran (written with the errno to the parent).
+enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
+
 // What the child does between fork and exec: only async-signal-safe calls (the parent may have
-// other threads, whose locks the child inherits held). Failures are written to `error_pipe` as an
-// errno and end the child.
+// other threads, whose locks the child inherits held). Failures are written to `error_pipe` as a
+// stage and an errno, and end the child.
 [[noreturn]] void ExecChild(const char* program, char* const* argv, char* const* envp, const SpawnOptions& options,
                             const char* output_file, pid_t parent, int error_pipe) {
-  auto fail = [error_pipe]() {
-    int e = errno;
-    (void)!::write(error_pipe, &e, sizeof e);
+  int stage = kStageSetup;
+  auto fail = [error_pipe, &stage]() {
+    int report[2] = {stage, errno};
+    (void)!::write(error_pipe, report, sizeof report);
     ::_exit(127);
   };
   // Handled signals are reset by exec anyway. A SIGTERM or SIGINT this process ignores on
@@ -57,6 +61,7 @@ namespace {
   }
   if (options.ptracer > 0) ::prctl(PR_SET_PTRACER, options.ptracer, 0, 0, 0);  // without Yama: EINVAL, harmless
   if (output_file != nullptr) {
+    stage = kStageOutput;
     int fd = ::open(output_file, O_WRONLY | O_CREAT | O_APPEND, 0644);  // no O_CLOEXEC: the child's stdout
     if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) fail();
     if (fd > 2) ::close(fd);
@@ -64,6 +69,7 @@ namespace {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  stage = kStageExec;
   ::execve(program, argv, envp);
   fail();
 }
@@ -107,17 +113,22 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
     ::close(pipe_fds[0]);
     return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": fork: ", std::strerror(fork_errno)));
   }
-  // The pipe closes on a successful exec (O_CLOEXEC) and carries an errno otherwise.
-  int child_errno = 0;
+  // The pipe closes on a successful exec (O_CLOEXEC) and carries a stage and an errno otherwise.
+  int report[2] = {0, 0};
   ssize_t n;
-  while ((n = ::read(pipe_fds[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  while ((n = ::read(pipe_fds[0], report, sizeof report)) < 0 && errno == EINTR) {
   }
   ::close(pipe_fds[0]);
-  if (n == static_cast<ssize_t>(sizeof child_errno)) {
+  if (n == static_cast<ssize_t>(sizeof report)) {
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(child_errno)));
+    if (report[0] == kStageOutput) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot start ", argv[0], ": its output file ", options.output_file,
+          " cannot be opened: ", std::strerror(report[1]), report[1] == ENOENT ? " (its directory is gone)" : ""));
+    }
+    return absl::FailedPreconditionError(absl::StrCat("cannot start ", argv[0], ": ", std::strerror(report[1])));
   }
   pid_ = pid;
   return absl::OkStatus();

@@ -1,6 +1,8 @@
 // Time source for the coordinator's logic. Tests drive a FakeClock; the server uses RealClock.
 #pragma once
 
+#include <chrono>
+
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -13,9 +15,17 @@ class Clock {
   virtual absl::Time Now() const = 0;
 };
 
+// A monotonic clock anchored to the wall clock when the process started: every deadline the
+// coordinator keeps (store waits, barriers, leases, heartbeats) is measured on one clock that NTP
+// cannot slew or step, so a timeout never fires early by the caller's monotonic clock. The times it
+// stamps stay wall-clock times, off by what the wall clock was corrected since the start.
 class RealClock : public Clock {
  public:
-  absl::Time Now() const override { return absl::Now(); }
+  absl::Time Now() const override {
+    static const std::chrono::steady_clock::time_point steady_start = std::chrono::steady_clock::now();
+    static const absl::Time wall_start = absl::Now();
+    return wall_start + absl::FromChrono(std::chrono::steady_clock::now() - steady_start);
+  }
   static RealClock* Get() {
     static RealClock clock;
     return &clock;

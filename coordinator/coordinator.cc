@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/limits.h"
@@ -546,6 +548,11 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("sbatch argument ", Quote(arg), " is too long"));
     }
   }
+  if (!spec.wandb().base_url().empty()) {
+    return absl::InvalidArgumentError(
+        "a run cannot choose the W&B server: the coordinator's API key goes only where its operator points it "
+        "(dtcoord's WANDB_BASE_URL); leave wandb.base_url empty");
+  }
   const std::string& mode = spec.wandb().mode();
   if (!mode.empty() && mode != "online" && mode != "offline" && mode != "disabled") {
     return absl::InvalidArgumentError(
@@ -557,9 +564,16 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
   if (!spec.trainer_path().empty()) {
     if (absl::Status s = ValidateAbsolutePath("trainer path", spec.trainer_path()); !s.ok()) return s;
   }
+  if (spec.labels_size() > kMaxLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a run has at most ", kMaxLabels, " labels, not ", spec.labels_size()));
+  }
   for (const auto& [k, v] : spec.labels()) {
     if (absl::Status s = ValidateLabel("label name", k); !s.ok()) return s;
-    if (v.size() > kMaxPathBytes) return absl::InvalidArgumentError(absl::StrCat("label ", Quote(k), " is too long"));
+    if (v.size() > kMaxLabelValueBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("label ", Quote(k), " is ", v.size(),
+                                                     " bytes long; a label's value has at most ", kMaxLabelValueBytes));
+    }
   }
   return absl::OkStatus();
 }
@@ -671,23 +685,61 @@ absl::StatusOr<v1::Run> Coordinator::GetRun(const std::string& run_id) {
   return Snapshot(**run, /*with_ranks=*/true);
 }
 
-absl::StatusOr<std::vector<v1::Run>> Coordinator::ListRuns(int limit, const std::vector<v1::RunState>& states) {
+namespace {
+
+// A run's place in ListRuns' order (newest first, then by id), as a page token: "<ns>.<run id>".
+std::string PageToken(const v1::Run& r) {
+  return absl::StrCat(absl::ToUnixNanos(FromProtoTime(r.created_at())), ".", r.run_id());
+}
+
+bool ListedBefore(const v1::Run& a, const v1::Run& b) {
+  absl::Time ta = FromProtoTime(a.created_at()), tb = FromProtoTime(b.created_at());
+  if (ta != tb) return ta > tb;
+  return a.run_id() < b.run_id();
+}
+
+}  // namespace
+
+absl::StatusOr<Coordinator::RunPage> Coordinator::ListRuns(int limit, const std::vector<v1::RunState>& states,
+                                                           const std::string& page_token) {
   if (limit < 0) return absl::InvalidArgumentError(absl::StrCat("limit must not be negative, not ", limit));
-  std::vector<v1::Run> out;
+  std::optional<v1::Run> after;  // the last run of the previous page
+  if (!page_token.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(page_token, absl::MaxSplits('.', 1));
+    int64_t ns = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &ns) || !ValidateRunId(parts[1]).ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page token ", Quote(page_token), " is not one ListRuns returned (pass next_page_token as is)"));
+    }
+    after.emplace();
+    *after->mutable_created_at() = ToProtoTime(absl::FromUnixNanos(ns));
+    after->set_run_id(parts[1]);
+  }
+  std::vector<v1::Run> all;
   for (const RunPtr& run : AllRuns()) {
     absl::MutexLock lock(&run->mu);
-    if (!states.empty() && std::find(states.begin(), states.end(), run->stored.run.state()) == states.end()) {
-      continue;
-    }
-    out.push_back(Snapshot(*run, /*with_ranks=*/false));
+    const v1::Run& r = run->stored.run;
+    if (!states.empty() && std::find(states.begin(), states.end(), r.state()) == states.end()) continue;
+    if (after && !ListedBefore(*after, r)) continue;
+    all.push_back(Snapshot(*run, /*with_ranks=*/false));
   }
-  std::sort(out.begin(), out.end(), [](const v1::Run& a, const v1::Run& b) {
-    absl::Time ta = FromProtoTime(a.created_at()), tb = FromProtoTime(b.created_at());
-    if (ta != tb) return ta > tb;
-    return a.run_id() < b.run_id();
-  });
-  if (limit > 0 && static_cast<int>(out.size()) > limit) out.resize(limit);
-  return out;
+  std::sort(all.begin(), all.end(), ListedBefore);
+  RunPage page;
+  size_t bytes = 0;
+  for (v1::Run& r : all) {
+    if (limit > 0 && static_cast<int>(page.runs.size()) == limit) break;
+    size_t size = r.ByteSizeLong();
+    if (!page.runs.empty() && bytes + size > kMaxListRunsPageBytes) {
+      page.next_page_token = PageToken(page.runs.back());
+      break;
+    }
+    bytes += size;
+    page.runs.push_back(std::move(r));
+  }
+  if (limit > 0 && static_cast<int>(page.runs.size()) == limit && all.size() > page.runs.size()) {
+    page.next_page_token = PageToken(page.runs.back());
+  }
+  return page;
 }
 
 absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const std::string& reason) {

@@ -112,7 +112,14 @@ class Coordinator {
   // ---- Runs -------------------------------------------------------------------------------
   absl::StatusOr<v1::SubmitRunResponse> SubmitRun(const v1::RunSpec& spec);
   absl::StatusOr<v1::Run> GetRun(const std::string& run_id);
-  absl::StatusOr<std::vector<v1::Run>> ListRuns(int limit, const std::vector<v1::RunState>& states);
+  // A page of runs, newest first (ListRuns' contract in runs.proto): at most `limit` (0: no limit)
+  // and kMaxListRunsPageBytes; `page_token` continues after a previous page.
+  struct RunPage {
+    std::vector<v1::Run> runs;
+    std::string next_page_token;  // empty: no run follows
+  };
+  absl::StatusOr<RunPage> ListRuns(int limit, const std::vector<v1::RunState>& states,
+                                   const std::string& page_token = "");
   absl::StatusOr<v1::Run> CancelRun(const std::string& run_id, const std::string& reason);
   absl::StatusOr<v1::Run> AttachLaunch(const v1::AttachLaunchRequest& request);
   // Adds failed nodes to the run's excluded nodes, each with a NODE_FAILED record.
@@ -396,6 +403,9 @@ class Coordinator {
                            const PendingPtr<v1::BeginCheckpointResponse>& reply);
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Every rank committed and the writer's manifest is in: verify and publish on the file work.
+  void StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                      absl::StatusOr<v1::CheckpointInfo> result);
   void OnLeaseExpired(const std::string& run_id, const std::string& round_id);

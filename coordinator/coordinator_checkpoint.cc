@@ -8,6 +8,7 @@
 #include "common/duration.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
@@ -218,20 +219,7 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
       deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
       return;
     }
-    round->state = CheckpointRound::State::kVerifying;
-    if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
-    v1::Manifest manifest = request.manifest();
-    const std::string run_id = run->stored.run.run_id();
-    file_work_->Post(run_id, [this, run, run_id, round, manifest] {
-      absl::Time start = absl::Now();
-      absl::StatusOr<v1::CheckpointInfo> result = VerifyAndPublish(
-          *round->checkpoints, round->partial_name, round->step, manifest, options_.checkpoint_verification);
-      if (result.ok()) {
-        DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
-                     << result->bytes() << " bytes, " << absl::FormatDuration(absl::Now() - start) << ")";
-      }
-      FinishPublish(run, round, std::move(result));
-    });
+    round->manifest = request.manifest();
   }
   auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
   if (!inserted) {
@@ -239,6 +227,52 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
                                       absl::CancelledError("replaced by a retry of the same rank")));
     it->second = reply;
   }
+  // Published once every rank's block ended well: until then any rank may still abort the round.
+  if (round->manifest && static_cast<int>(round->waiting.size()) == world &&
+      round->state == CheckpointRound::State::kOpen) {
+    StartPublish(run, round);
+  }
+}
+
+namespace {
+
+// The round writes through the checkpoints/ it held open at its start; the path it reports must
+// lead to the same directory. OK (an empty info) while it does; ABORTED when checkpoints/ was moved,
+// removed or swapped for a link since (the files would land where the reported path does not go).
+absl::StatusOr<v1::CheckpointInfo> StillTheRoundsCheckpointsDir(const std::string& exp_dir,
+                                                                const v1::ExperimentDirIdentity& identity,
+                                                                const DirFd& held, int64_t step) {
+  absl::StatusOr<DirFd> now = OpenCheckpointsDir(exp_dir, identity);
+  if (now.ok() && now->device() == held.device() && now->inode() == held.inode()) return v1::CheckpointInfo();
+  return absl::AbortedError(absl::StrCat("the checkpoint at step ", step, " was not published: ", exp_dir,
+                                         "/checkpoints was moved, removed or replaced (a link?) since the round began",
+                                         now.ok() ? "" : absl::StrCat(" (", now.status().message(), ")"),
+                                         "; its files stay where they were written, unpublished"));
+}
+
+}  // namespace
+
+void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round) {
+  round->state = CheckpointRound::State::kVerifying;
+  if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
+  v1::Manifest manifest = std::move(*round->manifest);
+  round->manifest.reset();
+  const std::string run_id = run->stored.run.run_id();
+  file_work_->Post(run_id, [this, run, run_id, round, manifest, exp_dir = run->stored.run.exp_dir(),
+                            identity = run->stored.run.exp_dir_identity()] {
+    absl::Time start = absl::Now();
+    absl::StatusOr<v1::CheckpointInfo> result =
+        StillTheRoundsCheckpointsDir(exp_dir, identity, *round->checkpoints, round->step);
+    if (result.ok()) {
+      result = VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest,
+                                options_.checkpoint_verification);
+    }
+    if (result.ok()) {
+      DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
+                   << result->bytes() << " bytes, " << absl::FormatDuration(absl::Now() - start) << ")";
+    }
+    FinishPublish(run, round, std::move(result));
+  });
 }
 
 void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -372,15 +406,13 @@ absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& requ
   if (!round || round->id != request.round_id()) {
     return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id()));
   }
-  if (request.rank() != round->writer) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", request.rank(), " may not abort the round: the writer is rank ", round->writer));
-  }
   if (round->state != CheckpointRound::State::kOpen) return absl::OkStatus();
+  std::string who = request.rank() == round->writer ? absl::StrCat("the writer ", round->writer_desc)
+                                                    : absl::StrCat("rank ", request.rank());
   AbortRound(*run, *round,
-             absl::AbortedError(absl::StrCat("the writer ", round->writer_desc, " aborted the checkpoint at step ",
-                                             round->step, ": ",
-                                             request.reason().empty() ? "no reason given" : request.reason())),
+             absl::AbortedError(
+                 absl::StrCat(who, " aborted the checkpoint at step ", round->step, ": ",
+                              request.reason().empty() ? "no reason given" : TruncateUtf8(request.reason(), 4096))),
              deferred);
   return absl::OkStatus();
 }

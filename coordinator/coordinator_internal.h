@@ -32,8 +32,11 @@ struct Coordinator::CheckpointRound {
   TimerQueue::Id lease_timer = 0;
   absl::Time opened;
   std::map<int, PendingPtr<v1::CommitCheckpointResponse>> waiting;  // rank → commit reply
-  absl::Status outcome;                                             // when aborted
-  v1::CheckpointInfo info;                                          // when committed
+  // The writer's manifest, kept until every rank has committed: a rank's exception in its block
+  // (AbortCheckpoint) aborts the round until then.
+  std::optional<v1::Manifest> manifest;
+  absl::Status outcome;     // when aborted
+  v1::CheckpointInfo info;  // when committed
 };
 
 // A stack capture waiting for the ranks' answers (coordinator_stacks.cc).

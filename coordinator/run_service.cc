@@ -156,10 +156,11 @@ grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* 
   }
   std::vector<v1::RunState> states;
   for (int s : req->states()) states.push_back(static_cast<v1::RunState>(s));
-  absl::StatusOr<std::vector<v1::Run>> runs = deps_.coordinator->ListRuns(req->limit(), states);
-  if (!runs.ok()) return Reply<v1::ListRunsResponse>(ctx, timer, out, runs.status());
+  absl::StatusOr<Coordinator::RunPage> page = deps_.coordinator->ListRuns(req->limit(), states, req->page_token());
+  if (!page.ok()) return Reply<v1::ListRunsResponse>(ctx, timer, out, page.status());
   v1::ListRunsResponse response;
-  for (auto& r : *runs) *response.add_runs() = std::move(r);
+  for (auto& r : page->runs) *response.add_runs() = std::move(r);
+  response.set_next_page_token(page->next_page_token);
   return Reply<v1::ListRunsResponse>(ctx, timer, out, response);
 }
 

@@ -104,6 +104,7 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", "PRAGMA foreign_keys=ON;"}) {
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
   }
+  if (absl::Status s = state->CheckIsOurs(path); !s.ok()) return s;
   if (absl::Status s = state->Exec(kSchema); !s.ok()) return s;
   if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str()); !s.ok()) {
     return s;
@@ -112,6 +113,19 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
 }
 
 StateDb::StateDb(sqlite3* db) : db_(db) {}
+
+absl::Status StateDb::CheckIsOurs(const std::string& path) {
+  sqlite3_stmt* st = Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+  if (st == nullptr) return Error("read the schema");
+  StatementReset reset{st};
+  std::vector<std::string> tables;
+  while (sqlite3_step(st) == SQLITE_ROW) tables.push_back(ColumnText(st, 0));
+  if (tables.empty() || std::find(tables.begin(), tables.end(), "runs") != tables.end()) return absl::OkStatus();
+  if (tables.size() > 8) tables.resize(8);
+  return absl::FailedPreconditionError(
+      absl::StrCat("the state database ", path, " is another program's SQLite database (tables ",
+                   absl::StrJoin(tables, ", "), "), not dtcoord's: move it away, or give dtcoord another --state-dir"));
+}
 
 StateDb::~StateDb() {
   absl::MutexLock lock(&mu_);

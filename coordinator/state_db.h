@@ -84,6 +84,8 @@ class StateDb {
 
  private:
   explicit StateDb(sqlite3* db);
+  // FAILED_PRECONDITION when the file holds tables but not dtcoord's (another program's database).
+  absl::Status CheckIsOurs(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Error(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // rolls back when COMMIT fails

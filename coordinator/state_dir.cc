@@ -95,28 +95,50 @@ absl::StatusOr<StateDir> StateDir::Open(const std::string& path) {
                      "): two coordinators on one state would each accept runs the other does not know. Stop that one, "
                      "or give this one another --state-dir"));
   }
-  StateDir dir(path, fd);
+  int dir_fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    ::close(fd);
+    return Errno("cannot open the state dir", path);
+  }
+  if (::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    ::close(dir_fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state dir ", path, " is in use by another dtcoord (its ", kLockFile,
+        " was removed, but that coordinator still holds the directory): two coordinators on one state would each "
+        "accept runs the other does not know. Stop that one (fuser -v ",
+        path,
+        " names it), or give this one another "
+        "--state-dir"));
+  }
+  StateDir dir(path, fd, dir_fd);
   if (absl::Status s = CheckStateNotLost(path); !s.ok()) return s;
   if (::ftruncate(fd, 0) != 0) return Errno("cannot write the lock file", lock_path);
   return dir;
 }
 
-StateDir::StateDir(StateDir&& other) noexcept : path_(std::move(other.path_)), lock_fd_(other.lock_fd_) {
+StateDir::StateDir(StateDir&& other) noexcept
+    : path_(std::move(other.path_)), lock_fd_(other.lock_fd_), dir_fd_(other.dir_fd_) {
   other.lock_fd_ = -1;
+  other.dir_fd_ = -1;
 }
 
 StateDir& StateDir::operator=(StateDir&& other) noexcept {
   if (this != &other) {
     if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (dir_fd_ >= 0) ::close(dir_fd_);
     path_ = std::move(other.path_);
     lock_fd_ = other.lock_fd_;
+    dir_fd_ = other.dir_fd_;
     other.lock_fd_ = -1;
+    other.dir_fd_ = -1;
   }
   return *this;
 }
 
 StateDir::~StateDir() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the locks
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 std::string StateDir::database_path() const { return JoinPath(path_, kDatabaseFile); }

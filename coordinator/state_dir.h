@@ -30,9 +30,12 @@ class StateDir {
   absl::Status Publish(const std::string& address);
 
  private:
-  StateDir(std::string path, int lock_fd) : path_(std::move(path)), lock_fd_(lock_fd) {}
+  StateDir(std::string path, int lock_fd, int dir_fd) : path_(std::move(path)), lock_fd_(lock_fd), dir_fd_(dir_fd) {}
   std::string path_;
   int lock_fd_ = -1;
+  // The directory itself, flocked too: deleting dtcoord.lock by hand does not let a second
+  // coordinator in.
+  int dir_fd_ = -1;
 };
 
 }  // namespace dt

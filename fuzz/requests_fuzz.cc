@@ -120,10 +120,11 @@ void Apply(World& w, Call& call) {
     case Call::kListRuns: {
       std::vector<v1::RunState> states;
       for (int s : call.list_runs().states()) states.push_back(static_cast<v1::RunState>(s));
-      absl::StatusOr<std::vector<v1::Run>> runs = c.ListRuns(call.list_runs().limit(), states);
+      absl::StatusOr<Coordinator::RunPage> runs =
+          c.ListRuns(call.list_runs().limit(), states, call.list_runs().page_token());
       CheckRefusal(runs.status(), "ListRuns");
       if (runs.ok()) {
-        for (const v1::Run& r : *runs) CheckWellFormed(r, "a listed run");
+        for (const v1::Run& r : runs->runs) CheckWellFormed(r, "a listed run");
       }
       return;
     }
@@ -197,13 +198,13 @@ void CheckNothingLost(World& w) {
   absl::StatusOr<v1::Run> run = w.coordinator->GetRun(w.run_id);
   Check(run.ok(), "the submitted run is gone: " + run.status().ToString());
   CheckWellFormed(*run, "the submitted run");
-  absl::StatusOr<std::vector<v1::Run>> before = w.coordinator->ListRuns(0, {});
+  absl::StatusOr<Coordinator::RunPage> before = w.coordinator->ListRuns(0, {});
   Check(before.ok(), "ListRuns fails afterwards: " + before.status().ToString());
   w.Close();
   absl::Status reopened = w.Open();
   Check(reopened.ok(), "the database does not load again: " + reopened.ToString());
-  absl::StatusOr<std::vector<v1::Run>> after = w.coordinator->ListRuns(0, {});
-  Check(after.ok() && after->size() == before->size(), "the runs read back differ after a restart");
+  absl::StatusOr<Coordinator::RunPage> after = w.coordinator->ListRuns(0, {});
+  Check(after.ok() && after->runs.size() == before->runs.size(), "the runs read back differ after a restart");
   absl::StatusOr<v1::Run> again = w.coordinator->GetRun(w.run_id);
   Check(again.ok() && again->spec().experiment_name() == run->spec().experiment_name(),
         "the submitted run did not survive a restart");

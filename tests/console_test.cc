@@ -17,6 +17,7 @@
 #include "common/fs.h"
 #include "coordinator/console/console_api.h"
 #include "coordinator/console/console_server.h"
+#include "coordinator/console/console_sessions.h"
 #include "tests/http_test_client.h"
 #include "tests/test_util.h"
 
@@ -113,6 +114,61 @@ TEST_F(ConsoleTest, WithoutATokenThereIsNothingButTheSignInForm) {
   HttpResponse forged = Http("GET", url_, {"Cookie: dt_console=" + std::string(64, 'a')});
   EXPECT_EQ(forged.status, 303);
   EXPECT_EQ(Get("/api/v1/runs", "not-a-token").status, 401);
+}
+
+// A run token signing in over and over cannot sign the admin out (a tester's 4,100 sign-ins with one
+// run token evicted every other session); repeated sign-ins are throttled, and a sign-in posted from
+// another site is refused.
+TEST_F(ConsoleTest, OneTokensSignInsNeverEndAnothersSessions) {
+  std::string admin = SignIn(coord_->admin_token());
+  int refused = 0;
+  for (int k = 0; k < 60; ++k) {
+    HttpResponse r =
+        Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded"}, "token=" + run_.run_token());
+    if (r.status == 429) ++refused;
+  }
+  EXPECT_GT(refused, 0);                                                           // throttled: at most 20 a minute
+  EXPECT_EQ(Http("GET", url_ + "api/v1/runs", {"Cookie: " + admin}).status, 200);  // still signed in
+
+  HttpResponse cross =
+      Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Origin: http://evil.example"},
+           "token=" + coord_->admin_token());
+  EXPECT_EQ(cross.status, 403) << cross.body;
+  EXPECT_TRUE(cross.Header("set-cookie").empty());
+  HttpResponse site =
+      Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Sec-Fetch-Site: cross-site"},
+           "token=" + coord_->admin_token());
+  EXPECT_EQ(site.status, 403);
+}
+
+TEST(ConsoleSessionsTest, SessionsAreCappedPerTokenAndFailuresPauseSignIn) {
+  ConsoleSessionLimits limits;
+  limits.max_sessions = 8;
+  limits.per_principal = 3;
+  limits.sign_ins_per_minute = 100;
+  limits.failures_per_minute = 5;
+  ConsoleSessions sessions(limits);
+  absl::Time now = absl::FromUnixSeconds(1'800'000'000);
+  Principal admin{true, ""};
+  Principal run{false, "r-0000000000000001"};
+  std::string admin_session = *sessions.Create(admin, now);
+  std::vector<std::string> run_sessions;
+  for (int k = 0; k < 10; ++k) run_sessions.push_back(*sessions.Create(run, now + absl::Seconds(k)));
+  EXPECT_TRUE(sessions.Find(admin_session, now).has_value());     // never pushed out by another token
+  EXPECT_FALSE(sessions.Find(run_sessions[0], now).has_value());  // the run's own oldest made room
+  EXPECT_TRUE(sessions.Find(run_sessions[9], now).has_value());
+  EXPECT_EQ(sessions.size(), 4u);
+  // Every slot held by others: refused, not evicting.
+  for (int k = 2; k < 6; ++k) {
+    ASSERT_TRUE(sessions.Create(Principal{false, absl::StrCat("r-00000000000000", k, "0")}, now).ok());
+  }
+  absl::StatusOr<std::string> full = sessions.Create(Principal{false, "r-0000000000000099"}, now);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(sessions.Find(admin_session, now).has_value());
+  // Failures pause sign-in for the rest of the minute.
+  for (int k = 0; k < 5; ++k) sessions.Failed(now);
+  EXPECT_EQ(sessions.MayTry(now + absl::Seconds(30)).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(sessions.MayTry(now + absl::Seconds(61)).ok());
 }
 
 TEST_F(ConsoleTest, SigningInSetsASessionThatSigningOutEnds) {
@@ -319,6 +375,9 @@ TEST(ConsoleApiTest, WandbRunLinksPointAtThePages) {
   EXPECT_EQ(ConsoleApi::WandbRunUrl(w), "https://wandb.ai/team/gpt2/runs/abc");
   w.base_url = "http://wandb.internal:8080/";
   EXPECT_EQ(ConsoleApi::WandbRunUrl(w), "http://wandb.internal:8080/team/gpt2/runs/abc");
+  w.base_url = "javascript:alert(document.cookie)//";  // never a link that runs in the page
+  EXPECT_EQ(ConsoleApi::WandbRunUrl(w), "");
+  w.base_url = "https://api.wandb.ai";
   w.entity = "";  // W&B has not named the key's entity yet
   EXPECT_EQ(ConsoleApi::WandbRunUrl(w), "");
 }

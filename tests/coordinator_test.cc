@@ -6,8 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "common/fs.h"
@@ -160,6 +162,62 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   spec.mutable_wandb()->set_mode("sometimes");
   bad(spec, absl::StatusCode::kInvalidArgument, "W&B mode");
   bad(testing::MakeSpec("ok", "/proc/forbidden", 1, 1), absl::StatusCode::kFailedPrecondition, "/proc");
+  // The coordinator's W&B key goes where its operator points it, never where a run says.
+  spec = testing::MakeSpec("ok", save_dir_, 1, 1);
+  spec.mutable_wandb()->set_base_url("http://collector.example:8080");
+  bad(spec, absl::StatusCode::kInvalidArgument, "WANDB_BASE_URL");
+  // --idle-timeout and --max-identical-hangs are checked too.
+  spec = testing::MakeSpec("ok", save_dir_, 1, 1);
+  spec.set_max_identical_hangs(0);
+  bad(spec, absl::StatusCode::kInvalidArgument, "max identical hangs");
+}
+
+// Labels are bounded (a tester's 3,600 labels of 4,000 B made every ListRuns answer outgrow a gRPC
+// message), and ListRuns pages: each page fits a message; the pages together list every run once.
+TEST_F(CoordinatorTest, LabelsAreBoundedAndListRunsPagesFitAMessage) {
+  v1::RunSpec spec = testing::MakeSpec("labelled", save_dir_, 1, 1);
+  for (int k = 0; k <= kMaxLabels; ++k) (*spec.mutable_labels())[absl::StrCat("k", k)] = "v";
+  auto refused = coord_->SubmitRun(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("at most 64 labels"), std::string::npos) << refused.status();
+  spec.clear_labels();
+  (*spec.mutable_labels())["big"] = std::string(kMaxLabelValueBytes + 1, 'x');
+  EXPECT_EQ(coord_->SubmitRun(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  // Runs as large as labels allow: 64 × 1 KiB each, ~65 KB a run; 150 of them are ~10 MB.
+  spec.clear_labels();
+  for (int k = 0; k < kMaxLabels; ++k) (*spec.mutable_labels())[absl::StrCat("k", k)] = std::string(1000, 'v');
+  std::set<std::string> submitted;
+  for (int n = 0; n < 150; ++n) {
+    spec.set_experiment_name(absl::StrCat("big-", n));
+    auto r = coord_->SubmitRun(spec);
+    ASSERT_TRUE(r.ok()) << r.status();
+    submitted.insert(r->run_id());
+    clock_.Advance(absl::Milliseconds(1));
+  }
+  std::set<std::string> listed;
+  std::string token;
+  int pages = 0;
+  do {
+    auto page = coord_->ListRuns(0, {}, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    size_t bytes = 0;
+    for (const v1::Run& r : page->runs) {
+      bytes += r.ByteSizeLong();
+      EXPECT_TRUE(listed.insert(r.run_id()).second) << "listed twice: " << r.run_id();
+    }
+    EXPECT_LE(bytes, kMaxListRunsPageBytes);
+    token = page->next_page_token;
+    ++pages;
+  } while (!token.empty() && pages < 100);
+  EXPECT_GE(pages, 3);
+  EXPECT_EQ(listed, submitted);
+  // A limit pages too; a token that is not one is refused, naming it.
+  auto first = coord_->ListRuns(10, {});
+  ASSERT_EQ(first->runs.size(), 10u);
+  auto second = coord_->ListRuns(10, {}, first->next_page_token);
+  ASSERT_EQ(second->runs.size(), 10u);
+  EXPECT_NE(first->runs.back().run_id(), second->runs.front().run_id());
+  EXPECT_EQ(coord_->ListRuns(0, {}, "nonsense").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CoordinatorTest, JoinKeyMakesSubmitCreateOrJoin) {
@@ -1104,6 +1162,40 @@ TEST_F(CheckpointRoundTest, OneWriterCommitsAndEveryRankIsReleased) {
   EXPECT_EQ(coord_->GetRun(run_)->latest_checkpoint_step(), 10);
 }
 
+// Any rank's failure in its block aborts the round: the writer's files wait for every rank's
+// commit, and a non-writer's AbortCheckpoint before it ends the round with its reason.
+TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
+  CommitStep(5, "weights-at-5");
+  v1::BeginCheckpointResponse round = Begin(10);
+  ASSERT_EQ(round.writer_rank(), 0);
+  v1::Manifest m = WriteFiles(round.partial_dir(), "weights-at-10");
+  Reply<v1::CommitCheckpointResponse> c0;
+  Commit(0, round, &m, &c0);
+  coord_->AwaitFileWork();
+  EXPECT_FALSE(c0.arrived());  // nothing is published before rank 1 has committed
+  EXPECT_EQ(Latest(), "step-5");
+  v1::AbortCheckpointRequest abort;
+  abort.set_run_id(run_);
+  abort.set_generation(0);
+  abort.set_rank(1);
+  abort.set_round_id(round.round_id());
+  abort.set_reason("ValueError: a bad batch");
+  ASSERT_TRUE(coord_->AbortCheckpoint(abort).ok());
+  ASSERT_TRUE(c0.WaitFor());
+  EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted);
+  EXPECT_NE(c0.value.status().message().find("rank 1 aborted the checkpoint at step 10: ValueError: a bad batch"),
+            std::string::npos)
+      << c0.value.status();
+  coord_->AwaitFileWork();
+  EXPECT_EQ(Latest(), "step-5");
+  EXPECT_FALSE(AnyPartial());
+  // A rank's abort after every rank committed changes nothing.
+  CommitStep(15, "weights-at-15");
+  abort.set_round_id("gone");
+  EXPECT_EQ(coord_->AbortCheckpoint(abort).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Latest(), "step-15");
+}
+
 TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
   for (int64_t step : {10, 20, 30}) ASSERT_NO_FATAL_FAILURE(CommitStep(step, "w" + std::to_string(step)));
   coord_->AwaitFileWork();  // the retired checkpoint is removed after the ranks heard of the commit
@@ -1232,6 +1324,25 @@ TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedForALinkToAnotherExperimentIsN
   }
 }
 
+// checkpoints/ swapped for a link between a round's begin and its commit: the round wrote through
+// the directory it held, which the reported path no longer reaches, so nothing is published.
+TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedDuringARoundAbortsItsCommit) {
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "mine"));
+  v1::BeginCheckpointResponse round = Begin(20);
+  v1::Manifest m = WriteFiles(round.partial_dir(), "at-20");
+  std::string elsewhere = tmp_.Sub("elsewhere");
+  fs::rename(ckpt_dir(), save_dir_ + "/ckpt/checkpoints.moved");
+  fs::create_directory_symlink(elsewhere, ckpt_dir());
+  Reply<v1::CommitCheckpointResponse> c0, c1;
+  Commit(1, round, nullptr, &c1);
+  Commit(0, round, &m, &c0);
+  ASSERT_TRUE(c0.WaitFor() && c1.WaitFor());
+  EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted) << c0.value.status();
+  EXPECT_NE(c0.value.status().message().find("moved, removed or replaced"), std::string::npos) << c0.value.status();
+  EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
+  EXPECT_TRUE(fs::is_empty(elsewhere));
+}
+
 // ---- Persistence ----------------------------------------------------------------------------
 
 TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {
@@ -1245,7 +1356,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryRunAndKeepsRunningOnes) {
   Advance(absl::Seconds(3));  // the progress flush
   Reopen();
   auto list = coord_->ListRuns(0, {});
-  ASSERT_EQ(list->size(), 2u);
+  ASSERT_EQ(list->runs.size(), 2u);
   EXPECT_EQ(coord_->GetRun(done)->state(), v1::CANCELLED);
   auto status = coord_->GetRun(run);
   EXPECT_EQ(status->state(), v1::RUNNING);

@@ -256,6 +256,29 @@ TEST_F(DtrunTest, TheDtModuleLogsMetricsAndCheckpointsAndResumesFromItsRounds) {
 
 // The module's errors are Python exceptions that say what is wrong: a run token used for another
 // run, an unreachable coordinator, bad arguments; and outside dt it does nothing.
+// Any rank's failure aborts a round of the dt module, at once: rank 1's exception in its block, or
+// a writer whose files cannot be committed (a subdirectory). The other rank's commit ends with the
+// cause (not after the round's lease), and no checkpoint is published.
+TEST_F(DtrunTest, AnyRanksFailureAbortsADtModuleRound) {
+  for (const std::string mode : {"non-writer-raises", "writer-saves-subdir"}) {
+    std::string run = SubmitScript(mode, 0, {mode}, JoinPath(DT_SOURCE_DIR, "tests/python/dt_round.py"));
+    CommandResult watch = Dtctl({"watch", run});
+    std::string exp_dir = JoinPath(save_dir_, mode);
+    std::string log0 = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+    std::string log1 = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+    ASSERT_EQ(watch.exit_code, 0) << mode << "\n" << log0 << log1;
+    std::string other = mode == "non-writer-raises" ? log0 : log1;  // the rank that did not fail
+    EXPECT_NE(other.find("round: not committed"), std::string::npos) << mode << "\n" << other;
+    EXPECT_NE(
+        other.find(mode == "non-writer-raises" ? "rank 1 aborted the checkpoint at step 1" : "cannot be committed"),
+        std::string::npos)
+        << mode << "\n"
+        << other;
+    EXPECT_NE(log0.find("latest: None"), std::string::npos) << log0;
+    EXPECT_EQ(testing::DtctlJson(Dtctl({"checkpoints", run, "-o", "json"})).size(), 0u) << mode;
+  }
+}
+
 TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
   v1::SubmitRunResponse mine = coord_.Submit(testing::MakeSpec("mine", save_dir_, 1, 1));
   v1::SubmitRunResponse other = coord_.Submit(testing::MakeSpec("other", save_dir_, 1, 1));

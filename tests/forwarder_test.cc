@@ -181,6 +181,16 @@ TEST_F(ForwarderTest, ChecksThenCreatesTheRunThenStreamsEveryStepOnceInOrder) {
   EXPECT_EQ(forwarder_->QueueDepth(), 0);
 }
 
+// The API key goes only to the coordinator's W&B server: a run whose spec names another (one stored
+// before SubmitRun refused that field) is still sent to the operator's.
+TEST_F(ForwarderTest, TheKeyGoesOnlyToTheCoordinatorsServer) {
+  run_.mutable_spec()->mutable_wandb()->set_base_url("http://collector.example");
+  Log(1, 2);
+  RunFor(absl::Seconds(1));
+  ASSERT_FALSE(wandb_.posts().empty());
+  for (const Posted& p : wandb_.posts()) EXPECT_TRUE(absl::StartsWith(p.url, "http://wandb.test/")) << p.url;
+}
+
 TEST_F(ForwarderTest, ARetryableFailureResendsTheIdenticalBodyAfterABackoffThatGrows) {
   wandb_.Answer(Reply(503, "busy"));
   wandb_.Answer(Reply(0, "", "connection refused"));

@@ -352,7 +352,8 @@ TEST_F(HangE2ETest, LiveCapturesLeaveTheLossesUnchanged) {
     CommandResult r = Dtctl({"stacks", watched, "-o", "json"});
     if (r.exit_code != 0) break;  // the run ended meanwhile
     nlohmann::json c = testing::DtctlJson(r);
-    ASSERT_EQ(c.size(), 1u) << r.output;
+    // The run ended between the status and the capture: dtctl showed the kept captures instead.
+    if (c.size() != 1 || !c[0].value("live", false)) break;
     if (c[0]["ranks"].size() == 2u) {
       ++captured;
     } else {  // a rank finished its last step meanwhile: the capture says so

@@ -78,6 +78,22 @@ TEST(ProcessTree, TheDeathOfWhoeverStartedDtslotStopsTheTree) {
   EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({marker})).empty(); }, absl::Seconds(5)));
 }
 
+// A program whose output file cannot be opened (its experiment's logs/ was deleted) is not reported
+// as a missing program.
+TEST(ProcessTree, AnOutputFileThatCannotBeOpenedIsNamed) {
+  SpawnOptions o;
+  o.output_file = "/nonexistent-dt-dir/logs/rank-0.log";
+  absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn({"/bin/true"}, o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("its output file /nonexistent-dt-dir/logs/rank-0.log cannot be opened"),
+            std::string::npos)
+      << p.status();
+  EXPECT_NE(p.status().message().find("its directory is gone"), std::string::npos) << p.status();
+  absl::StatusOr<std::unique_ptr<Subprocess>> missing = Subprocess::Spawn({"/nonexistent-dt-program"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("No such file or directory"), std::string::npos);
+}
+
 TEST(ProcessTree, MarkersNameRunAndGeneration) {
   EXPECT_EQ(SlotMarker("r-1", 4, "rank-2"), "r-1/g4/rank-2");
   EXPECT_EQ(MarkerGeneration("r-1/g4/rank-2"), 4);

@@ -1,6 +1,8 @@
 // SQLite persistence round trip.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include "common/fs.h"
 #include "coordinator/state_db.h"
 #include "tests/test_util.h"
@@ -95,6 +97,25 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
 // The coordinator stores what arrived during the previous commit in one transaction: batches of
 // different runs and ranks, each read back under its own run and rank; a batch without points
 // adds nothing.
+// Another program's SQLite database is refused, naming its tables, rather than taken as an empty state.
+TEST(StateDb, AnotherProgramsDatabaseIsRefused) {
+  testing::TempDir tmp;
+  std::string path = JoinPath(tmp.path(), "other.db");
+  {
+    auto db = StateDb::Open(JoinPath(tmp.path(), "ours.db"));
+    ASSERT_TRUE(db.ok());
+  }
+  sqlite3* foreign = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &foreign), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(foreign, "CREATE TABLE invoices(id INTEGER)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(foreign);
+  auto other = StateDb::Open(path);
+  ASSERT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition) << other.status();
+  EXPECT_NE(other.status().message().find("another program's SQLite database (tables invoices)"), std::string::npos)
+      << other.status();
+  EXPECT_TRUE(StateDb::Open(JoinPath(tmp.path(), "ours.db")).ok());  // dtcoord's own opens again
+}
+
 TEST(StateDb, BatchesOfManyRunsAndRanksAreStoredTogether) {
   testing::TempDir tmp;
   auto db = StateDb::Open(tmp.Sub("s") + "/state.db");

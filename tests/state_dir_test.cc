@@ -38,6 +38,19 @@ TEST(StateDir, ANewDirectoryIsPrivateAndHeldByOneCoordinator) {
   EXPECT_TRUE(StateDir::Open(path).ok());
 }
 
+// Deleting dtcoord.lock by hand does not let a second coordinator onto the same state: the directory
+// itself is held too.
+TEST(StateDir, ARemovedLockFileDoesNotLetASecondCoordinatorIn) {
+  testing::TempDir tmp;
+  std::string path = JoinPath(tmp.path(), "state");
+  auto first = StateDir::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(::unlink(JoinPath(path, "dtcoord.lock").c_str()), 0);
+  auto second = StateDir::Open(path);
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_NE(second.status().message().find("still holds the directory"), std::string::npos) << second.status();
+}
+
 TEST(StateDir, ADirectoryOthersCanWriteIsRefusedAndLeftAsItWas) {
   testing::TempDir tmp;
   std::string shared = tmp.Sub("shared");

@@ -115,9 +115,16 @@ std::string StepCell(const v1::Run& r) {
 // ---- Commands -------------------------------------------------------------------------------
 
 int List(Global& g) {
+  // Every page: one answer holds at most 4 MiB of runs (ListRuns' next_page_token).
+  v1::ListRunsResponse all_runs;
   v1::ListRunsRequest req;
-  auto runs = Call(*g.client, &v1::RunService::Stub::ListRuns, g.client->runs(), req, absl::Seconds(30));
-  if (!runs.ok()) return Fail(g, runs.status(), "list");
+  do {
+    auto page = Call(*g.client, &v1::RunService::Stub::ListRuns, g.client->runs(), req, absl::Seconds(30));
+    if (!page.ok()) return Fail(g, page.status(), "list");
+    for (auto& r : *page->mutable_runs()) *all_runs.add_runs() = std::move(r);
+    req.set_page_token(page->next_page_token());
+  } while (!req.page_token().empty());
+  const v1::ListRunsResponse* runs = &all_runs;
   if (g.output == "json") {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& r : runs->runs()) all.push_back(RunJson(r));

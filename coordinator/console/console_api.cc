@@ -145,6 +145,8 @@ ConsoleResponse ConsoleApi::Error(const absl::Status& status) {
 std::string ConsoleApi::WandbRunUrl(const wandb::WandbRunInfo& run) {
   if (run.entity.empty() || run.project.empty() || run.run_id.empty()) return "";
   std::string base(absl::StripSuffix(run.base_url.empty() ? "https://api.wandb.ai" : run.base_url, "/"));
+  // Only web addresses: the page makes a link of it (a javascript: URL would run in the console).
+  if (!absl::StartsWith(base, "https://") && !absl::StartsWith(base, "http://")) return "";
   // W&B's cloud serves its API at api.wandb.ai and its pages at wandb.ai; a self-hosted server
   // serves both from one address.
   if (base == "https://api.wandb.ai" || base == "http://api.wandb.ai") base = "https://wandb.ai";
@@ -200,9 +202,10 @@ absl::StatusOr<nlohmann::json> ConsoleApi::Runs(const Principal& who, const Cons
   if (!limit.ok()) return limit.status();
   std::vector<v1::Run> runs;
   if (who.admin) {
-    absl::StatusOr<std::vector<v1::Run>> all = coordinator_->ListRuns(static_cast<int>(*limit), *states);
+    // The first page (4 MiB of runs at most): what a page of the console shows.
+    absl::StatusOr<Coordinator::RunPage> all = coordinator_->ListRuns(static_cast<int>(*limit), *states);
     if (!all.ok()) return all.status();
-    runs = std::move(*all);
+    runs = std::move(all->runs);
   } else {
     // A run token sees its own run, the one GetRun would give it.
     absl::StatusOr<v1::Run> own = coordinator_->GetRun(who.run_id);

@@ -183,7 +183,27 @@ class ConsoleServer::Handler : public CivetHandler {
     return r;
   }
 
+  // A sign-in form posted from another site (login CSRF: the browser would end up signed in as
+  // whoever the other site chose) is refused: the browser names the page it came from in Origin
+  // (or Sec-Fetch-Site), and it must be this console.
+  static bool CrossSite(mg_connection* conn) {
+    const char* fetch_site = CivetServer::getHeader(conn, "Sec-Fetch-Site");
+    if (fetch_site != nullptr && std::string(fetch_site) == "cross-site") return true;
+    const char* origin = CivetServer::getHeader(conn, "Origin");
+    if (origin == nullptr) return false;  // not a browser's cross-origin form (curl, a script)
+    const char* host = CivetServer::getHeader(conn, "Host");
+    return host == nullptr || std::string(origin) != absl::StrCat("http://", host);
+  }
+
   Reply Login(mg_connection* conn) const {
+    if (CrossSite(conn)) {
+      return LoginPage(403, "Sign in from this console's own page: a sign-in sent from another site is refused.");
+    }
+    if (absl::Status s = server_->sessions_->MayTry(absl::Now()); !s.ok()) {
+      Reply r = LoginPage(429, absl::StrCat("Too many failed sign-ins: ", s.message(), "."));
+      r.headers.push_back("Retry-After: 60");
+      return r;
+    }
     const mg_request_info* info = mg_get_request_info(conn);
     if (info->content_length < 0 || static_cast<size_t>(info->content_length) > kMaxLoginBody) {
       return LoginPage(413, "The sign-in request was too large or had no length.");
@@ -195,10 +215,16 @@ class ConsoleServer::Handler : public CivetHandler {
     }
     absl::StatusOr<Principal> who = auth_->AuthenticateToken(token);
     if (!who.ok()) {
+      server_->sessions_->Failed(absl::Now());
       return LoginPage(401, "That token is not one this coordinator knows: use the admin token or a run's token.");
     }
-    std::string id = server_->sessions_->Create(*who, absl::Now());
-    return Redirect("/", {absl::StrCat("Set-Cookie: ", kCookie, "=", id, "; Path=/; Max-Age=",
+    absl::StatusOr<std::string> id = server_->sessions_->Create(*who, absl::Now());
+    if (!id.ok()) {
+      Reply r = LoginPage(429, absl::StrCat("Not signed in: ", id.status().message(), "."));
+      r.headers.push_back("Retry-After: 60");
+      return r;
+    }
+    return Redirect("/", {absl::StrCat("Set-Cookie: ", kCookie, "=", *id, "; Path=/; Max-Age=",
                                        absl::ToInt64Seconds(kSessionTtl), "; HttpOnly; SameSite=Strict")});
   }
 
@@ -243,7 +269,9 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(const Consol
   if (absl::Status s = SplitListen(options.listen, host, port); !s.ok()) return s;
   std::unique_ptr<ConsoleServer> s(new ConsoleServer());
   s->api_ = std::make_unique<ConsoleApi>(coordinator, std::move(wandb_runs));
-  s->sessions_ = std::make_unique<ConsoleSessions>(kSessionTtl);
+  ConsoleSessionLimits limits;
+  limits.ttl = kSessionTtl;
+  s->sessions_ = std::make_unique<ConsoleSessions>(limits);
   s->handler_ = std::make_unique<Handler>(s.get(), auth);
   std::vector<std::string> opts = {"listening_ports",    options.listen, "num_threads", absl::StrCat(options.threads),
                                    "request_timeout_ms", "10000"};

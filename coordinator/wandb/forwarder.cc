@@ -90,7 +90,8 @@ std::vector<std::string> HistoryLines(const std::vector<Row>& rows, const SpoolS
   return lines;
 }
 
-// The run's settings (from the submit spec, else the coordinator's WANDB_* environment).
+// The run's settings (from the submit spec, else the coordinator's WANDB_* environment). The base
+// URL is the coordinator's alone: the API key goes nowhere a run names.
 struct Settings {
   std::string project, entity, mode, base_url, api_key, group;
   std::vector<std::string> tags;
@@ -108,7 +109,7 @@ Settings Resolve(const v1::Run& run, const std::map<std::string, std::string>& e
   s.entity = env_or(w.entity(), "WANDB_ENTITY");
   s.mode = env_or(w.mode(), "WANDB_MODE");
   if (s.mode.empty()) s.mode = "online";
-  s.base_url = env_or(w.base_url(), "WANDB_BASE_URL");
+  s.base_url = env_or("", "WANDB_BASE_URL");
   if (s.base_url.empty()) s.base_url = "https://api.wandb.ai";
   while (!s.base_url.empty() && s.base_url.back() == '/') s.base_url.pop_back();
   auto key = env.find("WANDB_API_KEY");

@@ -368,21 +368,30 @@ def checkpoint(step, timeout=None):
         timeout_ms=int(timeout * 1000) if timeout else 0), timeout=None)
     writer = begun.writer_rank == s.rank
     ck = Checkpoint(step, writer, begun.partial_dir if writer else None, begun.final_dir)
+
+    def abort(reason):
+        # Any rank's failure aborts the round (the coordinator publishes only once every rank
+        # committed); the other ranks' commits then end with the reason at once.
+        try:
+            s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
+                run_id=s.run_id, generation=s.generation, rank=s.rank, round_id=begun.round_id,
+                reason=reason[:1000]))
+        except DtError:
+            pass  # the round's lease ends it anyway; the user's exception is the one to see
+
     try:
         yield ck
     except BaseException as e:
-        if writer:
-            try:
-                s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
-                    run_id=s.run_id, generation=s.generation, rank=s.rank, round_id=begun.round_id,
-                    reason=f"{type(e).__name__}: {e}"[:1000]))
-            except DtError:
-                pass  # the round's lease ends it anyway; the user's exception is the one to see
+        abort(f"rank {s.rank}: {type(e).__name__}: {e}")
         raise
     request = pb.CommitCheckpointRequest(run_id=s.run_id, generation=s.generation, rank=s.rank,
                                          round_id=begun.round_id)
     if writer:
-        request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
+        try:
+            request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
+        except BaseException as e:  # a subdirectory, a link, nothing saved: the round cannot commit
+            abort(f"the writer's files cannot be committed: {e}")
+            raise
     reply = s.call(s.checkpoints.CommitCheckpoint, request, timeout=None)
     ck.committed = True
     ck.path = reply.checkpoint.path or ck.path

@@ -461,7 +461,7 @@ function runView(runId) {
       return;
     }
     wandb.replaceChildren(...run.wandb.map((w) => el("div", {},
-      w.url ? el("a", { href: w.url, target: "_blank", rel: "noopener noreferrer" }, (w.entity ? w.entity + "/" : "") + w.project + "/" + w.run_id)
+      /^https?:\/\//.test(w.url || "") ? el("a", { href: w.url, target: "_blank", rel: "noopener noreferrer" }, (w.entity ? w.entity + "/" : "") + w.project + "/" + w.run_id)
         : el("span", { class: "mono" }, w.project + "/" + w.run_id),
       el("span", { class: "muted" }, " · " + (w.name || "") + " · " + w.accepted + "/" + w.spooled + " points sent" +
         (w.mode === "offline" ? " · offline (spooled only)" : w.url ? "" : " · waiting for W&B to name the entity")))));

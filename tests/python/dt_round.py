@@ -1,0 +1,35 @@
+#!/usr/bin/python3
+"""A checkpoint round of the dt module that must not commit, for the tests. Every rank prints what
+its round came to ("round: <outcome>") and exits 0.
+
+  dt_round.py non-writer-raises    rank 1 raises inside its `with dt.checkpoint(1)` block
+  dt_round.py writer-saves-subdir  the writer saves a subdirectory, which a round cannot hold
+"""
+import os
+import sys
+
+import dt
+
+
+def main():
+    mode = sys.argv[1]
+    dt.init()
+    try:
+        with dt.checkpoint(1) as ck:
+            if ck.is_writer:
+                with open(os.path.join(ck.dir, "state.bin"), "wb") as f:
+                    f.write(b"x" * 1000)
+                if mode == "writer-saves-subdir":
+                    os.mkdir(os.path.join(ck.dir, "nested"))
+            if mode == "non-writer-raises" and dt.rank() == 1:
+                raise ValueError("a bad batch on rank 1")
+        print("round: committed", flush=True)
+    except ValueError as e:
+        print("round: raised", e, flush=True)
+    except dt.DtError as e:
+        print("round: not committed:", e, flush=True)
+    print("latest:", dt.latest_checkpoint(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
