@@ -177,12 +177,7 @@ absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::Que
   if (!page.ok()) return page.status();
   v1::QueryMetricsResponse out;
   for (auto& rec : page->records) *out.add_records() = std::move(rec);
-  if (page->more && out.records_size() > 0) {
-    const v1::MetricRecord& last = out.records(out.records_size() - 1);
-    out.mutable_next()->set_step(last.step());
-    out.mutable_next()->set_rank(last.rank());
-    out.mutable_next()->set_name(last.name());
-  }
+  if (page->more && page->next) *out.mutable_next() = *page->next;
   return out;
 }
 

@@ -13,6 +13,13 @@
 namespace dt {
 namespace {
 
+// The bookkeeping of a parked call, and of each key it waits for, beyond the key's own bytes.
+constexpr int64_t kParkedCallBytes = 256;
+constexpr int64_t kParkedKeyBytes = 96;
+
+}  // namespace
+namespace {
+
 absl::Status ValidateValue(const std::string& key, const std::string& value) {
   if (value.size() > kMaxValueBytes) {
     return absl::InvalidArgumentError(absl::StrCat("value for store key ", Quote(key), " is ", value.size(),
@@ -76,8 +83,8 @@ absl::Status KvStore::Charge(const std::string& key, int64_t delta) {
   }
   if (bytes_ + delta > limits_.max_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("store of ", scope_, " holds ", bytes_, " bytes of keys and values; setting ", Quote(key),
-                     " would pass the limit of ", limits_.max_bytes,
+        absl::StrCat("store of ", scope_, " holds ", bytes_, " bytes of keys, values and waiting calls; setting ",
+                     Quote(key), " would pass the limit of ", limits_.max_bytes,
                      " bytes per run (dtcoord --store-bytes-per-run); delete keys the run no longer needs"));
   }
   if (limits_.shared != nullptr && !limits_.shared->TryCharge(delta)) {
@@ -122,6 +129,7 @@ absl::Status KvStore::Store(const std::string& key, std::string value, Deferred&
 
 void KvStore::Finish(Waiter& waiter, Deferred& deferred) {
   if (waiter.timer != 0) timers_->Cancel(waiter.timer);
+  (void)Charge("", -waiter.charged);
   if (waiter.get_reply) {
     deferred.Complete<std::string>(waiter.get_reply, data_.at(waiter.get_key));
   } else {
@@ -138,7 +146,23 @@ absl::Status KvStore::Set(const std::string& key, std::string value, Deferred& d
   return Store(key, std::move(value), deferred);
 }
 
-void KvStore::Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) {
+absl::Status KvStore::Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) {
+  // What a parked call costs the coordinator: its keys, twice (the call's list and the index of
+  // waiters by key), and the bookkeeping around each.
+  int64_t bytes = kParkedCallBytes;
+  for (const auto& [key, unused] : waiter->missing) bytes += 2 * static_cast<int64_t>(key.size()) + kParkedKeyBytes;
+  if (bytes_ + bytes > limits_.max_bytes || (limits_.shared != nullptr && !limits_.shared->TryCharge(bytes))) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a ", waiter->get_reply ? "get" : "wait", " for ", waiter->missing.size(), " key(s) in ", scope_,
+                     " would hold ", bytes, " bytes while it waits; with the ", bytes_,
+                     " bytes the run's store holds that passes the limit of ",
+                     bytes_ + bytes > limits_.max_bytes ? limits_.max_bytes : limits_.shared->limit(),
+                     bytes_ + bytes > limits_.max_bytes ? " bytes per run (dtcoord --store-bytes-per-run)"
+                                                        : " bytes for all runs together (dtcoord --store-bytes-total)",
+                     ": wait for fewer keys at a time"));
+  }
+  bytes_ += bytes;
+  waiter->charged = bytes;
   uint64_t id = next_waiter_id_++;
   waiter->id = id;
   for (const auto& [key, unused] : waiter->missing) waiters_by_key_[key].push_back(id);
@@ -147,6 +171,8 @@ void KvStore::Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) {
     if (auto self = weak.lock()) self->Expire(id);
   });
   waiters_.emplace(id, std::move(waiter));
+  (void)deferred;
+  return absl::OkStatus();
 }
 
 void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std::string> reply, Deferred& deferred) {
@@ -167,9 +193,9 @@ void KvStore::Get(const std::string& key, absl::Duration timeout, PendingPtr<std
   auto waiter = std::make_unique<Waiter>();
   waiter->get_key = key;
   waiter->missing.emplace(key, true);
-  waiter->get_reply = std::move(reply);
+  waiter->get_reply = reply;
   waiter->timeout = timeout;
-  Park(std::move(waiter), deferred);
+  if (absl::Status s = Park(std::move(waiter), deferred); !s.ok()) deferred.Complete<std::string>(reply, s);
 }
 
 absl::StatusOr<std::optional<std::string>> KvStore::GetIfPresent(const std::string& key) {
@@ -202,9 +228,9 @@ void KvStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout,
     deferred.Complete<Unit>(reply, Unit{});
     return;
   }
-  waiter->wait_reply = std::move(reply);
+  waiter->wait_reply = reply;
   waiter->timeout = timeout;
-  Park(std::move(waiter), deferred);
+  if (absl::Status s = Park(std::move(waiter), deferred); !s.ok()) deferred.Complete<Unit>(reply, s);
 }
 
 void KvStore::Expire(uint64_t waiter_id) {
@@ -229,6 +255,7 @@ void KvStore::Expire(uint64_t waiter_id) {
   } else {
     deferred.Complete<Unit>(w.wait_reply, status);
   }
+  (void)Charge("", -w.charged);
   waiters_.erase(it);
   // `deferred` runs after the lock is released (declared first, destroyed last).
 }

@@ -79,11 +79,14 @@ class KvStore : public std::enable_shared_from_this<KvStore> {
     PendingPtr<Unit> wait_reply;
     TimerQueue::Id timer = 0;
     absl::Duration timeout;
+    int64_t charged = 0;  // bytes this parked call holds, charged against the run's store budget
   };
 
   absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Store(const std::string& key, std::string value, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks a call until its keys exist, its bytes (the keys it waits for and their bookkeeping)
+  // charged to the run's budget like stored ones: RESOURCE_EXHAUSTED, nothing parked, past it.
+  absl::Status Park(std::unique_ptr<Waiter> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Waiter& waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Expire(uint64_t waiter_id);
 

@@ -5,7 +5,9 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +111,13 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str()); !s.ok()) {
     return s;
   }
+  absl::MutexLock read_lock(&state->read_mu_);
+  if (sqlite3_open_v2(path.c_str(), &state->read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = state->read_db_ ? sqlite3_errmsg(state->read_db_) : "out of memory";
+    return absl::FailedPreconditionError(absl::StrCat("cannot open state database ", path, " for reading: ", msg));
+  }
+  sqlite3_busy_timeout(state->read_db_, 5000);
   return state;
 }
 
@@ -128,6 +137,10 @@ absl::Status StateDb::CheckIsOurs(const std::string& path) {
 }
 
 StateDb::~StateDb() {
+  {
+    absl::MutexLock read_lock(&read_mu_);
+    sqlite3_close(read_db_);
+  }
   absl::MutexLock lock(&mu_);
   for (auto& [sql, st] : cache_) sqlite3_finalize(st);
   sqlite3_close(db_);
@@ -290,7 +303,9 @@ absl::StatusOr<std::vector<v1::StackCapture>> StateDb::LoadStackCaptures(const s
       return absl::DataLossError(absl::StrCat("corrupt stack capture of run ", run_id));
     }
   }
-  if (rc != SQLITE_DONE) return Error("load stack captures");
+  if (rc != SQLITE_DONE) {
+    return absl::InternalError(absl::StrCat("state database: load stack captures: ", sqlite3_errmsg(read_db_)));
+  }
   return out;
 }
 
@@ -435,23 +450,33 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
     std::advance(it, limit);
     return std::get<0>(it->first) < step;
   };
+  std::optional<int64_t> cut_at;  // the first step a batch not read could hold (the query stopped)
   {
-    absl::MutexLock lock(&mu_);
-    sqlite3_stmt* st = Prepare(
-        "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 "
-        "AND (?3 < 0 OR rank = ?3) ORDER BY first_step, rowid");
-    if (st == nullptr) return Error("prepare QueryMetrics");
-    StatementReset reset{st};
+    absl::MutexLock lock(&read_mu_);
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(read_db_,
+                           "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND "
+                           "last_step >= ?2 AND (?3 < 0 OR rank = ?3) ORDER BY first_step, rowid",
+                           -1, &st, nullptr) != SQLITE_OK) {
+      return absl::InternalError(absl::StrCat("state database: prepare QueryMetrics: ", sqlite3_errmsg(read_db_)));
+    }
+    std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> owned(st, &sqlite3_finalize);
     BindText(st, 1, q.run_id);
     sqlite3_bind_int64(st, 2, from_step);
     sqlite3_bind_int(st, 3, q.rank.value_or(-1));
     v1::MetricBatch batch;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      if (settled_before(sqlite3_column_int64(st, 2))) break;
+      int64_t first_step = sqlite3_column_int64(st, 2);
+      if (settled_before(first_step)) break;
+      if (batches_read >= q.max_batches) {
+        cut_at = first_step;  // every record before this step has been read; later ones may not
+        break;
+      }
       int64_t rowid = sqlite3_column_int64(st, 0);
       int32_t rank = sqlite3_column_int(st, 1);
       ++batches_read;
+      if (q.on_batch) q.on_batch();
       batch.Clear();
       if (!batch.ParseFromArray(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3))) {
         return absl::DataLossError(absl::StrCat("a stored metric batch of run ", q.run_id, " is corrupt"));
@@ -467,7 +492,13 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
         }
       }
     }
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("query metrics");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+      return absl::InternalError(absl::StrCat("state database: query metrics: ", sqlite3_errmsg(read_db_)));
+    }
+  }
+  if (cut_at) {
+    // Only what precedes the cut is complete: drop the rest, and go on from the cut next time.
+    found.erase(found.lower_bound(MetricKey{*cut_at, std::numeric_limits<int32_t>::min(), ""}), found.end());
   }
   MetricPage page;
   page.batches_read = batches_read;
@@ -482,6 +513,19 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
     rec.set_name(std::get<2>(key));
     rec.set_time(stored.time);
     rec.set_value(stored.value);
+  }
+  if (page.more) {
+    const v1::MetricRecord& last = page.records.back();
+    page.next.emplace();
+    page.next->set_step(last.step());
+    page.next->set_rank(last.rank());
+    page.next->set_name(last.name());
+  } else if (cut_at) {
+    // Past every record of the steps before the cut (whatever their rank and name).
+    page.more = true;
+    page.next.emplace();
+    page.next->set_step(*cut_at - 1);
+    page.next->set_rank(std::numeric_limits<int32_t>::max());
   }
   return page;
 }

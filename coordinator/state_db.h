@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,14 +72,20 @@ class StateDb {
     int64_t from_step = 0;
     std::optional<v1::MetricCursor> after;  // only records after this one
     int32_t limit = 1;                      // at least 1
+    // Stored batches one call may decode: a query that would read more (a name no batch holds,
+    // over a long history) returns what it found so far and a cursor to go on from.
+    int64_t max_batches = kMaxMetricBatchesPerQuery;
+    std::function<void()> on_batch;  // tests: called for each batch read
   };
+  static constexpr int64_t kMaxMetricBatchesPerQuery = 20'000;
   // The first `limit` records from `from_step` (and after `after`), in (step, rank, name) order;
   // `more` tells whether any record follows them. Reads batches in step order and stops once no
   // unread batch can hold a record among the first `limit`.
   struct MetricPage {
     std::vector<v1::MetricRecord> records;
     bool more = false;
-    int64_t batches_read = 0;  // stored batches decoded for this page
+    std::optional<v1::MetricCursor> next;  // set with `more`: where the next page starts
+    int64_t batches_read = 0;              // stored batches decoded for this page
   };
   absl::StatusOr<MetricPage> QueryMetrics(const MetricQuery& query);
 
@@ -96,6 +103,10 @@ class StateDb {
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, sqlite3_stmt*>> cache_ ABSL_GUARDED_BY(mu_);
+  // A second connection for the long reads (metric history, stack captures): in WAL mode it reads
+  // while the first one writes, so one run's query never holds another run's writes.
+  absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  sqlite3* read_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
 };
 
 }  // namespace dt

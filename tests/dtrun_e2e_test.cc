@@ -254,8 +254,6 @@ TEST_F(DtrunTest, TheDtModuleLogsMetricsAndCheckpointsAndResumesFromItsRounds) {
   }
 }
 
-// The module's errors are Python exceptions that say what is wrong: a run token used for another
-// run, an unreachable coordinator, bad arguments; and outside dt it does nothing.
 // Any rank's failure aborts a round of the dt module, at once: rank 1's exception in its block, or
 // a writer whose files cannot be committed (a subdirectory). The other rank's commit ends with the
 // cause (not after the round's lease), and no checkpoint is published.
@@ -279,6 +277,29 @@ TEST_F(DtrunTest, AnyRanksFailureAbortsADtModuleRound) {
   }
 }
 
+// A coordinator restart (systemd's SIGTERM, down for 7 s) does not end a program that uses the dt
+// module: dt.log keeps the points and training goes on, the barrier at the end waits for the
+// coordinator, and every step's loss arrives once.
+TEST_F(DtrunTest, TheDtModuleRidesThroughACoordinatorRestart) {
+  std::string run =
+      SubmitScript("restart", 0, {"--steps", "60", "--ckpt-every", "0", "--step-sleep", "0.2"}, DtScript());
+  std::string exp_dir = JoinPath(save_dir_, "restart");
+  ASSERT_TRUE(testing::WaitFor([&] { return Status(run).value("step", 0) >= 5; }, absl::Minutes(2)))
+      << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  coord_.StopAndRestart(SIGTERM, absl::Seconds(7));
+  CommandResult watch = Dtctl({"watch", run});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["restarts"], 0) << s;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<v1::MetricRecord> loss = coord_.Metrics(run, "loss", rank);
+    ASSERT_EQ(loss.size(), 60u) << "rank " << rank;
+    for (int k = 0; k < 60; ++k) EXPECT_EQ(loss[k].step(), k + 1);
+  }
+}
+
+// The module's errors are Python exceptions that say what is wrong: a run token used for another
+// run, an unreachable coordinator, bad arguments; and outside dt it does nothing.
 TEST_F(DtrunTest, TheDtModuleRaisesClearErrorsAndIsANoOpOutsideDt) {
   v1::SubmitRunResponse mine = coord_.Submit(testing::MakeSpec("mine", save_dir_, 1, 1));
   v1::SubmitRunResponse other = coord_.Submit(testing::MakeSpec("other", save_dir_, 1, 1));

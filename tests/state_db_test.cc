@@ -3,6 +3,11 @@
 
 #include <sqlite3.h>
 
+#include <thread>
+#include <tuple>
+
+#include "absl/synchronization/notification.h"
+
 #include "common/fs.h"
 #include "coordinator/state_db.h"
 #include "tests/test_util.h"
@@ -217,6 +222,88 @@ TEST(StateDb, ASmallLimitReadsOnlyTheBatchesItNeeds) {
   ASSERT_EQ(last->records.size(), 1u);
   EXPECT_EQ(last->records[0].value(), 100.0 - 19'999);
   EXPECT_FALSE(last->more);
+}
+
+}  // namespace
+}  // namespace dt
+
+namespace dt {
+namespace {
+
+// A query for a name no batch holds, over a long history, reads a bounded number of batches per call
+// and says where to go on (a tester's four such loops held every run's writes for seconds); the
+// pages together read every batch once and find nothing. And a write proceeds while a read is in
+// the middle of its scan: reads have a connection of their own.
+TEST(StateDb, AQueryReadsABoundedNumberOfBatchesAndNeverHoldsTheWrites) {
+  testing::TempDir tmp;
+  auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
+  ASSERT_TRUE(db.ok());
+  ASSERT_NO_FATAL_FAILURE(FillHistory(**db, "r-1", 2'000));
+  StateDb::MetricQuery q;
+  q.run_id = "r-1";
+  q.name = "nonexistent";
+  q.limit = 100;
+  q.max_batches = 50;
+  int64_t pages = 0, read = 0;
+  while (true) {
+    auto page = (*db)->QueryMetrics(q);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_TRUE(page->records.empty());
+    EXPECT_LE(page->batches_read, q.max_batches);
+    read += page->batches_read;
+    ++pages;
+    if (!page->more) break;
+    ASSERT_TRUE(page->next.has_value());
+    q.after = *page->next;
+    ASSERT_LT(pages, 100);
+  }
+  EXPECT_GE(pages, 4);
+  EXPECT_LT(read, 3 * 400);  // 2 ranks × 200 batches, each read about once, not the whole history per page
+  // A page cut by the bound still returns every record before the cut, in order.
+  q.name = "loss";
+  q.after.reset();
+  q.limit = 100'000;
+  std::vector<v1::MetricRecord> all;
+  while (true) {
+    auto page = (*db)->QueryMetrics(q);
+    ASSERT_TRUE(page.ok());
+    for (auto& r : page->records) all.push_back(r);
+    if (!page->more) break;
+    q.after = *page->next;
+  }
+  ASSERT_EQ(all.size(), 2u * 2'000);
+  for (size_t k = 1; k < all.size(); ++k) {
+    EXPECT_TRUE(std::make_tuple(all[k - 1].step(), all[k - 1].rank()) < std::make_tuple(all[k].step(), all[k].rank()));
+  }
+
+  // A write while a read is mid-scan: the read waits in its hook until the write is done.
+  absl::Notification reading, written;
+  StateDb::MetricQuery slow;
+  slow.run_id = "r-1";
+  slow.name = "nonexistent";
+  slow.limit = 1;
+  bool first = true;
+  slow.on_batch = [&] {
+    if (!first) return;
+    first = false;
+    reading.Notify();
+    written.WaitForNotificationWithTimeout(absl::Seconds(30));
+  };
+  std::thread reader([&] { EXPECT_TRUE((*db)->QueryMetrics(slow).ok()); });
+  ASSERT_TRUE(reading.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  absl::Notification saved;
+  std::thread writer([&] {
+    StoredRun run;
+    run.run.set_run_id("r-2");
+    run.run.set_exp_dir("/x");
+    EXPECT_TRUE((*db)->SaveRun(run).ok());
+    saved.Notify();
+  });
+  // Microseconds when the scan does not hold the writes; the scan waits 30 s otherwise.
+  EXPECT_TRUE(saved.WaitForNotificationWithTimeout(absl::Seconds(10))) << "the write waited for the read";
+  written.Notify();
+  writer.join();
+  reader.join();
 }
 
 }  // namespace

@@ -25,12 +25,14 @@ Errors are Python exceptions: `ValueError` for bad arguments, `dt.NotInitialized
 barrier whose ranks did not all arrive (the message names the missing ones), and `dt.DtError`
 (their base) for every other refusal, with the coordinator's message.
 """
+import atexit
 import contextlib
 import hashlib
 import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -88,11 +90,15 @@ class _Session:
                           "start the program with dtrun or dtctl submit --exec") from None
         self.experiment_dir = env.get("DT_EXPERIMENT_DIR") or None
         ca = env.get("DT_TLS_CA")
+        # Reconnect within a second once a restarted coordinator listens again (gRPC's default
+        # backoff grows to minutes while it is away).
+        options = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
         if ca:
             with open(ca, "rb") as f:
-                channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(f.read()))
+                channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(f.read()), options)
         else:
-            channel = grpc.insecure_channel(self.address)
+            channel = grpc.insecure_channel(self.address, options)
         self.channel = channel
         self.metadata = (("authorization", f"Bearer {self.token}"),)
         self.barriers = barrier_pb2_grpc.BarrierServiceStub(channel)
@@ -101,18 +107,53 @@ class _Session:
         self.rendezvous = rendezvous_pb2_grpc.RendezvousServiceStub(channel)
         self.lock = threading.Lock()
         self.barrier_sequences = {}
+        # How long a restart of the coordinator may take (the run's timeout policy): calls are
+        # retried that long, and metrics kept, before the coordinator is taken as gone.
+        self.reconnect_s = _reconnect_seconds(env.get("DT_TIMEOUTS", ""))
+        self.unsent = []  # metric points not yet delivered while the coordinator was away
+        self.away_since = None
+        # Whether a call ever got through: an address that never answered is a mistake to report
+        # at once, not a restart to ride out.
+        self.reached = False
 
-    def call(self, method, request, timeout=30.0):
-        try:
-            return method(request, metadata=self.metadata, timeout=timeout)
-        except self.grpc.RpcError as e:
-            code = e.code()
-            detail = e.details() or str(code)
-            if code == self.grpc.StatusCode.UNAVAILABLE:
-                raise CoordinatorUnavailable(f"the coordinator at {self.address} is unreachable: {detail}",
-                                             code) from None
-            raise DtError(detail, code) from None
+    def transient(self, code, detail):
+        # A coordinator that restarts: unreachable, or its drain ending the calls it was serving.
+        return code == self.grpc.StatusCode.UNAVAILABLE or (
+            code == self.grpc.StatusCode.CANCELLED and "cancel" in detail.lower())
 
+    def call(self, method, request, timeout=30.0, retry=True):
+        """Calls `method`; while the coordinator restarts (UNAVAILABLE, or a call its drain
+        cancelled) the call is repeated, for up to the run's reconnect timeout."""
+        deadline = time.monotonic() + self.reconnect_s
+        backoff = 0.1
+        while True:
+            try:
+                reply = method(request, metadata=self.metadata, timeout=timeout)
+                self.reached = True
+                return reply
+            except self.grpc.RpcError as e:
+                code = e.code()
+                detail = e.details() or str(code)
+                if code != self.grpc.StatusCode.UNAVAILABLE:
+                    self.reached = True  # it answered
+                if self.transient(code, detail):
+                    if retry and self.reached and time.monotonic() + backoff < deadline:
+                        time.sleep(backoff)
+                        backoff = min(backoff * 2, 2.0)
+                        continue
+                    raise CoordinatorUnavailable(f"the coordinator at {self.address} is unreachable: {detail}",
+                                                 code) from None
+                raise DtError(detail, code) from None
+
+
+def _reconnect_seconds(timeouts_text):
+    """reconnect_timeout_ms of the run's TimeoutPolicy as dtrun passes it (protobuf text)."""
+    m = re.search(r"reconnect_timeout_ms:\s*(\d+)", timeouts_text)
+    return int(m.group(1)) / 1000.0 if m else 60.0
+
+
+# Metric points kept while the coordinator is away (a restart); beyond this the oldest are dropped.
+_MAX_UNSENT_POINTS = 100_000
 
 _session = None
 _initialized = False
@@ -138,6 +179,7 @@ def init():
         return _session is not None
     if os.environ.get("DT_RUN_ID"):
         _session = _Session(os.environ)
+        atexit.register(_flush_at_exit)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGUSR2, _on_stop_signal)
     _initialized = True
@@ -259,6 +301,28 @@ def _check_step(step):
         raise ValueError(f"step must be a non-negative int, got {step!r}")
 
 
+def _send_unsent(s, retry):
+    """Sends the metric points that wait (a batch holds at most 1 MiB: several when many wait)."""
+    if not s.unsent:
+        return
+    pb = s.pb["metrics"]
+    batches = [pb.MetricBatch(run_id=s.run_id, generation=s.generation, rank=s.rank, points=s.unsent[i:i + 2000])
+               for i in range(0, len(s.unsent), 2000)]
+    s.call(s.metrics.ReportMetrics, iter(batches), retry=retry)
+    s.unsent = []
+
+
+def _flush_at_exit():
+    """Points that waited for a restarted coordinator are delivered before the process ends."""
+    s = _session
+    if s is None or not s.unsent:
+        return
+    try:
+        _send_unsent(s, retry=True)
+    except DtError as e:
+        sys.stderr.write(f"dt: {len(s.unsent)} metric point(s) not delivered: {e}\n")
+
+
 def log(metrics, step):
     """Sends {name: number} for `step` to the coordinator (Prometheus, W&B with the run's log
     strategy, `dtctl metrics`) and reports `step` as this rank's progress to the hang watchdog."""
@@ -277,12 +341,23 @@ def log(metrics, step):
     if s is None:
         return
     pb = s.pb["metrics"]
-    point = pb.MetricPoint(step=step, time=time.time(), values=values)
-    batch = pb.MetricBatch(run_id=s.run_id, generation=s.generation, rank=s.rank, points=[point])
-    s.call(s.metrics.ReportMetrics, iter([batch]))
-    rz = s.pb["rendezvous"]
-    reply = s.call(s.rendezvous.Heartbeat, rz.HeartbeatRequest(
-        run_id=s.run_id, rank=s.rank, generation=s.generation, incarnation=s.incarnation, step=step))
+    s.unsent.append(pb.MetricPoint(step=step, time=time.time(), values=values))
+    del s.unsent[:-_MAX_UNSENT_POINTS]
+    # A coordinator that restarts (a systemd restart, kill -9) is away for seconds: the points wait
+    # here and go with the next call, and training goes on, for up to the run's reconnect timeout.
+    try:
+        _send_unsent(s, retry=False)
+        rz = s.pb["rendezvous"]
+        reply = s.call(s.rendezvous.Heartbeat, rz.HeartbeatRequest(
+            run_id=s.run_id, rank=s.rank, generation=s.generation, incarnation=s.incarnation, step=step),
+            retry=False)
+        s.away_since = None
+    except CoordinatorUnavailable:
+        now = time.monotonic()
+        s.away_since = s.away_since or now
+        if not s.reached or now - s.away_since > s.reconnect_s:
+            raise
+        return
     if reply.directive == rz.HeartbeatResponse.STOP:
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
 
@@ -307,6 +382,7 @@ def barrier(name, timeout=None):
                                 timeout_ms=int(timeout * 1000) if timeout else 0, sequence=sequence)
     try:
         # The server ends the wait with the barrier's own timeout; the RPC deadline stays open.
+        _send_unsent(s, retry=True)  # what waited for a restarted coordinator goes first
         s.call(s.barriers.Barrier, request, timeout=None)
     except DtError as e:
         if e.code == s.grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -363,6 +439,7 @@ def checkpoint(step, timeout=None):
         ck.committed = True
         return
     pb = s.pb["checkpoint"]
+    _send_unsent(s, retry=True)  # a checkpoint at S follows every point up to S
     begun = s.call(s.checkpoints.BeginCheckpoint, pb.BeginCheckpointRequest(
         run_id=s.run_id, generation=s.generation, rank=s.rank, step=step,
         timeout_ms=int(timeout * 1000) if timeout else 0), timeout=None)
