@@ -169,11 +169,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
   absl::Duration limit =
       absl::Milliseconds(std::max(timeouts().reconnect_timeout_ms(), timeouts().heartbeat_timeout_ms()));
   absl::Time last_ok = absl::Now();
-  v1::HeartbeatRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_rank(rank());
-  request.set_generation(generation());
-  request.set_incarnation(incarnation_);
+  v1::HeartbeatRequest request = RankRequest<v1::HeartbeatRequest>();
   bool reconnecting = false;
   while (true) {
     request.set_step(step_.load());
@@ -231,11 +227,7 @@ void Agent::StartCapture(const std::string& capture_id) {
 
 void Agent::CaptureAndReport(const std::string& capture_id) {
   absl::Time start = absl::Now();
-  v1::ReportStacksRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_generation(generation());
-  request.set_rank(rank());
-  request.set_incarnation(incarnation_);
+  v1::ReportStacksRequest request = RankRequest<v1::ReportStacksRequest>();
   request.set_capture_id(capture_id);
   v1::RankStacks* stacks = request.mutable_stacks();
   *stacks = capturer_();
@@ -388,11 +380,7 @@ absl::Status Agent::AbortCheckpoint(const std::string& round_id, const std::stri
 
 v1::ReportErrorRequest Agent::ErrorRequest(const std::string& message, const std::string& exception_type,
                                            const std::string& stack, int64_t step) const {
-  v1::ReportErrorRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_generation(generation());
-  request.set_rank(rank());
-  request.set_incarnation(incarnation_);
+  v1::ReportErrorRequest request = RankRequest<v1::ReportErrorRequest>();
   request.set_node(options_.node);
   request.set_local_slot(options_.local_slot);
   request.set_host(options_.host);
@@ -430,22 +418,14 @@ absl::Status Agent::SendError(const v1::ReportErrorRequest& request) {
 
 absl::Status Agent::ReportStopped(int signal, int64_t step, absl::Duration timeout) {
   if (!registered_) return absl::FailedPreconditionError("not registered yet");
-  v1::ReportStoppedRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_generation(generation());
-  request.set_rank(rank());
-  request.set_incarnation(incarnation_);
+  v1::ReportStoppedRequest request = RankRequest<v1::ReportStoppedRequest>();
   request.set_signal(signal);
   request.set_step(step);
   return Call(*client_, &v1::RendezvousService::Stub::ReportStopped, client_->rendezvous(), request, timeout).status();
 }
 
 absl::StatusOr<v1::ReportPreflightResponse> Agent::ReportPreflight(const v1::DevicePreflight& result) {
-  v1::ReportPreflightRequest request;
-  request.set_run_id(options_.run_id);
-  request.set_generation(generation());
-  request.set_rank(rank());
-  request.set_incarnation(incarnation_);
+  v1::ReportPreflightRequest request = RankRequest<v1::ReportPreflightRequest>();
   *request.mutable_result() = result;
   return RetryUnavailable(absl::Now() + absl::Seconds(30), [&](absl::Duration left) {
     return Call(*client_, &v1::RendezvousService::Stub::ReportPreflight, client_->rendezvous(), request, left);
@@ -460,14 +440,10 @@ bool NearTheJobsTimeLimit(absl::Time now) {
 }
 
 absl::Status Agent::Leave(int64_t final_step, int preempted_by) {
-  v1::LeaveRequest request;
+  v1::LeaveRequest request = RankRequest<v1::LeaveRequest>();
   request.set_preempted(preempted_by != 0);
   request.set_signal(preempted_by);
   request.set_time_limit(preempted_by != 0 && NearTheJobsTimeLimit(absl::Now()));
-  request.set_run_id(options_.run_id);
-  request.set_rank(rank());
-  request.set_generation(generation());
-  request.set_incarnation(incarnation_);
   request.set_final_step(final_step);
   return RetryUnavailable(absl::Now() + absl::Seconds(30),
                           [&](absl::Duration left) {

@@ -119,6 +119,16 @@ class Agent {
   std::unique_ptr<StoreCombiner> OpenStoreCombiner();
 
  private:
+  // A request about this rank: the run, the generation, the rank and this process's incarnation.
+  template <typename Request>
+  Request RankRequest() const {
+    Request r;
+    r.set_run_id(options_.run_id);
+    r.set_generation(generation());
+    r.set_rank(rank());
+    r.set_incarnation(incarnation_);
+    return r;
+  }
   v1::ReportErrorRequest ErrorRequest(const std::string& message, const std::string& exception_type,
                                       const std::string& stack, int64_t step) const;
   absl::Status SendError(const v1::ReportErrorRequest& request);

@@ -23,6 +23,15 @@ namespace {
 // before its first step.
 constexpr absl::Duration kEarlyFailureWindow = absl::Minutes(1);
 
+// A message with its digits blanked: the same failure names other pids, ports and times each time.
+std::string WithoutNumbers(absl::string_view message) {
+  std::string out(message);
+  for (char& c : out) {
+    if (c >= '0' && c <= '9') c = '#';
+  }
+  return out;
+}
+
 std::string HangFilesText(const v1::StackCapture& c) {
   std::string out = absl::StrCat("run ", c.run_id(), ", generation ", c.generation(), "\n", c.reason(), "\n\n",
                                  "verdict: ", c.verdict().summary(), "\n");
@@ -312,6 +321,7 @@ void Coordinator::CheckRepeatedEarlyFailure(const RunEntry& run, v1::Failure& fa
     if (it->generation() >= failure.generation()) continue;
     if (it->generation() != failure.generation() - 1) return;
     if (it->before_first_step() && it->rank() == failure.rank() && it->exception_type() == failure.exception_type() &&
+        WithoutNumbers(it->message()) == WithoutNumbers(failure.message()) &&
         (it->kind() == v1::Failure::REPORTED_ERROR || it->kind() == v1::Failure::PROCESS_EXITED)) {
       failure.set_fatal(true);
       absl::StrAppend(failure.mutable_message(), " [the same ", failure.exception_type(), " from rank ", failure.rank(),

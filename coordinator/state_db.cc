@@ -287,11 +287,15 @@ absl::Status StateDb::SaveStackCapture(const v1::StackCapture& capture, int keep
 
 absl::StatusOr<std::vector<v1::StackCapture>> StateDb::LoadStackCaptures(const std::string& run_id,
                                                                          std::optional<int64_t> generation, int limit) {
-  absl::MutexLock lock(&mu_);
-  sqlite3_stmt* st = Prepare(
-      "SELECT body FROM stack_captures WHERE run_id = ?1 AND (?2 < 0 OR generation = ?2) ORDER BY seq DESC LIMIT ?3");
-  if (st == nullptr) return Error("prepare LoadStackCaptures");
-  StatementReset reset{st};
+  absl::MutexLock lock(&read_mu_);
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(read_db_,
+                         "SELECT body FROM stack_captures WHERE run_id = ?1 AND (?2 < 0 OR generation = ?2) "
+                         "ORDER BY seq DESC LIMIT ?3",
+                         -1, &st, nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("state database: prepare LoadStackCaptures: ", sqlite3_errmsg(read_db_)));
+  }
+  std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> owned(st, &sqlite3_finalize);
   BindText(st, 1, run_id);
   sqlite3_bind_int64(st, 2, generation.value_or(-1));
   sqlite3_bind_int(st, 3, limit);
