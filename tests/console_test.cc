@@ -139,6 +139,22 @@ TEST_F(ConsoleTest, OneTokensSignInsNeverEndAnothersSessions) {
       Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Sec-Fetch-Site: cross-site"},
            "token=" + coord_->admin_token());
   EXPECT_EQ(site.status, 403);
+  // A sandboxed frame elsewhere posts with "Origin: null"; a browser's same-site page (another
+  // port of this host) says so in Sec-Fetch-Site. Both refused; this console's own page is not.
+  EXPECT_EQ(Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Origin: null"},
+                 "token=" + coord_->admin_token())
+                .status,
+            403);
+  EXPECT_EQ(
+      Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Sec-Fetch-Site: same-site"},
+           "token=" + coord_->admin_token())
+          .status,
+      403);
+  EXPECT_EQ(
+      Http("POST", url_ + "login", {"Content-Type: application/x-www-form-urlencoded", "Sec-Fetch-Site: same-origin"},
+           "token=" + coord_->admin_token())
+          .status,
+      303);
 }
 
 TEST(ConsoleSessionsTest, SessionsAreCappedPerTokenAndFailuresPauseSignIn) {

@@ -29,7 +29,9 @@ constexpr char kSecurityHeaders[] =
     "Cache-Control: no-store\r\n"
     "X-Content-Type-Options: nosniff\r\n"
     "X-Frame-Options: DENY\r\n"
-    "Referrer-Policy: no-referrer\r\n"
+    // same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with this
+    // console's own sign-in form, which then cannot be told from another site's.
+    "Referrer-Policy: same-origin\r\n"
     "Content-Security-Policy: default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
     "form-action 'self'; base-uri 'none'\r\n";
 
@@ -184,13 +186,15 @@ class ConsoleServer::Handler : public CivetHandler {
   }
 
   // A sign-in form posted from another site (login CSRF: the browser would end up signed in as
-  // whoever the other site chose) is refused: the browser names the page it came from in Origin
-  // (or Sec-Fetch-Site), and it must be this console.
+  // whoever the other site chose) is refused. A browser that sends Sec-Fetch-Site says where the
+  // form came from, and only this console's own page ("same-origin") is let in; an older browser
+  // names the page's origin in Origin, which must be this console. A request with neither is not
+  // a browser's cross-site form (curl, a script).
   static bool CrossSite(mg_connection* conn) {
     const char* fetch_site = CivetServer::getHeader(conn, "Sec-Fetch-Site");
-    if (fetch_site != nullptr && std::string(fetch_site) == "cross-site") return true;
+    if (fetch_site != nullptr) return std::string(fetch_site) != "same-origin";
     const char* origin = CivetServer::getHeader(conn, "Origin");
-    if (origin == nullptr) return false;  // not a browser's cross-origin form (curl, a script)
+    if (origin == nullptr) return false;
     const char* host = CivetServer::getHeader(conn, "Host");
     return host == nullptr || std::string(origin) != absl::StrCat("http://", host);
   }
