@@ -60,7 +60,10 @@ enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
     if (::getppid() != parent) ::raise(options.parent_death_signal);
   }
   if (options.ptracer > 0) ::prctl(PR_SET_PTRACER, options.ptracer, 0, 0, 0);  // without Yama: EINVAL, harmless
-  if (output_file != nullptr) {
+  if (options.output_fd >= 0) {
+    stage = kStageOutput;
+    if (::dup2(options.output_fd, 1) < 0 || ::dup2(options.output_fd, 2) < 0) fail();
+  } else if (output_file != nullptr) {
     stage = kStageOutput;
     int fd = ::open(output_file, O_WRONLY | O_CREAT | O_APPEND, 0644);  // no O_CLOEXEC: the child's stdout
     if (fd < 0 || ::dup2(fd, 1) < 0 || ::dup2(fd, 2) < 0) fail();

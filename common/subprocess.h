@@ -17,6 +17,7 @@ namespace dt {
 struct SpawnOptions {
   std::map<std::string, std::string> env;  // added to (or overriding) this process's environment
   std::string output_file;                 // stdout and stderr appended here; empty: inherited
+  int output_fd = -1;                      // or: stdout and stderr are this descriptor (a pipe)
   bool new_session = false;                // setsid(): not killed with the parent's terminal
   bool new_process_group = false;          // setpgid(0, 0): its own group (ignored with new_session)
   // PR_SET_PDEATHSIG: the signal the child gets when the *thread* that started it ends (this

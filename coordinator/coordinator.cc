@@ -19,6 +19,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/run_env.h"
 #include "common/stop_signals.h"
 #include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
@@ -548,6 +549,7 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("sbatch argument ", Quote(arg), " is too long"));
     }
   }
+  if (absl::Status s = ValidateRunEnv(spec.env()); !s.ok()) return s;
   if (!spec.wandb().base_url().empty()) {
     return absl::InvalidArgumentError(
         "a run cannot choose the W&B server: the coordinator's API key goes only where its operator points it "

@@ -250,6 +250,15 @@ TEST_F(ConsoleBrowserTest, APersonSeesTheRunTheirTokenAllowsWhileItTrains) {
       browser_->WaitUntil("return document.querySelectorAll('#checkpoints tbody td.num').length > 0 && "
                           "!document.querySelector('#checkpoints .empty')",
                           absl::Minutes(1)));
+  // "all ranks": both ranks' lines in one stream, each line naming its rank.
+  ClickOn("#log-tabs button[data-rank='all']");
+  EXPECT_TRUE(browser_->WaitUntil(
+      "const t = document.getElementById('log').textContent; return t.includes('[rank 0] ') && t.includes('[rank 1] ')",
+      absl::Seconds(20)))
+      << BodyText();
+  ClickOn("#log-fold");
+  EXPECT_TRUE(browser_->WaitUntil("return document.getElementById('log').textContent.includes('[rank 1] ')",
+                                  absl::Seconds(20)));
   // Legible at 1280×800: nothing wider than the window.
   EXPECT_LE(Number("return document.documentElement.scrollWidth;"), 1280);
   Screenshot("console-run.png");

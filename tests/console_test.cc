@@ -363,6 +363,34 @@ TEST_F(ConsoleTest, ALogTailStartsAtALineAndAPlantedLinkIsNotFollowed) {
   EXPECT_TRUE(absl::StrContains(Json(r).value("error", ""), "symbolic link")) << r.body;
 }
 
+// logs/all: every rank's lines in one stream, in the order dtslot's chunk times say; fold=1 shows
+// a line both ranks printed once; a planted link is refused there too.
+TEST_F(ConsoleTest, AllRanksTailIsOneStreamInTimeOrder) {
+  std::string logs = JoinPath(run_.exp_dir(), "logs");
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(logs, "rank-0.log"), "a\nsame\nc\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(logs, "rank-0.log.times"), "2 100\n7 150\n9 300\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(logs, "rank-1.log"), "b\nsame\nd\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(logs, "rank-1.log.times"), "2 200\n7 210\n9 400\n").ok());
+  std::string base = "/api/v1/runs/" + run_.run_id() + "/logs/all";
+  nlohmann::json all = Json(Get(base, run_.run_token()));
+  EXPECT_EQ(all["text"], "[rank 0] a\n[rank 0] same\n[rank 1] b\n[rank 1] same\n[rank 0] c\n[rank 1] d\n") << all;
+  EXPECT_EQ(all["rank"], "all");
+  EXPECT_EQ(all["ranks"], 2);
+  nlohmann::json folded = Json(Get(base + "?fold=1", run_.run_token()));
+  EXPECT_EQ(folded["text"], "[rank 0] a\n[ranks 0-1] same\n[rank 1] b\n[rank 0] c\n[rank 1] d\n") << folded;
+  HttpResponse one = Get("/api/v1/runs/" + run_.run_id() + "/logs/0?fold=1", run_.run_token());
+  EXPECT_EQ(one.status, 400) << one.body;
+  EXPECT_TRUE(absl::StrContains(Json(one).value("error", ""), "fold=1 applies to logs/all")) << one.body;
+
+  std::string secret = JoinPath(tmp_.path(), "secret.txt");
+  ASSERT_TRUE(WriteFileAtomic(secret, "the admin's secret\n").ok());
+  ASSERT_EQ(::unlink(JoinPath(logs, "rank-1.log").c_str()), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), JoinPath(logs, "rank-1.log").c_str()), 0);
+  HttpResponse r = Get(base, run_.run_token());
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_FALSE(absl::StrContains(r.body, "secret")) << r.body;
+}
+
 TEST(ConsoleServerTest, OnlyALoopbackAddressIsServed) {
   ConsoleOptions o;
   o.listen = "0.0.0.0:0";

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/run_env.h"
 #include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
@@ -170,6 +171,19 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   spec = testing::MakeSpec("ok", save_dir_, 1, 1);
   spec.set_max_identical_hangs(0);
   bad(spec, absl::StatusCode::kInvalidArgument, "max identical hangs");
+  // A run's variables: never one dt sets for the ranks (they would disagree with dt about who
+  // they are), and bounded; its own are kept with the run.
+  spec = testing::MakeSpec("env", save_dir_, 1, 1);
+  (*spec.mutable_env())["WORLD_SIZE"] = "3";
+  bad(spec, absl::StatusCode::kInvalidArgument, "environment variable WORLD_SIZE cannot be set");
+  spec.clear_env();
+  (*spec.mutable_env())["HF_HOME"] = std::string(kMaxRunEnvValueBytes + 1, 'x');
+  bad(spec, absl::StatusCode::kInvalidArgument, "HF_HOME's value is");
+  spec.clear_env();
+  (*spec.mutable_env())["HF_HOME"] = "/data/hf";
+  auto kept = coord_->SubmitRun(spec);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(coord_->GetRun(kept->run_id())->spec().env().at("HF_HOME"), "/data/hf");
 }
 
 // Labels are bounded (a tester's 3,600 labels of 4,000 B made every ListRuns answer outgrow a gRPC

@@ -6,14 +6,18 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/blas_core.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/process_tree.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -212,6 +216,229 @@ TEST_F(DtrunTest, SubmitRefusesAProgramThatCannotRunAndCreatesNothing) {
   r = Dtctl({"submit", "--name", "bad", "--save-dir", save_dir_, "--exec"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--exec needs the command after --"), std::string::npos) << r.output;
+  EXPECT_TRUE(testing::DtctlJson(Dtctl({"list", "-o", "json"})).empty());
+}
+
+std::string ShowEnvScript() { return JoinPath(DT_SOURCE_DIR, "tests/python/show_env.py"); }
+
+// What show_env.py wrote for `rank` in `generation` (null when it wrote nothing).
+nlohmann::json ShownEnv(const std::string& dir, int generation, int rank) {
+  return nlohmann::json::parse(
+      testing::Slurp(JoinPath(dir, absl::StrCat("env-g", generation, "-rank-", rank, ".json"))), nullptr, false);
+}
+
+// --env and --env-file reach every rank, over dt's defaults; a run that names a W&B project gives
+// each rank the W&B identity its own wandb.init() reads: after a kill -9 the restarted generation
+// has the same WANDB_RUN_ID (the SHA-1 of the experiment dir, the id dt's forwarder uses), so it
+// continues the same W&B run; under the main strategy only rank 0 logs.
+TEST_F(DtrunTest, TheRunsVariablesAndItsW_BIdentityReachEveryRankAcrossARestart) {
+  std::string out = tmp_.Sub("env");
+  std::string env_file = JoinPath(tmp_.path(), "run.env");
+  std::ofstream(env_file) << "# the run's settings\nexport HF_HOME='/data/hf cache'\n\nOMP_NUM_THREADS=3\n";
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--name",
+                           "wandb-main",
+                           "--save-dir",
+                           save_dir_,
+                           "--nproc-per-node",
+                           "2",
+                           "--max-restarts",
+                           "1",
+                           "--wandb-project",
+                           "proj",
+                           "--env-file",
+                           env_file,
+                           "--env",
+                           "FOO=bar=baz qux",
+                           "--env",
+                           "OMP_NUM_THREADS=4",
+                           "--exec",
+                           "--",
+                           kPython,
+                           ShowEnvScript(),
+                           out,
+                           "FOO",
+                           "HF_HOME",
+                           "OMP_NUM_THREADS"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = testing::DtctlJson(r).value("run_id", "");
+  CommandResult watch = Dtctl({"watch", run});
+  std::string exp_dir = JoinPath(save_dir_, "wandb-main");
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["state"], "SUCCEEDED");
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["failures"][0]["rank"], 1) << s["failures"];
+
+  std::string id = Sha1Hex(exp_dir);
+  for (auto [generation, rank] : std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {1, 1}}) {
+    nlohmann::json e = ShownEnv(out, generation, rank);
+    SCOPED_TRACE(absl::StrCat("generation ", generation, " rank ", rank, ": ", e.dump()));
+    ASSERT_TRUE(e.is_object());
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], absl::StrCat(generation));
+    EXPECT_EQ(e["FOO"], "bar=baz qux");
+    EXPECT_EQ(e["HF_HOME"], "/data/hf cache");
+    EXPECT_EQ(e["OMP_NUM_THREADS"], "4");  // --env over --env-file, and over dt's 1 a process
+    EXPECT_EQ(e["WANDB_RUN_ID"], id);      // the same W&B run in every generation
+    EXPECT_EQ(e["WANDB_RESUME"], "allow");
+    EXPECT_EQ(e["WANDB_RUN_GROUP"], "wandb-main");
+    EXPECT_EQ(e["WANDB_PROJECT"], "proj");
+    EXPECT_EQ(e["WANDB_DIR"], JoinPath(exp_dir, "wandb"));
+    EXPECT_EQ(e["WANDB_DIR_EXISTS"], true);
+    EXPECT_FALSE(e.contains("WANDB_API_KEY"));  // never from dt
+    if (rank == 0) {
+      EXPECT_FALSE(e.contains("WANDB_MODE"));
+    } else {
+      EXPECT_EQ(e["WANDB_MODE"], "disabled");  // main: rank 0 alone logs
+    }
+  }
+}
+
+// --log-strategy all: one W&B run per rank in the experiment's group. With no project named, the
+// WANDB_* settings of the submitting environment are enough, and what the user set there stands.
+TEST_F(DtrunTest, UnderTheAllStrategyEachRankIsItsOwnW_BRunInTheExperimentsGroup) {
+  std::string out = tmp_.Sub("env");
+  CommandResult r =
+      Dtctl({"submit", "-o", "json", "--name", "wandb-all", "--save-dir", save_dir_, "--nproc-per-node", "2",
+             "--max-restarts", "1", "--log-strategy", "all", "--exec", "--", kPython, ShowEnvScript(), out},
+            {{"WANDB_ENTITY", "team"}, {"WANDB_RESUME", "must"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = testing::DtctlJson(r).value("run_id", "");
+  EXPECT_EQ(Dtctl({"watch", run}).exit_code, 0);
+  for (int rank : {0, 1}) {
+    nlohmann::json e = ShownEnv(out, 1, rank);
+    SCOPED_TRACE(e.dump());
+    EXPECT_EQ(e["WANDB_RUN_ID"], absl::StrCat("wandb-all-", rank));
+    EXPECT_EQ(ShownEnv(out, 0, 1)["WANDB_RUN_ID"], "wandb-all-1");
+    EXPECT_EQ(e["WANDB_RUN_GROUP"], "wandb-all");
+    EXPECT_FALSE(e.contains("WANDB_MODE"));  // every rank logs
+    EXPECT_FALSE(e.contains("WANDB_PROJECT"));
+    EXPECT_EQ(e["WANDB_ENTITY"], "team");  // inherited
+    EXPECT_EQ(e["WANDB_RESUME"], "must");  // the user's, not dt's "allow"
+  }
+}
+
+// --env reaches dttrainer too (the local launcher starts it with the run's variables).
+TEST_F(DtrunTest, TheRunsVariablesReachEveryDttrainer) {
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--name",
+                           "trainer-env",
+                           "--save-dir",
+                           save_dir_,
+                           "--nproc-per-node",
+                           "2",
+                           "--env",
+                           "FOO=two words",
+                           "--env",
+                           "OMP_NUM_THREADS=3",
+                           "--",
+                           "--dataset",
+                           JoinPath(testing::DataDir(), "alpaca_sample.json"),
+                           "--model",
+                           "tiny",
+                           "--seq-len",
+                           "32",
+                           "--batch-size",
+                           "1",
+                           "--max-steps",
+                           "100000",
+                           "--log-freq",
+                           "1",
+                           "--eval-split",
+                           "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = testing::DtctlJson(r).value("run_id", "");
+  nlohmann::json s;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        s = Status(run);
+        return s["state"] == "RUNNING" && s["ranks"].size() == 2 && s["ranks"][0].value("pid", 0) > 0 &&
+               s["ranks"][1].value("pid", 0) > 0;
+      },
+      absl::Minutes(2)))
+      << s.dump(2);
+  for (const auto& rank : s["ranks"]) {
+    pid_t pid = rank["pid"].get<int>();
+    EXPECT_EQ(ProcessEnv(pid, "FOO").value_or("(unset)"), "two words") << rank;
+    // The user's, over the launcher's cores / trainers.
+    EXPECT_EQ(ProcessEnv(pid, "OMP_NUM_THREADS").value_or("(unset)"), "3") << rank;
+  }
+  EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+}
+
+// The lines of `output` that start with `prefix`, in order.
+std::vector<std::string> LinesStartingWith(const std::string& output, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::StartsWith(line, prefix)) out.emplace_back(line);
+  }
+  return out;
+}
+
+// dtctl logs --all: both ranks' lines in one stream in the order they were printed (the ranks
+// take turns, each waiting for the other's line to reach its log); --fold shows a line both
+// printed once; --grep keeps what it finds.
+TEST_F(DtrunTest, LogsAllShowsEveryRanksLinesInTimeOrder) {
+  std::string run = SubmitScript("turns", 0, {"6"}, JoinPath(DT_SOURCE_DIR, "tests/python/take_turns.py"));
+  CommandResult watch = Dtctl({"watch", run});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output;
+  CommandResult all = Dtctl({"logs", run, "--all"});
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  std::vector<std::string> turns;
+  for (const std::string& line : LinesStartingWith(all.output, "[rank ")) {
+    if (absl::StrContains(line, "] turn ")) turns.push_back(line);
+  }
+  EXPECT_EQ(turns, (std::vector<std::string>{"[rank 0] turn 0", "[rank 1] turn 1", "[rank 0] turn 2", "[rank 1] turn 3",
+                                             "[rank 0] turn 4", "[rank 1] turn 5"}))
+      << all.output;
+  EXPECT_EQ(LinesStartingWith(all.output, "[rank 0] both ranks print this").size(), 1u) << all.output;
+  EXPECT_EQ(LinesStartingWith(all.output, "[rank 1] both ranks print this").size(), 1u) << all.output;
+
+  CommandResult folded = Dtctl({"logs", run, "--all", "--fold"});
+  ASSERT_EQ(folded.exit_code, 0) << folded.output;
+  EXPECT_EQ(LinesStartingWith(folded.output, "[ranks 0-1] both ranks print this").size(), 1u) << folded.output;
+  EXPECT_TRUE(LinesStartingWith(folded.output, "[rank 0] both").empty()) << folded.output;
+  EXPECT_EQ(LinesStartingWith(folded.output, "[rank 1] turn 5").size(), 1u) << folded.output;
+
+  CommandResult odd = Dtctl({"logs", run, "--all", "--grep", "turn [13]"});
+  ASSERT_EQ(odd.exit_code, 0) << odd.output;
+  EXPECT_EQ(LinesStartingWith(odd.output, "[rank"), (std::vector<std::string>{"[rank 1] turn 1", "[rank 1] turn 3"}))
+      << odd.output;
+
+  CommandResult bad = Dtctl({"logs", run, "--all", "--grep", "turn ("});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(absl::StrContains(bad.output, "--grep turn ( is not a regular expression")) << bad.output;
+  CommandResult fold_alone = Dtctl({"logs", run, "--fold"});
+  EXPECT_EQ(fold_alone.exit_code, 2) << fold_alone.output;
+  EXPECT_TRUE(absl::StrContains(fold_alone.output, "add --all")) << fold_alone.output;
+}
+
+// dt's own names cannot be set (the rank's identity would disagree with dt's); each refusal names
+// the variable and why, and nothing is submitted.
+TEST_F(DtrunTest, SubmitRefusesVariablesDtSetsItselfAndMalformedOnes) {
+  std::string bad_file = JoinPath(tmp_.path(), "bad.env");
+  std::ofstream(bad_file) << "GOOD=1\nthis line has no equals sign\n";
+  for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--env", "RANK=3"}, "environment variable RANK cannot be set: dtrun sets it for each rank"},
+           {{"--env", "MASTER_PORT=1"}, "environment variable MASTER_PORT cannot be set"},
+           {{"--env", "DT_RUN_ID=x"}, "environment variable DT_RUN_ID cannot be set: DT_* variables are dt's own"},
+           {{"--env", "TORCHELASTIC_RESTART_COUNT=9"}, "TORCHELASTIC_RESTART_COUNT cannot be set"},
+           {{"--env", "1BAD=x"}, "environment variable name \"1BAD\" is not letters, digits and '_'"},
+           {{"--env", "NOVALUE"}, "--env \"NOVALUE\" is not KEY=VALUE"},
+           {{"--env-file", bad_file}, absl::StrCat("env file ", bad_file, " line 2")},
+           {{"--env-file", "/nonexistent/run.env"}, "--env-file /nonexistent/run.env cannot be read"}}) {
+    std::vector<std::string> args = {"submit", "--name", "bad-env", "--save-dir", save_dir_};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--exec", "--", kPython, ShowEnvScript(), "/tmp"});
+    CommandResult r = Dtctl(args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(::access(JoinPath(save_dir_, "bad-env").c_str(), F_OK), -1) << "an experiment dir was created";
   EXPECT_TRUE(testing::DtctlJson(Dtctl({"list", "-o", "json"})).empty());
 }
 

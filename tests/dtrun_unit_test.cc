@@ -13,6 +13,7 @@
 #include "client/dtrun/worker_env.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/run_env.h"
 #include "common/utf8.h"
 #include "tests/test_util.h"
 
@@ -99,6 +100,83 @@ TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume)
   a.set_local_world_size(1);
   WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", "", ""};
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
+}
+
+// The run's variables win over dt's defaults; the W&B identity comes with a project (or the
+// user's WANDB_* settings) and leaves what the user set alone.
+TEST(WorkerEnvironment, TheRunsVariablesAndTheW_BIdentity) {
+  v1::RegisterResponse a = Assignment();
+  a.mutable_spec()->set_experiment_name("clm");
+  a.mutable_spec()->set_save_dir("/runs");
+  (*a.mutable_spec()->mutable_env())["OMP_NUM_THREADS"] = "6";
+  (*a.mutable_spec()->mutable_env())["PYTHONPATH"] = "/mine";
+  (*a.mutable_spec()->mutable_env())["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0";
+  WorkerContext c{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "/opt/dt/python", "/inherited", ""};
+  std::map<std::string, std::string> env = WorkerEnvironment(c);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "6");  // over dt's 1 a process
+  EXPECT_EQ(env["PYTHONPATH"], "/opt/dt/python:/mine");
+  EXPECT_EQ(env["TORCH_NCCL_DUMP_ON_TIMEOUT"], "0");
+  EXPECT_EQ(env.count("WANDB_RUN_ID"), 0u);  // no project, no WANDB_* settings
+
+  a.mutable_spec()->mutable_wandb()->set_project("proj");
+  a.mutable_spec()->mutable_wandb()->add_tags("a");
+  a.mutable_spec()->mutable_wandb()->add_tags("b");
+  c.assignment = a;
+  env = WorkerEnvironment(c);
+  EXPECT_EQ(env["WANDB_RUN_ID"], Sha1Hex("/runs/clm"));
+  EXPECT_EQ(env["WANDB_PROJECT"], "proj");
+  EXPECT_EQ(env["WANDB_TAGS"], "a,b");
+  EXPECT_EQ(env["WANDB_RUN_GROUP"], "clm");
+  EXPECT_EQ(env["WANDB_MODE"], "disabled");  // rank 5 under main
+  EXPECT_EQ(env["WANDB_DIR"], "/runs/clm/wandb");
+
+  a.mutable_spec()->set_log_strategy(v1::NODE);
+  c.assignment = a;
+  EXPECT_EQ(WorkerEnvironment(c)["WANDB_MODE"], "disabled");  // local rank 1
+  a.set_local_rank(0);
+  c.assignment = a;
+  env = WorkerEnvironment(c);
+  EXPECT_EQ(env.count("WANDB_MODE"), 0u);
+  EXPECT_EQ(env["WANDB_RUN_ID"], "clm-node1");
+
+  c.inherited_has = [](const std::string& name) { return name == "WANDB_RUN_ID" || name == "WANDB_DIR"; };
+  env = WorkerEnvironment(c);
+  EXPECT_EQ(env.count("WANDB_RUN_ID"), 0u);  // the user's stands
+  EXPECT_EQ(env.count("WANDB_DIR"), 0u);
+  EXPECT_EQ(env["WANDB_RESUME"], "allow");
+}
+
+TEST(RunEnv, RefusesDtsOwnNamesMalformedNamesAndOversizedSets) {
+  auto check = [](std::map<std::string, std::string> env) { return ValidateRunEnv(env); };
+  EXPECT_TRUE(check({{"HF_HOME", "/x"}, {"_A1", ""}, {"WANDB_MODE", "offline"}}).ok());
+  for (const char* name : {"RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RUN_ID", "DT_RUN_TOKEN"}) {
+    absl::Status s = check({{name, "1"}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(s.message().find(absl::StrCat("environment variable ", name, " cannot be set")), std::string::npos) << s;
+  }
+  for (const char* name : {"1A", "A-B", "A B", ""}) EXPECT_FALSE(check({{name, "1"}}).ok()) << name;
+  EXPECT_FALSE(check({{"A", std::string("a\0b", 3)}}).ok());
+  EXPECT_FALSE(check({{"A", std::string(kMaxRunEnvValueBytes + 1, 'x')}}).ok());
+  std::map<std::string, std::string> many;
+  for (int i = 0; i <= kMaxRunEnvVars; ++i) many[absl::StrCat("V", i)] = "1";
+  EXPECT_NE(check(many).message().find("exceed the limit of 256"), std::string::npos);
+  std::map<std::string, std::string> big;
+  for (int i = 0; i < 9; ++i) big[absl::StrCat("V", i)] = std::string(kMaxRunEnvValueBytes, 'x');
+  EXPECT_NE(check(big).message().find("over the limit"), std::string::npos);
+}
+
+TEST(RunEnv, ReadsAssignmentsAndEnvFiles) {
+  std::map<std::string, std::string> env;
+  EXPECT_TRUE(ParseEnvAssignment("A=b=c", &env).ok());
+  EXPECT_TRUE(ParseEnvAssignment("EMPTY=", &env).ok());
+  EXPECT_FALSE(ParseEnvAssignment("=x", &env).ok());
+  EXPECT_FALSE(ParseEnvAssignment("NOEQUALS", &env).ok());
+  EXPECT_TRUE(ParseEnvFile("f", "# c\n\nexport B='x y'\nC=\"q\"\n  D = 1\nE='unmatched\nA=again\n", &env).ok());
+  std::map<std::string, std::string> want = {{"A", "again"}, {"EMPTY", ""}, {"B", "x y"},
+                                             {"C", "q"},     {"D", " 1"},   {"E", "'unmatched"}};
+  EXPECT_EQ(env, want);
+  absl::Status s = ParseEnvFile("run.env", "A=1\nbroken\n", &env);
+  EXPECT_EQ(s.message(), "env file run.env line 2: \"broken\" is not KEY=VALUE");
 }
 
 // The child's error file, written where dtrun would find it.

@@ -638,6 +638,41 @@ TEST_F(SlurmTest, AHungScriptOnTwoNodesIsCapturedBeforeItsGroupIsStopped) {
   EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerOfRun(run)).empty(); }, absl::Seconds(30)));
 }
 
+// --env reaches every rank on both nodes: a user's program through dtrun (in every generation),
+// and dttrainer through the batch script's srun (not the script's own commands).
+TEST_F(SlurmTest, TheRunsVariablesReachEveryRankOnBothNodes) {
+  std::string out = tmp_.Sub("env");
+  std::string run = SubmitExec("slurm-env", {"--max-restarts", "1", "--env", "FOO=two 'quoted' words"},
+                               {"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "tests/python/show_env.py"), out, "FOO"});
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  for (auto [generation, rank] : std::vector<std::pair<int, int>>{{0, 1}, {1, 0}, {1, 1}}) {
+    nlohmann::json e = nlohmann::json::parse(
+        testing::Slurp(JoinPath(out, absl::StrCat("env-g", generation, "-rank-", rank, ".json"))), nullptr, false);
+    ASSERT_TRUE(e.is_object()) << generation << " " << rank;
+    EXPECT_EQ(e["FOO"], "two 'quoted' words") << e;
+    EXPECT_FALSE(e.contains("WANDB_RUN_ID")) << e;  // no W&B project, no WANDB_* settings: no identity
+  }
+
+  std::string trainer_run = Submit("slurm-env-trainer", 100000, 0, {}, {"--env", "FOO=two 'quoted' words"});
+  nlohmann::json s;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        s = Json(Dtctl({"status", trainer_run, "-o", "json"}));
+        return s["state"] == "RUNNING" && s["ranks"].size() == 2 && s["ranks"][0].value("pid", 0) > 0 &&
+               s["ranks"][1].value("pid", 0) > 0;
+      },
+      absl::Minutes(2)))
+      << s.dump(2);
+  for (const auto& rank : s["ranks"]) {
+    EXPECT_EQ(ProcessEnv(rank["pid"].get<int>(), "FOO").value_or("(unset)"), "two 'quoted' words") << rank;
+  }
+  std::string script =
+      testing::Slurp(JoinPath(save_dir_, absl::StrCat("slurm-env-trainer/logs/", trainer_run, ".sbatch")));
+  EXPECT_EQ(script.find("export FOO"), std::string::npos) << script;  // the trainers' alone
+  EXPECT_EQ(Dtctl({"cancel", trainer_run}).exit_code, 0);
+}
+
 // kill -9 of one node's dtrun on Slurm: its rank's whole tree (a wrapper shell, the program, a
 // grandchild that ignores SIGTERM) ends within dtrun's grace, the next generation runs inside the
 // allocation, and a cancel leaves no process of the run on any node.

@@ -120,6 +120,9 @@ std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
                                    absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node)});
       u.env = env;
       u.env["LOCAL_RANK"] = absl::StrCat(slot);
+      // The user's variables win over dt's defaults (OMP_NUM_THREADS); dt's own names cannot be
+      // among them (ValidateRunEnv).
+      for (const auto& [k, v] : l.env) u.env[k] = v;
       u.log_file = JoinPath(logs, absl::StrCat("rank-", u.rank, ".log"));
     }
   }
@@ -285,7 +288,9 @@ class Launcher {
     children_.clear();
     DT_LOG(Info) << "starting generation " << launched_generation_ << " (" << l_.nodes * l_.procs_per_node
                  << " ranks, restart " << run_.restarts() << " of " << run_.spec().max_restarts() << ")";
-    for (LaunchUnit& unit : LaunchUnits(l_)) {
+    LocalLaunch launch = l_;
+    launch.env = {run_.spec().env().begin(), run_.spec().env().end()};  // the run's --env
+    for (LaunchUnit& unit : LaunchUnits(launch)) {
       SpawnOptions o;
       o.env = unit.env;
       o.env[kSlotMarkerEnv] = SlotMarker(

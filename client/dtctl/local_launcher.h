@@ -27,6 +27,8 @@ struct LocalLaunch {
   std::vector<std::string> exec_command;
   // OPENBLAS_CORETYPE for every process started (common/blas_core.h); empty: OpenBLAS's own pick.
   std::string openblas_core;
+  // The run's variables (RunSpec.env) for every dttrainer; dtrun gives them to its ranks itself.
+  std::map<std::string, std::string> env;
 };
 
 // One process the launcher starts for a generation: a dttrainer per rank, or a dtrun per node.

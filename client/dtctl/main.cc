@@ -27,6 +27,7 @@
 #include "client/checkpoint_manifest.h"
 #include "client/coordinator_client.h"
 #include "client/dtctl/local_launcher.h"
+#include "client/dtctl/logs.h"
 #include "client/dtctl/node_failure.h"
 #include "client/dtctl/output.h"
 #include "client/dtctl/slurm.h"
@@ -38,6 +39,7 @@
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/limits.h"
+#include "common/run_env.h"
 #include "common/run_state.h"
 #include "common/subprocess.h"
 #include "common/utf8.h"
@@ -209,49 +211,27 @@ int Status(Global& g, const std::string& run_id) {
   return kOk;
 }
 
-int Logs(Global& g, const std::string& run_id, std::optional<int> rank, bool follow) {
+int Logs(Global& g, const std::string& run_id, std::optional<int> rank, LogsQuery query) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), absl::StrCat("logs of ", run_id));
-  std::string dir = JoinPath(r->exp_dir(), "logs");
-  std::vector<int> ranks;
+  query.logs_dir = JoinPath(r->exp_dir(), "logs");
   if (rank) {
     if (*rank < 0 || *rank >= std::max(1, r->world_size())) {
       std::cerr << "dtctl logs: rank " << *rank << " is outside 0.." << r->world_size() - 1 << "\n";
       return kUsage;
     }
-    ranks.push_back(*rank);
+    query.ranks.push_back(*rank);
   } else {
-    for (int i = 0; i < r->world_size(); ++i) ranks.push_back(i);
+    for (int i = 0; i < r->world_size(); ++i) query.ranks.push_back(i);
   }
-  std::vector<std::streampos> offsets(ranks.size(), 0);
-  bool any = false;
-  while (true) {
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      std::ifstream in(JoinPath(dir, absl::StrCat("rank-", ranks[i], ".log")), std::ios::binary);
-      if (!in) continue;
-      any = true;
-      in.seekg(offsets[i]);
-      std::string line;
-      while (std::getline(in, line)) {
-        // A partial last line: wait for its end while following; on the last pass, show it.
-        if (in.eof() && follow) break;
-        std::cout << (ranks.size() > 1 ? absl::StrCat("[rank ", ranks[i], "] ") : "") << line << "\n";
-        if (in.eof()) break;
-        offsets[i] = in.tellg();
-      }
-    }
-    std::cout.flush();
-    if (!follow) break;
-    auto now = GetRun(g, run_id);
-    if (now.ok() && IsTerminal(now->state())) {
-      follow = false;  // one more pass for the last lines
-      continue;
-    }
-    absl::SleepFor(absl::Milliseconds(300));
-  }
-  if (!any) {
-    std::cerr << "dtctl logs: no logs in " << dir << " yet (trainers write rank-<R>.log there once started)\n";
-    return kFailed;
+  auto run_ended = [&] {
+    absl::StatusOr<v1::Run> now = GetRun(g, run_id);
+    return now.ok() && IsTerminal(now->state());
+  };
+  absl::Status printed = PrintLogs(query, run_ended, std::cout);
+  if (!printed.ok()) {
+    std::cerr << "dtctl logs: " << printed.message() << "\n";
+    return printed.code() == absl::StatusCode::kInvalidArgument ? kUsage : kFailed;
   }
   return kOk;
 }
@@ -550,6 +530,8 @@ struct SubmitCli {
   std::unique_ptr<SubmitFlags> flags;
   std::vector<std::string> words;  // after --: trainer arguments, or with --exec the command
   std::string run_file;
+  std::vector<std::string> env;  // --env KEY=VALUE, in order
+  std::string env_file;
   bool follow = false;
   bool dry_run = false;
   bool exec = false;
@@ -602,6 +584,14 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
         "a hang whose odd stack repeats this many generations in a row ends the run (HUNG_REPEATEDLY; default 1)")
       ->check(dt::InRange(1, 1000));
   cli.command->add_option("-f,--file", cli.run_file, "YAML run file; flags override it");
+  cli.command->add_option("--env", cli.env,
+                          "KEY=VALUE for every rank (repeatable; over --env-file and the run file's env:); dt's own "
+                          "names (RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, DT_*, ...) are refused")
+      ->expected(1)  // one KEY=VALUE each time: the words after -- are never taken
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cli.command->add_option("--env-file", cli.env_file,
+                          "a file of KEY=VALUE lines for every rank ('#' comments; values taken as written)");
   cli.command->add_flag("--follow", cli.follow, "watch the run until it ends (exit code as watch)");
   cli.command->add_flag("--dry-run", cli.dry_run,
                         "check and print what would be launched (sbatch script or trainer commands); submit nothing");
@@ -636,7 +626,9 @@ std::optional<std::string> DtctlFlagAmong(const std::vector<std::string>& words)
                                             "-f",
                                             "--file",
                                             "--idle-timeout",
-                                            "--max-identical-hangs"};
+                                            "--max-identical-hangs",
+                                            "--env",
+                                            "--env-file"};
   for (const std::string& w : words) {
     std::string flag = w.substr(0, w.find('='));
     for (const char* f : kSubmitOnly) {
@@ -653,6 +645,17 @@ absl::StatusOr<SubmitOptions> SubmitOptionsOf(const SubmitCli& cli) {
     if (absl::Status s = LoadRunFile(cli.run_file, &merged); !s.ok()) return s;
   }
   cli.flags->ApplyGiven(merged);
+  if (!cli.env_file.empty()) {
+    absl::StatusOr<std::string> text = dt::ReadFile(cli.env_file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--env-file ", cli.env_file, " cannot be read: ", text.status().message()));
+    }
+    if (absl::Status s = dt::ParseEnvFile(cli.env_file, *text, &merged.env); !s.ok()) return s;
+  }
+  for (const std::string& assignment : cli.env) {
+    if (absl::Status s = dt::ParseEnvAssignment(assignment, &merged.env); !s.ok()) return s;
+  }
   if (cli.exec) {
     if (cli.words.empty()) {
       return absl::InvalidArgumentError("--exec needs the command after --, e.g. --exec -- python3 train.py --lr 3e-4");
@@ -729,7 +732,7 @@ int Submit(Global& g, const SubmitCli& cli) {
 struct RunCommands {
   std::string run_id;
   std::optional<int> rank;
-  bool follow_logs = false;
+  LogsQuery logs_query;
   bool verify = false;
   std::string key;
   CLI::App *list, *status, *watch, *logs, *metrics, *checkpoints, *cancel, *stacks;
@@ -743,7 +746,12 @@ void DeclareRunCommands(CLI::App& app, RunCommands& c) {
   c.watch = app.add_subcommand("watch", "live progress until the run ends; exit 0 only if it SUCCEEDED");
   c.logs = app.add_subcommand("logs", "trainer output (<exp_dir>/logs/rank-<R>.log)");
   c.logs->add_option("--rank", c.rank, "only this rank")->check(dt::InRange(0, dt::kMaxWorldSize - 1));
-  c.logs->add_flag("-f,--follow", c.follow_logs, "keep printing until the run ends");
+  c.logs->add_flag("-f,--follow", c.logs_query.follow, "keep printing until the run ends");
+  c.logs->add_flag("--all", c.logs_query.all,
+                   "every rank's lines in one stream, in time order, each prefixed [rank R]");
+  c.logs->add_flag("--fold", c.logs_query.fold,
+                   "with --all: a line every rank printed alike is shown once, naming the ranks");
+  c.logs->add_option("--grep", c.logs_query.grep, "only lines this regular expression (RE2) finds");
   c.metrics = app.add_subcommand("metrics", "metric history (-o json|csv|table)");
   c.metrics->add_option("--key", c.key, "only this metric (e.g. loss)");
   c.metrics->add_option("--rank", c.rank, "only this rank")->check(dt::InRange(0, dt::kMaxWorldSize - 1));
@@ -770,7 +778,13 @@ int RunSubcommand(Global& g, const RunCommands& c) {
   if (c.list->parsed()) return List(g);
   if (c.status->parsed()) return Status(g, c.run_id);
   if (c.watch->parsed()) return Watch(g.client, c.run_id, ::isatty(STDOUT_FILENO) != 0, std::cout);
-  if (c.logs->parsed()) return Logs(g, c.run_id, c.rank, c.follow_logs);
+  if (c.logs->parsed()) {
+    if (c.logs_query.fold && !c.logs_query.all) {
+      std::cerr << "dtctl logs: --fold folds the one stream of --all: add --all\n";
+      return kUsage;
+    }
+    return Logs(g, c.run_id, c.rank, c.logs_query);
+  }
   if (c.metrics->parsed()) return Metrics(g, c.run_id, c.key, c.rank);
   if (c.checkpoints->parsed()) return Checkpoints(g, c.run_id, c.verify);
   if (c.cancel->parsed()) return Cancel(g, c.run_id);

@@ -67,6 +67,20 @@ absl::StatusOr<std::string> RenderTemplate(const std::string& text, const std::m
   }
 }
 
+namespace {
+
+// The trainer as srun starts it: through env(1) with the run's variables, so they reach the
+// trainers and not the batch script's own commands.
+std::string TrainerCommand(const SbatchParams& p) {
+  if (p.trainer_env.empty()) return ShellQuote(p.trainer);
+  std::vector<std::string> words = {"env"};
+  for (const auto& [k, v] : p.trainer_env) words.push_back(ShellQuote(absl::StrCat(k, "=", v)));
+  words.push_back(ShellQuote(p.trainer));
+  return absl::StrJoin(words, " ");
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const SbatchParams& p) {
   // What lands in an #SBATCH line is one line: a line break (or any control character) in a value
   // would end sbatch's header early or add an option of its own. Everything else is shell-quoted.
@@ -96,7 +110,7 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
       {"OMP_THREADS", p.omp_threads > 0
                           ? absl::StrCat("export OMP_NUM_THREADS=", p.omp_threads)
                           : "# OMP_NUM_THREADS: dtrun's default (1 per process when a node runs several)"},
-      {"TRAINER", ShellQuote(p.trainer)},
+      {"TRAINER", TrainerCommand(p)},
       {"TRAINER_ARGS", absl::StrJoin(args, " ")},
       {"DTCTL", ShellQuote(p.dtctl)},
   };

@@ -28,6 +28,8 @@ struct SbatchParams {
   int omp_threads = 1;  // 0: not exported (dtrun applies torchrun's rule)
   std::string trainer;
   std::vector<std::string> trainer_args;
+  // The run's variables, for the trainers only (not the script's own dtctl calls).
+  std::map<std::string, std::string> trainer_env;
   std::string dtctl;
 };
 

@@ -23,6 +23,7 @@
 #include "common/fs.h"
 #include "common/limits.h"
 #include "common/names.h"
+#include "common/run_env.h"
 #include "common/subprocess.h"
 #include "common/utf8.h"
 
@@ -108,6 +109,19 @@ class RunFileReader {
     return absl::OkStatus();
   }
 
+  absl::Status Mapping(const YAML::Node& doc, const std::string& field, std::map<std::string, std::string>* out) const {
+    const YAML::Node n = doc[field];
+    if (!n) return absl::OkStatus();
+    if (!n.IsMap()) return Error(n, field, "must be a mapping, e.g. " + field + ": {NAME: value}");
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar() || !kv.second.IsScalar()) {
+        return Error(kv.first, field, "must map names to single values, not lists or mappings");
+      }
+      (*out)[kv.first.Scalar()] = kv.second.Scalar();
+    }
+    return absl::OkStatus();
+  }
+
   // Every key of `map` is one of `known`.
   absl::Status KnownKeys(const YAML::Node& map, const std::string& where, const std::vector<std::string>& known) const {
     for (const auto& kv : map) {
@@ -171,10 +185,10 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
   const YAML::Node& doc = *loaded;
   RunFileReader r(path);
   static const std::vector<std::string> known = {
-      "name",         "save_dir",      "nodes",        "nproc_per_node",     "scheduler",
-      "log_strategy", "wandb",         "max_restarts", "keep_checkpoints",   "gpus_per_node",
-      "omp_threads",  "sbatch_args",   "trainer",      "trainer_args",       "exec",
-      "max_requeues", "preempt_grace", "idle_timeout", "max_identical_hangs"};
+      "name",         "save_dir",      "nodes",        "nproc_per_node",      "scheduler",
+      "log_strategy", "wandb",         "max_restarts", "keep_checkpoints",    "gpus_per_node",
+      "omp_threads",  "sbatch_args",   "trainer",      "trainer_args",        "exec",
+      "max_requeues", "preempt_grace", "idle_timeout", "max_identical_hangs", "env"};
   // The same ranges as the flags (and the coordinator's limits).
   std::vector<absl::Status> checks = {
       r.KnownKeys(doc, "the run file", known),
@@ -200,6 +214,7 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
   for (const absl::Status& s : checks) {
     if (!s.ok()) return s;
   }
+  if (absl::Status s = r.Mapping(doc, "env", &o->env); !s.ok()) return s;
   if (const YAML::Node w = doc["wandb"]) {
     if (!w.IsMap()) return r.Error(w, "wandb", "must be a mapping (project:, entity:, mode:, tags:)");
     for (absl::Status s : {r.KnownKeys(w, "wandb", {"project", "entity", "mode", "tags"}),
@@ -246,6 +261,9 @@ absl::Status Preflight(const SubmitOptions& o) {
   }
   if (o.save_dir.empty())
     return absl::InvalidArgumentError("--save-dir is required (where the experiment directory goes)");
+  if (absl::Status s = ValidateRunEnv(o.env); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--env: ", s.message()));
+  }
   if (o.nodes < 1 || o.nproc_per_node < 1) {
     return absl::InvalidArgumentError("--nodes and --nproc-per-node must be at least 1");
   }
@@ -346,6 +364,7 @@ LocalLaunch LocalLaunchFor(const SubmitOptions& o, const LaunchIdentity& id) {
   l.omp_threads = o.omp_threads;
   l.trainer_args = o.trainer_args;
   l.exec_command = o.exec_command;
+  l.env = o.env;
   return l;
 }
 
@@ -367,7 +386,9 @@ SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
   p.trainer_args = o.trainer_args;
   p.dtctl = JoinPath(ExecutableDir(), "dtctl");
   p.preempt_grace_s = o.preempt_grace_s;
+  p.trainer_env = o.env;
   if (!o.exec_command.empty()) {
+    p.trainer_env.clear();  // dtrun gives the run's variables to its ranks
     // One dtrun per node starts the node's ranks.
     p.tasks_per_node = 1;
     p.cpus_per_task = o.nproc_per_node;
@@ -429,6 +450,7 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->mutable_wandb()->set_entity(o.wandb_entity);
   spec->mutable_wandb()->set_mode(o.wandb_mode);
   for (const auto& t : o.wandb_tags) spec->mutable_wandb()->add_tags(t);
+  spec->mutable_env()->insert(o.env.begin(), o.env.end());
   if (!o.idle_timeout.empty()) {
     absl::StatusOr<absl::Duration> idle = ParseIdleTimeout(o.idle_timeout);
     if (!idle.ok()) return idle.status();

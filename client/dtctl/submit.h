@@ -3,6 +3,7 @@
 // (the local launcher, or sbatch).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ struct SubmitOptions {
   // to turn the check off. Empty: the coordinator's default.
   std::string idle_timeout;
   int max_identical_hangs = 0;  // 0: the coordinator's default (1)
+  // Variables every rank gets (--env KEY=VALUE, --env-file, a run file's env:).
+  std::map<std::string, std::string> env;
 };
 
 // The idle timeout `text` names ("0" or "off": none, returned as zero). INVALID_ARGUMENT naming
@@ -47,7 +50,7 @@ absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text);
 // Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
 // log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
 // gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...],
-// max_requeues, preempt_grace (seconds), idle_timeout ("20m"), max_identical_hangs.
+// max_requeues, preempt_grace (seconds), idle_timeout ("20m"), max_identical_hangs, env: {KEY: value}.
 // INVALID_ARGUMENT names the file and the field.
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 // The same from the file's text (`path` names it in messages).

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -35,6 +36,14 @@
 
 namespace dt::run {
 namespace {
+
+// dtrun's environment has a WANDB_* variable: the user's program logs to W&B itself.
+bool HasWandbSettings() {
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (absl::StartsWith(*e, "WANDB_")) return true;
+  }
+  return false;
+}
 
 // Where group rank 0's node publishes MASTER_ADDR:MASTER_PORT in the generation's store.
 constexpr char kMasterKey[] = "dtrun/master_endpoint";
@@ -244,21 +253,25 @@ class NodeAgent {
                       python_path != nullptr ? python_path : "",
                       openblas_core,
                       w.stacks_dir,
-                      static_cast<int>(::getpid())};
+                      static_cast<int>(::getpid()),
+                      [](const std::string& name) { return std::getenv(name.c_str()) != nullptr; },
+                      HasWandbSettings()};
       SpawnOptions o;
       o.env = WorkerEnvironment(c);
-      for (const char* own :
-           {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}) {
-        if (std::getenv(own) != nullptr) o.env.erase(own);  // the user's choice stands
-      }
+      if (auto dir = o.env.find("WANDB_DIR"); dir != o.env.end()) (void)MakeDirs(dir->second);
       w.marker = SlotMarker(config_.run_id, a.generation(), absl::StrCat("rank-", a.rank()));
       o.env[kSlotMarkerEnv] = w.marker;
       o.output_file = w.log_file;
       // The rank's tree is kept by a dtslot, which stops it whole; dtrun's own death (SIGKILL
       // included) stops it too. This is the main thread, which lives as long as dtrun.
       o.parent_death_signal = SIGTERM;
-      std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtslot"), "--grace",
-                                       absl::StrCat(absl::ToDoubleSeconds(config_.stop_grace)), "--"};
+      // The times of the output's chunks go beside the log, for `dtctl logs --all`.
+      std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtslot"),
+                                       "--grace",
+                                       absl::StrCat(absl::ToDoubleSeconds(config_.stop_grace)),
+                                       "--times",
+                                       absl::StrCat(w.log_file, ".times"),
+                                       "--"};
       argv.insert(argv.end(), config_.command.begin(), config_.command.end());
       std::ofstream(w.log_file, std::ios::app)
           << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation() << " (restart "

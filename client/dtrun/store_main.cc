@@ -7,11 +7,13 @@
 #include <exception>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "torch/csrc/distributed/c10d/TCPStore.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: dtrun-store PORT (started by dtrun on group rank 0's node)\n");
+  int port = 0;
+  if (argc != 2 || !absl::SimpleAtoi(argv[1], &port) || port < 1 || port > 65535) {
+    std::fprintf(stderr, "usage: dtrun-store PORT (1..65535; started by dtrun on group rank 0's node)\n");
     return 2;
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives dtrun
@@ -21,7 +23,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before the server's threads exist: they inherit it
   c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(std::stoi(argv[1]));
+  o.port = static_cast<std::uint16_t>(port);
   o.isServer = true;
   o.waitWorkers = false;  // the workers count themselves in; nothing here waits for them
   try {

@@ -2,6 +2,7 @@
 // torchrun runs unchanged, `init_process_group("env://")` included) plus what the dt module reads.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -31,9 +32,16 @@ struct WorkerContext {
   // the hook's directory (<dt_python_dir>/dt_site) then goes first on PYTHONPATH.
   std::string stacks_dir;
   int ptracer_pid = 0;  // DT_PTRACER: the process that captures (dtrun), for Yama's ptrace_scope 1
+  // Whether dtrun's own environment sets a variable: the user's choice, which dt's defaults
+  // (the NCCL flight recorder, the W&B identity) leave alone. Unset: nothing is inherited.
+  std::function<bool(const std::string&)> inherited_has;
+  // dtrun's own environment has WANDB_* settings (the user logs to W&B from the program).
+  bool inherited_wandb_settings = false;
 };
 
-// Variables added to (or overriding) the child's inherited environment.
+// Variables added to (or overriding) the child's inherited environment: torchrun's, the dt
+// module's, the run's own (RunSpec.env, over dt's defaults), and, when the run names a W&B
+// project or the user's environment has WANDB_* settings, the W&B identity (common/run_env.h).
 std::map<std::string, std::string> WorkerEnvironment(const WorkerContext& context);
 
 // The latest committed checkpoint's directory (empty when there is none).

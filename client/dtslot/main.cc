@@ -1,7 +1,7 @@
 // dtslot: runs one rank's program and owns its whole process tree (client/dtslot/slot_keeper.h).
 // dt starts it; a person has no reason to.
 //
-//   dtslot [--grace SECONDS] -- PROGRAM ARGS...
+//   dtslot [--grace SECONDS] [--times FILE] -- PROGRAM ARGS...
 
 #include <sys/resource.h>
 
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   dt::slot::SlotOptions options;
   double grace_s = 10;
   app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL")->capture_default_str();
+  app.add_option("--times", options.times_file,
+                 "copy the program's output to stdout through a pipe, recording when each chunk came in this file");
   app.add_option("command", options.command, "the program and its arguments, after --")->required();
   try {
     app.parse(argc, argv);

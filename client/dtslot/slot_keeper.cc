@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "client/dtslot/output_relay.h"
 #include "common/log.h"
 #include "common/process_tree.h"
 #include "common/stop_signals.h"
@@ -37,7 +38,18 @@ class Keeper {
     o.new_process_group = true;
     o.parent_death_signal = SIGKILL;  // a dtslot killed by SIGKILL takes the program with it
     o.ptracer = ::getppid();          // the starter (dtrun) captures the program's stacks
+    std::unique_ptr<OutputRelay> relay;
+    if (!options_.times_file.empty()) {
+      absl::StatusOr<std::unique_ptr<OutputRelay>> r = OutputRelay::Start(STDOUT_FILENO, options_.times_file);
+      if (r.ok()) {
+        relay = std::move(*r);
+        o.output_fd = relay->write_fd();
+      } else {
+        DT_LOG(Warning) << "the program writes to the log directly (its lines are not timed): " << r.status();
+      }
+    }
     absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(options_.command, o);
+    if (relay) relay->CloseWriteEnd();
     if (!p.ok()) {
       DT_LOG(Error) << p.status();
       return 127;
@@ -52,6 +64,7 @@ class Keeper {
       if (stop_began_ != absl::InfiniteFuture() && absl::Now() >= stop_began_ + options_.grace) KillRest();
       WaitForSignal(handled);
     }
+    if (relay) relay->Join();  // the tree is gone: the pipe has ended
     if (WIFEXITED(status_)) return WEXITSTATUS(status_);
     if (WIFSIGNALED(status_)) return -WTERMSIG(status_);
     return 1;

@@ -25,6 +25,10 @@ namespace dt::slot {
 struct SlotOptions {
   std::vector<std::string> command;
   absl::Duration grace = absl::Seconds(10);  // SIGTERM → SIGKILL
+  // Non-empty: the program's output goes through a pipe, copied to dtslot's stdout with the time
+  // of each chunk recorded here (client/dtslot/output_relay.h). Empty: the program writes to
+  // dtslot's stdout and stderr itself.
+  std::string times_file;
 };
 
 // Runs `command` as described above and returns what main() should do: the exit code, or

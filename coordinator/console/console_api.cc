@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/limits.h"
+#include "common/log_lines.h"
 #include "common/names.h"
 #include "common/run_json.h"
 #include "common/run_state.h"
@@ -357,40 +358,127 @@ absl::StatusOr<nlohmann::json> ConsoleApi::Series(const std::string& run_id, con
   return out;
 }
 
+namespace {
+
+// Every rank's lines merged, at most this many ranks (the console's tabs show as many).
+constexpr int kMaxMergedRanks = 64;
+
+struct RankTail {
+  std::string text;    // whole lines (the cut may fall inside one)
+  int64_t offset = 0;  // where `text` starts in the file
+  int64_t file_size = 0;
+  bool truncated = false;
+};
+
+// The last `bytes` of a log in `logs` (through the held directory, never a planted link),
+// starting at a line. NOT_FOUND when the rank has written nothing yet.
+absl::StatusOr<RankTail> ReadRankTail(const DirFd& logs, const std::string& file, size_t bytes) {
+  absl::StatusOr<DirFd::Tail> tail = logs.ReadTail(file, bytes);
+  if (!tail.ok()) return tail.status();
+  RankTail t;
+  t.file_size = tail->file_size;
+  t.truncated = tail->file_size > static_cast<int64_t>(tail->bytes.size());
+  t.offset = tail->file_size - static_cast<int64_t>(tail->bytes.size());
+  absl::string_view text = tail->bytes;
+  if (t.truncated) {
+    // Start at a line: the cut may fall inside one (and inside a UTF-8 character).
+    size_t newline = text.find('\n');
+    size_t skip = newline == absl::string_view::npos ? text.size() : newline + 1;
+    text.remove_prefix(skip);
+    t.offset += static_cast<int64_t>(skip);
+  }
+  t.text = std::string(text);
+  return t;
+}
+
+// One rank's tail, timed (common/log_lines.h), appended to `out`. NOT_FOUND when it has no log
+// yet; a log that is a planted link is refused as a single rank's is.
+absl::Status TimedTail(const DirFd& logs, int rank, size_t bytes, std::vector<TimedLine>* out, int64_t* size,
+                       bool* truncated) {
+  std::string file = absl::StrCat("rank-", rank, ".log");
+  absl::StatusOr<RankTail> tail = ReadRankTail(logs, file, bytes);
+  if (!tail.ok()) return tail.status();
+  *size += tail->file_size;
+  *truncated = *truncated || tail->truncated;
+  // The chunk records of about as many lines (a record is ~25 bytes and covers a line or more).
+  ChunkTimes times;
+  if (absl::StatusOr<RankTail> records = ReadRankTail(logs, file + ".times", bytes * 2); records.ok()) {
+    times = ParseLogTimes(records->text);
+  }
+  int64_t last = 0;
+  TimingOptions options;
+  options.include_partial = true;
+  TimeLines(rank, tail->text, tail->offset, times, options, &last, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<nlohmann::json> ConsoleApi::LogTail(const std::string& run_id, const std::string& rank_text,
                                                    const ConsoleRequest& request) const {
-  if (absl::Status s = CheckParams(request, {"bytes"}); !s.ok()) return s;
+  if (absl::Status s = CheckParams(request, {"bytes", "fold"}); !s.ok()) return s;
   absl::StatusOr<int64_t> bytes = IntParam(request, "bytes", 1, kMaxLogBytes, kDefaultLogBytes);
   if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<int64_t> fold = IntParam(request, "fold", 0, 1, 0);
+  if (!fold.ok()) return fold.status();
   absl::StatusOr<v1::Run> run = coordinator_->GetRun(run_id);
   if (!run.ok()) return run.status();
   int rank = -1;
-  if (!absl::SimpleAtoi(rank_text, &rank) || rank < 0 || rank >= std::max(1, run->world_size())) {
-    return absl::NotFoundError(
-        absl::StrCat("run ", run_id, " has no rank ", Quote(rank_text), " (ranks 0..", run->world_size() - 1, ")"));
+  bool all = rank_text == "all";
+  if (!all && (!absl::SimpleAtoi(rank_text, &rank) || rank < 0 || rank >= std::max(1, run->world_size()))) {
+    return absl::NotFoundError(absl::StrCat("run ", run_id, " has no rank ", Quote(rank_text), " (ranks 0..",
+                                            run->world_size() - 1, ", or all)"));
   }
-  std::string file = absl::StrCat("rank-", rank, ".log");
-  nlohmann::json out = {{"rank", rank}, {"file", absl::StrCat(run->exp_dir(), "/logs/", file)}};
+  if (*fold == 1 && !all) return absl::InvalidArgumentError("fold=1 applies to logs/all, one stream of every rank");
   // Through the held experiment directory, never through a link planted in it.
   absl::StatusOr<DirFd> exp = OpenExperimentDir(run->exp_dir(), run->exp_dir_identity());
   if (!exp.ok()) return exp.status();
   absl::StatusOr<DirFd> logs = exp->Sub("logs");
   if (!logs.ok()) return logs.status();
-  absl::StatusOr<DirFd::Tail> tail = logs->ReadTail(file, static_cast<size_t>(*bytes));
+  if (all) return AllLogsTail(*run, *logs, static_cast<size_t>(*bytes), *fold == 1);
+  std::string file = absl::StrCat("rank-", rank, ".log");
+  nlohmann::json out = {{"rank", rank}, {"file", absl::StrCat(run->exp_dir(), "/logs/", file)}};
+  absl::StatusOr<RankTail> tail = ReadRankTail(*logs, file, static_cast<size_t>(*bytes));
   if (absl::IsNotFound(tail.status())) {
     out.update({{"size", 0}, {"truncated", false}, {"text", ""}});
     return out;
   }
   if (!tail.ok()) return tail.status();
-  bool truncated = tail->file_size > static_cast<int64_t>(tail->bytes.size());
-  absl::string_view text = tail->bytes;
-  if (truncated) {
-    // Start at a line: the cut may fall inside one (and inside a UTF-8 character).
-    size_t newline = text.find('\n');
-    if (newline != absl::string_view::npos) text.remove_prefix(newline + 1);
-  }
-  out.update({{"size", tail->file_size}, {"truncated", truncated}, {"text", ValidUtf8(text)}});
+  out.update({{"size", tail->file_size}, {"truncated", tail->truncated}, {"text", ValidUtf8(tail->text)}});
   return out;
+}
+
+absl::StatusOr<nlohmann::json> ConsoleApi::AllLogsTail(const v1::Run& run, const DirFd& logs, size_t bytes,
+                                                       bool fold) const {
+  int ranks = std::min(std::max(1, run.world_size()), kMaxMergedRanks);
+  size_t per_rank = std::max<size_t>(4096, bytes / static_cast<size_t>(ranks));
+  std::vector<std::vector<TimedLine>> per;
+  int64_t size = 0;
+  bool truncated = false;
+  int64_t covered_from = 0;  // the latest first line among cut tails: all ranks are shown from then
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<TimedLine> lines;
+    bool cut = false;
+    absl::Status read = TimedTail(logs, r, per_rank, &lines, &size, &cut);
+    if (absl::IsNotFound(read)) continue;  // nothing written yet
+    if (!read.ok()) return read;
+    if (cut && !lines.empty()) covered_from = std::max(covered_from, lines.front().micros);
+    truncated = truncated || cut;
+    per.push_back(std::move(lines));
+  }
+  std::vector<TimedLine> merged = MergeByTime(std::move(per));
+  merged.erase(
+      std::remove_if(merged.begin(), merged.end(), [&](const TimedLine& l) { return l.micros < covered_from; }),
+      merged.end());
+  std::string text;
+  if (fold) {
+    for (const PrintedLine& p : FoldRepeated(merged, ranks)) absl::StrAppend(&text, FormatPrinted(p), "\n");
+  } else {
+    for (const TimedLine& l : merged) absl::StrAppend(&text, FormatPrinted({{l.rank}, l.text}), "\n");
+  }
+  return nlohmann::json{{"rank", "all"},          {"file", absl::StrCat(run.exp_dir(), "/logs")},
+                        {"ranks", ranks},         {"size", size},
+                        {"truncated", truncated}, {"text", ValidUtf8(text)}};
 }
 
 }  // namespace dt

@@ -12,6 +12,11 @@
 //                                            {"series": {name: {rank: [[step, value]...]}},
 //                                             "complete": bool, "next_from_step": S}
 //   GET /api/v1/runs/RUN/logs/RANK?bytes=N   {"rank","file","size","truncated","text"}
+//   GET /api/v1/runs/RUN/logs/all?bytes=N&fold=1
+//                                            the same for every rank (the first 64) in one stream
+//                                            in time order, "[rank R] " before each line
+//                                            (common/log_lines.h); fold=1 shows a line every rank
+//                                            printed alike once, naming the ranks
 //
 // Errors: {"error": "<what was wrong>", "code": "<gRPC code name>"} with HTTP 400 (bad argument),
 // 401 (no or unknown token), 403 (another run's token), 404 (no such run, rank or route), 405
@@ -26,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/dir_fd.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/wandb/forwarder.h"
 
@@ -71,6 +77,7 @@ class ConsoleApi {
   absl::StatusOr<nlohmann::json> Series(const std::string& run_id, const ConsoleRequest& request) const;
   absl::StatusOr<nlohmann::json> LogTail(const std::string& run_id, const std::string& rank,
                                          const ConsoleRequest& request) const;
+  absl::StatusOr<nlohmann::json> AllLogsTail(const v1::Run& run, const DirFd& logs, size_t bytes, bool fold) const;
   // The newest step_time_s each rank of the current generation reported: {rank: {step, seconds}}.
   nlohmann::json RankStepTimes(const v1::Run& run) const;
 

@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/crypto.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/log.h"
+#include "common/run_env.h"
 #include "common/run_state.h"
 
 namespace dt::wandb {
@@ -285,7 +285,8 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
     if (r.rank() == rank) status = &r;
   }
   const std::string& experiment = run.spec().experiment_name();
-  std::string id, display;
+  std::string display;
+  int node_rank = 0;
   switch (route.strategy) {
     case v1::NODE:
       if (status == nullptr) return nullptr;  // not assigned yet: decide on the next batch
@@ -293,11 +294,10 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
         route.by_rank[rank] = nullptr;
         return nullptr;
       }
-      id = SanitizeRunId(absl::StrCat(experiment, "-node", status->node_rank()));
-      display = absl::StrCat("node-", status->node_rank());
+      node_rank = status->node_rank();
+      display = absl::StrCat("node-", node_rank);
       break;
     case v1::ALL:
-      id = SanitizeRunId(absl::StrCat(experiment, "-", rank));
       display = absl::StrCat("rank-", rank);
       break;
     default:
@@ -305,10 +305,11 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
         route.by_rank[rank] = nullptr;
         return nullptr;
       }
-      id = Sha1Hex(JoinPath(run.spec().save_dir(), experiment));
       display = experiment;
       break;
   }
+  // The same id dtrun gives a program that calls wandb.init itself (WANDB_RUN_ID).
+  std::string id = WandbRunIdFor(route.strategy, run.spec().save_dir(), experiment, rank, node_rank);
   Settings s = Resolve(run, options_.env);
   auto existing = targets_.find(absl::StrCat(s.project, "/", id));
   if (existing != targets_.end()) {

@@ -120,14 +120,4 @@ std::string FileStreamBody(int64_t offset, const std::vector<std::string>& histo
 
 std::string HeartbeatBody() { return R"({"complete":false,"failed":false})"; }
 
-std::string SanitizeRunId(const std::string& text) {
-  std::string out;
-  for (char c : absl::AsciiStrToLower(text)) {
-    bool ok = absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
-    out.push_back(ok ? c : '-');
-  }
-  if (out.size() > 64) out.resize(64);
-  return out.empty() ? "run" : out;
-}
-
 }  // namespace dt::wandb

@@ -51,7 +51,4 @@ std::string FileStreamBody(int64_t offset, const std::vector<std::string>& histo
 // {"complete": false, "failed": false}: keeps an idle run alive.
 std::string HeartbeatBody();
 
-// A W&B run id from free text: lower-case, [a-z0-9_-], at most 64 characters.
-std::string SanitizeRunId(const std::string& text);
-
 }  // namespace dt::wandb

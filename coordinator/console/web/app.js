@@ -330,7 +330,7 @@ function drawChart(card, name, series) {
 function runView(runId) {
   const token = viewToken;
   const app = document.getElementById("app");
-  const state = { run: null, series: {}, seriesFrom: 0, charts: {}, logRank: 0, lastCheckpoints: 0 };
+  const state = { run: null, series: {}, seriesFrom: 0, charts: {}, logRank: 0, logFold: false, lastCheckpoints: 0 };
 
   const header = el("div", { class: "card", id: "run-header" });
   const cause = el("div", { id: "root-cause" });
@@ -525,15 +525,24 @@ function runView(runId) {
     state.seriesFrom = isFinite(frontier) ? frontier : 0;
   };
 
+  // One tab per rank (the first 64) and "all ranks": every rank's lines in time order, a line
+  // every rank printed alike shown once when "fold" is ticked.
   const refreshLog = async (run) => {
     const world = Math.max(1, run.world_size || run.nodes * run.procs_per_node);
-    if (logTabs.childElementCount !== Math.min(world, 64)) {
-      logTabs.replaceChildren(...Array.from({ length: Math.min(world, 64) }, (_, r) => el("button", {
-        "data-rank": r, onclick: () => { state.logRank = r; refreshLog(run).catch(showError); },
-      }, "rank " + r)));
+    const tabs = Math.min(world, 64);
+    if (logTabs.childElementCount !== tabs + (world > 1 ? 2 : 0)) {
+      const pick = (rank) => () => { state.logRank = rank; refreshLog(run).catch(showError); };
+      const buttons = Array.from({ length: tabs }, (_, r) => el("button", { "data-rank": r, onclick: pick(r) }, "rank " + r));
+      if (world > 1) {
+        const fold = el("input", { type: "checkbox", id: "log-fold", onchange: () => { state.logFold = fold.checked; refreshLog(run).catch(showError); } });
+        buttons.unshift(el("button", { "data-rank": "all", onclick: pick("all") }, "all ranks"));
+        buttons.push(el("label", { class: "muted" }, fold, " fold lines every rank printed"));
+      }
+      logTabs.replaceChildren(...buttons);
     }
-    for (const b of logTabs.children) b.className = Number(b.dataset.rank) === state.logRank ? "on" : "";
-    const body = await api("runs/" + runId + "/logs/" + state.logRank);
+    for (const b of logTabs.querySelectorAll("button")) b.className = b.dataset.rank === String(state.logRank) ? "on" : "";
+    const query = state.logRank === "all" && state.logFold ? "?fold=1" : "";
+    const body = await api("runs/" + runId + "/logs/" + state.logRank + query);
     const atBottom = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 8;
     logNote.textContent = body.file + (body.truncated ? " — last " + bytes(body.text.length) + " of " + bytes(body.size) : "");
     logPre.textContent = body.text || "(empty)";
