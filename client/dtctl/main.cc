@@ -584,9 +584,10 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
         "a hang whose odd stack repeats this many generations in a row ends the run (HUNG_REPEATEDLY; default 1)")
       ->check(dt::InRange(1, 1000));
   cli.command->add_option("-f,--file", cli.run_file, "YAML run file; flags override it");
-  cli.command->add_option("--env", cli.env,
-                          "KEY=VALUE for every rank (repeatable; over --env-file and the run file's env:); dt's own "
-                          "names (RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, DT_*, ...) are refused")
+  cli.command
+      ->add_option("--env", cli.env,
+                   "KEY=VALUE for every rank (repeatable; over --env-file and the run file's env:); dt's own "
+                   "names (RANK, WORLD_SIZE, MASTER_ADDR, TORCHELASTIC_*, DT_*, ...) are refused")
       ->expected(1)  // one KEY=VALUE each time: the words after -- are never taken
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
