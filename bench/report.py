@@ -1,17 +1,168 @@
 #!/usr/bin/python3
-"""Collects benchmark results (JSON lines) into build/bench/results.json and docs/benchmarks.md."""
+"""Collects benchmark results (JSON lines) into build/bench/results.json and docs/benchmarks.md.
+
+    report.py RESULTS_JSONL RESULTS_JSON BENCHMARKS_MD MODE
+
+The page is a short header, the table (one row per result, in the order the benchmarks printed
+them) and "How measured": one line per group of rows that share a method, from HOW_MEASURED below
+(keep it in step with bench/ when a benchmark's method or row names change). Why a figure is what
+it is goes in bench/findings.md, which the header links to.
+
+DT_BENCH_MACHINE and DT_BENCH_DATE, when set, replace the machine (from lscpu) and today's date:
+for writing the page again from an earlier run's results.
+"""
 import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
-root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-lines_file, json_file, md_file, mode = sys.argv[1:5]
-results = [json.loads(l) for l in open(lines_file) if l.strip()]
-json.dump([{k: r.get(k) for k in ("name", "value", "unit", "anchor", "anchor_value", "ratio", "goal", "met")}
-           for r in results], open(json_file, "w"), indent=1)
+# What each row measures and against what, keyed by a regular expression matched against the
+# start of the row's name (the first match wins); rows with the same method share one line.
+# (pattern, label, how it is measured)
+HOW_MEASURED = [
+    (r"machine: wake-up round trip", "machine: wake-up round trip",
+     "`bench_store`, first: the median of 20,000 one-byte round trips through a pair of pipes between two "
+     "processes, each end waking the other. Anchor: the same writes and reads by one thread, no wake-up. Not a dt "
+     "figure: it is what a wake-up costs on this machine, which moves the store rows' ratios."),
+    (r"store (get|set) p(50|99), ", "store get, set p50 and p99 (1, 8, 64 clients)",
+     "`bench_store store`: the coordinator embedded in the benchmark process and a c10d::TCPStore server "
+     "(LibTorch) beside it, loopback; N client processes, one simulated node's ranks (dt's node combiner on, as "
+     "dttrainer's ranks have it), each with a coordinator store session (one gRPC stream) and a TCPStore "
+     "connection, looping set (64-byte value), get, add over 64 keys of its own, 300 iterations quick (3,000 full), "
+     "divided by N/8 above 8 clients. 4 rounds a side, interleaved, each side first in turn; each side's round "
+     "with the lowest get p50 is kept, p50 and p99 of its calls. Anchor: the same clients' TCPStore calls."),
+    (r"store add p(50|99), .*\(every client adding\)", "store add p50 and p99, every client adding",
+     "`bench_store store`, the same clients and servers: rounds in which every client only adds (a counter of "
+     "its own), 4 a side beside the loop's rounds, each side first in turn, the round with the lowest add p50 "
+     "kept. Anchor: TCPStore's add in the same rounds."),
+    (r"store server CPU per add, ", "store server CPU per add, every client adding",
+     "The adds-only rounds: the benchmark process's CPU (getrusage; one side's server runs at a time) over the "
+     "kept round, divided by its adds. Anchor: the same for the TCPStore server."),
+    (r"store adds per coordinator message, ", "store adds per coordinator message (node combiner)",
+     "The adds-only rounds: adds divided by the coordinator messages that carried them (the combiner's batches "
+     "plus adds sent alone). Anchor: 1, TCPStore's one message per add."),
+    (r"store add p50 in the set/get/add loop, ", "store add p50 in the set/get/add loop",
+     "The add of the set/get/add loop, in each side's kept round (lowest get p50), p50. Anchor: TCPStore's."),
+    (r"store throughput, ", "store throughput",
+     "The set/get/add loop: 3 x clients x iterations over the span from the first client's start to the last "
+     "client's end, each side's best of its 4 rounds. Anchor: TCPStore, the same."),
+    (r"store (server|client) CPU per op, ", "store server and client CPU per op",
+     "The loop's kept round: the benchmark process's CPU (the server under test), or the client processes' own "
+     "CPU summed (getrusage in each), over the round, divided by its operations. Anchor: TCPStore's."),
+    (r"Gloo process group ready, ", "Gloo process group ready (8, 32 ranks)",
+     "`bench_store pg`: N client processes each construct c10d::ProcessGroupGloo on a fresh PrefixStore over its "
+     "coordinator store session or its TCPStore connection; a round runs from the first rank starting its group "
+     "to the last rank's group ready. 8 rounds a side (16 full), interleaved, alternating which side goes first; "
+     "p50. Anchor: the same group on the TCPStore."),
+    (r"Gloo process group (client CPU|server CPU|client sleeps) per rank, ",
+     "Gloo process group client CPU, server CPU, client sleeps per rank",
+     "The same rounds: the ranks' own CPU summed, the benchmark process's CPU (the store server under test), "
+     "and the ranks' voluntary context switches, each divided by N; p50 of the rounds. Anchor: the same on "
+     "TCPStore."),
+    (r"barrier release, ", "barrier release (p50, p90)",
+     "`bench_store barrier`: N participants registered as the ranks of a run, 8 to a simulated node (1,024: 16 "
+     "processes of 64 rank threads, a node each; up to 256, a process each), dt's `Agent::Barrier` with the node "
+     "relay on (\"node relay off\": DT_NODE_RELAY=0, every rank answered by the coordinator); blocks of 20 "
+     "barriers (40 below 64 participants), arrivals staggered by up to 200 us, 2 blocks a side (4 full), each "
+     "side first in turn; per barrier, latest arrival to latest release, p50 and p90. Anchor: torch's store "
+     "barrier on a TCPStore (add; the last arrival sets a done key; everyone waits for it)."),
+    (r"barrier server CPU per released participant, ", "barrier server CPU per released participant",
+     "The same blocks: the benchmark process's CPU (the coordinator, or the TCPStore server) over its side's "
+     "blocks, divided by participants x barriers. Anchor: TCPStore's."),
+    (r"rendezvous of ", "rendezvous of N ranks",
+     "`bench_scale`: a dtcoord process (the real binary) and a run of N ranks, 8 to a node; N clients, each on "
+     "its own connection, send Register at once (asynchronous); time from the first call to the last answer. "
+     "64 and 512 ranks (2,048 too, full). Anchor: the 1 s goal."),
+    (r"(heartbeat RPC p99|coordinator CPU), ", "heartbeat RPC p99 and coordinator CPU, 1,000 ranks",
+     "`bench_scale`: a dtcoord process, 1,000 registered ranks (10 nodes x 100, each its own connection) "
+     "heartbeating every 2 s, spread evenly, asynchronous, while 8 store sessions set and get a 128-byte value "
+     "every 20 ms; for 10 s (30 s full): the heartbeats' p99 as the ranks see it, and dtcoord's CPU "
+     "(/proc/PID/stat) over the window. Anchors: the goals, 50 ms and 25% of a core."),
+    (r"load, .*: (heartbeat|metric batch|store set\+get) p(50|99)", "load: heartbeat, metric batch, store set+get",
+     "`bench_scale` mixed load: a dtcoord process (Prometheus exporter on), one run of 1,000 ranks and 50 runs of "
+     "8 (1,400 ranks, each its own connection), every rank heartbeating every 2 s and sending a metric batch (one "
+     "point of 6 values) every second from 8 sender threads, each run's store session setting and getting a "
+     "256-byte value every 100 ms; for 20 s (2 min full); every call's latency as its caller sees it, p50 and "
+     "p99. Anchors: the goals (50 ms, 100 ms, 50 ms)."),
+    (r"load, .*: (dtcoord CPU|dtcoord memory|failed calls)", "load: dtcoord CPU, memory, failed calls",
+     "The same load: dtcoord's CPU over the window (/proc/PID/stat), its resident set at the end (VmRSS; the "
+     "peak, VmHWM, in the row's name), and the calls of all three kinds that failed. Anchors: the goals (one "
+     "core, 1 GiB, none)."),
+    (r"checkpoint write rate ", "checkpoint write rate",
+     "`bench_checkpoint`: GPT-2 states after one AdamW step (weights and both moments), 193 MB quick (n_embd 256, "
+     "4 layers; about 600 MB full) and GPT-2 small's 1.5 GB, torch on one thread, an embedded coordinator; 3 "
+     "rounds (2 at 1.5 GB; 4 and 3 full) of `CheckpointRounds` as dttrainer runs them, each started before a "
+     "training step (forward, backward, AdamW of one 64-token sequence); bytes over the round's time after its "
+     "pause (copy to host memory, serialise, write and SHA-256, fsync, commit), p50. Anchor: `dd if=/dev/zero "
+     "bs=4M conv=fsync` of the same size on the same file system right after each round, p50."),
+    (r"training stall of an async checkpoint round ", "training stall of an async checkpoint round",
+     "The same rounds: BeginCheckpoint's pause plus the optimizer step's wait for what is left of the copy, p50. "
+     "Anchor: `dd`'s time for the same bytes (what writing them synchronously would stall)."),
+    (r"training step with an async checkpoint round in flight ", "training step with a checkpoint round in flight",
+     "The same rounds: the training step run while the round is in flight, p50. Anchor: the same step without a "
+     "round, run just before each round, p50."),
+    (r"metric points ingested", "metric points ingested",
+     "`bench_metrics`: a dtcoord process with the Prometheus exporter and the W&B forwarder on (strategy all, to "
+     "the project's test W&B server, tests/wandb_server.py); 16 streams on their own connections for a run of 64 "
+     "ranks, batches of 50 points of 8 values, each stream reopened every second, for 5 s (15 s full); points "
+     "accepted over the wall time, a stream ending OK only once its batches are delivered. Anchor: the 100k "
+     "points/s goal."),
+    (r"launch to first step, 2 local ranks \(median\)", "launch to first step, 2 local ranks",
+     "`trainer_bench.py launch`: `dtctl submit --nproc-per-node 2` of dttrainer (tiny GPT-2: 2 layers of 64, "
+     "1 step) to a local dtcoord, until rank 0's log shows step 1. Anchor: `torchrun --standalone "
+     "--nproc_per_node 2` of bench/python/gpt2_ddp.py (the same model, PyTorch DDP over Gloo, one thread) until "
+     "its first step, its whole session then killed. One unmeasured round, then 3 (4 full), each dt then torchrun; medians."),
+    (r"launch to first step, 2 local ranks, anchor with dt's", "launch to first step, anchor with dt's settings",
+     "The same dt rounds. Anchor: the same torchrun, in the same rounds, given the OpenBLAS kernels dt's rank 0 "
+     "reported (OPENBLAS_CORETYPE) and dttrainer's malloc settings (GLIBC_TUNABLES mmap_max=0, trim threshold "
+     "2 GB)."),
+    (r"--exec launch to first step, Python script", "--exec launch to first step, Python script",
+     "`trainer_bench.py exec-launch`: `dtctl submit --exec --nproc-per-node 2 -- python3 "
+     "examples/python/train_ddp.py --steps 1 --ckpt-every 0` until rank 0's log shows \"step 1 loss\". Anchor: "
+     "`torchrun --standalone --nproc_per_node 2` of the same script until its output shows it. One unmeasured "
+     "round, then 3 (4 full); medians."),
+    (r"--exec launch to first step with dtrun --agent-store", "--exec launch with dtrun --agent-store",
+     "The same, with DT_AGENT_STORE=1 (the workers' c10d TCPStore served by dtrun-store beside them instead of "
+     "by rank 0), in the same rounds. Anchor: the same torchrun median."),
+    (r"--exec: dt's time over the script started bare", "--exec: dt's time over the script started bare",
+     "The same rounds: dt's median less the median of the script started alone (one process, RANK=0, "
+     "WORLD_SIZE=1) to \"step 1 loss\". Anchor: that bare median."),
+    (r"training throughput, ", "training throughput (1, 2 ranks)",
+     "`trainer_bench.py throughput`: dttrainer through `dtctl submit --omp-threads 1` (GPT-2, 4 layers of 128, 4 "
+     "heads, batch 4 x 128 tokens, 12 steps, 30 full), rank 0's step times from `dtctl metrics` after the first "
+     "3. Anchor: `torchrun` of bench/python/gpt2_ddp.py (the same model, PyTorch DDP over Gloo, one thread) given "
+     "the OpenBLAS kernels and malloc settings dt's ranks ran with. 2 pairs of runs (3 full) alternating which "
+     "side goes first, step times pooled; tokens/s = ranks x 512 / median step time."),
+    (r"2-rank scaling efficiency", "2-rank scaling efficiency",
+     "From the throughput rows: tokens/s at 2 ranks over twice that at 1, each side. Anchor: PyTorch DDP's; the "
+     "goal is absolute (>= 0.80)."),
+    (r"step time with metric reporting on", "step time with metric reporting on",
+     "`trainer_bench.py metrics-cost`: 1-rank dttrainer runs (tiny GPT-2, batch 4 x 64, 30 steps, 100 full, "
+     "logging every step), rank 0's step times from its log after the first 5; 4 pairs (6 full) alternating "
+     "which goes first; median. Anchor: the same runs with `--no-metrics`."),
+    (r"step time with a live stack capture", "step time with a live stack capture",
+     "`trainer_bench.py capture-cost`: 2-rank dttrainer runs (tiny GPT-2, 120 steps, 300 full) while `dtctl "
+     "stacks` captures every rank every 10 s; mean of rank 0's step times after the first 5; 1 pair (2 full), "
+     "alternating. Anchor: the same runs without captures."),
+    (r"stack capture of ", "stack capture of N Python processes",
+     "`bench_capture`: 2, 8 and 64 Python processes a few frames down in a sleep, with dt's hook loaded; dt's "
+     "capture of all of them (common/stack_capture: Python frames through the hook, native frames from "
+     "eu-stack), 3 rounds (5 below 64, full), p50. Anchor: `gdb -p PID -batch -ex \"thread apply all bt\"` over "
+     "the same processes, as many at once, once."),
+    (r"native-only capture ", "native-only capture (eu-stack)",
+     "The same processes captured by eu-stack alone (no Python hook), p50. Anchor: the same gdb run."),
+]
+
+
+def how_measured(name):
+    """(label, text) of the first HOW_MEASURED entry whose pattern matches the start of `name`."""
+    for pattern, label, text in HOW_MEASURED:
+        if re.match(pattern, name):
+            return label, text
+    return None
 
 
 def cpu():
@@ -31,25 +182,48 @@ def fmt(v):
     return "%.4g" % v
 
 
-machine = cpu()
-date = datetime.date.today().isoformat()
-with open(md_file, "w") as f:
-    f.write("# dt benchmarks\n\n")
-    f.write("Written by `scripts/bench.sh%s` on %s (%s). Every figure is dt's, beside an anchor measured "
-            "in the same run on the same machine; ratio = dt / anchor. Goals and whether this run met them "
-            "are in the last columns. These machines are noisy: compare ratios, not absolute numbers.\n\n"
-            % (" --quick" if mode == "quick" else "", date, machine))
-    f.write("| what | dt | anchor | anchor figure | ratio | goal | met | machine | date |\n")
-    f.write("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+def main():
+    lines_file, json_file, md_file, mode = sys.argv[1:5]
+    results = [json.loads(l) for l in open(lines_file) if l.strip()]
+    json.dump([{k: r.get(k) for k in ("name", "value", "unit", "anchor", "anchor_value", "ratio", "goal", "met")}
+               for r in results], open(json_file, "w"), indent=1)
+    machine = os.environ.get("DT_BENCH_MACHINE") or cpu()
+    date = os.environ.get("DT_BENCH_DATE") or datetime.date.today().isoformat()
+    findings = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings.md"),
+                               os.path.dirname(os.path.abspath(md_file)))
+
+    # One "How measured" line per group of rows, in the order the groups first appear in the table.
+    groups, undescribed = [], []
     for r in results:
-        met = {True: "yes", False: "**no**", None: ""}[r.get("met")]
-        f.write("| %s | %s %s | %s | %s | %.3f | %s | %s | %s | %s |\n" % (
-            r["name"], fmt(r["value"]), r["unit"], r["anchor"], fmt(r["anchor_value"]), r.get("ratio") or 0,
-            r.get("goal", ""), met, machine, date))
-    f.write("\nHow each is measured: see the comment at the top of each program in `bench/` "
-            "(`bench_store.cc`, `bench_scale.cc`, `bench_checkpoint.cc`, `bench_metrics.cc`, `trainer_bench.py`).\n")
-    findings = os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings.md")
-    if os.path.exists(findings):
-        with open(findings) as g:
-            f.write("\n" + g.read())
-print("wrote %s and %s (%d results)" % (json_file, md_file, len(results)))
+        found = how_measured(r["name"])
+        if found is None:
+            undescribed.append(r["name"])
+            groups.append((r["name"], "no description in bench/report.py's HOW_MEASURED: see the program in "
+                                      "`bench/` that prints this row."))
+        elif found not in groups:
+            groups.append(found)
+
+    with open(md_file, "w") as f:
+        f.write("# dt benchmarks\n\n")
+        f.write("Written by `scripts/bench.sh%s` (`bench/report.py`) on %s, on one machine: %s. "
+                "Ratios = dt / anchor measured in the same run, on the same machine; the goal and whether this run "
+                "met it are the last columns. These machines are noisy: compare ratios, not absolute figures. How "
+                "each row is measured is below the table; why a figure is what it is, in [bench/findings.md](%s).\n\n"
+                % (" --quick" if mode == "quick" else "", date, machine, findings))
+        f.write("| what | dt | anchor | anchor figure | ratio | goal | met | machine | date |\n")
+        f.write("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+        for r in results:
+            met = {True: "yes", False: "**no**", None: ""}[r.get("met")]
+            f.write("| %s | %s %s | %s | %s | %.3f | %s | %s | %s | %s |\n" % (
+                r["name"], fmt(r["value"]), r["unit"], r["anchor"], fmt(r["anchor_value"]), r.get("ratio") or 0,
+                r.get("goal", ""), met, machine, date))
+        f.write("\n## How measured\n\n")
+        for label, text in groups:
+            f.write("- **%s**: %s\n" % (label, text))
+    for name in undescribed:
+        print("report.py: no HOW_MEASURED entry for %r: add one" % name, file=sys.stderr)
+    print("wrote %s and %s (%d results)" % (json_file, md_file, len(results)))
+
+
+if __name__ == "__main__":
+    main()

@@ -250,7 +250,7 @@ TEST_F(ConsoleTest, BadRequestsAreRefusedNamingTheCause) {
       {"/api/v1/runs/" + run_.run_id() + "/metrics?limit=100001", 400, "limit must be an integer in 0..100000"},
       {"/api/v1/runs/" + run_.run_id() + "/metrics?name=bad%20name", 400, "metric name"},
       {"/api/v1/runs/" + run_.run_id() + "/series?max_points=5", 400, "max_points must be an integer in 10..20000"},
-      {"/api/v1/runs/" + run_.run_id() + "/logs/2", 404, "has no rank \"2\" (ranks 0..1)"},
+      {"/api/v1/runs/" + run_.run_id() + "/logs/2", 404, "has no rank \"2\" (ranks 0..1, or all)"},
       {"/api/v1/runs/" + run_.run_id() + "/logs/x", 404, "has no rank"},
       {"/api/v1/runs/" + run_.run_id() + "/logs/0?bytes=0", 400, "bytes must be an integer in 1..1048576"},
       {"/api/v1/nothing", 404, "no API at"},
