@@ -36,9 +36,11 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortCheckpoint(grpc::CallbackS
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
     return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, who.status());
   }
-  absl::Status s = deps_.coordinator->AbortCheckpoint(*req);
-  if (!s.ok()) return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, s);
-  return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, v1::AbortCheckpointResponse());
+  absl::StatusOr<std::string> ended = deps_.coordinator->AbortCheckpoint(*req);
+  if (!ended.ok()) return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, ended.status());
+  v1::AbortCheckpointResponse reply;
+  reply.set_already_ended(*ended);
+  return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, std::move(reply));
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::LatestCheckpoint(grpc::CallbackServerContext* ctx,

@@ -186,7 +186,7 @@ class Coordinator {
   // ---- Checkpoints ------------------------------------------------------------------------
   void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
   void CommitCheckpoint(const v1::CommitCheckpointRequest& request, PendingPtr<v1::CommitCheckpointResponse> reply);
-  absl::Status AbortCheckpoint(const v1::AbortCheckpointRequest& request);
+  absl::StatusOr<std::string> AbortCheckpoint(const v1::AbortCheckpointRequest& request);
   absl::StatusOr<v1::CheckpointInfo> LatestCheckpoint(const std::string& run_id);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
 

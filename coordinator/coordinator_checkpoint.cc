@@ -394,7 +394,7 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
              deferred);
 }
 
-absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request) {
+absl::StatusOr<std::string> Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request) {
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -406,7 +406,10 @@ absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& requ
   if (!round || round->id != request.round_id()) {
     return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id()));
   }
-  if (round->state != CheckpointRound::State::kOpen) return absl::OkStatus();
+  if (round->state == CheckpointRound::State::kAborted) return std::string(round->outcome.message());
+  if (round->state != CheckpointRound::State::kOpen) {
+    return absl::StrCat("the checkpoint round for step ", round->step, " was already committed");
+  }
   std::string who = request.rank() == round->writer ? absl::StrCat("the writer ", round->writer_desc)
                                                     : absl::StrCat("rank ", request.rank());
   AbortRound(*run, *round,
@@ -414,7 +417,7 @@ absl::Status Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& requ
                  absl::StrCat(who, " aborted the checkpoint at step ", round->step, ": ",
                               request.reason().empty() ? "no reason given" : TruncateUtf8(request.reason(), 4096))),
              deferred);
-  return absl::OkStatus();
+  return std::string();
 }
 
 absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {

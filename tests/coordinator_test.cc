@@ -1194,7 +1194,13 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   abort.set_rank(1);
   abort.set_round_id(round.round_id());
   abort.set_reason("ValueError: a bad batch");
-  ASSERT_TRUE(coord_->AbortCheckpoint(abort).ok());
+  absl::StatusOr<std::string> first = coord_->AbortCheckpoint(abort);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, "");  // this call ended the round
+  // A later abort (the writer, whose files the first abort removed) learns why the round ended.
+  absl::StatusOr<std::string> again = coord_->AbortCheckpoint(abort);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(again->find("rank 1 aborted the checkpoint at step 10"), std::string::npos) << *again;
   ASSERT_TRUE(c0.WaitFor());
   EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c0.value.status().message().find("rank 1 aborted the checkpoint at step 10: ValueError: a bad batch"),
@@ -1206,7 +1212,7 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   // A rank's abort after every rank committed changes nothing.
   CommitStep(15, "weights-at-15");
   abort.set_round_id("gone");
-  EXPECT_EQ(coord_->AbortCheckpoint(abort).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->AbortCheckpoint(abort).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Latest(), "step-15");
 }
 

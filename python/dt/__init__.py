@@ -448,13 +448,15 @@ def checkpoint(step, timeout=None):
 
     def abort(reason):
         # Any rank's failure aborts the round (the coordinator publishes only once every rank
-        # committed); the other ranks' commits then end with the reason at once.
+        # committed); the other ranks' commits then end with the reason at once. Returns why the
+        # round had already ended ("" when this call ended it, or the coordinator is away).
         try:
-            s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
+            reply = s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
                 run_id=s.run_id, generation=s.generation, rank=s.rank, round_id=begun.round_id,
                 reason=reason[:1000]))
+            return reply.already_ended
         except DtError:
-            pass  # the round's lease ends it anyway; the user's exception is the one to see
+            return ""  # the round's lease ends it anyway; the user's exception is the one to see
 
     try:
         yield ck
@@ -467,7 +469,11 @@ def checkpoint(step, timeout=None):
         try:
             request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
         except BaseException as e:  # a subdirectory, a link, nothing saved: the round cannot commit
-            abort(f"the writer's files cannot be committed: {e}")
+            ended = abort(f"the writer's files cannot be committed: {e}")
+            if ended:
+                # Another rank's abort removed the round's directory under the writer: its
+                # reason is the round's outcome, as every other rank hears it.
+                raise DtError(ended, "ABORTED") from e
             raise
     reply = s.call(s.checkpoints.CommitCheckpoint, request, timeout=None)
     ck.committed = True

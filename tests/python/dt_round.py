@@ -4,9 +4,13 @@ its round came to ("round: <outcome>") and exits 0.
 
   dt_round.py non-writer-raises    rank 1 raises inside its `with dt.checkpoint(1)` block
   dt_round.py writer-saves-subdir  the writer saves a subdirectory, which a round cannot hold
+  dt_round.py writer-finds-round-aborted
+                                   rank 1 raises at once; the writer leaves its block only once
+                                   that abort has removed the round's directory under it
 """
 import os
 import sys
+import time
 
 import dt
 
@@ -21,7 +25,11 @@ def main():
                     f.write(b"x" * 1000)
                 if mode == "writer-saves-subdir":
                     os.mkdir(os.path.join(ck.dir, "nested"))
-            if mode == "non-writer-raises" and dt.rank() == 1:
+                if mode == "writer-finds-round-aborted":
+                    deadline = time.monotonic() + 60
+                    while os.path.exists(ck.dir) and time.monotonic() < deadline:
+                        time.sleep(0.02)
+            if mode in ("non-writer-raises", "writer-finds-round-aborted") and dt.rank() == 1:
                 raise ValueError("a bad batch on rank 1")
         print("round: committed", flush=True)
     except ValueError as e:
