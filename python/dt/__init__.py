@@ -123,12 +123,14 @@ class _Session:
 
     def call(self, method, request, timeout=30.0, retry=True):
         """Calls `method`; while the coordinator restarts (UNAVAILABLE, or a call its drain
-        cancelled) the call is repeated, for up to the run's reconnect timeout."""
+        cancelled) the call is repeated, for up to the run's reconnect timeout. A client stream's
+        `request` is a list: each try sends all of it (an iterator would be spent by the first)."""
         deadline = time.monotonic() + self.reconnect_s
         backoff = 0.1
         while True:
             try:
-                reply = method(request, metadata=self.metadata, timeout=timeout)
+                sent = iter(request) if isinstance(request, list) else request
+                reply = method(sent, metadata=self.metadata, timeout=timeout)
                 self.reached = True
                 return reply
             except self.grpc.RpcError as e:
@@ -308,7 +310,7 @@ def _send_unsent(s, retry):
     pb = s.pb["metrics"]
     batches = [pb.MetricBatch(run_id=s.run_id, generation=s.generation, rank=s.rank, points=s.unsent[i:i + 2000])
                for i in range(0, len(s.unsent), 2000)]
-    s.call(s.metrics.ReportMetrics, iter(batches), retry=retry)
+    s.call(s.metrics.ReportMetrics, batches, retry=retry)
     s.unsent = []
 
 
