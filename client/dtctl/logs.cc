@@ -3,15 +3,10 @@
 #include <re2/re2.h>
 
 #include <algorithm>
-#include <deque>
 #include <fstream>
-#include <map>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/fs.h"
@@ -105,8 +100,7 @@ absl::Status PrintLogs(const LogsQuery& q, const std::function<bool()>& run_ende
     }
     out.flush();
   };
-  bool follow = q.follow;
-  while (follow) {
+  while (q.follow) {
     pass(false);
     if (run_ended()) break;
     absl::SleepFor(absl::Milliseconds(300));
