@@ -44,7 +44,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       clock_(clock),
       timers_(timers),
       db_(db),
-      file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)) {}
+      file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)),
+      health_work_(std::make_unique<FileWorkQueue>(1)) {}
 
 Coordinator::~Coordinator() {
   {
@@ -52,6 +53,7 @@ Coordinator::~Coordinator() {
     shutting_down_ = true;
     if (health_timer_ != 0) timers_->Cancel(health_timer_);
   }
+  health_work_->Drain();
   file_work_->Drain();
 }
 
@@ -157,13 +159,15 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
   }
   DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") " << StateName(old) << " -> "
                << StateName(state) << detail;
-  Persist(run);
+  Persist(run, deferred);
   Notify(run, deferred);
 }
 
-void Coordinator::Persist(RunEntry& run) {
+void Coordinator::Persist(RunEntry& run, Deferred& deferred) {
   *run.stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  WriteRecord(run, ++run.persist_sequence, run.stored);
+  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence, stored = run.stored] {
+    WriteRecord(*entry, sequence, stored);
+  });
 }
 
 void Coordinator::TakeRankProgress(RunEntry& run) {
@@ -179,10 +183,12 @@ void Coordinator::TakeRankProgress(RunEntry& run) {
   g.last_flush = clock_->Now();
 }
 
-void Coordinator::PersistRanks(RunEntry& run) {
+void Coordinator::PersistRanks(RunEntry& run, Deferred& deferred) {
   if (!run.gen) return;
   TakeRankProgress(run);
-  WriteRanks(run, ++run.persist_sequence, run.stored.run.run_id(), run.gen->ranks);
+  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence,
+                     run_id = run.stored.run.run_id(),
+                     ranks = run.gen->ranks] { WriteRanks(*entry, sequence, run_id, ranks); });
 }
 
 void Coordinator::FlushProgress(const RunPtr& run) {
@@ -195,7 +201,7 @@ void Coordinator::FlushProgress(const RunPtr& run) {
   file_work_->Post(run->stored.run.run_id(), [this, run] {
     std::shared_ptr<ProgressSnapshot> progress;
     {
-      absl::MutexLock lock(&run->mu);
+      RunMutexLock lock(&run->mu);
       progress.swap(run->unwritten_progress);
     }
     WriteRanks(*run, progress->sequence, progress->stored.run.run_id(), progress->ranks);
@@ -341,7 +347,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     if (r.state() == v1::RESTARTING) {
       // Already restarting (the next generation failed before it formed): SetState would not
       // save or announce the new generation and the spent restart.
-      Persist(run);
+      Persist(run, deferred);
       Notify(run, deferred);
     }
     SetState(run, v1::RESTARTING, deferred);
@@ -353,17 +359,19 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
 void Coordinator::EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status,
                                 Deferred& deferred) {
   StopGeneration(run, status, deferred);
-  PersistRanks(run);
-  RecordFailure(run, failure);
+  PersistRanks(run, deferred);
+  RecordFailure(run, failure, deferred);
   run.ended_generations[run.gen->number] = DescribeFailure(failure);
 }
 
-void Coordinator::RecordFailure(RunEntry& run, const v1::Failure& failure) {
+void Coordinator::RecordFailure(RunEntry& run, const v1::Failure& failure, Deferred& deferred) {
   v1::Run& r = run.stored.run;
   run.failures.push_back(failure);
-  if (absl::Status s = db_->AddFailure(r.run_id(), failure); !s.ok()) {
-    DT_LOG(Error) << "cannot persist failure of run " << r.run_id() << ": " << s.message();
-  }
+  deferred.AddWrite([this, run_id = r.run_id(), failure] {
+    if (absl::Status s = db_->AddFailure(run_id, failure); !s.ok()) {
+      DT_LOG(Error) << "cannot persist failure of run " << run_id << ": " << s.message();
+    }
+  });
   *r.mutable_reason() = failure;
 }
 
@@ -441,7 +449,7 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& r
   return &g;
 }
 
-void Coordinator::WriteRunJson(const RunEntry& run, bool wait) const {
+std::function<void()> Coordinator::RunJsonWriter(const RunEntry& run) const {
   const v1::Run& r = run.stored.run;
   std::string spec_json;
   google::protobuf::util::JsonPrintOptions options;
@@ -468,19 +476,19 @@ void Coordinator::WriteRunJson(const RunEntry& run, bool wait) const {
     }
   }
   doc["ranks"] = hosts;
-  auto write = [run_id = r.run_id(), exp_dir = r.exp_dir(), identity = r.exp_dir_identity(),
-                text = doc.dump(2) + "\n"] {
+  return [hook = options_.before_file_work, run_id = r.run_id(), exp_dir = r.exp_dir(), identity = r.exp_dir_identity(),
+          text = doc.dump(2) + "\n"] {
+    if (hook) hook(exp_dir);
     absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
     absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, text) : exp.status();
     if (!written.ok()) {
       DT_LOG(Warning) << "run " << run_id << ": cannot write " << kRunJsonFile << ": " << written.message();
     }
   };
-  if (wait) {
-    write();
-  } else {
-    file_work_->Post(r.run_id(), std::move(write));
-  }
+}
+
+void Coordinator::WriteRunJson(const RunEntry& run) const {
+  file_work_->Post(run.stored.run.run_id(), RunJsonWriter(run));
 }
 
 // ---- Runs -----------------------------------------------------------------------------------
@@ -583,6 +591,11 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
 }  // namespace
 
 absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
+  if (submitting_dirs_.count(dir.path) > 0 ||
+      submitting_inodes_.count({dir.identity.device(), dir.identity.inode()}) > 0) {
+    return absl::AlreadyExistsError(absl::StrCat("another submission of experiment directory ", dir.path,
+                                                 " is in progress; wait for it or choose another --name"));
+  }
   std::set<std::string> holders;
   auto [first, last] = exp_dir_runs_.equal_range(dir.path);
   for (auto it = first; it != last; ++it) holders.insert(it->second);
@@ -590,7 +603,7 @@ absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
   for (auto it = ifirst; it != ilast; ++it) holders.insert(it->second);
   for (const std::string& id : holders) {
     RunPtr other = runs_.at(id);
-    absl::MutexLock lock(&other->mu);
+    RunMutexLock lock(&other->mu);
     const v1::Run& o = other->stored.run;
     if (IsTerminal(o.state())) continue;
     std::string spelling = o.exp_dir() == dir.path ? "" : absl::StrCat(" (as ", o.exp_dir(), ")");
@@ -608,6 +621,51 @@ void Coordinator::IndexExperimentDir(const v1::Run& r) {
   }
 }
 
+std::optional<v1::SubmitRunResponse> Coordinator::JoinSubmittedRun(const std::string& join_key) {
+  if (join_key.empty()) return std::nullopt;
+  auto joined = join_keys_.find(join_key);
+  if (joined == join_keys_.end()) return std::nullopt;
+  RunPtr run = runs_.at(joined->second);
+  RunMutexLock lock(&run->mu);
+  const v1::Run& r = run->stored.run;
+  if (IsTerminal(r.state())) return std::nullopt;
+  v1::SubmitRunResponse out;
+  out.set_run_id(r.run_id());
+  out.set_exp_dir(r.exp_dir());
+  out.set_resume_step(r.resumed_from_step());
+  out.set_joined(true);
+  return out;  // no run token: the caller's own token already may act on the run
+}
+
+absl::StatusOr<Coordinator::Submission> Coordinator::ReserveSubmission(const v1::RunSpec& spec,
+                                                                       const ExperimentDir& dir) {
+  absl::MutexLock registry(&registry_mu_);
+  if (!spec.join_key().empty()) {
+    // A submission of the same join key is making its files: wait for it, then join its run.
+    const std::string& key = spec.join_key();
+    auto free = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_) -> bool {
+      return submitting_join_keys_.count(key) == 0;
+    };
+    registry_mu_.Await(absl::Condition(&free));
+  }
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined};
+  if (absl::Status s = CheckExperimentDirFree(dir); !s.ok()) return s;
+  submitting_dirs_.insert(dir.path);
+  submitting_inodes_.insert({dir.identity.device(), dir.identity.inode()});
+  if (!spec.join_key().empty()) submitting_join_keys_.insert(spec.join_key());
+  return Submission{};
+}
+
+void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir) {
+  submitting_dirs_.erase(dir.path);
+  submitting_inodes_.erase({dir.identity.device(), dir.identity.inode()});
+  submitting_join_keys_.erase(spec.join_key());
+}
+
+// Three phases, so that no lock is held across the file system or the database: the registry
+// reserves the directory (and join key), the files and the record are made off every lock, and
+// the registry then publishes the run.
 absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
   if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
   v1::RunSpec spec = request_spec;
@@ -617,73 +675,88 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   // Creating the directory is harmless; nothing inside it is touched before the check below.
   absl::StatusOr<ExperimentDir> dir = ResolveExperimentDir(spec.save_dir(), spec.experiment_name());
   if (!dir.ok()) return dir.status();
+  absl::StatusOr<Submission> reserved = ReserveSubmission(spec, *dir);
+  if (!reserved.ok()) return reserved.status();
+  if (reserved->joined) return *reserved->joined;
 
+  std::string token = absl::StrCat("dt_run_", RandomHex(24));
+  absl::StatusOr<RunPtr> made = MakeRunEntry(spec, *dir, token);
   Deferred deferred;
   absl::MutexLock registry(&registry_mu_);
-  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  if (!spec.join_key().empty()) {
-    auto joined = join_keys_.find(spec.join_key());
-    if (joined != join_keys_.end()) {
-      RunPtr run = runs_.at(joined->second);
-      absl::MutexLock lock(&run->mu);
-      const v1::Run& r = run->stored.run;
-      if (!IsTerminal(r.state())) {
-        v1::SubmitRunResponse out;
-        out.set_run_id(r.run_id());
-        out.set_exp_dir(r.exp_dir());
-        out.set_resume_step(r.resumed_from_step());
-        out.set_joined(true);
-        return out;  // no run token: the caller's own token already may act on the run
-      }
-    }
-  }
-  if (absl::Status s = CheckExperimentDirFree(*dir); !s.ok()) return s;
-  if (absl::Status s = PrepareExperimentDir(*dir); !s.ok()) return s;
-
-  auto run = std::make_shared<RunEntry>();
-  std::string run_id;
-  do {
-    run_id = absl::StrCat("r-", RandomHex(8));
-  } while (runs_.contains(run_id));
-  std::string token = absl::StrCat("dt_run_", RandomHex(24));
-  absl::MutexLock lock(&run->mu);
-  v1::Run& r = run->stored.run;
-  r.set_run_id(run_id);
-  *r.mutable_spec() = spec;
-  r.set_state(v1::PENDING);
-  r.set_world_size(WorldSize(spec));
-  r.set_exp_dir(dir->path);
-  *r.mutable_exp_dir_identity() = dir->identity;
-  r.set_latest_checkpoint_step(dir->resume ? dir->resume->step() : -1);
-  r.set_resumed_from_step(dir->resume ? dir->resume->step() : 0);
-  *r.mutable_created_at() = ToProtoTime(clock_->Now());
-  run->stored.token_sha256 = Sha256Hex(token);
-  run->stored.join_key = spec.join_key();
-  run->stored.resume_from = dir->resume;
-  NewGeneration(*run, 0);
-  Persist(*run);
-  WriteRunJson(*run, /*wait=*/true);
-  runs_.emplace(run_id, run);
-  token_to_run_.emplace(run->stored.token_sha256, run_id);
+  ReleaseSubmission(spec, *dir);
+  if (!made.ok()) return made.status();
+  RunPtr run = *made;
+  // Published even while shutting down: its record is written, and the replacement loads it.
+  RunMutexLock lock(&run->mu);
+  const v1::Run& r = run->stored.run;
+  runs_.emplace(r.run_id(), run);
+  token_to_run_.emplace(run->stored.token_sha256, r.run_id());
   IndexExperimentDir(r);
-  if (!spec.join_key().empty()) join_keys_[spec.join_key()] = run_id;
-  DT_LOG(Info) << "run " << run_id << " (" << spec.experiment_name() << ") submitted: " << spec.nodes() << " node(s) x "
-               << spec.procs_per_node() << ", " << v1::Scheduler_Name(spec.scheduler()) << ", exp dir " << dir->path
-               << (dir->resume ? absl::StrCat(", resuming from step ", dir->resume->step()) : "");
+  if (!spec.join_key().empty()) join_keys_[spec.join_key()] = r.run_id();
+  DT_LOG(Info) << "run " << r.run_id() << " (" << spec.experiment_name() << ") submitted: " << spec.nodes()
+               << " node(s) x " << spec.procs_per_node() << ", " << v1::Scheduler_Name(spec.scheduler()) << ", exp dir "
+               << dir->path << (dir->resume ? absl::StrCat(", resuming from step ", dir->resume->step()) : "");
   Notify(*run, deferred);
 
   v1::SubmitRunResponse out;
-  out.set_run_id(run_id);
+  out.set_run_id(r.run_id());
   out.set_run_token(token);
   out.set_exp_dir(dir->path);
   out.set_resume_step(r.resumed_from_step());
   return out;
 }
 
+absl::StatusOr<Coordinator::RunPtr> Coordinator::MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir,
+                                                              const std::string& token) {
+  if (options_.before_file_work) options_.before_file_work(dir.path);
+  if (absl::Status s = PrepareExperimentDir(dir); !s.ok()) return s;
+  auto run = std::make_shared<RunEntry>();
+  std::string run_id;
+  {
+    // Unique among the runs in memory and those being submitted (64 random bits: a clash is a bug).
+    absl::MutexLock registry(&registry_mu_);
+    do {
+      run_id = absl::StrCat("r-", RandomHex(8));
+    } while (runs_.contains(run_id) || submitting_ids_.count(run_id) > 0);
+    submitting_ids_.insert(run_id);
+  }
+  std::function<void()> write_run_json;
+  StoredRun stored;
+  uint64_t sequence = 0;
+  {
+    RunMutexLock lock(&run->mu);
+    v1::Run& r = run->stored.run;
+    r.set_run_id(run_id);
+    *r.mutable_spec() = spec;
+    r.set_state(v1::PENDING);
+    r.set_world_size(WorldSize(spec));
+    r.set_exp_dir(dir.path);
+    *r.mutable_exp_dir_identity() = dir.identity;
+    r.set_latest_checkpoint_step(dir.resume ? dir.resume->step() : -1);
+    r.set_resumed_from_step(dir.resume ? dir.resume->step() : 0);
+    *r.mutable_created_at() = ToProtoTime(clock_->Now());
+    *r.mutable_updated_at() = r.created_at();
+    run->stored.token_sha256 = Sha256Hex(token);
+    run->stored.join_key = spec.join_key();
+    run->stored.resume_from = dir.resume;
+    NewGeneration(*run, 0);
+    stored = run->stored;
+    sequence = ++run->persist_sequence;
+    write_run_json = RunJsonWriter(*run);
+  }
+  WriteRecord(*run, sequence, stored);
+  write_run_json();
+  {
+    absl::MutexLock registry(&registry_mu_);
+    submitting_ids_.erase(run_id);
+  }
+  return run;
+}
+
 absl::StatusOr<v1::Run> Coordinator::GetRun(const std::string& run_id) {
   absl::StatusOr<RunPtr> run = FindRun(run_id);
   if (!run.ok()) return run.status();
-  absl::MutexLock lock(&(*run)->mu);
+  RunMutexLock lock(&(*run)->mu);
   return Snapshot(**run, /*with_ranks=*/true);
 }
 
@@ -719,7 +792,7 @@ absl::StatusOr<Coordinator::RunPage> Coordinator::ListRuns(int limit, const std:
   }
   std::vector<v1::Run> all;
   for (const RunPtr& run : AllRuns()) {
-    absl::MutexLock lock(&run->mu);
+    RunMutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
     if (!states.empty() && std::find(states.begin(), states.end(), r.state()) == states.end()) continue;
     if (after && !ListedBefore(*after, r)) continue;
@@ -780,7 +853,7 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   if (IsTerminal(r.state())) return RunEndedError(r);
   r.set_scheduler_job_id(request.scheduler_job_id());
   r.set_launcher_host(request.launcher_host());
-  Persist(*run);
+  Persist(*run, deferred);
   Notify(*run, deferred);
   return Snapshot(*run, /*with_ranks=*/true);
 }
@@ -842,10 +915,10 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
                                n->evidence().empty() ? "" : absl::StrCat(" (", n->evidence(), ")"),
                                "; it is excluded from the job, which runs again on other nodes"));
     DT_LOG(Warning) << "run " << r.run_id() << ": " << f.message();
-    RecordFailure(*run, f);
+    RecordFailure(*run, f, deferred);
   }
   if (!added.empty()) {
-    Persist(*run);
+    Persist(*run, deferred);
     Notify(*run, deferred);
   }
   return Snapshot(*run, /*with_ranks=*/true);
@@ -855,17 +928,24 @@ absl::StatusOr<v1::Experiment> Coordinator::GetExperiment(const std::string& run
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  absl::MutexLock lock(&run->mu);
-  const v1::Run& r = run->stored.run;
-  ExperimentDir paths = ExperimentPaths(r.exp_dir());
   v1::Experiment out;
-  out.set_run_id(r.run_id());
-  out.set_exp_dir(paths.path);
-  out.set_logs_dir(paths.logs_dir);
-  out.set_checkpoints_dir(paths.checkpoints_dir);
-  out.set_created_by_this_run(!run->stored.resume_from.has_value() && r.resumed_from_step() == 0);
-  if (std::optional<v1::CheckpointInfo> latest = Latest(*run)) *out.mutable_resume() = *latest;
-  absl::StatusOr<DirFd> exp = OpenExperimentDir(r.exp_dir(), r.exp_dir_identity());
+  std::string exp_dir;
+  v1::ExperimentDirIdentity identity;
+  {
+    RunMutexLock lock(&run->mu);
+    const v1::Run& r = run->stored.run;
+    ExperimentDir paths = ExperimentPaths(r.exp_dir());
+    out.set_run_id(r.run_id());
+    out.set_exp_dir(paths.path);
+    out.set_logs_dir(paths.logs_dir);
+    out.set_checkpoints_dir(paths.checkpoints_dir);
+    out.set_created_by_this_run(!run->stored.resume_from.has_value() && r.resumed_from_step() == 0);
+    if (std::optional<v1::CheckpointInfo> latest = Latest(*run)) *out.mutable_resume() = *latest;
+    exp_dir = r.exp_dir();
+    identity = r.exp_dir_identity();
+  }
+  // run.json is read off the run's lock: a slow save dir delays only this call.
+  absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
   if (!exp.ok()) return exp.status();
   absl::StatusOr<std::string> json = exp->ReadFile(kRunJsonFile, kMaxRunJsonBytes);
   if (json.ok()) out.set_run_json(*json);
@@ -875,7 +955,7 @@ absl::StatusOr<v1::Experiment> Coordinator::GetExperiment(const std::string& run
 Coordinator::Census Coordinator::TakeCensus() const {
   Census c;
   for (const RunPtr& run : AllRuns()) {
-    absl::MutexLock lock(&run->mu);
+    RunMutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
     ++c.runs_by_state[r.state()];
     if (!IsTerminal(r.state()) && run->gen && run->gen->assigned) {
@@ -897,7 +977,7 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool incl
   absl::MutexLock registry(&registry_mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   uint64_t id = next_watch_id_++;
-  absl::MutexLock lock(&run->mu);
+  RunMutexLock lock(&run->mu);
   WatchUpdate first;
   first.event.emplace();
   *first.event->mutable_snapshot() = Snapshot(*run, /*with_ranks=*/true);
@@ -910,7 +990,7 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool incl
 void Coordinator::Unwatch(const std::string& run_id, uint64_t watch_id) {
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
-  absl::MutexLock lock(&(*found)->mu);
+  RunMutexLock lock(&(*found)->mu);
   (*found)->watchers.erase(watch_id);
 }
 
@@ -924,7 +1004,7 @@ absl::Status Coordinator::Load() {
   absl::MutexLock registry(&registry_mu_);
   for (LoadedRun& l : *loaded) {
     auto run = std::make_shared<RunEntry>();
-    absl::MutexLock lock(&run->mu);
+    RunMutexLock lock(&run->mu);
     run->stored = std::move(l.stored);
     run->failures = std::move(l.failures);
     run->checkpoints = std::move(l.checkpoints);
@@ -982,8 +1062,10 @@ void Coordinator::ScheduleHealthCheck() {
   absl::MutexLock lock(&registry_mu_);
   if (shutting_down_) return;
   health_timer_ = timers_->Schedule(clock_->Now() + options_.health_check_period, [this] {
-    CheckHealth();
-    ScheduleHealthCheck();
+    health_work_->Post("health check", [this] {
+      CheckHealth();
+      ScheduleHealthCheck();
+    });
   });
 }
 
@@ -1007,12 +1089,15 @@ void Coordinator::Shutdown() {
         for (auto& [rank, reply] : g.round->waiting)
           deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
         g.round->waiting.clear();
+        for (auto& reply : g.round->begin_waiting)
+          deferred.Complete(reply, absl::StatusOr<v1::BeginCheckpointResponse>(unavailable));
+        g.round->begin_waiting.clear();
       }
       if (g.capture) {
         for (auto& reply : g.capture->waiting) deferred.Complete(reply, absl::StatusOr<v1::StackCapture>(unavailable));
         g.capture->waiting.clear();
       }
-      PersistRanks(*run);
+      PersistRanks(*run, deferred);
     }
     for (auto& [id, watcher] : run->watchers) {
       WatchCallback cb = watcher.callback;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 #include "coordinator/pending.h"
 #include "coordinator/preflight_judge.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/run_mutex.h"
 #include "coordinator/state_db.h"
 #include "coordinator/timer_queue.h"
 #include "dt/v1/barrier.pb.h"
@@ -47,6 +49,8 @@
 
 namespace dt {
 
+class DirFd;
+
 struct CoordinatorOptions {
   CoordinatorTimeouts timeouts;
   int64_t max_keys_per_run = kMaxKeysPerRun;
@@ -59,6 +63,10 @@ struct CoordinatorOptions {
   std::string version = "dev";
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
+  // Tests only: called with the experiment directory before each piece of file work on it
+  // (SubmitRun's preparation, run.json, a round's partial directory), off every lock; a test
+  // stalls it to show that one run's slow save dir slows no other run.
+  std::function<void(const std::string& exp_dir)> before_file_work;
 };
 
 // Who is calling, once the token was checked.
@@ -227,8 +235,8 @@ class Coordinator {
   // One run's state; every field but the mutex is guarded by it. Defined here (not with the other
   // parts in coordinator_internal.h) so clang's thread-safety analysis sees `mu` in the
   // ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu) contracts below.
-  struct RunEntry {
-    absl::Mutex mu;
+  struct RunEntry : std::enable_shared_from_this<RunEntry> {
+    RunMutex mu;
     StoredRun stored ABSL_GUARDED_BY(mu);
     std::vector<v1::Failure> failures ABSL_GUARDED_BY(mu);
     std::vector<v1::CheckpointInfo> checkpoints ABSL_GUARDED_BY(mu);  // committed by this run, by step
@@ -248,8 +256,9 @@ class Coordinator {
     std::shared_ptr<const v1::Run> observed ABSL_GUARDED_BY(mu);
     // Orders the run's SQLite writes. Each snapshot of the record or the ranks takes the next
     // sequence under `mu`; a write whose snapshot is older than the one last written is skipped.
-    // State changes write under `mu`; the periodic progress flush writes its snapshot off the lock
-    // (a disk that stalls writes must not stall the heartbeats and store calls that take `mu`).
+    // Every write happens off `mu`: state changes after the lock is released (Deferred::AddWrite),
+    // the periodic progress flush on the file-work queue (a disk that stalls writes must not
+    // stall the heartbeats and store calls that take `mu`).
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
     // The newest progress snapshot no flush task has taken yet. A flush posts a task only when
     // none waits, so a stalled disk leaves one snapshot per run queued, not one per period.
@@ -296,7 +305,8 @@ class Coordinator {
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.
   // Appends a failure to the run's record (memory and SQLite) and makes it the run's reason.
-  void RecordFailure(RunEntry& run, const v1::Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void RecordFailure(RunEntry& run, const v1::Failure& failure, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Stops the current generation's calls with `status`, saves its ranks, and records `failure`
   // (what ended it) as a run failure and the run's reason.
   void EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status, Deferred& deferred)
@@ -318,8 +328,9 @@ class Coordinator {
   // Aborts the generation's store, barriers, rendezvous and open checkpoint round.
   void StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void Persist(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void PersistRanks(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Snapshot the record (or the ranks) under the lock; `deferred` writes it once the lock is released.
+  void Persist(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void PersistRanks(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Copies the health tracker's steps and heartbeat times into the rank records.
   void TakeRankProgress(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Saves the run's progress (ranks and record) from a snapshot, off the run's lock.
@@ -331,9 +342,10 @@ class Coordinator {
   v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  // Writes <exp_dir>/run.json: now (`wait`, for SubmitRun, whose caller expects it) or posted to
-  // the file-work queue.
-  void WriteRunJson(const RunEntry& run, bool wait) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // What writing <exp_dir>/run.json as the run is now takes, to run off the lock.
+  std::function<void()> RunJsonWriter(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // Posts RunJsonWriter's work to the run's file work.
+  void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Rendezvous helpers.
   // FAILED_PRECONDITION when the run has ended or the trainer expects another world shape.
@@ -403,6 +415,11 @@ class Coordinator {
                            const PendingPtr<v1::BeginCheckpointResponse>& reply);
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.
+  void ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred);
+  // The file work made (or failed to make) `round`'s partial directory: the round opens or aborts.
+  void PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                      std::shared_ptr<const DirFd> checkpoints, const absl::Status& made);
   // Every rank committed and the writer's manifest is in: verify and publish on the file work.
   void StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
@@ -411,7 +428,7 @@ class Coordinator {
   void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
   // Forgets all but the newest keep_checkpoints committed checkpoints and returns the steps
   // whose directories stay (the caller removes the others, outside the lock).
-  std::vector<int64_t> RetireCheckpoints(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  std::vector<int64_t> RetireCheckpoints(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   void ScheduleHealthCheck();
@@ -420,6 +437,18 @@ class Coordinator {
   // under another spelling: device and inode).
   absl::Status CheckExperimentDirFree(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void IndexExperimentDir(const v1::Run& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  // SubmitRun's phases. A submission either joins the active run of its join key or reserves
+  // its directory and join key (ALREADY_EXISTS, UNAVAILABLE); MakeRunEntry prepares the directory
+  // and writes the record and run.json off every lock (FAILED_PRECONDITION); the reservation is
+  // then released and the run published.
+  struct Submission {
+    std::optional<v1::SubmitRunResponse> joined;
+  };
+  std::optional<v1::SubmitRunResponse> JoinSubmittedRun(const std::string& join_key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  absl::StatusOr<Submission> ReserveSubmission(const v1::RunSpec& spec, const ExperimentDir& dir);
+  void ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  absl::StatusOr<RunPtr> MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir, const std::string& token);
 
   CoordinatorStats* stats_ = nullptr;
   const CoordinatorOptions options_;
@@ -435,6 +464,11 @@ class Coordinator {
   absl::flat_hash_map<std::string, std::string> join_keys_ ABSL_GUARDED_BY(registry_mu_);
   std::multimap<std::string, std::string> exp_dir_runs_ ABSL_GUARDED_BY(registry_mu_);
   std::multimap<std::pair<uint64_t, uint64_t>, std::string> exp_dir_inodes_ ABSL_GUARDED_BY(registry_mu_);
+  // Submissions between their reservation and their publication (SubmitRun's phases).
+  std::set<std::string> submitting_dirs_ ABSL_GUARDED_BY(registry_mu_);
+  std::set<std::pair<uint64_t, uint64_t>> submitting_inodes_ ABSL_GUARDED_BY(registry_mu_);
+  std::set<std::string> submitting_join_keys_ ABSL_GUARDED_BY(registry_mu_);
+  std::set<std::string> submitting_ids_ ABSL_GUARDED_BY(registry_mu_);
   bool shutting_down_ ABSL_GUARDED_BY(registry_mu_) = false;
   uint64_t next_watch_id_ ABSL_GUARDED_BY(registry_mu_) = 1;
   TimerQueue::Id health_timer_ ABSL_GUARDED_BY(registry_mu_) = 0;
@@ -461,6 +495,9 @@ class Coordinator {
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted
   // work while everything it uses still exists.
   std::unique_ptr<FileWorkQueue> file_work_;
+  // The health check's own thread: it takes every run's lock in turn and writes what it decides,
+  // so it runs neither on the timer thread (whose timers it would delay) nor behind file work.
+  std::unique_ptr<FileWorkQueue> health_work_;
 };
 
 }  // namespace dt

@@ -53,31 +53,33 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
-    reply->Complete(live.status());
+    deferred.Complete<v1::BeginCheckpointResponse>(reply, live.status());
     return;
   }
   Generation& g = **live;
   if (!g.assigned) {
-    reply->Complete(absl::FailedPreconditionError("checkpoint before rendezvous completed"));
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, absl::FailedPreconditionError("checkpoint before rendezvous completed"));
     return;
   }
   if (g.round &&
       (g.round->state == CheckpointRound::State::kOpen || g.round->state == CheckpointRound::State::kVerifying)) {
     if (g.round->step == request.step()) {
       // This rank's earlier Begin reply was lost: the round it opened is still the one.
-      reply->Complete(RoundReply(g.round->id, g.round->writer, g.round->partial_dir, g.round->final_dir,
-                                 policy_.checkpoint_lease_ms()));
+      ReplyToBegin(*g.round, reply, deferred);
       return;
     }
-    reply->Complete(absl::FailedPreconditionError(
-        absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
-                     " while the round for step ", g.round->step, " is still open")));
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, absl::FailedPreconditionError(absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ",
+                                                          request.step(), " while the round for step ", g.round->step,
+                                                          " is still open")));
     return;
   }
   if (g.arriving_step != 0 && g.arriving_step != request.step()) {
-    reply->Complete(absl::FailedPreconditionError(
-        absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ", request.step(),
-                     " but other ranks asked for step ", g.arriving_step, ": the ranks disagree on the step")));
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, absl::FailedPreconditionError(absl::StrCat("rank ", request.rank(), " asked for a checkpoint at step ",
+                                                          request.step(), " but other ranks asked for step ",
+                                                          g.arriving_step, ": the ranks disagree on the step")));
     return;
   }
   g.arriving_step = request.step();
@@ -97,7 +99,7 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
         }
         if (!r.ok()) {
           {
-            absl::MutexLock lock(&run->mu);
+            RunMutexLock lock(&run->mu);
             // A retry replacing this arrival (CANCELLED) leaves the instance open for `step`.
             if (r.status().code() != absl::StatusCode::kCancelled && run->gen->number == generation &&
                 run->gen->arriving_step == step) {
@@ -110,6 +112,18 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
         OpenCheckpointRound(run, generation, step, r->sequence, reply);
       });
   g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
+}
+
+void Coordinator::ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::BeginCheckpointResponse>& reply,
+                               Deferred& deferred) {
+  if (round.state == CheckpointRound::State::kAborted) {
+    deferred.Complete<v1::BeginCheckpointResponse>(reply, round.outcome);
+  } else if (!round.dir_ready) {
+    round.begin_waiting.push_back(reply);  // the partial directory is being made
+  } else {
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, RoundReply(round.id, round.writer, round.partial_dir, round.final_dir, policy_.checkpoint_lease_ms()));
+  }
 }
 
 void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
@@ -147,28 +161,46 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
     round->opened = clock_->Now();
     g.round = round;
     g.arriving_step = 0;
-    absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(r.exp_dir(), r.exp_dir_identity());
-    absl::Status made = checkpoints.status();
-    if (checkpoints.ok()) {
-      round->checkpoints = std::make_shared<const DirFd>(std::move(*checkpoints));
-      made = round->checkpoints->MakeSub(round->partial_name).status();
-    }
-    if (!made.ok()) {
+    // The directory is made on the run's file work, off this lock: on a stalled file system the
+    // ranks' Begin calls wait there, and every other call of the run goes on.
+    file_work_->Post(r.run_id(), [this, run, round, exp_dir = r.exp_dir(), identity = r.exp_dir_identity()] {
+      if (options_.before_file_work) options_.before_file_work(exp_dir);
+      absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(exp_dir, identity);
+      absl::Status made = checkpoints.status();
+      if (checkpoints.ok()) made = checkpoints->MakeSub(round->partial_name).status();
+      std::shared_ptr<const DirFd> dir;
+      if (checkpoints.ok()) dir = std::make_shared<const DirFd>(std::move(*checkpoints));
+      PartialDirMade(run, round, std::move(dir), made);
+    });
+  }
+  ReplyToBegin(*g.round, reply, deferred);
+}
+
+void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                                 std::shared_ptr<const DirFd> checkpoints, const absl::Status& made) {
+  bool orphaned = false;
+  {
+    LockedRun locked(*run);
+    Deferred& deferred = locked.deferred();
+    round->checkpoints = checkpoints;
+    round->dir_ready = true;
+    std::vector<PendingPtr<v1::BeginCheckpointResponse>> waiting;
+    waiting.swap(round->begin_waiting);
+    if (round->state == CheckpointRound::State::kAborted) {
+      orphaned = made.ok();  // aborted meanwhile: nothing else removes what was just made
+    } else if (!made.ok()) {
       AbortRound(*run, *round, made, deferred);
     } else {
-      std::string run_id = r.run_id();
-      std::string round_id = round->id;
-      round->lease_timer = timers_->Schedule(clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
-                                             [this, run_id, round_id] { OnLeaseExpired(run_id, round_id); });
+      std::string run_id = run->stored.run.run_id();
+      round->lease_timer =
+          timers_->Schedule(clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
+                            [this, run_id, round_id = round->id] { OnLeaseExpired(run_id, round_id); });
     }
+    for (const auto& reply : waiting) ReplyToBegin(*round, reply, deferred);
   }
-  CheckpointRound& round = *g.round;
-  if (round.state == CheckpointRound::State::kAborted) {
-    deferred.Complete<v1::BeginCheckpointResponse>(reply, round.outcome);
-    return;
+  if (orphaned) {
+    if (absl::Status s = checkpoints->RemoveTree(round->partial_name); !s.ok()) DT_LOG(Error) << s.message();
   }
-  deferred.Complete<v1::BeginCheckpointResponse>(
-      reply, RoundReply(round.id, round.writer, round.partial_dir, round.final_dir, policy_.checkpoint_lease_ms()));
 }
 
 void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
@@ -278,11 +310,12 @@ void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<Checkpoi
 void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                                 absl::StatusOr<v1::CheckpointInfo> result) {
   Deferred deferred;  // runs last, after the replies and the retention pass
+  Deferred writes;    // the database's record of the commit, written before the ranks hear of it
   std::vector<int64_t> keep;
   std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
   v1::CommitCheckpointResponse out;
   {
-    absl::MutexLock lock(&run->mu);
+    RunMutexLock lock(&run->mu);
     if (!result.ok()) {
       AbortRound(*run, *round, result.status(), deferred);
       return;
@@ -298,11 +331,13 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
         std::remove_if(list.begin(), list.end(), [&](const v1::CheckpointInfo& c) { return c.step() >= info.step(); }),
         list.end());
     list.push_back(info);
-    if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
-      DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
-    }
+    writes.AddWrite([this, run_id, info] {
+      if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
+        DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
+      }
+    });
     run->stored.run.set_latest_checkpoint_step(info.step());
-    keep = RetireCheckpoints(*run);
+    keep = RetireCheckpoints(*run, writes);
     *out.mutable_checkpoint() = info;
     for (auto& [rank, reply] : round->waiting) replies.push_back(reply);
     round->waiting.clear();
@@ -319,9 +354,10 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
         if (!g.health->finished(rs.rank())) g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), clock_->Now());
       }
     }
-    Persist(*run);
+    Persist(*run, writes);
     Notify(*run, deferred);
   }
+  writes.RunNow();
   // The ranks hear of the commit first: removing the checkpoints it retires (tens of milliseconds
   // per 200 MB on ext4) is not part of their round. This runs on the run's file-work sequence, so
   // the run's next publication waits for it: the retired ones are gone before a newer one lands.
@@ -331,13 +367,13 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
   }
 }
 
-std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run) {
+std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run, Deferred& deferred) {
   auto keep_count = static_cast<size_t>(std::max(1, run.stored.run.spec().keep_checkpoints()));
   auto& list = run.checkpoints;
   while (list.size() > keep_count) {
-    if (absl::Status s = db_->DeleteCheckpoint(run.stored.run.run_id(), list.front().step()); !s.ok()) {
-      DT_LOG(Error) << s.message();
-    }
+    deferred.AddWrite([this, run_id = run.stored.run.run_id(), step = list.front().step()] {
+      if (absl::Status s = db_->DeleteCheckpoint(run_id, step); !s.ok()) DT_LOG(Error) << s.message();
+    });
     list.erase(list.begin());
   }
   std::vector<int64_t> keep;
@@ -360,6 +396,9 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
   if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
+  for (const auto& reply : round.begin_waiting)
+    deferred.Complete(reply, absl::StatusOr<v1::BeginCheckpointResponse>(round.outcome));
+  round.begin_waiting.clear();
   std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
   for (auto& [rank, reply] : round.waiting) replies.push_back(reply);
   round.waiting.clear();
@@ -423,7 +462,7 @@ absl::StatusOr<std::string> Coordinator::AbortCheckpoint(const v1::AbortCheckpoi
 absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
-  absl::MutexLock lock(&(*found)->mu);
+  RunMutexLock lock(&(*found)->mu);
   std::optional<v1::CheckpointInfo> latest = Latest(**found);
   if (!latest) return absl::NotFoundError(absl::StrCat("run ", run_id, " has no committed checkpoint"));
   return *latest;
@@ -433,7 +472,7 @@ absl::StatusOr<std::vector<v1::CheckpointInfo>> Coordinator::ListCheckpoints(con
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunEntry& run = **found;
-  absl::MutexLock lock(&run.mu);
+  RunMutexLock lock(&run.mu);
   std::vector<v1::CheckpointInfo> out;
   bool resume_listed = false;
   if (run.stored.resume_from) {

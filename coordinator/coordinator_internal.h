@@ -29,6 +29,10 @@ struct Coordinator::CheckpointRound {
   std::string partial_dir;  // paths as the writer is told them
   std::string final_dir;
   State state = State::kOpen;
+  // The partial directory exists (made on the file work after the round opened); until then the
+  // ranks' Begin replies wait in `begin_waiting`.
+  bool dir_ready = false;
+  std::vector<PendingPtr<v1::BeginCheckpointResponse>> begin_waiting;
   TimerQueue::Id lease_timer = 0;
   absl::Time opened;
   std::map<int, PendingPtr<v1::CommitCheckpointResponse>> waiting;  // rank → commit reply

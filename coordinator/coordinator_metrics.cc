@@ -43,7 +43,7 @@ absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored sto
     }
   }
   {
-    absl::MutexLock lock(&run->mu);
+    RunMutexLock lock(&run->mu);
     const v1::Run& r = run->stored.run;
     int world = WorldSize(r.spec());
     if (batch.rank() < 0 || batch.rank() >= world) {
@@ -132,7 +132,7 @@ void Coordinator::DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch,
   Deferred deferred;
   std::shared_ptr<const v1::Run> observed;
   {
-    absl::MutexLock lock(&run.mu);
+    RunMutexLock lock(&run.mu);
     for (auto& [id, watcher] : run.watchers) {
       if (!watcher.metrics) continue;
       WatchCallback cb = watcher.callback;

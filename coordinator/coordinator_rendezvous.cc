@@ -201,7 +201,7 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
     }
     absl::StatusOr<v1::RegisterResponse> out;
     {
-      absl::MutexLock lock(&run->mu);
+      RunMutexLock lock(&run->mu);
       // The seats go out after the lock was released: the generation may have failed meanwhile.
       if (run->gen->number != number || IsTerminal(run->stored.run.state())) {
         out = LiveGeneration(*run, number, seat->assignment.rank).status();
@@ -263,8 +263,8 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
                << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes) << " node(s) ("
                << absl::StrJoin(hosts, ", ") << ")"
                << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
-  PersistRanks(run);
-  WriteRunJson(run, /*wait=*/false);
+  PersistRanks(run, deferred);
+  WriteRunJson(run);
   SetState(run, v1::RUNNING, deferred);
 }
 
@@ -294,7 +294,7 @@ void Coordinator::WithdrawRegistration(const std::string& run_id, const std::str
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return;
   RunPtr run = *found;
-  absl::MutexLock lock(&run->mu);
+  RunMutexLock lock(&run->mu);
   if (!run->gen || run->gen->assigned) return;
   if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation, call)) {
     DT_LOG(Info) << "run " << run_id << ": registration of " << node << "/" << local_slot
@@ -311,7 +311,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  absl::MutexLock lock(&run->mu);
+  RunMutexLock lock(&run->mu);
   v1::Run& r = run->stored.run;
   Generation& g = *run->gen;
   v1::HeartbeatResponse out;
@@ -613,7 +613,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     if (g.preempted_by != 0) {
       RequeueGeneration(*run, g.preempted_by, deferred);
     } else {
-      PersistRanks(*run);
+      PersistRanks(*run, deferred);
       StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")), deferred);
       SetState(*run, v1::SUCCEEDED, deferred);
     }

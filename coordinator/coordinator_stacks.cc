@@ -144,7 +144,7 @@ void Coordinator::CompleteCapture(RunEntry& run, Deferred& deferred) {
     }
     if (!capture.live()) WriteHangFiles(exp_dir, identity, capture);
     if (absl::StatusOr<RunPtr> run = FindRun(capture.run_id()); run.ok()) {
-      absl::MutexLock lock(&(*run)->mu);
+      RunMutexLock lock(&(*run)->mu);
       auto& unsaved = (*run)->unsaved_captures;
       for (auto it = unsaved.begin(); it != unsaved.end(); ++it) {
         if (it->capture_id() == capture.capture_id()) {
@@ -259,7 +259,7 @@ absl::StatusOr<v1::GetStacksResponse> Coordinator::GetStacks(const v1::GetStacks
       request.has_generation() ? std::optional<int64_t>(request.generation()) : std::nullopt;
   std::vector<v1::StackCapture> unsaved;
   {
-    absl::MutexLock lock(&(*found)->mu);
+    RunMutexLock lock(&(*found)->mu);
     for (const v1::StackCapture& c : (*found)->unsaved_captures) {
       if (!generation || c.generation() == *generation) unsaved.push_back(c);
     }

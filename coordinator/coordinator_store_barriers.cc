@@ -78,7 +78,7 @@ absl::StatusOr<std::shared_ptr<KvStore>> Coordinator::OpenStore(const v1::StoreS
   absl::StatusOr<RunPtr> found = FindRun(scope.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
-  absl::MutexLock lock(&run->mu);
+  RunMutexLock lock(&run->mu);
   absl::StatusOr<Generation*> g = LiveGeneration(*run, scope.generation(), scope.rank(), RankUse::kToolAllowed);
   if (!g.ok()) return g.status();
   return (*g)->store;
@@ -101,7 +101,7 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) {
-    reply->Complete(g.status());
+    deferred.Complete<v1::BarrierResponse>(reply, g.status());
     return;
   }
   absl::Duration timeout = BarrierTimeout(request, policy_);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -12,6 +14,22 @@
 #include "absl/status/statusor.h"
 
 namespace dt {
+
+// Run locks (the coordinator's per-run mutexes) this thread holds. The coordinator's rule is
+// "decide under a lock, reply outside it": a reply's callback may finish a gRPC call, wake a
+// watcher or call back into the coordinator, and under a run's lock it would stall every other
+// call of the run, or deadlock. Builds with DT_CHECK_LOCK_RULE (debug and sanitizer builds) abort
+// on the first reply completed under one.
+inline thread_local int run_locks_held = 0;
+
+inline void CheckNoRunLockHeld() {
+#ifdef DT_CHECK_LOCK_RULE
+  if (run_locks_held != 0) {
+    std::fprintf(stderr, "dt: a reply was completed while this thread holds %d run lock(s)\n", run_locks_held);
+    std::abort();
+  }
+#endif
+}
 
 // A reply that is delivered exactly once: by the logic, or by the transport when the caller
 // cancels. Later attempts are ignored.
@@ -23,6 +41,7 @@ class Pending {
 
   // Returns false (and does nothing) if the reply was already delivered.
   bool Complete(absl::StatusOr<T> result) {
+    CheckNoRunLockHeld();
     if (done_.exchange(true)) return false;
     Callback cb = std::move(callback_);
     callback_ = nullptr;
@@ -57,6 +76,9 @@ class Deferred {
   ~Deferred() { RunNow(); }
 
   void Add(std::function<void()> fn) { fns_.push_back(std::move(fn)); }
+  // A database write of state decided under the lock: runs before every reply and notification,
+  // so what a caller hears is durable first.
+  void AddWrite(std::function<void()> fn) { writes_.push_back(std::move(fn)); }
 
   template <typename T>
   void Complete(const PendingPtr<T>& pending, absl::StatusOr<T> result) {
@@ -64,7 +86,10 @@ class Deferred {
   }
 
   void RunNow() {
-    while (!fns_.empty()) {
+    while (!fns_.empty() || !writes_.empty()) {
+      std::vector<std::function<void()>> writes;
+      writes.swap(writes_);
+      for (auto& fn : writes) fn();
       std::vector<std::function<void()>> batch;
       batch.swap(fns_);
       for (auto& fn : batch) fn();
@@ -72,6 +97,7 @@ class Deferred {
   }
 
  private:
+  std::vector<std::function<void()>> writes_;
   std::vector<std::function<void()>> fns_;
 };
 

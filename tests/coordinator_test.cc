@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,7 @@ class CoordinatorTest : public ::testing::Test {
     options.timeouts.heartbeat_timeout = absl::Seconds(30);
     options.timeouts.hang_timeout = absl::Minutes(10);
     options.timeouts.rendezvous_timeout = absl::Minutes(5);
+    options.before_file_work = [this](const std::string& exp_dir) { stall_.Pass(exp_dir); };
     coord_ = std::make_unique<Coordinator>(options, &clock_, &timers_, db_.get());
     ASSERT_TRUE(coord_->Load().ok());
   }
@@ -124,6 +126,38 @@ class CoordinatorTest : public ::testing::Test {
 
   v1::RunState State(const std::string& run) { return coord_->GetRun(run)->state(); }
 
+  // Makes file work on experiment directories under one save dir wait, as on a file server that
+  // stopped answering: until Release() or for at most 5 s.
+  class SaveDirStall {
+   public:
+    void Arm(const std::string& save_dir) {
+      absl::MutexLock lock(&mu_);
+      prefix_ = save_dir + "/";
+    }
+    void Pass(const std::string& exp_dir) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (prefix_.empty() || exp_dir.rfind(prefix_, 0) != 0) return;
+        ++stalled_;
+      }
+      released_.WaitForNotificationWithTimeout(absl::Seconds(5));
+    }
+    int stalled() {
+      absl::MutexLock lock(&mu_);
+      return stalled_;
+    }
+    void Release() {
+      if (!released_.HasBeenNotified()) released_.Notify();
+    }
+
+   private:
+    absl::Mutex mu_;
+    std::string prefix_ ABSL_GUARDED_BY(mu_);
+    int stalled_ ABSL_GUARDED_BY(mu_) = 0;
+    absl::Notification released_;
+  };
+
+  SaveDirStall stall_;
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
   FakeClock clock_;
@@ -1102,6 +1136,7 @@ class CheckpointRoundTest : public CoordinatorTest {
       req.set_step(step);
       coord_->BeginCheckpoint(req, r == 0 ? r0.pending() : r1.pending());
     }
+    EXPECT_TRUE(r0.WaitFor() && r1.WaitFor());  // the partial directory is made on the file work
     EXPECT_TRUE(r0.value.ok()) << r0.value.status();
     EXPECT_EQ(r0.value->round_id(), r1.value->round_id());
     return *r0.value;
@@ -1361,6 +1396,101 @@ TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedDuringARoundAbortsItsCommit) {
   EXPECT_NE(c0.value.status().message().find("moved, removed or replaced"), std::string::npos) << c0.value.status();
   EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
   EXPECT_TRUE(fs::is_empty(elsewhere));
+}
+
+#ifdef DT_CHECK_LOCK_RULE
+// Debug and sanitizer builds abort on a reply completed under a run's lock.
+TEST(LockRuleTest, AReplyCompletedUnderARunLockAborts) {
+  RunMutex mu;
+  auto reply = MakePending<Unit>([](absl::StatusOr<Unit>) {});
+  EXPECT_DEATH(
+      {
+        RunMutexLock lock(&mu);
+        reply->Complete(Unit{});
+      },
+      "a reply was completed while this thread holds 1 run lock");
+  { RunMutexLock lock(&mu); }
+  EXPECT_TRUE(reply->Complete(Unit{}));  // after the lock is released
+}
+#endif
+
+// The lock rule's proof: one run's save dir stalls (a file server that stopped answering) while
+// its submission prepares a directory and its checkpoint round makes one. Every other run's
+// heartbeats, barriers and submissions go on at full speed, and so do the stalled run's own
+// heartbeats: no lock is held across file work.
+TEST_F(CoordinatorTest, AStalledSaveDirSlowsNoOtherRunAndNoOtherCall) {
+  std::string busy = Submit(1, 2, 0, "busy");
+  auto busy_ranks = RegisterAll(busy, 1, 2);
+  std::string slow_dir = tmp_.Sub("stalled-save-dir");
+  auto slow = coord_->SubmitRun(testing::MakeSpec("slow", slow_dir, 1, 2));
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  auto slow_ranks = RegisterAll(slow->run_id(), 1, 2);
+
+  stall_.Arm(slow_dir);
+  absl::Cleanup release = [&] { stall_.Release(); };
+  Reply<v1::BeginCheckpointResponse> begin0, begin1;
+  for (int r = 0; r < 2; ++r) {
+    v1::BeginCheckpointRequest req;
+    req.set_run_id(slow->run_id());
+    req.set_generation(0);
+    req.set_rank(r);
+    req.set_step(5);
+    coord_->BeginCheckpoint(req, r == 0 ? begin0.pending() : begin1.pending());
+  }
+  absl::Notification stalled_submit_done;
+  absl::StatusOr<v1::SubmitRunResponse> stalled_submit;
+  std::thread submitter([&] {
+    stalled_submit = coord_->SubmitRun(testing::MakeSpec("slow-too", slow_dir, 1, 1));
+    stalled_submit_done.Notify();
+  });
+  absl::Cleanup join = [&] {
+    stall_.Release();
+    submitter.join();
+  };
+  while (stall_.stalled() < 2) absl::SleepFor(absl::Milliseconds(1));  // both are inside the file work
+
+  std::vector<double> ms;
+  auto timed = [&](auto&& call) {
+    absl::Time start = absl::Now();
+    call();
+    ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+  };
+  for (int i = 1; i <= 100; ++i) {
+    timed([&] { ASSERT_TRUE(Beat(busy, busy_ranks[i % 2], i).ok()); });
+    timed([&] { ASSERT_TRUE(Beat(slow->run_id(), slow_ranks[i % 2], 1).ok()); });
+  }
+  for (int i = 0; i < 50; ++i) {
+    timed([&] {
+      Reply<v1::BarrierResponse> b0, b1;
+      v1::BarrierRequest req;
+      req.set_run_id(busy);
+      req.set_generation(0);
+      req.set_name("sync");
+      req.set_timeout_ms(60'000);
+      req.set_rank(0);
+      coord_->Barrier(req, b0.pending());
+      req.set_rank(1);
+      coord_->Barrier(req, b1.pending());
+      ASSERT_TRUE(b0.WaitFor() && b1.WaitFor());
+      ASSERT_TRUE(b0.value.ok()) << b0.value.status();
+    });
+  }
+  timed([&] { ASSERT_TRUE(coord_->SubmitRun(testing::MakeSpec("elsewhere", save_dir_, 1, 1)).ok()); });
+  timed([&] { ASSERT_TRUE(coord_->ListRuns(0, {}).ok()); });
+  std::sort(ms.begin(), ms.end());
+  double p99 = ms[ms.size() * 99 / 100];
+  EXPECT_LT(p99, 50.0) << "p99 of " << ms.size() << " calls; the slowest took " << ms.back() << " ms";
+  // The stall lasted through every measured call: the stalled work is still waiting.
+  EXPECT_FALSE(stalled_submit_done.HasBeenNotified());
+  EXPECT_FALSE(begin0.arrived() || begin1.arrived());
+
+  stall_.Release();
+  ASSERT_TRUE(stalled_submit_done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(stalled_submit.ok()) << stalled_submit.status();
+  ASSERT_TRUE(begin0.WaitFor() && begin1.WaitFor());
+  ASSERT_TRUE(begin0.value.ok()) << begin0.value.status();
+  EXPECT_TRUE(fs::is_directory(begin0.value->partial_dir()));
+  EXPECT_EQ(begin0.value->round_id(), begin1.value->round_id());
 }
 
 // ---- Persistence ----------------------------------------------------------------------------
