@@ -1,5 +1,7 @@
 #include "coordinator/prometheus_exporter.h"
 
+#include <CivetServer.h>
+
 #include <prometheus/collectable.h>
 #include <prometheus/text_serializer.h>
 
@@ -142,12 +144,40 @@ PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coo
                          .Add({});
 }
 
+std::string ExpositionText(std::string text) {
+  static constexpr std::string_view kWrong = " Nan\n";
+  for (size_t at = text.find(kWrong); at != std::string::npos; at = text.find(kWrong, at + kWrong.size())) {
+    size_t line = text.rfind('\n', at);
+    line = line == std::string::npos ? 0 : line + 1;
+    if (text[line] != '#') text.replace(at, kWrong.size(), " NaN\n");
+  }
+  return text;
+}
+
+class PrometheusExporter::ScrapeHandler : public CivetHandler {
+ public:
+  explicit ScrapeHandler(const PrometheusExporter* exporter) : exporter_(exporter) {}
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    std::string body = ExpositionText(exporter_->Render());
+    mg_printf(conn,
+              "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+              "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+              body.size());
+    mg_write(conn, body.data(), body.size());
+    return true;
+  }
+
+ private:
+  const PrometheusExporter* const exporter_;
+};
+
 absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(const ExporterOptions& options,
                                                                               const Coordinator* coordinator) {
   std::unique_ptr<PrometheusExporter> e(new PrometheusExporter(options, coordinator));
   e->census_ = std::make_shared<CensusCollectable>(coordinator);
   try {
-    e->exposer_ = std::make_unique<prometheus::Exposer>(options.listen, 2);
+    std::vector<std::string> civet_options = {"listening_ports", options.listen, "num_threads", "2"};
+    e->server_ = std::make_unique<CivetServer>(civet_options);
   } catch (const std::exception&) {
     // CivetWeb's own text ("null context when constructing CivetServer") says nothing more.
     return absl::UnavailableError(
@@ -155,11 +185,11 @@ absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(co
                      ": the port is in use (another dtcoord?) or the address is not this "
                      "host's; choose another --metrics-listen (port 0: any free one) or off"));
   }
-  std::vector<int> ports = e->exposer_->GetListeningPorts();
+  std::vector<int> ports = e->server_->getListeningPorts();
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   e->address_ = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
-  e->exposer_->RegisterCollectable(e->registry_);
-  e->exposer_->RegisterCollectable(e->census_);
+  e->handler_ = std::make_unique<ScrapeHandler>(e.get());
+  e->server_->addHandler("/metrics", e->handler_.get());
   PrometheusExporter* self = e.get();
   e->pruner_ = std::thread([self] {
     while (!self->stop_.WaitForNotificationWithTimeout(absl::Seconds(5))) self->Prune();
@@ -170,7 +200,8 @@ absl::StatusOr<std::unique_ptr<PrometheusExporter>> PrometheusExporter::Start(co
 PrometheusExporter::~PrometheusExporter() {
   stop_.Notify();
   if (pruner_.joinable()) pruner_.join();
-  exposer_.reset();
+  if (server_) server_->close();  // no scrape runs after this
+  server_.reset();
 }
 
 std::string PrometheusExporter::Render() const {

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -24,7 +23,13 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/observers.h"
 
+class CivetServer;
+
 namespace dt {
+
+// prometheus-cpp's text with every sample value in the exposition format's spelling: NaN, not
+// "Nan" (prometheus-cpp 1.0). A sample's value is the last token of its line (no timestamps).
+std::string ExpositionText(std::string text);
 
 struct ExporterOptions {
   std::string listen = "127.0.0.1:9464";  // port 0: any free port
@@ -82,11 +87,15 @@ class PrometheusExporter : public RunObserver, public RpcObserver, public Coordi
   void RemoveRank(RankSeries& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   class CensusCollectable;
+  class ScrapeHandler;
 
   ExporterOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<CensusCollectable> census_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  // /metrics is served by CivetWeb directly rather than prometheus::Exposer, whose serializer's
+  // output is passed through ExpositionText (prometheus-cpp 1.0 prints NaN as "Nan").
+  std::unique_ptr<ScrapeHandler> handler_;
+  std::unique_ptr<CivetServer> server_;
   std::string address_;
 
   mutable absl::Mutex mu_;

@@ -18,6 +18,8 @@
 #include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/prometheus_exporter.h"
+#include "tests/http_test_client.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -1396,6 +1398,38 @@ TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedDuringARoundAbortsItsCommit) {
   EXPECT_NE(c0.value.status().message().find("moved, removed or replaced"), std::string::npos) << c0.value.status();
   EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
   EXPECT_TRUE(fs::is_empty(elsewhere));
+}
+
+// A rank whose loss went NaN is scraped as the exposition format spells it (prometheus-cpp 1.0's
+// serializer prints "Nan"), over dtcoord's own /metrics handler.
+TEST_F(CoordinatorTest, PrometheusServesANaNLossAsNaN) {
+  ExporterOptions options;
+  options.listen = "127.0.0.1:0";
+  auto exporter = PrometheusExporter::Start(options, coord_.get());
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  std::string run_id = Submit(1, 1, 0, "nan");
+  RegisterAll(run_id, 1, 1);
+  absl::StatusOr<v1::Run> run = coord_->GetRun(run_id);
+  ASSERT_TRUE(run.ok());
+  v1::MetricBatch batch;
+  batch.set_run_id(run_id);
+  batch.set_rank(0);
+  v1::MetricPoint* p = batch.add_points();
+  p->set_step(7);
+  (*p->mutable_values())["loss"] = std::nan("");
+  (*exporter)->OnMetrics(*run, batch);
+  testing::HttpResponse scrape = testing::Http("GET", absl::StrCat("http://", (*exporter)->address(), "/metrics"));
+  ASSERT_EQ(scrape.status, 200) << scrape.error;
+  EXPECT_NE(scrape.Header("content-type").find("text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_NE(scrape.body.find(
+                absl::StrCat("dt_train_loss{experiment=\"nan\",node=\"n1\",rank=\"0\",run=\"", run_id, "\"} NaN\n")),
+            std::string::npos)
+      << scrape.body.substr(0, 2000);
+  EXPECT_EQ(scrape.body.find(" Nan\n"), std::string::npos);
+  EXPECT_NE(scrape.body.find("dt_coordinator_runs{state=\"RUNNING\"} 1\n"), std::string::npos);  // the census too
+  // Only sample values change: a comment or label that says Nan is left alone.
+  EXPECT_EQ(ExpositionText("# HELP x says Nan\nx{a=\"b Nan\"} Nan\ny 1\n"),
+            "# HELP x says Nan\nx{a=\"b Nan\"} NaN\ny 1\n");
 }
 
 #ifdef DT_CHECK_LOCK_RULE
