@@ -13,7 +13,12 @@ W&B test server behind it), submits a local 2-rank run of the tiny GPT-2 with ch
 Faults: trainer-kill9, trainer-sigstop, trainer-sigterm, rendezvous-kill9 (a rank dies before the
 group forms), checkpoint-kill9 (the writer dies mid-round), coord-kill9, coord-sigterm,
 coord-sigstop, wandb-errors (429/5xx/dropped connections), wandb-gone (the W&B server is down for
-a while), disk-full (a small tmpfs save dir; needs root, else skipped with the reason).
+a while), disk-full (a small tmpfs save dir; needs root, else skipped with the reason),
+dtmodule-coord-restart (the run is examples/python/train_dt.py under --exec, using the dt module,
+and dtcoord is stopped with SIGTERM and started again after 1-7 s), stalled-save-dir (the save
+dir is a FUSE mount, bindfs, whose daemon is stopped for 2-5 s while a checkpoint round is in
+flight, as an NFS server that stops answering; every dtctl call made meanwhile must answer within
+2 s; needs root and bindfs, else skipped).
 
   scripts/chaos.sh [ROUNDS] [--seed S] [--faults a,b,...] [--build DIR] [--keep]
 
@@ -118,6 +123,15 @@ class Round:
             return None  # the coordinator is away
 
     def submit(self):
+        if self.fault == "stalled-save-dir":
+            self.mount_bindfs()
+        if self.fault == "dtmodule-coord-restart":
+            r = self.dtctl("submit", "-o", "json", "--name", "chaos", "--save-dir", self.save_dir, "--nproc-per-node",
+                           "2", "--max-restarts", "2", "--wandb-project", "chaos", "--exec", "--", "/usr/bin/python3",
+                           os.path.join(ROOT, "examples", "python", "train_dt.py"), "--steps", str(STEPS),
+                           "--ckpt-every", str(CKPT_FREQ), "--step-sleep", "0.2")
+            self.run = json.loads(r.stdout)["run_id"]
+            return
         if self.fault == "disk-full":
             os.makedirs(self.save_dir)
             r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=60m", "tmpfs", self.save_dir], capture_output=True,
@@ -132,6 +146,44 @@ class Round:
                        "--batch-size", "2", "--max-steps", str(STEPS), "--ckpt-freq", str(CKPT_FREQ), "--log-freq", "1",
                        "--eval-split", "0")
         self.run = json.loads(r.stdout)["run_id"]
+
+    def mount_bindfs(self):
+        if shutil.which("bindfs") is None:
+            raise Skipped("bindfs is not installed (apt-get install bindfs)")
+        backing = os.path.join(self.work, "backing")
+        os.makedirs(backing)
+        os.makedirs(self.save_dir)
+        r = subprocess.run(["bindfs", backing, self.save_dir], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Skipped("cannot mount a FUSE file system here (%s)" % r.stderr.strip())
+        self.mounted = True
+        self.bindfs_pid = wait_for("bindfs", lambda: [p for p in self.find_pids("bindfs")], 10)[0]
+
+    def stall_save_dir(self):
+        """Stops the file system's daemon while a checkpoint round is in flight; every dtctl call
+        made meanwhile must still answer promptly."""
+        ckpts = os.path.join(self.save_dir, "chaos", "checkpoints")
+        self.at_step(self.rng.randint(1, 4) * CKPT_FREQ - 1)
+        wait_for("a round in progress", lambda: os.path.isdir(ckpts) and any(
+            ".partial-" in e for e in os.listdir(ckpts)), 60, interval=0.002)
+        stall = self.rng.uniform(2, 5)
+        os.kill(self.bindfs_pid, signal.SIGSTOP)
+        slow = []
+        try:
+            end = time.time() + stall
+            while time.time() < end:
+                for args in (("status", self.run, "-o", "json"), ("list", "-o", "json")):
+                    start = time.time()
+                    r = self.dtctl(*args, check=False)
+                    took = time.time() - start
+                    if r.returncode != 0 or took > 2:
+                        slow.append("dtctl %s: exit %d after %.1fs while the save dir stalled" % (
+                            args[0], r.returncode, took))
+                time.sleep(0.2)
+        finally:
+            os.kill(self.bindfs_pid, signal.SIGCONT)
+        if slow:
+            raise Failed("; ".join(slow[:3]))
 
     def at_step(self, step, timeout=120):
         wait_for("step %d" % step, lambda: (self.status() or {}).get("step", 0) >= step, timeout)
@@ -195,6 +247,16 @@ class Round:
             return "SUCCEEDED", 0
         if f == "disk-full":
             return "FAILED", 0
+        if f == "dtmodule-coord-restart":
+            self.at_step(step)
+            self.coord.send_signal(signal.SIGTERM)
+            self.coord.wait(30)
+            time.sleep(self.rng.uniform(1, 7))  # longer than the heartbeat timeout: the run must not end
+            self.start_coord()
+            return "SUCCEEDED", 0
+        if f == "stalled-save-dir":
+            self.stall_save_dir()
+            return "SUCCEEDED", 0
         raise ValueError("unknown fault " + f)
 
     def find_pids(self, name=None):
@@ -234,8 +296,8 @@ class Round:
         problems += self.check_metrics(last, want_state == "SUCCEEDED")
         problems += self.check_wandb(last if want_state == "SUCCEEDED" else None)
         try:
-            wait_for("the round's processes to end", lambda: [p for p in self.find_pids() if p != self.coord.pid and
-                                                              p != self.wandb.pid] == [], 30)
+            wait_for("the round's processes to end", lambda: [p for p in self.find_pids() if p not in (
+                self.coord.pid, self.wandb.pid, getattr(self, "bindfs_pid", None))] == [], 30)
         except Failed:
             problems.append("processes left: %s" % self.find_pids())
         return s, problems
@@ -283,6 +345,11 @@ class Round:
                 proc.kill()
                 proc.wait()
         if self.mounted:
+            if getattr(self, "bindfs_pid", None):
+                try:
+                    os.kill(self.bindfs_pid, signal.SIGCONT)
+                except OSError:
+                    pass
             subprocess.run(["umount", "-l", self.save_dir])
 
 
@@ -304,7 +371,8 @@ def compress(steps):
 
 
 FAULTS = ["trainer-kill9", "trainer-sigstop", "trainer-sigterm", "rendezvous-kill9", "checkpoint-kill9", "coord-kill9",
-          "coord-sigterm", "coord-sigstop", "wandb-errors", "wandb-gone", "disk-full"]
+          "coord-sigterm", "coord-sigstop", "wandb-errors", "wandb-gone", "disk-full", "dtmodule-coord-restart",
+          "stalled-save-dir"]
 
 
 def main():
