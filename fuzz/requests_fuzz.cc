@@ -17,6 +17,7 @@
 #include "coordinator/store_ops.h"
 #include "coordinator/timer_queue.h"
 #include "fuzz/fuzz_check.h"
+#include "fuzz/fuzz_coordinator.h"
 #include "fuzz/requests.pb.h"
 
 namespace dt::fuzz {
@@ -77,35 +78,17 @@ PendingPtr<T> Later(const std::string& rpc) {
   return MakePending<T>([rpc](absl::StatusOr<T> r) { Answered(r, rpc); });
 }
 
-struct World {
-  FakeClock clock;
-  TimerQueue timers{&clock};
-  std::unique_ptr<StateDb> db;
-  std::unique_ptr<Coordinator> coordinator;
+struct World : FuzzCoordinator {
   std::string run_id;
   std::shared_ptr<KvStore> store;
   Deferred deferred;  // store operations' completions
 
-  absl::Status Open() {
-    auto opened = StateDb::Open(JoinPath(BaseDir(), "state.db"));
-    if (!opened.ok()) return opened.status();
-    db = std::move(*opened);
-    CoordinatorOptions options;
-    options.timeouts.heartbeat_interval = absl::Seconds(2);
-    options.timeouts.heartbeat_timeout = absl::Seconds(30);
-    options.timeouts.rendezvous_timeout = absl::Minutes(5);
-    options.store_bytes_per_run = 1 << 20;
-    options.store_bytes_total = 4 << 20;
-    coordinator = std::make_unique<Coordinator>(options, &clock, &timers, db.get());
-    return coordinator->Load();
-  }
+  absl::Status Open() { return FuzzCoordinator::Open(BaseDir()); }
 
   void Close() {
     store.reset();
     deferred.RunNow();
-    if (coordinator) coordinator->Shutdown();
-    coordinator.reset();
-    db.reset();
+    FuzzCoordinator::Close();
   }
 };
 

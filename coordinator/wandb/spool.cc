@@ -6,7 +6,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -28,22 +30,104 @@ nlohmann::json MetaJson(const SpoolMeta& m) {
           {"dt_run_id", m.dt_run_id}};
 }
 
-SpoolMeta MetaFrom(const nlohmann::json& j) {
+// A spool's JSON files are the coordinator's own, but a disk error or a hand edit can leave any
+// content: every field is checked for its type, and a wrong one is DATA_LOSS naming the file and
+// the field (nlohmann's value() would throw).
+class JsonFields {
+ public:
+  JsonFields(const nlohmann::json& j, std::string file) : j_(j), file_(std::move(file)) {}
+  absl::Status status() const { return status_; }
+  std::string String(const char* key, const char* fallback) { return Get<std::string>(key, fallback, "a string"); }
+  int64_t Int(const char* key, int64_t fallback) { return Get<int64_t>(key, fallback, "an integer"); }
+  double Number(const char* key, double fallback) { return Get<double>(key, fallback, "a number"); }
+  bool Bool(const char* key, bool fallback) { return Get<bool>(key, fallback, "true or false"); }
+  std::vector<std::string> Strings(const char* key) {
+    std::vector<std::string> out;
+    if (!j_.contains(key)) return out;
+    const nlohmann::json& v = j_[key];
+    bool ok = v.is_array();
+    for (size_t i = 0; ok && i < v.size(); ++i) ok = v[i].is_string();
+    if (!ok) return Wrong<std::vector<std::string>>(key, "a list of strings", {});
+    for (const auto& e : v) out.push_back(e.get<std::string>());
+    return out;
+  }
+
+ private:
+  template <typename T>
+  T Get(const char* key, T fallback, const char* want) {
+    if (!j_.contains(key)) return fallback;
+    const nlohmann::json& v = j_[key];
+    bool ok;
+    if constexpr (std::is_same_v<T, std::string>) {
+      ok = v.is_string();
+    } else if constexpr (std::is_same_v<T, bool>) {
+      ok = v.is_boolean();
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      ok = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= INT64_MAX : true);
+    } else {
+      ok = v.is_number();
+    }
+    if (!ok) return Wrong<T>(key, want, fallback);
+    return v.get<T>();
+  }
+  template <typename T>
+  T Wrong(const char* key, const char* want, T fallback) {
+    if (status_.ok()) status_ = absl::DataLossError(absl::StrCat(file_, ": \"", key, "\" is not ", want));
+    return fallback;
+  }
+
+  const nlohmann::json& j_;
+  std::string file_;
+  absl::Status status_;
+};
+
+absl::StatusOr<SpoolMeta> MetaFrom(const nlohmann::json& j, const std::string& file) {
+  if (!j.is_object()) return absl::DataLossError(absl::StrCat(file, " is not a JSON object"));
+  JsonFields f(j, file);
   SpoolMeta m;
-  m.run.entity = j.value("entity", "");
-  m.run.project = j.value("project", "");
-  m.run.run_id = j.value("run_id", "");
-  m.run.display_name = j.value("display_name", "");
-  m.run.group = j.value("group", "");
-  m.run.job_type = j.value("job_type", "train");
-  m.run.tags = j.value("tags", std::vector<std::string>{});
-  m.run.config_json = j.value("config_json", "{}");
-  m.run.host = j.value("host", "");
-  m.run.program = j.value("program", "dttrainer");
-  m.base_url = j.value("base_url", "");
-  m.mode = j.value("mode", "online");
-  m.dt_run_id = j.value("dt_run_id", "");
+  m.run.entity = f.String("entity", "");
+  m.run.project = f.String("project", "");
+  m.run.run_id = f.String("run_id", "");
+  m.run.display_name = f.String("display_name", "");
+  m.run.group = f.String("group", "");
+  m.run.job_type = f.String("job_type", "train");
+  m.run.tags = f.Strings("tags");
+  m.run.config_json = f.String("config_json", "{}");
+  m.run.host = f.String("host", "");
+  m.run.program = f.String("program", "dttrainer");
+  m.base_url = f.String("base_url", "");
+  m.mode = f.String("mode", "online");
+  m.dt_run_id = f.String("dt_run_id", "");
+  if (!f.status().ok()) return f.status();
   return m;
+}
+
+absl::StatusOr<SpoolState> StateFrom(const nlohmann::json& s, const std::string& file) {
+  if (!s.is_object()) return absl::DataLossError(absl::StrCat(file, " is not a JSON object"));
+  JsonFields f(s, file);
+  SpoolState st;
+  st.acked_points = f.Int("acked_points", 0);
+  st.acked_lines = f.Int("acked_lines", 0);
+  st.last_step = f.Int("last_step", -1);
+  st.runtime_base = f.Number("runtime_base", 0.0);
+  st.start_time = f.Number("start_time", 0.0);
+  st.finished = f.Bool("finished", false);
+  if (s.contains("exitcode") && !s["exitcode"].is_null()) {
+    int64_t code = f.Int("exitcode", 0);
+    if (code < INT32_MIN || code > INT32_MAX) return absl::DataLossError(absl::StrCat(file, ": exitcode out of range"));
+    st.exitcode = static_cast<int>(code);
+  }
+  if (!f.status().ok()) return f.status();
+  if (st.acked_points < 0 || st.acked_lines < 0 || st.last_step < -1 || !std::isfinite(st.runtime_base) ||
+      !std::isfinite(st.start_time)) {
+    return absl::DataLossError(absl::StrCat(file, ": a count is negative or a time is not finite"));
+  }
+  if (s.contains("summary") && s["summary"].is_object()) {
+    for (auto it = s["summary"].begin(); it != s["summary"].end(); ++it) {
+      if (it.value().is_number()) st.summary[it.key()] = it.value().get<double>();
+    }
+  }
+  return st;
 }
 
 }  // namespace
@@ -65,26 +149,20 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Load(const std::string& dir) {
   if (!meta.ok()) return meta.status();
   nlohmann::json mj = nlohmann::json::parse(*meta, nullptr, false);
   if (mj.is_discarded()) return absl::DataLossError(absl::StrCat(dir, "/meta.json is corrupt"));
+  absl::StatusOr<SpoolMeta> parsed_meta = MetaFrom(mj, JoinPath(dir, "meta.json"));
+  if (!parsed_meta.ok()) return parsed_meta.status();
   std::unique_ptr<Spool> spool(new Spool());
   spool->dir_ = dir;
-  spool->meta_ = MetaFrom(mj);
+  spool->meta_ = std::move(*parsed_meta);
+  // A missing or corrupt state.json starts from nothing acknowledged: W&B's resume answer then
+  // says where the run stands.
   absl::StatusOr<std::string> state = ReadFile(JoinPath(dir, "state.json"));
   if (state.ok()) {
     nlohmann::json s = nlohmann::json::parse(*state, nullptr, false);
     if (!s.is_discarded()) {
-      SpoolState& st = spool->state_;
-      st.acked_points = s.value("acked_points", int64_t{0});
-      st.acked_lines = s.value("acked_lines", int64_t{0});
-      st.last_step = s.value("last_step", int64_t{-1});
-      st.runtime_base = s.value("runtime_base", 0.0);
-      st.start_time = s.value("start_time", 0.0);
-      st.finished = s.value("finished", false);
-      if (s.contains("exitcode") && s["exitcode"].is_number()) st.exitcode = s["exitcode"].get<int>();
-      if (s.contains("summary") && s["summary"].is_object()) {
-        for (auto it = s["summary"].begin(); it != s["summary"].end(); ++it) {
-          if (it.value().is_number()) st.summary[it.key()] = it.value().get<double>();
-        }
-      }
+      absl::StatusOr<SpoolState> st = StateFrom(s, JoinPath(dir, "state.json"));
+      if (!st.ok()) return st.status();
+      spool->state_ = std::move(*st);
     }
   }
   if (absl::Status s = spool->OpenFiles(); !s.ok()) return s;
@@ -156,6 +234,7 @@ absl::Status Spool::Append(const std::vector<Point>& points) {
 
 absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) const {
   std::vector<Point> out;
+  if (from < 0) return absl::InvalidArgumentError(absl::StrCat("spool read from point ", from));
   if (from >= size()) return out;
   int64_t to = std::min<int64_t>(size(), from + static_cast<int64_t>(max_points));
   int64_t begin = offsets_[from];
