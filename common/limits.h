@@ -34,6 +34,7 @@ inline constexpr absl::Duration kMaxIdleTimeout = absl::Hours(24 * 7);
 inline constexpr int kMaxCaptureProcesses = 4096;
 inline constexpr size_t kMaxCaptureBytes = 4 << 20;
 // A run's labels (SubmitRun): how many, and how long a value may be (names are labels: 128 chars).
+inline constexpr size_t kMaxBarrierNames = 16'384;  // distinct barrier names in one generation
 inline constexpr int kMaxLabels = 64;
 inline constexpr size_t kMaxLabelValueBytes = 1024;
 // One page of ListRuns: its runs' encoded size, so no answer outgrows a gRPC message.

@@ -5,14 +5,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/duration.h"
+#include "common/limits.h"
 #include "common/names.h"
 
 namespace dt {
 
 BarrierTable::BarrierTable(std::string scope, int world_size, const Clock* clock, TimerQueue* timers,
-                           DescribeRank describe_rank, ScheduleExpiry schedule_expiry)
+                           DescribeRank describe_rank, ScheduleExpiry schedule_expiry, size_t max_names)
     : scope_(std::move(scope)),
       world_size_(world_size),
+      max_names_(max_names),
       clock_(clock),
       timers_(timers),
       describe_rank_(std::move(describe_rank)),
@@ -37,6 +39,16 @@ void BarrierTable::Arrive(int rank, const std::string& name, uint64_t sequence, 
   }
   if (!aborted_.ok()) {
     deferred.Complete<BarrierRelease>(reply, aborted_);
+    return;
+  }
+  if (barriers_.size() >= max_names_ && !barriers_.contains(name)) {
+    // Each name keeps its instance count for the generation's life: unbounded names would be
+    // unbounded memory.
+    deferred.Complete<BarrierRelease>(
+        reply, absl::ResourceExhaustedError(absl::StrCat(
+                   scope_, " already has ", barriers_.size(), " barrier names, the most a generation may use; ",
+                   "reuse a name instead of making one per step (a rank's k-th arrival at a name joins its k-th "
+                   "instance)")));
     return;
   }
   Barrier& b = barriers_[name];

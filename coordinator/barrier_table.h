@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "coordinator/pending.h"
 #include "coordinator/timer_queue.h"
 #include "dt/v1/runs.pb.h"
@@ -35,8 +36,10 @@ class BarrierTable {
   using DescribeRank = std::function<std::string(int rank)>;
   using ScheduleExpiry = std::function<TimerQueue::Id(absl::Time when, const std::string& name, uint64_t sequence)>;
 
+  // `max_names`: distinct names the table takes (each keeps its count for the table's life);
+  // a new name past it is RESOURCE_EXHAUSTED.
   BarrierTable(std::string scope, int world_size, const Clock* clock, TimerQueue* timers, DescribeRank describe_rank,
-               ScheduleExpiry schedule_expiry);
+               ScheduleExpiry schedule_expiry, size_t max_names = kMaxBarrierNames);
   ~BarrierTable();
 
   // `sequence` 0 lets the table count; a sequence at or below the released count answers OK at
@@ -68,6 +71,7 @@ class BarrierTable {
 
   const std::string scope_;
   const int world_size_;
+  const size_t max_names_;
   const Clock* clock_;
   TimerQueue* timers_;
   DescribeRank describe_rank_;

@@ -130,7 +130,8 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
           Deferred& deferred = locked.deferred();
           if (r->gen && r->gen->number == number) r->gen->barriers->Expire(name, sequence, deferred);
         });
-      });
+      },
+      options_.max_barrier_names);
   run.gen = std::move(gen);
   run.stored.run.set_generation(number);
 }

@@ -56,6 +56,7 @@ struct CoordinatorOptions {
   int64_t max_keys_per_run = kMaxKeysPerRun;
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
   int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
+  size_t max_barrier_names = kMaxBarrierNames;             // distinct barrier names, one generation
   PreflightPolicy preflight;                               // when a rank's device pre-flight makes it unhealthy
   // What a commit checks before publishing: sizes (the writer's digests are recorded and checked
   // by whoever loads the checkpoint), or a full re-read of every byte.

@@ -10,6 +10,7 @@ EmbeddedCoordinator::EmbeddedCoordinator(const std::string& state_dir, EmbeddedO
   o.coordinator.timeouts = options.timeouts;
   o.coordinator.health_check_period = options.health_check_period;
   o.coordinator.store_bytes_per_run = options.store_bytes_per_run;
+  o.coordinator.max_barrier_names = options.max_barrier_names;
   o.server.listen = "127.0.0.1:0";
   o.server.store_features = options.store_features;
   o.http_listen = options.http_listen;

@@ -15,6 +15,7 @@ struct EmbeddedOptions {
   CoordinatorTimeouts timeouts;
   absl::Duration health_check_period = absl::Milliseconds(50);
   int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;
+  size_t max_barrier_names = kMaxBarrierNames;
   std::string http_listen = "off";                         // the web console, e.g. "127.0.0.1:0"
   std::optional<v1::StoreSessionFeatures> store_features;  // ServerOptions::store_features
 };

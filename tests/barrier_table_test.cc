@@ -2,6 +2,7 @@
 // reuse of names, retries, abort.
 #include <gtest/gtest.h>
 
+#include "common/limits.h"
 #include "coordinator/barrier_table.h"
 
 namespace dt {
@@ -97,6 +98,22 @@ TEST_F(BarrierTableTest, AbortFailsOpenBarriersAtOnceAndLaterArrivals) {
   }
   Arrive(2, "a", absl::Seconds(1));
   EXPECT_EQ(results_[2]->status().code(), absl::StatusCode::kAborted);
+}
+
+// Every name keeps its count for the generation's life, so the names are bounded: past the limit
+// a new name is refused, naming the limit and what to do; a name already in use still works.
+TEST_F(BarrierTableTest, ANewNamePastTheLimitIsRefusedAndOldNamesStillWork) {
+  for (size_t n = 0; n < kMaxBarrierNames; ++n) {
+    Arrive(0, "step-" + std::to_string(n), absl::Hours(1));
+    ASSERT_FALSE(results_[0].has_value()) << n;
+  }
+  Arrive(0, "one-too-many", absl::Hours(1));
+  ASSERT_TRUE(results_[0].has_value());
+  EXPECT_EQ(results_[0]->status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(results_[0]->status().message().find("16384 barrier names"), std::string::npos) << results_[0]->status();
+  EXPECT_NE(results_[0]->status().message().find("reuse a name"), std::string::npos);
+  for (int r = 0; r < 3; ++r) Arrive(r, "step-7", absl::Hours(1));
+  ASSERT_TRUE(results_[1].has_value() && results_[1]->ok()) << results_[1]->status();
 }
 
 TEST_F(BarrierTableTest, RefusesBadInput) {

@@ -30,6 +30,7 @@ constexpr char kMalformedRun[] = "not a run id";
 
 // A coordinator with two runs (one node × two ranks each) and clients with every kind of token.
 constexpr int64_t kStoreBytes = 64 << 10;  // each run's store budget here
+constexpr int kBarrierNames = 4;           // distinct barrier names a generation may use here
 
 struct Env {
   // Ranks registered here send no heartbeats: the heartbeat timeout is long. A case about the
@@ -42,6 +43,7 @@ struct Env {
     o.timeouts.rendezvous_timeout = rendezvous_timeout;
     o.health_check_period = absl::Milliseconds(25);
     o.store_bytes_per_run = kStoreBytes;
+    o.max_barrier_names = kBarrierNames;
     coord = std::make_unique<EmbeddedCoordinator>(tmp.Sub("state"), o);
     admin = coord->AdminClient();
     no_token = coord->Client("");
@@ -680,6 +682,15 @@ void BarrierRpcs(std::vector<Case>& t) {
                  v1::BarrierRequest r = BarrierReq(e, 0);
                  r.set_generation(6);
                  return barrier(e, *e.run_client, r);
+               }});
+  t.push_back({rpc, Code::RESOURCE_EXHAUSTED, [barrier](Env& e) {
+                 e.Register();
+                 for (int n = 0; n < kBarrierNames; ++n) {
+                   v1::BarrierRequest r = BarrierReq(e, 0, /*timeout_ms=*/1);
+                   r.set_name(absl::StrCat("step-", n));
+                   if (barrier(e, *e.run_client, r) != Code::DEADLINE_EXCEEDED) return Code::INTERNAL;
+                 }
+                 return barrier(e, *e.run_client, BarrierReq(e, 0));
                }});
   t.push_back({rpc, Code::UNAVAILABLE, [barrier](Env& e) {
                  e.Register();
