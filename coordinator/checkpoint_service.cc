@@ -46,11 +46,8 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortCheckpoint(grpc::CallbackS
 grpc::ServerUnaryReactor* CheckpointServiceImpl::LatestCheckpoint(grpc::CallbackServerContext* ctx,
                                                                   const v1::LatestCheckpointRequest* req,
                                                                   v1::CheckpointInfo* out) {
-  RpcTimer timer(deps_, "LatestCheckpoint");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::CheckpointInfo>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->LatestCheckpoint(req->run_id()));
+  return ReplyForRun(deps_, ctx, "LatestCheckpoint", req->run_id(), out,
+                     [&] { return deps_.coordinator->LatestCheckpoint(req->run_id()); });
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::ListCheckpoints(grpc::CallbackServerContext* ctx,

@@ -6,11 +6,8 @@ namespace dt {
 grpc::ServerUnaryReactor* ExperimentServiceImpl::GetExperiment(grpc::CallbackServerContext* ctx,
                                                                const v1::GetExperimentRequest* req,
                                                                v1::Experiment* out) {
-  RpcTimer timer(deps_, "GetExperiment");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::Experiment>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->GetExperiment(req->run_id()));
+  return ReplyForRun(deps_, ctx, "GetExperiment", req->run_id(), out,
+                     [&] { return deps_.coordinator->GetExperiment(req->run_id()); });
 }
 
 }  // namespace dt

@@ -71,11 +71,8 @@ grpc::ServerReadReactor<v1::MetricBatch>* MetricsServiceImpl::ReportMetrics(grpc
 grpc::ServerUnaryReactor* MetricsServiceImpl::QueryMetrics(grpc::CallbackServerContext* ctx,
                                                            const v1::QueryMetricsRequest* req,
                                                            v1::QueryMetricsResponse* out) {
-  RpcTimer timer(deps_, "QueryMetrics");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::QueryMetricsResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->QueryMetrics(*req));
+  return ReplyForRun(deps_, ctx, "QueryMetrics", req->run_id(), out,
+                     [&] { return deps_.coordinator->QueryMetrics(*req); });
 }
 
 }  // namespace dt

@@ -64,6 +64,16 @@ inline absl::StatusOr<Principal> AuthorizeRun(const ServiceDeps& deps, grpc::Cal
   return who;
 }
 
+// A unary call on one run, answered now: the caller must be the admin or `run_id`'s token, then
+// `call` (the coordinator's method) gives the answer. The common shape of the services' handlers.
+template <typename Response, typename Call>
+grpc::ServerUnaryReactor* ReplyForRun(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, const char* method,
+                                      const std::string& run_id, Response* out, Call&& call) {
+  RpcTimer timer(deps, method);
+  if (auto who = AuthorizeRun(deps, ctx, run_id); !who.ok()) return Reply<Response>(ctx, timer, out, who.status());
+  return Reply<Response>(ctx, timer, out, call());
+}
+
 inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, absl::string_view what) {
   absl::StatusOr<Principal> who = deps.auth->Authenticate(*ctx);
   if (!who.ok()) return who.status();

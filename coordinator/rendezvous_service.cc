@@ -25,50 +25,33 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
                                                            const v1::HeartbeatRequest* req,
                                                            v1::HeartbeatResponse* out) {
-  RpcTimer timer(deps_, "Heartbeat");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::HeartbeatResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->Heartbeat(*req));
+  return ReplyForRun(deps_, ctx, "Heartbeat", req->run_id(), out, [&] { return deps_.coordinator->Heartbeat(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportError(grpc::CallbackServerContext* ctx,
                                                              const v1::ReportErrorRequest* req,
                                                              v1::ReportErrorResponse* out) {
-  RpcTimer timer(deps_, "ReportError");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::ReportErrorResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->ReportError(*req));
+  return ReplyForRun(deps_, ctx, "ReportError", req->run_id(), out,
+                     [&] { return deps_.coordinator->ReportError(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportStopped(grpc::CallbackServerContext* ctx,
                                                                const v1::ReportStoppedRequest* req,
                                                                v1::ReportStoppedResponse* out) {
-  RpcTimer timer(deps_, "ReportStopped");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::ReportStoppedResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->ReportStopped(*req));
+  return ReplyForRun(deps_, ctx, "ReportStopped", req->run_id(), out,
+                     [&] { return deps_.coordinator->ReportStopped(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportPreflight(grpc::CallbackServerContext* ctx,
                                                                  const v1::ReportPreflightRequest* req,
                                                                  v1::ReportPreflightResponse* out) {
-  RpcTimer timer(deps_, "ReportPreflight");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::ReportPreflightResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->ReportPreflight(*req));
+  return ReplyForRun(deps_, ctx, "ReportPreflight", req->run_id(), out,
+                     [&] { return deps_.coordinator->ReportPreflight(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                                        v1::LeaveResponse* out) {
-  RpcTimer timer(deps_, "Leave");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::LeaveResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->Leave(*req));
+  return ReplyForRun(deps_, ctx, "Leave", req->run_id(), out, [&] { return deps_.coordinator->Leave(*req); });
 }
 
 }  // namespace dt

@@ -141,11 +141,8 @@ grpc::ServerUnaryReactor* RunServiceImpl::SubmitRun(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ctx, const v1::GetRunRequest* req,
                                                  v1::Run* out) {
-  RpcTimer timer(deps_, "GetRun");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::Run>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->GetRun(req->run_id()));
+  return ReplyForRun(deps_, ctx, "GetRun", req->run_id(), out,
+                     [&] { return deps_.coordinator->GetRun(req->run_id()); });
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* ctx, const v1::ListRunsRequest* req,
@@ -175,20 +172,14 @@ grpc::ServerUnaryReactor* RunServiceImpl::CancelRun(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* RunServiceImpl::AttachLaunch(grpc::CallbackServerContext* ctx,
                                                        const v1::AttachLaunchRequest* req, v1::Run* out) {
-  RpcTimer timer(deps_, "AttachLaunch");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::Run>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->AttachLaunch(*req));
+  return ReplyForRun(deps_, ctx, "AttachLaunch", req->run_id(), out,
+                     [&] { return deps_.coordinator->AttachLaunch(*req); });
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::ExcludeNodes(grpc::CallbackServerContext* ctx,
                                                        const v1::ExcludeNodesRequest* req, v1::Run* out) {
-  RpcTimer timer(deps_, "ExcludeNodes");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::Run>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->ExcludeNodes(*req));
+  return ReplyForRun(deps_, ctx, "ExcludeNodes", req->run_id(), out,
+                     [&] { return deps_.coordinator->ExcludeNodes(*req); });
 }
 
 grpc::ServerWriteReactor<v1::RunEvent>* RunServiceImpl::WatchRun(grpc::CallbackServerContext* ctx,

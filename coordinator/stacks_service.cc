@@ -6,11 +6,8 @@ namespace dt {
 grpc::ServerUnaryReactor* StacksServiceImpl::ReportStacks(grpc::CallbackServerContext* ctx,
                                                           const v1::ReportStacksRequest* req,
                                                           v1::ReportStacksResponse* out) {
-  RpcTimer timer(deps_, "ReportStacks");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::ReportStacksResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->ReportStacks(*req));
+  return ReplyForRun(deps_, ctx, "ReportStacks", req->run_id(), out,
+                     [&] { return deps_.coordinator->ReportStacks(*req); });
 }
 
 grpc::ServerUnaryReactor* StacksServiceImpl::CaptureStacks(grpc::CallbackServerContext* ctx,
@@ -27,11 +24,7 @@ grpc::ServerUnaryReactor* StacksServiceImpl::CaptureStacks(grpc::CallbackServerC
 
 grpc::ServerUnaryReactor* StacksServiceImpl::GetStacks(grpc::CallbackServerContext* ctx,
                                                        const v1::GetStacksRequest* req, v1::GetStacksResponse* out) {
-  RpcTimer timer(deps_, "GetStacks");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::GetStacksResponse>(ctx, timer, out, who.status());
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->GetStacks(*req));
+  return ReplyForRun(deps_, ctx, "GetStacks", req->run_id(), out, [&] { return deps_.coordinator->GetStacks(*req); });
 }
 
 }  // namespace dt
