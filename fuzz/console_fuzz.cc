@@ -77,10 +77,8 @@ std::string SubmitWithRanks(World& w, const std::string& name) {
 World& TheWorld() {
   static World* w = [] {
     SetMinLogLevel(LogLevel::kError);
-    char tmpl[] = "/tmp/dt-console-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) Fail("mkdtemp failed");
     auto* world = new World;
-    world->base = tmpl;
+    world->base = MakeScratchDir("console");
     absl::Status opened = world->Open(world->base);
     if (!opened.ok()) Fail("the coordinator does not open: " + opened.ToString());
     world->run_a = SubmitWithRanks(*world, "alpha");

@@ -2,6 +2,7 @@
 // as a crash (and the replay test as a failure) with the input that broke it.
 #pragma once
 
+#include <stdlib.h>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,6 +16,16 @@ namespace dt::fuzz {
 [[noreturn]] inline void Fail(const std::string& what) {
   std::fprintf(stderr, "fuzz property broken: %s\n", what.c_str());
   std::abort();
+}
+
+// A new directory under /tmp for one target's files ("dt-<name>-fuzz-XXXXXX").
+inline std::string MakeScratchDir(const std::string& name) {
+  std::string tmpl = "/tmp/dt-" + name + "-fuzz-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    std::fprintf(stderr, "fuzz: cannot make a scratch directory\n");
+    std::abort();
+  }
+  return tmpl;
 }
 
 inline void Check(bool ok, const std::string& what) {

@@ -29,11 +29,7 @@ using google::protobuf::Reflection;
 constexpr int kMaxCalls = 64;
 
 const std::string& BaseDir() {
-  static const std::string* dir = [] {
-    char tmpl[] = "/tmp/dt-requests-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) Fail("mkdtemp failed");
-    return new std::string(tmpl);
-  }();
+  static const std::string* dir = new std::string(MakeScratchDir("requests"));
   return *dir;
 }
 

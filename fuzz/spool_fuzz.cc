@@ -25,9 +25,7 @@ namespace {
 const std::string& Dir() {
   static const std::string* dir = [] {
     SetMinLogLevel(LogLevel::kError);
-    char tmpl[] = "/tmp/dt-spool-fuzz-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) Fail("mkdtemp failed");
-    return new std::string(tmpl);
+    return new std::string(MakeScratchDir("spool"));
   }();
   return *dir;
 }

@@ -128,6 +128,16 @@ class CoordinatorTest : public ::testing::Test {
 
   v1::RunState State(const std::string& run) { return coord_->GetRun(run)->state(); }
 
+  // Generation 0's barrier `name` for `rank` (set the rank before each arrival).
+  static v1::BarrierRequest BarrierRequest(const std::string& run, const std::string& name, int64_t timeout_ms) {
+    v1::BarrierRequest req;
+    req.set_run_id(run);
+    req.set_generation(0);
+    req.set_name(name);
+    req.set_timeout_ms(timeout_ms);
+    return req;
+  }
+
   // Makes file work on experiment directories under one save dir wait, as on a file server that
   // stopped answering: until Release() or for at most 5 s.
   class SaveDirStall {
@@ -364,11 +374,7 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   std::string run = Submit(1, 3, /*max_restarts=*/1);
   auto ranks = RegisterAll(run, 1, 3);
   Reply<v1::BarrierResponse> b0, b1;
-  v1::BarrierRequest req;
-  req.set_run_id(run);
-  req.set_generation(0);
-  req.set_name("data-ready");
-  req.set_timeout_ms(3'600'000);
+  v1::BarrierRequest req = BarrierRequest(run, "data-ready", 3'600'000);
   req.set_rank(0);
   coord_->Barrier(req, b0.pending());
   req.set_rank(1);
@@ -1496,11 +1502,7 @@ TEST_F(CoordinatorTest, AStalledSaveDirSlowsNoOtherRunAndNoOtherCall) {
   for (int i = 0; i < 50; ++i) {
     timed([&] {
       Reply<v1::BarrierResponse> b0, b1;
-      v1::BarrierRequest req;
-      req.set_run_id(busy);
-      req.set_generation(0);
-      req.set_name("sync");
-      req.set_timeout_ms(60'000);
+      v1::BarrierRequest req = BarrierRequest(busy, "sync", 60'000);
       req.set_rank(0);
       coord_->Barrier(req, b0.pending());
       req.set_rank(1);
