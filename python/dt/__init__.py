@@ -463,7 +463,11 @@ def checkpoint(step, timeout=None):
     try:
         yield ck
     except BaseException as e:
-        abort(f"rank {s.rank}: {type(e).__name__}: {e}")
+        ended = abort(f"rank {s.rank}: {type(e).__name__}: {e}")
+        if ended and writer and isinstance(e, FileNotFoundError):
+            # Another rank's abort removed the round's directory while the writer was saving into
+            # it: that abort is the cause, as every other rank hears it.
+            raise DtError(ended, "ABORTED") from e
         raise
     request = pb.CommitCheckpointRequest(run_id=s.run_id, generation=s.generation, rank=s.rank,
                                          round_id=begun.round_id)

@@ -7,6 +7,9 @@ its round came to ("round: <outcome>") and exits 0.
   dt_round.py writer-finds-round-aborted
                                    rank 1 raises at once; the writer leaves its block only once
                                    that abort has removed the round's directory under it
+  dt_round.py writer-saves-into-aborted-round
+                                   rank 1 raises at once; the writer saves only after that abort
+                                   has removed the round's directory
 """
 import os
 import sys
@@ -21,6 +24,10 @@ def main():
     try:
         with dt.checkpoint(1) as ck:
             if ck.is_writer:
+                if mode == "writer-saves-into-aborted-round":
+                    deadline = time.monotonic() + 60
+                    while os.path.exists(ck.dir) and time.monotonic() < deadline:
+                        time.sleep(0.02)
                 with open(os.path.join(ck.dir, "state.bin"), "wb") as f:
                     f.write(b"x" * 1000)
                 if mode == "writer-saves-subdir":
@@ -29,7 +36,7 @@ def main():
                     deadline = time.monotonic() + 60
                     while os.path.exists(ck.dir) and time.monotonic() < deadline:
                         time.sleep(0.02)
-            if mode in ("non-writer-raises", "writer-finds-round-aborted") and dt.rank() == 1:
+            if mode != "writer-saves-subdir" and dt.rank() == 1:
                 raise ValueError("a bad batch on rank 1")
         print("round: committed", flush=True)
     except ValueError as e:
