@@ -650,15 +650,22 @@ absl::StatusOr<Coordinator::Submission> Coordinator::ReserveSubmission(const v1:
     registry_mu_.Await(absl::Condition(&free));
   }
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined};
+  if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined, ""};
   if (absl::Status s = CheckExperimentDirFree(dir); !s.ok()) return s;
+  Submission reserved;
+  // Unique among the runs in memory and those being submitted (64 random bits: a clash is a bug).
+  do {
+    reserved.run_id = absl::StrCat("r-", RandomHex(8));
+  } while (runs_.contains(reserved.run_id) || submitting_ids_.count(reserved.run_id) > 0);
+  submitting_ids_.insert(reserved.run_id);
   submitting_dirs_.insert(dir.path);
   submitting_inodes_.insert({dir.identity.device(), dir.identity.inode()});
   if (!spec.join_key().empty()) submitting_join_keys_.insert(spec.join_key());
-  return Submission{};
+  return reserved;
 }
 
-void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir) {
+void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir, const std::string& run_id) {
+  submitting_ids_.erase(run_id);
   submitting_dirs_.erase(dir.path);
   submitting_inodes_.erase({dir.identity.device(), dir.identity.inode()});
   submitting_join_keys_.erase(spec.join_key());
@@ -681,10 +688,10 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   if (reserved->joined) return *reserved->joined;
 
   std::string token = absl::StrCat("dt_run_", RandomHex(24));
-  absl::StatusOr<RunPtr> made = MakeRunEntry(spec, *dir, token);
+  absl::StatusOr<RunPtr> made = MakeRunEntry(spec, *dir, reserved->run_id, token);
   Deferred deferred;
   absl::MutexLock registry(&registry_mu_);
-  ReleaseSubmission(spec, *dir);
+  ReleaseSubmission(spec, *dir, reserved->run_id);
   if (!made.ok()) return made.status();
   RunPtr run = *made;
   // Published even while shutting down: its record is written, and the replacement loads it.
@@ -708,19 +715,10 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
 }
 
 absl::StatusOr<Coordinator::RunPtr> Coordinator::MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir,
-                                                              const std::string& token) {
+                                                              const std::string& run_id, const std::string& token) {
   if (options_.before_file_work) options_.before_file_work(dir.path);
   if (absl::Status s = PrepareExperimentDir(dir); !s.ok()) return s;
   auto run = std::make_shared<RunEntry>();
-  std::string run_id;
-  {
-    // Unique among the runs in memory and those being submitted (64 random bits: a clash is a bug).
-    absl::MutexLock registry(&registry_mu_);
-    do {
-      run_id = absl::StrCat("r-", RandomHex(8));
-    } while (runs_.contains(run_id) || submitting_ids_.count(run_id) > 0);
-    submitting_ids_.insert(run_id);
-  }
   std::function<void()> write_run_json;
   StoredRun stored;
   uint64_t sequence = 0;
@@ -747,10 +745,6 @@ absl::StatusOr<Coordinator::RunPtr> Coordinator::MakeRunEntry(const v1::RunSpec&
   }
   WriteRecord(*run, sequence, stored);
   write_run_json();
-  {
-    absl::MutexLock registry(&registry_mu_);
-    submitting_ids_.erase(run_id);
-  }
   return run;
 }
 

@@ -439,17 +439,20 @@ class Coordinator {
   absl::Status CheckExperimentDirFree(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void IndexExperimentDir(const v1::Run& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   // SubmitRun's phases. A submission either joins the active run of its join key or reserves
-  // its directory and join key (ALREADY_EXISTS, UNAVAILABLE); MakeRunEntry prepares the directory
-  // and writes the record and run.json off every lock (FAILED_PRECONDITION); the reservation is
-  // then released and the run published.
+  // its directory, join key and run id (ALREADY_EXISTS, UNAVAILABLE); MakeRunEntry prepares the
+  // directory and writes the record and run.json off every lock (FAILED_PRECONDITION); the
+  // reservation is then released and the run published.
   struct Submission {
-    std::optional<v1::SubmitRunResponse> joined;
+    std::optional<v1::SubmitRunResponse> joined;  // set: nothing was reserved
+    std::string run_id;
   };
   std::optional<v1::SubmitRunResponse> JoinSubmittedRun(const std::string& join_key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   absl::StatusOr<Submission> ReserveSubmission(const v1::RunSpec& spec, const ExperimentDir& dir);
-  void ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
-  absl::StatusOr<RunPtr> MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir, const std::string& token);
+  void ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir, const std::string& run_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  absl::StatusOr<RunPtr> MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir, const std::string& run_id,
+                                      const std::string& token);
 
   CoordinatorStats* stats_ = nullptr;
   const CoordinatorOptions options_;

@@ -118,7 +118,7 @@ void Coordinator::ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::Begi
                                Deferred& deferred) {
   if (round.state == CheckpointRound::State::kAborted) {
     deferred.Complete<v1::BeginCheckpointResponse>(reply, round.outcome);
-  } else if (!round.dir_ready) {
+  } else if (round.checkpoints == nullptr) {
     round.begin_waiting.push_back(reply);  // the partial directory is being made
   } else {
     deferred.Complete<v1::BeginCheckpointResponse>(
@@ -183,7 +183,6 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
     LockedRun locked(*run);
     Deferred& deferred = locked.deferred();
     round->checkpoints = checkpoints;
-    round->dir_ready = true;
     std::vector<PendingPtr<v1::BeginCheckpointResponse>> waiting;
     waiting.swap(round->begin_waiting);
     if (round->state == CheckpointRound::State::kAborted) {

@@ -23,15 +23,14 @@ struct Coordinator::CheckpointRound {
   int writer = 0;
   std::string writer_desc;
   // checkpoints/ held open for the round: every file operation is relative to it, so a link or
-  // a rename planted meanwhile cannot redirect the commit, the clean-up or the retention.
+  // a rename planted meanwhile cannot redirect the commit, the clean-up or the retention. Set once
+  // the file work has made the round's partial directory; until then the ranks' Begin replies
+  // wait in `begin_waiting`.
   std::shared_ptr<const DirFd> checkpoints;
   std::string partial_name;
   std::string partial_dir;  // paths as the writer is told them
   std::string final_dir;
   State state = State::kOpen;
-  // The partial directory exists (made on the file work after the round opened); until then the
-  // ranks' Begin replies wait in `begin_waiting`.
-  bool dir_ready = false;
   std::vector<PendingPtr<v1::BeginCheckpointResponse>> begin_waiting;
   TimerQueue::Id lease_timer = 0;
   absl::Time opened;

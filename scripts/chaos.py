@@ -218,11 +218,13 @@ class Round:
                 ".partial-" in e for e in os.listdir(ckpts)), 60, interval=0.002)
             os.kill(pids[0], signal.SIGKILL)  # rank 0 writes
             return "SUCCEEDED", 1
-        if f in ("coord-kill9", "coord-sigterm"):
+        if f in ("coord-kill9", "coord-sigterm", "dtmodule-coord-restart"):
             self.at_step(step)
             self.coord.send_signal(signal.SIGKILL if f == "coord-kill9" else signal.SIGTERM)
             self.coord.wait(30)
-            time.sleep(self.rng.uniform(0, 1.5))  # away for a moment, as a restart is
+            # Away for a moment, as a restart is; under the dt module longer than the heartbeat
+            # timeout, which must not end the run.
+            time.sleep(self.rng.uniform(1, 7) if f == "dtmodule-coord-restart" else self.rng.uniform(0, 1.5))
             self.start_coord()
             return "SUCCEEDED", 0
         if f == "coord-sigstop":
@@ -247,13 +249,6 @@ class Round:
             return "SUCCEEDED", 0
         if f == "disk-full":
             return "FAILED", 0
-        if f == "dtmodule-coord-restart":
-            self.at_step(step)
-            self.coord.send_signal(signal.SIGTERM)
-            self.coord.wait(30)
-            time.sleep(self.rng.uniform(1, 7))  # longer than the heartbeat timeout: the run must not end
-            self.start_coord()
-            return "SUCCEEDED", 0
         if f == "stalled-save-dir":
             self.stall_save_dir()
             return "SUCCEEDED", 0

@@ -488,8 +488,8 @@ TEST_F(DtrunTest, AnyRanksFailureAbortsADtModuleRound) {
   // writer-finds-round-aborted: rank 1's abort removes the round's directory before the writer
   // lists its files; writer-saves-into-aborted-round: before it saves (both races
   // non-writer-raises meets now and then). The writer hears rank 1's abort, not a missing file.
-  for (const std::string mode : {"non-writer-raises", "writer-finds-round-aborted", "writer-saves-into-aborted-round",
-                                 "writer-saves-subdir"}) {
+  for (const std::string mode :
+       {"non-writer-raises", "writer-finds-round-aborted", "writer-saves-into-aborted-round", "writer-saves-subdir"}) {
     std::string run = SubmitScript(mode, 0, {mode}, JoinPath(DT_SOURCE_DIR, "tests/python/dt_round.py"));
     CommandResult watch = Dtctl({"watch", run});
     std::string exp_dir = JoinPath(save_dir_, mode);

@@ -460,14 +460,18 @@ def checkpoint(step, timeout=None):
         except DtError:
             return ""  # the round's lease ends it anyway; the user's exception is the one to see
 
+    def abort_for(e, reason, explained_by_removal):
+        # Aborts the round for `e`. When another rank's abort had already ended it and removed the
+        # round's directory under the writer, and that removal explains `e`, the abort is the
+        # cause, as every other rank hears it.
+        ended = abort(reason)
+        if ended and explained_by_removal:
+            raise DtError(ended, "ABORTED") from e
+
     try:
         yield ck
     except BaseException as e:
-        ended = abort(f"rank {s.rank}: {type(e).__name__}: {e}")
-        if ended and writer and isinstance(e, FileNotFoundError):
-            # Another rank's abort removed the round's directory while the writer was saving into
-            # it: that abort is the cause, as every other rank hears it.
-            raise DtError(ended, "ABORTED") from e
+        abort_for(e, f"rank {s.rank}: {type(e).__name__}: {e}", writer and isinstance(e, FileNotFoundError))
         raise
     request = pb.CommitCheckpointRequest(run_id=s.run_id, generation=s.generation, rank=s.rank,
                                          round_id=begun.round_id)
@@ -475,11 +479,7 @@ def checkpoint(step, timeout=None):
         try:
             request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
         except BaseException as e:  # a subdirectory, a link, nothing saved: the round cannot commit
-            ended = abort(f"the writer's files cannot be committed: {e}")
-            if ended:
-                # Another rank's abort removed the round's directory under the writer: its
-                # reason is the round's outcome, as every other rank hears it.
-                raise DtError(ended, "ABORTED") from e
+            abort_for(e, f"the writer's files cannot be committed: {e}", True)
             raise
     reply = s.call(s.checkpoints.CommitCheckpoint, request, timeout=None)
     ck.committed = True
