@@ -13,6 +13,7 @@ absl::StatusOr<std::string> CreateOrJoinRun(CoordinatorClient& client, const Joi
   spec->set_save_dir(join.save_dir);
   spec->set_nodes(join.nodes);
   spec->set_procs_per_node(join.procs_per_node);
+  spec->set_procs_per_node_rule(join.procs_per_node_rule);
   spec->set_scheduler(v1::EXTERNAL);
   spec->set_max_restarts(join.max_restarts);
   spec->set_join_key(absl::StrCat(join.experiment_name, "@slurm-", job.empty() ? "none" : job));

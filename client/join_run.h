@@ -18,6 +18,7 @@ struct JoinRunSpec {
   int max_restarts = 0;
   std::vector<std::string> trainer_args;  // dttrainer's command line, recorded with the run
   std::vector<std::string> exec_command;  // dtrun: the user's program
+  std::string procs_per_node_rule;        // dtrun: gpu|cpu|auto with procs_per_node 0 (each node counts)
 };
 
 // The run id. The join key is "<experiment>@slurm-<SLURM_JOB_ID>" ("@slurm-none" outside Slurm).

@@ -102,6 +102,8 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"world_size", r.world_size()},
           {"nodes", r.spec().nodes()},
           {"procs_per_node", r.spec().procs_per_node()},
+          {"procs_per_node_rule", r.spec().procs_per_node_rule()},
+          {"procs_per_node_counted_on", r.procs_per_node_counted_on()},
           {"generation", r.generation()},
           {"restarts", r.restarts()},
           {"max_restarts", r.spec().max_restarts()},

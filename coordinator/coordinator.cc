@@ -19,6 +19,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/procs_per_node.h"
 #include "common/run_env.h"
 #include "common/stop_signals.h"
 #include "common/utf8.h"
@@ -502,7 +503,14 @@ absl::Status ValidateSpec(const v1::RunSpec& spec) {
   if (spec.nodes() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("nodes must be at least 1, not ", spec.nodes()));
   }
-  if (spec.procs_per_node() < 1) {
+  if (absl::Status s = ValidateProcsPerNodeRule(spec.procs_per_node_rule()); !s.ok()) return s;
+  bool counted_on_nodes = spec.procs_per_node() == 0 && !spec.procs_per_node_rule().empty();
+  if (counted_on_nodes && spec.exec_command_size() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("processes per node ", Quote(spec.procs_per_node_rule()),
+                     " can be counted on the nodes only by dtrun (an --exec run); a dttrainer run takes a count"));
+  }
+  if (!counted_on_nodes && spec.procs_per_node() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
   }
   int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();

@@ -349,6 +349,12 @@ class Coordinator {
   void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Rendezvous helpers.
+  // A run whose nodes count their own processes (--nproc-per-node gpu|cpu|auto): the first node
+  // to register fixes the run's count (and reshapes the generation nobody has joined yet); a node
+  // that counted another number ends the run MISCONFIGURED, naming both, since a restart would
+  // count the same again. FAILED_PRECONDITION for a refused registrant; OK for every other run.
+  absl::Status CountProcsPerNode(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // FAILED_PRECONDITION when the run has ended or the trainer expects another world shape.
   absl::Status CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);

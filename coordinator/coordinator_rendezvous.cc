@@ -97,6 +97,57 @@ absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  v1::RunSpec& spec = *r.mutable_spec();
+  if (spec.procs_per_node_rule().empty() || IsTerminal(r.state())) return absl::OkStatus();
+  const std::string rule = absl::StrCat("--nproc-per-node ", spec.procs_per_node_rule());
+  int counted = request.expected().procs_per_node();
+  if (counted <= 0) {
+    if (spec.procs_per_node() > 0) return absl::OkStatus();  // the submitter resolved it; the run's count holds
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", r.run_id(), " counts its processes per node on each node (", rule, "), but the process on ",
+        request.host(), " did not say its node's count: start the run's nodes with dtrun"));
+  }
+  int64_t world = static_cast<int64_t>(spec.nodes()) * counted;
+  std::string wrong;
+  if (spec.procs_per_node() > 0 && counted != spec.procs_per_node()) {
+    wrong = absl::StrCat("node ", Quote(request.node()), " counted ", counted, " processes (", rule, ") but ",
+                         r.procs_per_node_counted_on().empty()
+                             ? "the submitter counted"
+                             : absl::StrCat("node ", Quote(r.procs_per_node_counted_on()), " counted"),
+                         " ", spec.procs_per_node(),
+                         "; every node of a run starts the same number: run on alike nodes, or give "
+                         "--nproc-per-node a count");
+  } else if (world > kMaxWorldSize) {
+    wrong = absl::StrCat("node ", Quote(request.node()), " counted ", counted, " processes (", rule,
+                         "): ", spec.nodes(), " nodes x ", counted, " = ", world, " ranks exceed the limit of ",
+                         kMaxWorldSize, "; give --nproc-per-node a count");
+  }
+  if (!wrong.empty()) {
+    v1::Failure failure;
+    failure.set_kind(v1::Failure::MISCONFIGURED);
+    failure.set_rank(-1);
+    failure.set_node(request.node());
+    failure.set_host(request.host());
+    failure.set_message(wrong);
+    failure.set_fatal(true);
+    FailGeneration(run, failure, deferred);
+    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " ended: ", wrong));
+  }
+  if (spec.procs_per_node() > 0) return absl::OkStatus();
+  spec.set_procs_per_node(counted);
+  r.set_world_size(static_cast<int>(world));
+  r.set_procs_per_node_counted_on(request.node());
+  // Nobody has joined this generation (the count was unknown): make it again at the run's shape.
+  NewGeneration(run, run.gen->number);
+  DT_LOG(Info) << "run " << r.run_id() << ": node " << request.node() << " counted " << counted
+               << " processes per node (" << rule << "): world size " << world;
+  Persist(run, deferred);
+  Notify(run, deferred);
+  return absl::OkStatus();
+}
+
 std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAssignedGeneration(
     RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
   Generation& g = *run.gen;
@@ -162,6 +213,10 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
   }
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
+  if (absl::Status s = CountProcsPerNode(*run, request, deferred); !s.ok()) {
+    deferred.Complete<v1::RegisterResponse>(reply, s);
+    return;
+  }
   if (absl::Status s = CheckRunAcceptsRegistration(*run, request); !s.ok()) {
     deferred.Complete<v1::RegisterResponse>(reply, s);
     return;

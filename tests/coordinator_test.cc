@@ -344,6 +344,102 @@ TEST_F(CoordinatorTest, WorldViewMismatchIsRefusedInsteadOfFormingASmallerWorld)
   EXPECT_NE(z.value.status().message().find("node 3 of a 2-node run"), std::string::npos);
 }
 
+// --nproc-per-node gpu|cpu|auto on Slurm: each node's dtrun counts its processes; the first node
+// to register fixes the run's count and world size, and the run forms at that shape.
+TEST_F(CoordinatorTest, TheFirstNodesCountFixesACountedRunsShape) {
+  v1::RunSpec spec = testing::MakeSpec("counted", save_dir_, 2, 0);
+  spec.set_procs_per_node_rule("gpu");
+  spec.add_exec_command("/bin/true");
+  absl::StatusOr<v1::SubmitRunResponse> submitted = coord_->SubmitRun(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  std::string run = submitted->run_id();
+  EXPECT_EQ(coord_->GetRun(run)->world_size(), 0);
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
+  for (const std::string node : {"n2", "n1"}) {
+    for (int slot = 0; slot < 3; ++slot) {
+      v1::RegisterRequest req = RegisterRequest(run, node, slot);
+      req.mutable_expected()->set_procs_per_node(3);
+      replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+      coord_->Register(req, replies.back()->pending());
+    }
+  }
+  for (const auto& reply : replies) {
+    ASSERT_TRUE(reply->arrived());
+    ASSERT_TRUE(reply->value.ok()) << reply->value.status();
+    EXPECT_EQ(reply->value->world_size(), 6);
+    EXPECT_EQ(reply->value->local_world_size(), 3);
+  }
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  EXPECT_EQ(r->state(), v1::RUNNING);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_EQ(r->spec().procs_per_node(), 3);
+  EXPECT_EQ(r->spec().procs_per_node_rule(), "gpu");
+  EXPECT_EQ(r->procs_per_node_counted_on(), "n2");
+  // The count is part of the run's record: a restarted coordinator knows it.
+  Reopen();
+  EXPECT_EQ(coord_->GetRun(run)->spec().procs_per_node(), 3);
+  EXPECT_EQ(coord_->GetRun(run)->procs_per_node_counted_on(), "n2");
+}
+
+// A node that counted another number than the first node ends the run at once, naming both: a
+// restart would count the same again, and a smaller world would train something else.
+TEST_F(CoordinatorTest, ANodeThatCountsDifferentlyEndsTheRunNamingBothCounts) {
+  v1::RunSpec spec = testing::MakeSpec("uneven", save_dir_, 2, 0, /*max_restarts=*/3);
+  spec.set_procs_per_node_rule("cpu");
+  spec.add_exec_command("/bin/true");
+  std::string run = coord_->SubmitRun(spec)->run_id();
+  Reply<v1::RegisterResponse> first, second;
+  v1::RegisterRequest a = RegisterRequest(run, "big", 0);
+  a.mutable_expected()->set_procs_per_node(2);
+  coord_->Register(a, first.pending());
+  EXPECT_FALSE(first.arrived());
+  v1::RegisterRequest b = RegisterRequest(run, "small", 0);
+  b.mutable_expected()->set_procs_per_node(1);
+  coord_->Register(b, second.pending());
+  ASSERT_TRUE(second.arrived() && first.arrived());
+  EXPECT_EQ(second.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(first.value.ok());
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  EXPECT_EQ(r->state(), v1::FAILED);
+  EXPECT_EQ(r->restarts(), 0);  // not restarted: the nodes would count the same again
+  EXPECT_EQ(r->reason().kind(), v1::Failure::MISCONFIGURED);
+  EXPECT_TRUE(r->reason().fatal());
+  EXPECT_EQ(r->reason().node(), "small");
+  for (const char* part : {"node \"small\" counted 1 processes (--nproc-per-node cpu)", "node \"big\" counted 2"}) {
+    EXPECT_NE(r->reason().message().find(part), std::string::npos) << r->reason().message();
+    EXPECT_NE(second.value.status().message().find(part), std::string::npos) << second.value.status();
+  }
+}
+
+// What a counted run's spec may say, and a registrant that does not count.
+TEST_F(CoordinatorTest, ACountedRunNeedsDtrunAndAKnownRule) {
+  v1::RunSpec trainer = testing::MakeSpec("t", save_dir_, 1, 0);
+  trainer.set_procs_per_node_rule("gpu");
+  absl::StatusOr<v1::SubmitRunResponse> refused = coord_->SubmitRun(trainer);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("only by dtrun"), std::string::npos) << refused.status();
+  v1::RunSpec unknown = testing::MakeSpec("u", save_dir_, 1, 2);
+  unknown.set_procs_per_node_rule("tpu");
+  refused = coord_->SubmitRun(unknown);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("\"tpu\" is not one of gpu, cpu or auto"), std::string::npos)
+      << refused.status();
+  // A count resolved by the submitter (a local run) keeps its rule for display.
+  v1::RunSpec local = testing::MakeSpec("l", save_dir_, 1, 2);
+  local.set_procs_per_node_rule("auto");
+  EXPECT_TRUE(coord_->SubmitRun(local).ok());
+  v1::RunSpec counted = testing::MakeSpec("c", save_dir_, 1, 0);
+  counted.set_procs_per_node_rule("auto");
+  counted.add_exec_command("/bin/true");
+  std::string run = coord_->SubmitRun(counted)->run_id();
+  Reply<v1::RegisterResponse> silent;
+  coord_->Register(RegisterRequest(run, "n1", 0), silent.pending());
+  EXPECT_EQ(silent.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(silent.value.status().message().find("did not say its node's count"), std::string::npos)
+      << silent.value.status();
+  EXPECT_EQ(State(run), v1::PENDING);
+}
+
 TEST_F(CoordinatorTest, RendezvousTimeoutNamesWhoCameAndWhoDidNot) {
   std::string run = Submit(2, 2);
   Reply<v1::RegisterResponse> a, b;
@@ -1661,7 +1757,9 @@ TEST_F(StacksTest, RanksThatDoNotCaptureFailAtOnceAsBefore) {
     Advance(absl::Seconds(2));
     for (const auto& a : ranks) {
       absl::StatusOr<v1::HeartbeatResponse> b = Beat(run, a, 0);
-      if (b.ok()) EXPECT_EQ(b->capture_id(), "");
+      if (b.ok()) {
+        EXPECT_EQ(b->capture_id(), "");
+      }
     }
   }
   EXPECT_EQ(coord_->GetRun(run)->reason().kind(), v1::Failure::HANG);

@@ -4,6 +4,7 @@
 // as the run's root cause with its rank, type and message. Real processes: dtcoord, the local
 // launcher, dtrun, Debian's python3-torch with Gloo.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <fstream>
@@ -13,11 +14,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/blas_core.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "common/process_tree.h"
+#include "common/procs_per_node.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -415,6 +418,149 @@ TEST_F(DtrunTest, LogsAllShowsEveryRanksLinesInTimeOrder) {
   CommandResult fold_alone = Dtctl({"logs", run, "--fold"});
   EXPECT_EQ(fold_alone.exit_code, 2) << fold_alone.output;
   EXPECT_TRUE(absl::StrContains(fold_alone.output, "add --all")) << fold_alone.output;
+}
+
+// A program that writes what dtrun gave its rank (RANK WORLD_SIZE LOCAL_WORLD_SIZE) to
+// <out>/rank-<RANK> and exits: no Python, so dozens of ranks start in a moment.
+std::vector<std::string> ShowWorld(const std::string& out) {
+  return {"/bin/sh", "-c", "echo \"$RANK $WORLD_SIZE $LOCAL_WORLD_SIZE\" > \"$0/rank-$RANK\"", out};
+}
+
+// The CPUs this process may run on, in order.
+std::vector<int> AllowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  }
+  return out;
+}
+
+// `taskset -c CPUS` for the first `count` allowed CPUs: what a node of that many CPUs would count.
+std::vector<std::string> OnCpus(int count) {
+  std::vector<int> cpus = AllowedCpus();
+  cpus.resize(std::min<size_t>(cpus.size(), count));
+  return {"/usr/bin/taskset", "-c", absl::StrJoin(cpus, ",")};
+}
+
+// torchrun's --nproc-per-node values on a local run, counted by dtctl on this machine: auto is
+// one rank per CPU here (no GPU), shown by `dtctl status`; gpu without a GPU is refused before
+// anything is created, saying what was looked at; a GPU machine would get one rank per GPU.
+TEST_F(DtrunTest, NprocPerNodeAutoCountsThisMachineAndGpuWithoutOneIsRefused) {
+  int cpus = static_cast<int>(std::min<size_t>(AllowedCpus().size(), 2));
+  std::string out = tmp_.Sub("world");
+  // dtctl under taskset: the machine, as dtctl counts it, has `cpus` CPUs.
+  std::vector<std::string> submit = OnCpus(cpus);
+  for (const std::string& a :
+       {testing::BinaryPath("dtctl"), std::string("submit"), std::string("-o"), std::string("json"),
+        std::string("--name"), std::string("auto"), std::string("--save-dir"), save_dir_,
+        std::string("--nproc-per-node"), std::string("auto"), std::string("--exec"), std::string("--")}) {
+    submit.push_back(a);
+  }
+  for (const std::string& a : ShowWorld(out)) submit.push_back(a);
+  absl::StatusOr<CommandResult> submitted =
+      RunCommand(submit, absl::Minutes(2),
+                 {{"DT_COORDINATOR", coord_.address()}, {"DT_TOKEN", coord_.admin_token()}, {"HOME", tmp_.path()}});
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const CommandResult& r = *submitted;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = testing::DtctlJson(r).value("run_id", "");
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  for (int rank = 0; rank < cpus; ++rank) {
+    EXPECT_EQ(testing::Slurp(JoinPath(out, absl::StrCat("rank-", rank))),
+              absl::StrCat(rank, " ", cpus, " ", cpus, "\n"));
+  }
+  EXPECT_EQ(::access(JoinPath(out, absl::StrCat("rank-", cpus)).c_str(), F_OK), -1) << "more ranks than CPUs";
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["procs_per_node"], cpus);
+  EXPECT_EQ(s["procs_per_node_rule"], "auto");
+  CommandResult text = Dtctl({"status", run});
+  EXPECT_TRUE(absl::StrContains(
+      text.output,
+      absl::StrCat(cpus, " = 1 node(s) x ", cpus, " (--nproc-per-node auto, counted on the submitting machine)")))
+      << text.output;
+
+  int gpus = ProbeThisNode().gpus;
+  CommandResult gpu = Dtctl({"submit", "--name", "gpu", "--save-dir", save_dir_, "--nproc-per-node", "gpu",
+                             gpus > 0 ? "--dry-run" : "--exec", "--exec", "--", "/bin/true"});
+  if (gpus == 0) {
+    EXPECT_EQ(gpu.exit_code, 2) << gpu.output;
+    EXPECT_TRUE(absl::StrContains(gpu.output, "--nproc-per-node gpu: node")) << gpu.output;
+    EXPECT_TRUE(absl::StrContains(gpu.output, "has no GPU its processes can see (no /dev/nvidia<N> device"))
+        << gpu.output;
+    EXPECT_EQ(::access(JoinPath(save_dir_, "gpu").c_str(), F_OK), -1) << "an experiment dir was created";
+  } else {
+    EXPECT_EQ(gpu.exit_code, 0) << gpu.output;
+    EXPECT_TRUE(absl::StrContains(gpu.output, absl::StrCat("--nproc-per-node ", gpus))) << gpu.output;
+  }
+  CommandResult typo = Dtctl(
+      {"submit", "--name", "x", "--save-dir", save_dir_, "--nproc-per-node", "gpus", "--exec", "--", "/bin/true"});
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_TRUE(absl::StrContains(typo.output, "\"gpus\" is not a count")) << typo.output;
+}
+
+// The user's own sbatch script style (dtrun creates or joins the run, no dtctl): each node's
+// dtrun counts --nproc-per-node cpu itself. Nodes with as many CPUs agree and the run forms at
+// their count; a node with fewer CPUs than the first ends the run, naming both counts, at once.
+TEST_F(DtrunTest, NodesCountNprocPerNodeCpuThemselvesAndANodeThatDiffersEndsTheRun) {
+  if (AllowedCpus().size() < 2) GTEST_SKIP() << "two nodes with different CPU counts need two CPUs here";
+  auto dtrun = [&](const std::string& experiment, const std::string& node, int cpus, const std::string& out) {
+    std::vector<std::string> argv = OnCpus(cpus);
+    for (const std::string& a : {testing::BinaryPath("dtrun"), std::string("--coordinator"), coord_.address(),
+                                 std::string("--experiment-name"), experiment, std::string("--save-dir"), save_dir_,
+                                 std::string("--nnodes"), std::string("2"), std::string("--nproc-per-node"),
+                                 std::string("cpu"), std::string("--node"), node, std::string("--")}) {
+      argv.push_back(a);
+    }
+    for (const std::string& a : ShowWorld(out)) argv.push_back(a);
+    return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{{"DT_TOKEN", coord_.admin_token()}},
+                                        JoinPath(tmp_.path(), experiment + "-" + node + ".log"));
+  };
+  auto run_of = [&](const std::string& experiment) {
+    for (const nlohmann::json& r : testing::DtctlJson(Dtctl({"list", "-o", "json"}))) {
+      if (r["name"] == experiment) return r["run_id"].get<std::string>();
+    }
+    return std::string();
+  };
+
+  std::string out = tmp_.Sub("alike");
+  auto a = dtrun("alike", "a", 1, out);
+  auto b = dtrun("alike", "b", 1, out);
+  EXPECT_EQ(a->Wait(absl::Minutes(2)), 0) << testing::Slurp(JoinPath(tmp_.path(), "alike-a.log"));
+  EXPECT_EQ(b->Wait(absl::Minutes(2)), 0) << testing::Slurp(JoinPath(tmp_.path(), "alike-b.log"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(testing::Slurp(JoinPath(out, absl::StrCat("rank-", rank))), absl::StrCat(rank, " 2 1\n"));
+  }
+  nlohmann::json alike = Status(run_of("alike"));
+  EXPECT_EQ(alike["state"], "SUCCEEDED") << alike.dump(2);
+  EXPECT_EQ(alike["world_size"], 2);
+  EXPECT_EQ(alike["procs_per_node_rule"], "cpu");
+  EXPECT_TRUE(alike["procs_per_node_counted_on"] == "a" || alike["procs_per_node_counted_on"] == "b") << alike;
+
+  // The first node counts two CPUs and waits in the rendezvous; the second counts one.
+  auto big = dtrun("uneven", "big", 2, tmp_.Sub("uneven"));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::string run = run_of("uneven");
+        return !run.empty() && Status(run)["state"] == "RENDEZVOUS";
+      },
+      absl::Seconds(60)));
+  auto small = dtrun("uneven", "small", 1, tmp_.Sub("uneven"));
+  EXPECT_EQ(small->Wait(absl::Minutes(1)), 2 << 8) << testing::Slurp(JoinPath(tmp_.path(), "uneven-small.log"));
+  EXPECT_NE(big->Wait(absl::Minutes(1)), 0);
+  nlohmann::json uneven = Status(run_of("uneven"));
+  EXPECT_EQ(uneven["state"], "FAILED") << uneven.dump(2);
+  EXPECT_EQ(uneven["reason"]["kind"], "MISCONFIGURED");
+  std::string why = uneven["reason"]["message"];
+  EXPECT_TRUE(absl::StrContains(why,
+                                "node \"small\" counted 1 processes (--nproc-per-node cpu) but node \"big\" "
+                                "counted 2"))
+      << why;
+  EXPECT_TRUE(absl::StrContains(testing::Slurp(JoinPath(tmp_.path(), "uneven-small.log")), why))
+      << "dtrun did not say why";
 }
 
 // dt's own names cannot be set (the rank's identity would disagree with dt's); each refusal names

@@ -49,7 +49,11 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
                   "",
                   "",
                   "",
-                  ""};
+                  "",
+                  /*stacks_dir=*/"",
+                  /*ptracer_pid=*/0,
+                  /*inherited_has=*/{},
+                  /*inherited_wandb_settings=*/false};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   std::map<std::string, std::string> want = {{"RANK", "5"},
                                              {"LOCAL_RANK", "1"},
@@ -91,14 +95,14 @@ TEST(WorkerEnvironment, GivesTorchrunsVariablesFromTheAssignment) {
 TEST(WorkerEnvironment, LeavesTheUsersThreadsAloneAndNamesTheCheckpointToResume) {
   v1::RegisterResponse a = Assignment();
   a.mutable_resume()->set_path("/runs/clm/checkpoints/step-200");
-  WorkerContext c{a, "inc", "h", 1, false, "c:1", "/ca.pem", "t", "/e", "8", "", "", ""};
+  WorkerContext c{a, "inc", "h", 1, false, "c:1", "/ca.pem", "t", "/e", "8", "", "", "", "", 0, {}, false};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);  // inherited as the user set it
   EXPECT_EQ(env["DT_LATEST_CHECKPOINT"], "/runs/clm/checkpoints/step-200");
   EXPECT_EQ(env["DT_TLS_CA"], "/ca.pem");
   EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");  // rank 0's process hosts the store
   a.set_local_world_size(1);
-  WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", "", ""};
+  WorkerContext one{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "", "", "", "", 0, {}, false};
   EXPECT_EQ(WorkerEnvironment(one).count("OMP_NUM_THREADS"), 0u);  // one process per node: all cores
 }
 
@@ -111,7 +115,8 @@ TEST(WorkerEnvironment, TheRunsVariablesAndTheW_BIdentity) {
   (*a.mutable_spec()->mutable_env())["OMP_NUM_THREADS"] = "6";
   (*a.mutable_spec()->mutable_env())["PYTHONPATH"] = "/mine";
   (*a.mutable_spec()->mutable_env())["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "0";
-  WorkerContext c{a, "inc", "h", 1, false, "c:1", "", "t", "/e", "", "/opt/dt/python", "/inherited", ""};
+  WorkerContext c{a,  "inc", "h", 1,  false, "c:1", "", "t", "/e", "", "/opt/dt/python", "/inherited",
+                  "", "",    0,   {}, false};
   std::map<std::string, std::string> env = WorkerEnvironment(c);
   EXPECT_EQ(env["OMP_NUM_THREADS"], "6");  // over dt's 1 a process
   EXPECT_EQ(env["PYTHONPATH"], "/opt/dt/python:/mine");

@@ -130,7 +130,9 @@ TEST_F(HangE2ETest, AHungTrainerIsCapturedAndTheSameHangTwiceEndsTheRun) {
   EXPECT_TRUE(GroupHas(*odd, "HangInsideStepForTests")) << odd->dump(2);
   // Rank 0 waits in the step's gradient all-reduce; the rings say which one.
   for (const auto& g : verdict["groups"]) {
-    if (!g.value("odd", false)) EXPECT_TRUE(GroupHas(g, "wait")) << g.dump(2);
+    if (!g.value("odd", false)) {
+      EXPECT_TRUE(GroupHas(g, "wait")) << g.dump(2);
+    }
   }
   std::string collectives = verdict["collectives"];
   EXPECT_TRUE(absl::StrContains(collectives, "rank 0 waits in all-reduce #")) << collectives;
@@ -190,7 +192,9 @@ TEST_F(HangE2ETest, AHungPythonScriptNamesLoadBatchForRank1AndTheAllReduceForRan
   EXPECT_TRUE(absl::EndsWith(top["file"].get<std::string>(), "hang_in_load_batch.py")) << top;
   EXPECT_EQ(top["line"], SleepLine()) << top;
   for (const auto& g : verdict["groups"]) {
-    if (!g.value("odd", false)) EXPECT_TRUE(GroupHas(g, "all_reduce")) << g.dump(2);
+    if (!g.value("odd", false)) {
+      EXPECT_TRUE(GroupHas(g, "all_reduce")) << g.dump(2);
+    }
   }
   CommandResult text = Dtctl({"status", run});
   EXPECT_TRUE(absl::StrContains(text.output, "load_batch (")) << text.output;

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "common/fs.h"
 #include "common/process_tree.h"
+#include "common/procs_per_node.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 #include "tests/wandb_test_server.h"
@@ -671,6 +672,38 @@ TEST_F(SlurmTest, TheRunsVariablesReachEveryRankOnBothNodes) {
       testing::Slurp(JoinPath(save_dir_, absl::StrCat("slurm-env-trainer/logs/", trainer_run, ".sbatch")));
   EXPECT_EQ(script.find("export FOO"), std::string::npos) << script;  // the trainers' alone
   EXPECT_EQ(Dtctl({"cancel", trainer_run}).exit_code, 0);
+}
+
+// --nproc-per-node cpu|gpu on Slurm: each node's dtrun counts its own (the CPUs Slurm lets its
+// step use); both nodes agree and the run forms at their count. gpu on nodes without one ends the
+// run at once with the node's reason, not after a restart or the rendezvous timeout.
+TEST_F(SlurmTest, EachNodeCountsNprocPerNodeAndGpuWithoutOneEndsTheRunWithTheReason) {
+  std::string out = tmp_.Sub("world");
+  std::string run = SubmitExec("slurm-cpu", {"--nproc-per-node", "cpu"},
+                               {"/bin/sh", "-c", "echo \"$WORLD_SIZE $LOCAL_WORLD_SIZE\" > \"$0/rank-$RANK\"", out});
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  int per_node = s.value("procs_per_node", 0);
+  EXPECT_GE(per_node, 1) << s.dump(2);
+  EXPECT_EQ(s["world_size"], 2 * per_node);
+  EXPECT_EQ(s["procs_per_node_rule"], "cpu");
+  EXPECT_FALSE(s.value("procs_per_node_counted_on", "").empty()) << s.dump(2);
+  for (int rank = 0; rank < 2 * per_node; ++rank) {
+    EXPECT_EQ(testing::Slurp(JoinPath(out, absl::StrCat("rank-", rank))),
+              absl::StrCat(2 * per_node, " ", per_node, "\n"))
+        << rank;
+  }
+
+  if (ProbeThisNode().gpus > 0) return;  // the nodes would count their GPUs
+  std::string gpu = SubmitExec("slurm-gpu", {"--nproc-per-node", "gpu", "--max-restarts", "2"}, {"/bin/true"});
+  EXPECT_NE(Dtctl({"watch", gpu}).exit_code, 0);
+  nlohmann::json g = Json(Dtctl({"status", gpu, "-o", "json"}));
+  EXPECT_EQ(g["state"], "FAILED") << g.dump(2);
+  EXPECT_EQ(g["restarts"], 0) << "a restart would find the same nodes";
+  std::string why = g["reason"]["message"];
+  EXPECT_TRUE(absl::StrContains(why, "--nproc-per-node gpu: node")) << why;
+  EXPECT_TRUE(absl::StrContains(why, "has no GPU its processes can see")) << why;
 }
 
 // kill -9 of one node's dtrun on Slurm: its rank's whole tree (a wrapper shell, the program, a

@@ -724,8 +724,14 @@ int RunTrainer(const TrainerConfig& cfg) {
   std::string run_id = cfg.run_id;
   if (run_id.empty()) {
     // Bring your own sbatch: trainers of one job create or join the same run.
-    JoinRunSpec join{
-        cfg.experiment_name, cfg.save_dir, cfg.expect_nodes, cfg.expect_procs_per_node, cfg.max_restarts, cfg.argv, {}};
+    JoinRunSpec join{cfg.experiment_name,
+                     cfg.save_dir,
+                     cfg.expect_nodes,
+                     cfg.expect_procs_per_node,
+                     cfg.max_restarts,
+                     cfg.argv,
+                     {},
+                     {}};
     absl::StatusOr<std::string> run = CreateOrJoinRun(**client, join);
     if (!run.ok()) {
       std::cerr << "dttrainer: cannot create or join the run for experiment " << cfg.experiment_name << ": "

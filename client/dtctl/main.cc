@@ -39,6 +39,7 @@
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/limits.h"
+#include "common/procs_per_node.h"
 #include "common/run_env.h"
 #include "common/run_state.h"
 #include "common/subprocess.h"
@@ -114,6 +115,23 @@ std::string StepCell(const v1::Run& r) {
   return r.total_steps() > 0 ? absl::StrCat(r.step(), "/", r.total_steps()) : absl::StrCat(r.step());
 }
 
+// "16 = 2 node(s) x 8", with how a counted --nproc-per-node came to its number.
+std::string WorldCell(const v1::Run& r) {
+  const v1::RunSpec& spec = r.spec();
+  if (spec.procs_per_node() == 0) {
+    return absl::StrCat("? = ", spec.nodes(), " node(s) x ? (--nproc-per-node ", spec.procs_per_node_rule(),
+                        ": counted when the first node registers)");
+  }
+  std::string out = absl::StrCat(r.world_size(), " = ", spec.nodes(), " node(s) x ", spec.procs_per_node());
+  if (!spec.procs_per_node_rule().empty()) {
+    absl::StrAppend(&out, " (--nproc-per-node ", spec.procs_per_node_rule(), ", counted on ",
+                    r.procs_per_node_counted_on().empty() ? "the submitting machine"
+                                                          : PrintableForTerminal(r.procs_per_node_counted_on()),
+                    ")");
+  }
+  return out;
+}
+
 // ---- Commands -------------------------------------------------------------------------------
 
 int List(Global& g) {
@@ -167,8 +185,7 @@ int Status(Global& g, const std::string& run_id) {
                     ? absl::StrCat("  requeues ", r->preemptions(), "/", r->spec().max_requeues())
                     : "")
             << "\n"
-            << "world      " << r->world_size() << " = " << r->spec().nodes() << " node(s) x "
-            << r->spec().procs_per_node() << "  (" << v1::Scheduler_Name(r->spec().scheduler())
+            << "world      " << WorldCell(*r) << "  (" << v1::Scheduler_Name(r->spec().scheduler())
             << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id())))
             << ")\n"
             << "step       " << StepCell(*r) << "\n"
@@ -511,6 +528,25 @@ class SubmitFlags {
     overrides_.emplace_back(option, [this, field](SubmitOptions& merged) { merged.*field = flags_.*field; });
     return option;
   }
+  // --nproc-per-node: a count, or gpu|cpu|auto counted where the ranks run (SubmitOptions::nproc_rule).
+  void AddProcsPerNode() {
+    CLI::Option* option =
+        submit_
+            ->add_option("--nproc-per-node", procs_text_,
+                         "processes per node: a count (one per GPU), or as torchrun: gpu (one per visible GPU), cpu "
+                         "(one per usable CPU), auto (gpu where the node has GPUs, else cpu), counted on each node")
+            ->check(CLI::Validator(
+                [](std::string& text) {
+                  absl::StatusOr<dt::ProcsPerNode> parsed = dt::ParseProcsPerNode(text);
+                  return parsed.ok() ? std::string() : std::string(parsed.status().message());
+                },
+                "COUNT|gpu|cpu|auto"));
+    overrides_.emplace_back(option, [this](SubmitOptions& merged) {
+      dt::ProcsPerNode parsed = *dt::ParseProcsPerNode(procs_text_);  // the validator accepted it
+      merged.nproc_per_node = parsed.count;
+      merged.nproc_rule = parsed.rule;
+    });
+  }
   // The run file's options (or the defaults) with every flag the command line gave on top.
   void ApplyGiven(SubmitOptions& merged) const {
     for (const auto& [option, apply] : overrides_) {
@@ -522,6 +558,7 @@ class SubmitFlags {
  private:
   CLI::App* submit_;
   SubmitOptions flags_;
+  std::string procs_text_;
   std::vector<std::pair<CLI::Option*, std::function<void(SubmitOptions&)>>> overrides_;
 };
 
@@ -545,8 +582,7 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
   f.Add("--name", &SubmitOptions::name, "experiment name (the directory under --save-dir)");
   f.Add("--save-dir", &SubmitOptions::save_dir, "where experiment directories go");
   f.Add("--nodes", &SubmitOptions::nodes, "nodes")->check(dt::InRange(1, dt::kMaxWorldSize));
-  f.Add("--nproc-per-node", &SubmitOptions::nproc_per_node, "trainers per node (one per GPU)")
-      ->check(dt::InRange(1, dt::kMaxWorldSize));
+  f.AddProcsPerNode();
   f.Add("--scheduler", &SubmitOptions::scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
   f.Add("--log-strategy", &SubmitOptions::log_strategy, "W&B: main, node or all")
       ->check(CLI::IsMember({"main", "node", "all"}));
@@ -666,6 +702,7 @@ absl::StatusOr<SubmitOptions> SubmitOptionsOf(const SubmitCli& cli) {
   } else if (!cli.words.empty()) {
     merged.trainer_args = cli.words;
   }
+  if (absl::Status s = CountProcsPerNode(&merged); !s.ok()) return s;
   if (merged.trainer.empty()) merged.trainer = dt::JoinPath(dt::ExecutableDir(), "dttrainer");
   AbsolutizeTrainerPaths(&merged);
   if (!merged.idle_timeout.empty()) {

@@ -21,8 +21,10 @@
 #include "common/data_dir.h"
 #include "common/duration.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "common/limits.h"
 #include "common/names.h"
+#include "common/procs_per_node.h"
 #include "common/run_env.h"
 #include "common/subprocess.h"
 #include "common/utf8.h"
@@ -195,7 +197,6 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
       r.Text(doc, "name", &o->name),
       r.Text(doc, "save_dir", &o->save_dir),
       r.Number(doc, "nodes", 1, kMaxWorldSize, &o->nodes),
-      r.Number(doc, "nproc_per_node", 1, kMaxWorldSize, &o->nproc_per_node),
       r.Text(doc, "scheduler", &o->scheduler),
       r.Text(doc, "log_strategy", &o->log_strategy),
       r.Number(doc, "max_restarts", 0, 1000, &o->max_restarts),
@@ -215,6 +216,13 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
     if (!s.ok()) return s;
   }
   if (absl::Status s = r.Mapping(doc, "env", &o->env); !s.ok()) return s;
+  if (const YAML::Node n = doc["nproc_per_node"]) {
+    absl::StatusOr<ProcsPerNode> parsed =
+        n.IsScalar() ? ParseProcsPerNode(n.Scalar(), "value") : absl::InvalidArgumentError("must be a single value");
+    if (!parsed.ok()) return r.Error(n, "nproc_per_node", std::string(parsed.status().message()));
+    o->nproc_per_node = parsed->count;
+    o->nproc_rule = parsed->rule;
+  }
   if (const YAML::Node w = doc["wandb"]) {
     if (!w.IsMap()) return r.Error(w, "wandb", "must be a mapping (project:, entity:, mode:, tags:)");
     for (absl::Status s : {r.KnownKeys(w, "wandb", {"project", "entity", "mode", "tags"}),
@@ -255,6 +263,24 @@ void AbsolutizeTrainerPaths(SubmitOptions* o) {
   }
 }
 
+absl::Status CountProcsPerNode(SubmitOptions* o) {
+  if (o->nproc_rule.empty()) return absl::OkStatus();
+  if (o->scheduler != "slurm") {
+    absl::StatusOr<int> count = ResolveProcsPerNode({0, o->nproc_rule}, ProbeThisNode(), HostName());
+    if (!count.ok()) return count.status();
+    o->nproc_per_node = *count;
+    return absl::OkStatus();
+  }
+  if (o->exec_command.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nproc-per-node ", o->nproc_rule,
+        " on Slurm needs --exec (dtrun counts it on each node); srun starts a fixed number of dttrainers per "
+        "node: give a count"));
+  }
+  o->nproc_per_node = 0;
+  return absl::OkStatus();
+}
+
 absl::Status Preflight(const SubmitOptions& o) {
   if (absl::Status s = ValidateExperimentName(o.name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
@@ -264,7 +290,7 @@ absl::Status Preflight(const SubmitOptions& o) {
   if (absl::Status s = ValidateRunEnv(o.env); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--env: ", s.message()));
   }
-  if (o.nodes < 1 || o.nproc_per_node < 1) {
+  if (o.nodes < 1 || (o.nproc_per_node < 1 && o.nproc_rule.empty())) {
     return absl::InvalidArgumentError("--nodes and --nproc-per-node must be at least 1");
   }
   if (o.scheduler != "local" && o.scheduler != "slurm") {
@@ -391,10 +417,11 @@ SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
     p.trainer_env.clear();  // dtrun gives the run's variables to its ranks
     // One dtrun per node starts the node's ranks.
     p.tasks_per_node = 1;
-    p.cpus_per_task = o.nproc_per_node;
+    p.cpus_per_task = o.nproc_per_node;  // 0 (a rule counted on the nodes): Slurm's default
     p.omp_threads = o.omp_threads;
     p.trainer = JoinPath(ExecutableDir(), "dtrun");
-    p.trainer_args = {"--nnodes", absl::StrCat(o.nodes), "--nproc-per-node", absl::StrCat(o.nproc_per_node), "--"};
+    p.trainer_args = {"--nnodes", absl::StrCat(o.nodes), "--nproc-per-node",
+                      o.nproc_per_node > 0 ? absl::StrCat(o.nproc_per_node) : o.nproc_rule, "--"};
     p.trainer_args.insert(p.trainer_args.end(), o.exec_command.begin(), o.exec_command.end());
   }
   return p;
@@ -437,6 +464,7 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->set_save_dir(AbsolutePath(o.save_dir));
   spec->set_nodes(o.nodes);
   spec->set_procs_per_node(o.nproc_per_node);
+  spec->set_procs_per_node_rule(o.nproc_rule);
   spec->set_scheduler(o.scheduler == "slurm" ? v1::SLURM : v1::LOCAL);
   spec->set_log_strategy(o.log_strategy == "all" ? v1::ALL : o.log_strategy == "node" ? v1::NODE : v1::MAIN);
   spec->set_max_restarts(o.max_restarts);

@@ -17,7 +17,10 @@ struct SubmitOptions {
   std::string name;
   std::string save_dir;
   int nodes = 1;
-  int nproc_per_node = 1;
+  int nproc_per_node = 1;  // the count (with nproc_rule: the count found here, or 0 on Slurm)
+  // --nproc-per-node gpu|cpu|auto (empty: nproc_per_node is what was asked). CountProcsPerNode
+  // counts a local run's here; each Slurm node's dtrun counts its own.
+  std::string nproc_rule;
   std::string scheduler = "local";  // local | slurm
   std::string log_strategy = "main";
   std::string wandb_project;
@@ -47,8 +50,8 @@ struct SubmitOptions {
 // the flag otherwise.
 absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text);
 
-// Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node, scheduler,
-// log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
+// Fills `options` from a YAML run file. Fields: name, save_dir, nodes, nproc_per_node (a count, or
+// gpu, cpu, auto), scheduler, log_strategy, wandb: {project, entity, mode, tags}, max_restarts, keep_checkpoints,
 // gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...],
 // max_requeues, preempt_grace (seconds), idle_timeout ("20m"), max_identical_hangs, env: {KEY: value}.
 // INVALID_ARGUMENT names the file and the field.
@@ -60,6 +63,11 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
 // adds --tokenizer-dir naming the GPT-2 files shipped in dt's data/ when none is given. An --exec
 // program given by a relative path ("./train.sh") is made absolute; its arguments are its own.
 void AbsolutizeTrainerPaths(SubmitOptions* options);
+
+// --nproc-per-node gpu|cpu|auto: a local run's ranks all run on this machine, so it is counted
+// here (FAILED_PRECONDITION for gpu without a visible GPU); a Slurm run leaves it to each node's
+// dtrun (0 here), which only --exec runs have (INVALID_ARGUMENT for a dttrainer run on Slurm).
+absl::Status CountProcsPerNode(SubmitOptions* options);
 
 // Each problem is FAILED_PRECONDITION / INVALID_ARGUMENT with what to do about it.
 absl::Status Preflight(const SubmitOptions& options);

@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/host.h"
 #include "common/log.h"
+#include "common/procs_per_node.h"
 #include "common/stop_signals.h"
 #include "common/subprocess.h"
 #include "common/version.h"
@@ -28,6 +29,7 @@ int Usage(const std::string& message) {
 // What the command line sets beside the agent's configuration.
 struct Flags {
   std::string token_file;
+  std::string procs_per_node = "1";  // a count, or gpu|cpu|auto counted here
   dt::JoinRunSpec join;
   double rendezvous_timeout_s = 600;
   double stop_grace_s = 10;
@@ -46,8 +48,15 @@ void DeclareFlags(CLI::App& app, dt::run::NodeAgentConfig& c, Flags& f) {
   app.add_option("--node", c.node, "node name ranks are grouped by (default: $SLURMD_NODENAME, else the host name)");
   app.add_option("--nnodes", c.nodes, "nodes of the run; refused if the run disagrees (default: the run's)")
       ->check(dt::AtLeast(1));
-  app.add_option("--nproc-per-node", c.procs_per_node, "processes to start on this node")
-      ->check(dt::AtLeast(1))
+  app.add_option("--nproc-per-node", f.procs_per_node,
+                 "processes to start on this node: a count, or as torchrun: gpu (one per GPU this node's "
+                 "processes can see), cpu (one per CPU they may run on), auto (gpu where there are GPUs, else cpu)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            absl::StatusOr<dt::ProcsPerNode> parsed = dt::ParseProcsPerNode(text);
+            return parsed.ok() ? std::string() : std::string(parsed.status().message());
+          },
+          "COUNT|gpu|cpu|auto"))
       ->capture_default_str();
   app.add_option("--master-addr", c.master_addr,
                  "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
@@ -70,14 +79,16 @@ void DeclareFlags(CLI::App& app, dt::run::NodeAgentConfig& c, Flags& f) {
 
 // Without --run (the user's own sbatch script): the run of this experiment and Slurm job, created
 // by whichever node comes first. An exit code when there is none.
-std::optional<int> JoinRun(dt::CoordinatorClient& client, dt::run::NodeAgentConfig& c, dt::JoinRunSpec join) {
+std::optional<int> JoinRun(dt::CoordinatorClient& client, dt::run::NodeAgentConfig& c, dt::JoinRunSpec join,
+                           const dt::ProcsPerNode& procs) {
   if (!c.run_id.empty()) return std::nullopt;
   if (join.experiment_name.empty() || join.save_dir.empty() || c.nodes <= 0) {
     return Usage(
         "no run: pass --run (or DT_RUN_ID), or --experiment-name, --save-dir and --nnodes to create or join one");
   }
   join.nodes = c.nodes;
-  join.procs_per_node = c.procs_per_node;
+  join.procs_per_node = procs.count;  // 0 for a rule: every node counts its own
+  join.procs_per_node_rule = procs.rule;
   join.exec_command = c.command;
   absl::StatusOr<std::string> run = dt::CreateOrJoinRun(client, join);
   if (!run.ok()) {
@@ -87,6 +98,41 @@ std::optional<int> JoinRun(dt::CoordinatorClient& client, dt::run::NodeAgentConf
   }
   c.run_id = *run;
   return std::nullopt;
+}
+
+// --nproc-per-node gpu|cpu|auto: this node's count. A node that cannot count (gpu without a
+// visible GPU) ends the run: the coordinator hears why (restarting would find the same node), and
+// the launcher sees exit code 2. An exit code when it cannot.
+std::optional<int> CountProcsPerNode(dt::CoordinatorClient& client, dt::run::NodeAgentConfig& c,
+                                     const dt::ProcsPerNode& procs) {
+  absl::StatusOr<int> count = dt::ResolveProcsPerNode(procs, dt::ProbeThisNode(), c.node);
+  if (count.ok()) {
+    c.procs_per_node = *count;
+    c.counts_procs_per_node = !procs.rule.empty();
+    if (c.counts_procs_per_node) DT_LOG(Info) << "--nproc-per-node " << procs.rule << ": " << *count << " on this node";
+    return std::nullopt;
+  }
+  std::cerr << "dtrun: " << count.status().message() << "\n";
+  dt::v1::GetRunRequest get;
+  get.set_run_id(c.run_id);
+  absl::StatusOr<dt::v1::Run> run =
+      dt::Call(client, &dt::v1::RunService::Stub::GetRun, client.runs(), get, absl::Seconds(30));
+  if (run.ok()) {
+    dt::v1::ReportErrorRequest report;
+    report.set_run_id(c.run_id);
+    report.set_generation(run->generation());
+    report.set_rank(-1);
+    report.set_node(c.node);
+    report.set_local_slot(-1);  // no process was started
+    report.set_host(dt::HostName());
+    report.set_message(std::string(count.status().message()));
+    report.set_fatal(true);
+    auto reported =
+        dt::Call(client, &dt::v1::RendezvousService::Stub::ReportError, client.rendezvous(), report, absl::Seconds(30));
+    if (!reported.ok()) run = reported.status();
+  }
+  if (!run.ok()) std::cerr << "dtrun: could not tell the coordinator: " << run.status() << "\n";
+  return dt::run::kExitUsage;
 }
 
 }  // namespace
@@ -130,6 +176,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<dt::CoordinatorClient>> client =
       dt::CoordinatorClient::Connect(c.coordinator, c.run_token, c.tls_ca);
   if (!client.ok()) return Usage(std::string(client.status().message()));
-  if (std::optional<int> code = JoinRun(**client, c, f.join)) return *code;
+  dt::ProcsPerNode procs = *dt::ParseProcsPerNode(f.procs_per_node);  // the validator accepted it
+  if (std::optional<int> code = JoinRun(**client, c, f.join, procs)) return *code;
+  if (std::optional<int> code = CountProcsPerNode(**client, c, procs)) return *code;
   return dt::run::RunNodeAgent(*client, c);
 }

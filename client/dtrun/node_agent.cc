@@ -120,6 +120,8 @@ class NodeAgent {
         o.expected.set_nodes(config_.nodes);
         o.expected.set_procs_per_node(config_.procs_per_node);
         o.expected.set_world_size(config_.nodes * config_.procs_per_node);
+      } else if (config_.counts_procs_per_node) {
+        o.expected.set_procs_per_node(config_.procs_per_node);
       }
       Worker& w = workers_.emplace_back();
       w.agent = std::make_unique<Agent>(client_, o);

@@ -30,6 +30,9 @@ struct NodeAgentConfig {
   std::string node;
   int nodes = 0;  // what this node expects (0: accept the run's shape)
   int procs_per_node = 1;
+  // procs_per_node was counted here (--nproc-per-node gpu|cpu|auto): every registration says so,
+  // and the coordinator holds the run's nodes to the first count.
+  bool counts_procs_per_node = false;
   std::string master_addr;  // empty: the address this node reaches the coordinator from
   // Group rank 0's dtrun hosts the workers' TCPStore (dtrun-store; client/dtrun/agent_store.h).
   // Off by default: dtrun-store is the system LibTorch's TCPStore, and a worker importing another
