@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/crypto.h"
 #include "coordinator/clock.h"
 #include "tests/test_util.h"
@@ -109,6 +111,7 @@ class ForwarderTest : public ::testing::Test {
     o.post_interval = absl::Seconds(2);
     o.retry_base = absl::Seconds(2);
     o.retry_cap = absl::Seconds(60);
+    o.before_spool_open = [this](const std::string& dir) { stall_.Pass(dir); };
     forwarder_ = std::make_unique<Forwarder>(o, /*coordinator=*/nullptr, /*stats=*/nullptr);
     run_.set_run_id("r-0000000000000001");
     run_.set_state(v1::RUNNING);
@@ -119,7 +122,8 @@ class ForwarderTest : public ::testing::Test {
 
   double UnixNow() const { return absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()); }
 
-  void Log(int64_t first, int64_t last, double age_s = 10) {
+  void Log(int64_t first, int64_t last, double age_s = 10) { LogTo(run_, first, last, age_s); }
+  void LogTo(const v1::Run& run, int64_t first, int64_t last, double age_s = 10) {
     v1::MetricBatch batch;
     batch.set_rank(0);
     for (int64_t step = first; step <= last; ++step) {
@@ -128,7 +132,7 @@ class ForwarderTest : public ::testing::Test {
       p->set_time(UnixNow() - age_s);
       (*p->mutable_values())["loss"] = 10.0 - step;
     }
-    forwarder_->OnMetrics(run_, batch);
+    forwarder_->OnMetrics(run, batch);
   }
 
   // Serves whatever is due, as the workers would, advancing the clock to the next due moment up
@@ -150,7 +154,41 @@ class ForwarderTest : public ::testing::Test {
     return out;
   }
 
+  // Makes the opening of spools whose directory contains `part` wait, as on a disk that stopped
+  // answering: until Release() or for at most 5 s.
+  class SpoolStall {
+   public:
+    void Arm(const std::string& part) {
+      absl::MutexLock lock(&mu_);
+      part_ = part;
+    }
+    void Pass(const std::string& dir) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (part_.empty() || !absl::StrContains(dir, part_)) return;
+        ++waiting_;
+      }
+      released_.WaitForNotificationWithTimeout(absl::Seconds(5));
+      absl::MutexLock lock(&mu_);
+      --waiting_;
+    }
+    int waiting() {
+      absl::MutexLock lock(&mu_);
+      return waiting_;
+    }
+    void Release() {
+      if (!released_.HasBeenNotified()) released_.Notify();
+    }
+
+   private:
+    absl::Mutex mu_;
+    std::string part_ ABSL_GUARDED_BY(mu_);
+    int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+    absl::Notification released_;
+  };
+
   testing::TempDir tmp_;
+  SpoolStall stall_;
   FakeClock clock_;
   ScriptedWandb wandb_{&clock_};
   v1::Run run_;
@@ -179,6 +217,37 @@ TEST_F(ForwarderTest, ChecksThenCreatesTheRunThenStreamsEveryStepOnceInOrder) {
   EXPECT_EQ(streams[1].body["files"]["wandb-history.jsonl"]["offset"], 5);
   EXPECT_GE(streams[1].at - streams[0].at, absl::Seconds(2));
   EXPECT_EQ(forwarder_->QueueDepth(), 0);
+}
+
+// A W&B run's first batch opens its spool (mkdir, fsync, reading what an earlier coordinator
+// spooled) outside the forwarder's lock: while one spool's disk stalls, another run's batches and
+// the console's W&B queries go through, and the stalled run's points arrive once it answers.
+TEST_F(ForwarderTest, AStalledSpoolDelaysNoOtherRun) {
+  stall_.Arm(Sha1Hex("/save/exp"));  // the spool directory is named by the W&B run id
+  std::thread stalled([&] { Log(1, 3); });
+  ASSERT_TRUE(testing::WaitFor([&] { return stall_.waiting() == 1; }, absl::Seconds(10)));
+  v1::Run other = run_;
+  other.set_run_id("r-0000000000000002");
+  other.mutable_spec()->set_experiment_name("other");
+  LogTo(other, 1, 2);
+  std::vector<WandbRunInfo> others = forwarder_->RunsOf(other.run_id());
+  std::vector<WandbRunInfo> mine = forwarder_->RunsOf(run_.run_id());
+  // Had either call waited for the forwarder's lock, the stall would have ended first (5 s).
+  EXPECT_EQ(stall_.waiting(), 1) << "another run waited for the stalled spool";
+  ASSERT_EQ(others.size(), 1u);
+  EXPECT_EQ(others[0].spooled, 2);
+  EXPECT_TRUE(mine.empty());  // not open yet
+  stall_.Release();
+  stalled.join();
+  RunFor(absl::Seconds(3));
+  std::vector<int64_t> steps;
+  for (const Posted& p : Streams()) {
+    if (!absl::StrContains(p.url, Sha1Hex("/save/exp"))) continue;
+    for (const auto& line : p.body["files"]["wandb-history.jsonl"]["content"]) {
+      steps.push_back(nlohmann::json::parse(line.get<std::string>())["_step"].get<int64_t>());
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3}));
 }
 
 // The API key goes only to the coordinator's W&B server: a run whose spec names another (one stored

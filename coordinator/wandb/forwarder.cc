@@ -277,7 +277,8 @@ Forwarder::Route& Forwarder::RouteFor(const v1::Run& run) {
   return route;
 }
 
-Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int rank) {
+Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int rank,
+                                        std::optional<SpoolToOpen>* open) {
   auto cached = route.by_rank.find(rank);
   if (cached != route.by_rank.end()) return cached->second;
   const v1::RankStatus* status = nullptr;
@@ -311,7 +312,13 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
   // The same id dtrun gives a program that calls wandb.init itself (WANDB_RUN_ID).
   std::string id = WandbRunIdFor(route.strategy, run.spec().save_dir(), experiment, rank, node_rank);
   Settings s = Resolve(run, options_.env);
-  auto existing = targets_.find(absl::StrCat(s.project, "/", id));
+  std::string key = absl::StrCat(s.project, "/", id);
+  struct Opening {
+    const std::set<std::string>* opening;
+    const std::string* key;
+  } wait{&opening_, &key};
+  mu_.Await(absl::Condition(+[](Opening* w) { return w->opening->count(*w->key) == 0; }, &wait));
+  auto existing = targets_.find(key);
   if (existing != targets_.end()) {
     route.by_rank[rank] = existing->second.get();
     if (existing->second->dt_run_id != run.run_id()) {
@@ -332,32 +339,44 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
   meta.base_url = s.base_url;
   meta.mode = s.mode;
   meta.dt_run_id = run.run_id();
-  absl::StatusOr<std::unique_ptr<Spool>> spool =
-      Spool::Open(JoinPath(JoinPath(options_.spool_dir, SanitizeRunId(s.project)), id), meta);
-  if (!spool.ok()) {
-    DT_LOG(Error) << "W&B spool for " << id << ": " << spool.status();
-    return nullptr;
-  }
+  opening_.insert(key);
+  *open = SpoolToOpen{key, JoinPath(JoinPath(options_.spool_dir, SanitizeRunId(s.project)), id), std::move(meta), rank};
+  return nullptr;
+}
+
+Forwarder::Target* Forwarder::OpenTarget(const v1::Run& run, const SpoolToOpen& open) {
+  if (options_.before_spool_open) options_.before_spool_open(open.dir);
+  absl::StatusOr<std::unique_ptr<Spool>> spool = Spool::Open(open.dir, open.meta);
   // A spool of an earlier dt run of the same experiment (main strategy) continues it.
-  if ((*spool)->meta().dt_run_id != run.run_id()) {
+  if (spool.ok() && (*spool)->meta().dt_run_id != run.run_id()) {
     if (absl::Status st = (*spool)->Rebind(run.run_id()); !st.ok()) DT_LOG(Error) << st;
+  }
+  absl::MutexLock lock(&mu_);
+  opening_.erase(open.key);
+  if (!spool.ok()) {
+    // Not routed: the rank's next batch tries again.
+    DT_LOG(Error) << "W&B spool for " << open.meta.run.run_id << ": " << spool.status();
+    return nullptr;
   }
   Target* t = AddTarget(std::move(*spool));
   t->dt_run_id = run.run_id();
-  route.by_rank[rank] = t;
+  auto route = routes_.find(run.run_id());
+  if (route != routes_.end()) route->second.by_rank[open.rank] = t;
   return t;
 }
 
 void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
   Target* target = nullptr;
+  std::optional<SpoolToOpen> open;
   std::vector<std::pair<Target*, std::string>> rebind;
   {
     absl::MutexLock lock(&mu_);
     Route& route = RouteFor(run);
     if (!route.enabled) return;
-    target = TargetFor(run, route, batch.rank());
+    target = TargetFor(run, route, batch.rank(), &open);
     rebind.swap(rebind_);
   }
+  if (open) target = OpenTarget(run, *open);
   for (auto& [t, dt_run] : rebind) {
     // A W&B run this coordinator already served now belongs to a new dt run: start a new session.
     absl::MutexLock tl(&t->mu);

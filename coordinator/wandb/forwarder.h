@@ -10,6 +10,7 @@
 #include <atomic>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,9 @@ struct ForwarderOptions {
   std::map<std::string, std::string> env;
   const Clock* clock = RealClock::Get();
   HttpPosterFactory http;  // unset: libcurl (HttpClient)
+  // Tests: called with a spool's directory before it is opened (off the forwarder's lock), to
+  // stall it as a slow disk would.
+  std::function<void(const std::string& dir)> before_spool_open;
 };
 
 // Reads WANDB_API_KEY, WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_MODE, WANDB_HTTP_TIMEOUT.
@@ -127,7 +131,20 @@ class Forwarder : public RunObserver {
   };
 
   Route& RouteFor(const v1::Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Target* TargetFor(const v1::Run& run, Route& route, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A W&B run's spool to open for a rank's first batch: reserved under mu_ (`key` in opening_),
+  // opened (mkdir, fsync, reading what an earlier coordinator spooled) outside it.
+  struct SpoolToOpen {
+    std::string key;  // "<project>/<W&B run id>", as in targets_
+    std::string dir;
+    SpoolMeta meta;
+    int rank = 0;
+  };
+  // The rank's target, or nullptr with `open` set when its spool must be opened first (nullptr
+  // alone: the rank's points go nowhere). Waits while another batch opens the same spool.
+  Target* TargetFor(const v1::Run& run, Route& route, int rank, std::optional<SpoolToOpen>* open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the reserved spool outside mu_, then adds its target and routes the rank to it.
+  Target* OpenTarget(const v1::Run& run, const SpoolToOpen& open) ABSL_LOCKS_EXCLUDED(mu_);
   Target* AddTarget(std::unique_ptr<Spool> spool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop();
   // The due target with the earliest due time, marked busy; nullptr when none is due.
@@ -158,6 +175,7 @@ class Forwarder : public RunObserver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Existing W&B runs taken over by a new dt run, rebound outside mu_ (lock order: target, then mu_).
   std::vector<std::pair<Target*, std::string>> rebind_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> opening_ ABSL_GUARDED_BY(mu_);  // targets_ keys whose spool is being opened
   std::vector<std::thread> workers_;
 };
 
