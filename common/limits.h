@@ -16,8 +16,11 @@ inline constexpr int kMaxStoreBatchOps = 1024;  // operations in one StoreBatchR
 // Store bytes (keys plus values): c10d keeps addresses, counters and NCCL ids there, kilobytes
 // per rank; these leave room for 65,536 ranks and bound what one token can make dtcoord hold.
 inline constexpr int64_t kDefaultStoreBytesPerRun = int64_t{256} << 20;  // 256 MiB
-inline constexpr int64_t kDefaultStoreBytesTotal = int64_t{2} << 30;     // 2 GiB
-inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;                  // 1 MiB
+// Metric batches of one run accepted and not yet stored and delivered (the coordinator holds them
+// in memory meanwhile): a run that sends faster than its disk stores is told to send again later.
+inline constexpr int64_t kDefaultMetricBytesPerRun = int64_t{64} << 20;
+inline constexpr int64_t kDefaultStoreBytesTotal = int64_t{2} << 30;  // 2 GiB
+inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;               // 1 MiB
 // One QueryMetrics page (a record is ~40 bytes on the wire: ~4 MB, well inside a gRPC message).
 inline constexpr int32_t kMaxMetricRecordsPerQuery = 100'000;
 inline constexpr int64_t kMaxWorldSize = 65'536;

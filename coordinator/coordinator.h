@@ -9,6 +9,7 @@
 // are delivered after every lock is released.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -54,10 +55,11 @@ class DirFd;
 struct CoordinatorOptions {
   CoordinatorTimeouts timeouts;
   int64_t max_keys_per_run = kMaxKeysPerRun;
-  int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;  // keys plus values, one run
-  int64_t store_bytes_total = kDefaultStoreBytesTotal;     // every run together
-  size_t max_barrier_names = kMaxBarrierNames;             // distinct barrier names, one generation
-  PreflightPolicy preflight;                               // when a rank's device pre-flight makes it unhealthy
+  int64_t store_bytes_per_run = kDefaultStoreBytesPerRun;    // keys plus values, one run
+  int64_t store_bytes_total = kDefaultStoreBytesTotal;       // every run together
+  size_t max_barrier_names = kMaxBarrierNames;               // distinct barrier names, one generation
+  int64_t metric_bytes_per_run = kDefaultMetricBytesPerRun;  // metric batches held for storage, one run
+  PreflightPolicy preflight;                                 // when a rank's device pre-flight makes it unhealthy
   // What a commit checks before publishing: sizes (the writer's digests are recorded and checked
   // by whoever loads the checkpoint), or a full re-read of every byte.
   CheckpointVerification checkpoint_verification = CheckpointVerification::kSizes;
@@ -68,6 +70,8 @@ struct CoordinatorOptions {
   // (SubmitRun's preparation, run.json, a round's partial directory), off every lock; a test
   // stalls it to show that one run's slow save dir slows no other run.
   std::function<void(const std::string& exp_dir)> before_file_work;
+  // Tests only: called before each pass that stores metric batches, off every lock.
+  std::function<void()> before_metric_pass;
 };
 
 // Who is calling, once the token was checked.
@@ -207,7 +211,8 @@ class Coordinator {
   // delivery to watchers and observers follows, and while more than
   // kMaxUndeliveredMetricBatches wait for it, `stored` waits for the batch's delivery too. It is
   // not called when validation refuses the batch, whose
-  // error is returned: RESOURCE_EXHAUSTED (over 1 MiB), INVALID_ARGUMENT (negative step,
+  // error is returned: RESOURCE_EXHAUSTED (over 1 MiB, or the run's batches waiting for storage
+  // and delivery would pass --metric-bytes-per-run: send it again later), INVALID_ARGUMENT (negative step,
   // non-finite time, bad metric name, rank outside the world), NOT_FOUND (run),
   // FAILED_PRECONDITION (generation that does not exist), UNAVAILABLE (shutting down).
   using MetricsStored = std::function<void(const absl::Status&)>;
@@ -261,6 +266,9 @@ class Coordinator {
     // the periodic progress flush on the file-work queue (a disk that stalls writes must not
     // stall the heartbeats and store calls that take `mu`).
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
+    // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without
+    // `mu`), against CoordinatorOptions::metric_bytes_per_run.
+    std::atomic<int64_t> metric_bytes_held{0};
     // The newest progress snapshot no flush task has taken yet. A flush posts a task only when
     // none waits, so a stalled disk leaves one snapshot per run queued, not one per period.
     std::shared_ptr<ProgressSnapshot> unwritten_progress ABSL_GUARDED_BY(mu);
@@ -491,6 +499,7 @@ class Coordinator {
     RunPtr run;
     v1::MetricBatch batch;
     MetricsStored stored;
+    int64_t bytes = 0;  // charged to the run's metric_bytes_held until delivered
   };
   void StoreMetricBatches();
   // Hands a stored batch to the run's metric watchers and to `observers` (Prometheus, W&B).

@@ -56,8 +56,18 @@ absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored sto
           absl::StrCat("generation ", batch.generation(), " of run ", r.run_id(), " does not exist"));
     }
   }
+  // Charged until delivered: what a run makes the coordinator hold is bounded per run.
+  const int64_t charge = static_cast<int64_t>(bytes);
+  int64_t held = run->metric_bytes_held.fetch_add(charge) + charge;
+  if (held > options_.metric_bytes_per_run) {
+    run->metric_bytes_held.fetch_sub(charge);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "run ", batch.run_id(), " has ", held - charge, " bytes of metric batches waiting to be stored; this batch of ",
+        charge, " would pass the limit of ", options_.metric_bytes_per_run,
+        " per run (dtcoord --metric-bytes-per-run): the coordinator's disk is behind, send it again shortly"));
+  }
   absl::MutexLock lock(&metrics_mu_);
-  unstored_metrics_.push_back(UnstoredMetrics{std::move(run), std::move(batch), std::move(stored)});
+  unstored_metrics_.push_back(UnstoredMetrics{std::move(run), std::move(batch), std::move(stored), charge});
   ++metric_batches_unstored_;
   if (!metrics_pass_posted_) {
     metrics_pass_posted_ = true;
@@ -73,6 +83,7 @@ int64_t Coordinator::MetricBatchesUnstored() const {
 }
 
 void Coordinator::StoreMetricBatches() {
+  if (options_.before_metric_pass) options_.before_metric_pass();
   std::vector<UnstoredMetrics> pass;
   {
     absl::MutexLock lock(&metrics_mu_);
@@ -112,6 +123,7 @@ void Coordinator::StoreMetricBatches() {
     }
     for (UnstoredMetrics& u : *delivered) {
       if (status.ok()) DeliverMetrics(*u.run, u.batch, observers);
+      u.run->metric_bytes_held.fetch_sub(u.bytes);
       {
         absl::MutexLock lock(&metrics_mu_);
         --metric_batches_unstored_;

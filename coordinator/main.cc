@@ -42,6 +42,7 @@ struct CommandLine {
   std::string http_listen = "off";
   std::string heartbeat_interval = "2s", heartbeat_timeout = "30s", hang_timeout = "10m", rendezvous_timeout = "10m";
   std::string wandb_post_interval = "2s", wandb_retry_base = "2s";
+  int64_t wandb_spool_bytes = int64_t{1} << 30;
   int wandb_workers = 4;
   std::string checkpoint_verify = "sizes";
 };
@@ -85,6 +86,12 @@ void DeclarePolicy(CLI::App& app, CommandLine& c) {
       ->transform(CLI::AsSizeValue(false))
       ->check(dt::AtLeast(1))
       ->capture_default_str();
+  app.add_option("--metric-bytes-per-run", c.coordinator.metric_bytes_per_run,
+                 "most bytes of one run's metric batches held while they wait to be stored (a run sending faster "
+                 "than the disk stores is told to send again later), e.g. 64MiB; at least 1MiB, one batch")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(dt::AtLeast(static_cast<int64_t>(dt::kMaxMetricBatchBytes)))
+      ->capture_default_str();
   app.add_option("--preflight-slowdown", c.coordinator.preflight.slowdown_limit,
                  "a rank whose device pre-flight (a timed matrix multiply before its first step) takes more than "
                  "this many times the median of the run's ranks is unhealthy: on Slurm its node is excluded")
@@ -100,6 +107,13 @@ void DeclarePolicy(CLI::App& app, CommandLine& c) {
       ->capture_default_str();
   app.add_option("--wandb-retry-base", c.wandb_retry_base,
                  "first W&B retry delay; doubles to 60s, with jitter, or as Retry-After says")
+      ->capture_default_str();
+  app.add_option("--wandb-spool-bytes", c.wandb_spool_bytes,
+                 "most bytes of points one W&B run's spool holds that W&B has not accepted (W&B unreachable): "
+                 "past it newer points skip W&B (counted as dropped) until W&B catches up; the run's history "
+                 "keeps them")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(dt::AtLeast(static_cast<int64_t>(dt::kMaxMetricBatchBytes)))
       ->capture_default_str();
   app.add_option("--wandb-workers", c.wandb_workers, "threads posting to W&B")
       ->check(dt::AtLeast(1))
@@ -145,6 +159,7 @@ absl::StatusOr<dt::DtcoordOptions> ToOptions(const CommandLine& c) {
   dt::wandb::ForwarderOptions& fo = out.wandb.emplace();
   fo.env = dt::wandb::WandbEnvironment();
   fo.workers = c.wandb_workers;
+  fo.max_spool_bytes = c.wandb_spool_bytes;
   for (auto [flag, text, to] : {std::tuple{"--wandb-post-interval", &c.wandb_post_interval, &fo.post_interval},
                                 std::tuple{"--wandb-retry-base", &c.wandb_retry_base, &fo.retry_base}}) {
     absl::StatusOr<absl::Duration> d = dt::ParsePositiveDuration(flag, *text);

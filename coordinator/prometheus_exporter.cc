@@ -129,7 +129,7 @@ PrometheusExporter::PrometheusExporter(const ExporterOptions& options, const Coo
                   .Help("Metric points not forwarded, by reason")
                   .Register(r);
   // Known reasons start at 0, so rate() and alerts see the series before the first drop.
-  for (const char* reason : {"step_already_logged", "wandb_rejected", "spool_write_failed"}) {
+  for (const char* reason : {"step_already_logged", "wandb_rejected", "spool_write_failed", "spool_full"}) {
     dropped_->Add({{"reason", reason}});
   }
   points_ingested_ = &BuildCounter()

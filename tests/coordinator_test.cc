@@ -56,6 +56,8 @@ class CoordinatorTest : public ::testing::Test {
     options.timeouts.hang_timeout = absl::Minutes(10);
     options.timeouts.rendezvous_timeout = absl::Minutes(5);
     options.before_file_work = [this](const std::string& exp_dir) { stall_.Pass(exp_dir); };
+    options.before_metric_pass = [this] { stall_.Pass(JoinPath(save_dir_, "(metric storage)")); };
+    options.metric_bytes_per_run = metric_bytes_per_run_;
     coord_ = std::make_unique<Coordinator>(options, &clock_, &timers_, db_.get());
     ASSERT_TRUE(coord_->Load().ok());
   }
@@ -170,6 +172,7 @@ class CoordinatorTest : public ::testing::Test {
   };
 
   SaveDirStall stall_;
+  int64_t metric_bytes_per_run_ = kDefaultMetricBytesPerRun;
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
   FakeClock clock_;
@@ -770,6 +773,57 @@ TEST_F(CoordinatorTest, ThePeriodicFlushSavesTheRanksProgress) {
   ASSERT_EQ(status->ranks_size(), 2);
   EXPECT_EQ(status->ranks(0).step(), 5);
   EXPECT_EQ(status->ranks(1).step(), 7);
+}
+
+// Metric batches wait in memory for storage: while a stalled disk holds them, a run may keep at
+// most --metric-bytes-per-run of them. The batch past it is refused (RESOURCE_EXHAUSTED naming the
+// limit; its sender keeps it and sends it again), other runs go on, and once the disk answers
+// the same batch is taken and stored: nothing is lost.
+TEST_F(CoordinatorTest, AStalledMetricStoreHoldsAtMostTheRunsMetricBytes) {
+  metric_bytes_per_run_ = 4096;
+  Reopen();
+  std::string run = Submit(1, 1, 0, "busy");
+  std::string other = Submit(1, 1, 0, "quiet");
+  RegisterAll(run, 1, 1);
+  auto batch = [](const std::string& run_id, int64_t step) {
+    v1::MetricBatch b;
+    b.set_run_id(run_id);
+    v1::MetricPoint* p = b.add_points();
+    p->set_step(step);
+    (*p->mutable_values())["loss"] = 1.0;
+    for (char c : std::string("abcdefg")) (*p->mutable_values())[std::string(120, c)] = 2.0;  // about 1 KiB a batch
+    return b;
+  };
+  std::atomic<int> stored{0};
+  auto count = [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    ++stored;
+  };
+  stall_.Arm(save_dir_);
+  ASSERT_TRUE(coord_->IngestMetrics(batch(run, 1), count).ok());
+  ASSERT_TRUE(testing::WaitFor([&] { return stall_.stalled() == 1; }, absl::Seconds(10)));
+  int64_t step = 2;
+  absl::Status refused;
+  for (; step < 10 && refused.ok(); ++step) refused = coord_->IngestMetrics(batch(run, step), count);
+  --step;  // the refused one
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("limit of 4096 per run (dtcoord --metric-bytes-per-run)"), std::string::npos)
+      << refused;
+  EXPECT_EQ(step, 5);  // four batches of about 1 KiB fit in 4 KiB, the one being stored among them
+  RegisterAll(other, 1, 1);
+  EXPECT_TRUE(coord_->IngestMetrics(batch(other, 1), count).ok()) << "another run's batch waited";
+  stall_.Release();
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_->MetricBatchesUnstored() == 0; }, absl::Seconds(30)));
+  ASSERT_TRUE(coord_->IngestMetrics(batch(run, step), count).ok());  // sent again: taken
+  ASSERT_TRUE(testing::WaitFor([&] { return stored.load() == static_cast<int>(step) + 1; }, absl::Seconds(30)));
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run);
+  q.set_name("loss");
+  auto page = coord_->QueryMetrics(q);
+  ASSERT_TRUE(page.ok()) << page.status();
+  std::vector<int64_t> steps;
+  for (const auto& m : page->records()) steps.push_back(m.step());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5}));
 }
 
 // Metric batches are stored off the caller's thread; once the coordinator shuts down it takes no

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -112,12 +113,21 @@ class ForwarderTest : public ::testing::Test {
     o.retry_base = absl::Seconds(2);
     o.retry_cap = absl::Seconds(60);
     o.before_spool_open = [this](const std::string& dir) { stall_.Pass(dir); };
+    options_ = o;
     forwarder_ = std::make_unique<Forwarder>(o, /*coordinator=*/nullptr, /*stats=*/nullptr);
     run_.set_run_id("r-0000000000000001");
     run_.set_state(v1::RUNNING);
     run_.mutable_spec()->set_experiment_name("exp");
     run_.mutable_spec()->set_save_dir("/save");
     run_.mutable_spec()->mutable_wandb()->set_project("proj");
+  }
+
+  // A new forwarder (on a fresh spool directory) with `change` made to the options.
+  void Rebuild(const std::function<void(ForwarderOptions&)>& change) {
+    forwarder_.reset();
+    change(options_);
+    options_.spool_dir = tmp_.Sub("spool-rebuilt");
+    forwarder_ = std::make_unique<Forwarder>(options_, /*coordinator=*/nullptr, /*stats=*/nullptr);
   }
 
   double UnixNow() const { return absl::ToDoubleSeconds(clock_.Now() - absl::UnixEpoch()); }
@@ -192,6 +202,7 @@ class ForwarderTest : public ::testing::Test {
   FakeClock clock_;
   ScriptedWandb wandb_{&clock_};
   v1::Run run_;
+  ForwarderOptions options_;
   std::unique_ptr<Forwarder> forwarder_;
 };
 
@@ -217,6 +228,32 @@ TEST_F(ForwarderTest, ChecksThenCreatesTheRunThenStreamsEveryStepOnceInOrder) {
   EXPECT_EQ(streams[1].body["files"]["wandb-history.jsonl"]["offset"], 5);
   EXPECT_GE(streams[1].at - streams[0].at, absl::Seconds(2));
   EXPECT_EQ(forwarder_->QueueDepth(), 0);
+}
+
+// W&B away: one W&B run's spool holds at most max_spool_bytes of points W&B has not accepted.
+// Newer points skip W&B until it catches up (the run's own history keeps them); then spooling
+// goes on, and W&B's history has every point spooled, in order.
+TEST_F(ForwarderTest, ASpoolHoldsAtMostItsBytesWhileWandbIsAway) {
+  Rebuild([](ForwarderOptions& o) { o.max_spool_bytes = 300; });
+  Log(1, 20);   // under the limit when it came: spooled whole (about 600 bytes)
+  Log(21, 25);  // past it: not spooled
+  std::vector<WandbRunInfo> info = forwarder_->RunsOf(run_.run_id());
+  ASSERT_EQ(info.size(), 1u);
+  EXPECT_EQ(info[0].spooled, 20);
+  RunFor(absl::Seconds(3));  // W&B answers and takes what waited
+  Log(26, 27);
+  RunFor(absl::Seconds(3));
+  std::vector<int64_t> steps;
+  for (const Posted& p : Streams()) {
+    for (const auto& line : p.body["files"]["wandb-history.jsonl"]["content"]) {
+      steps.push_back(nlohmann::json::parse(line.get<std::string>())["_step"].get<int64_t>());
+    }
+  }
+  std::vector<int64_t> expected;
+  for (int64_t step = 1; step <= 20; ++step) expected.push_back(step);
+  expected.push_back(26);
+  expected.push_back(27);
+  EXPECT_EQ(steps, expected);
 }
 
 // A W&B run's first batch opens its spool (mkdir, fsync, reading what an earlier coordinator

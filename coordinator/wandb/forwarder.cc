@@ -277,8 +277,7 @@ Forwarder::Route& Forwarder::RouteFor(const v1::Run& run) {
   return route;
 }
 
-Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int rank,
-                                        std::optional<SpoolToOpen>* open) {
+Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int rank, std::optional<SpoolToOpen>* open) {
   auto cached = route.by_rank.find(rank);
   if (cached != route.by_rank.end()) return cached->second;
   const v1::RankStatus* status = nullptr;
@@ -317,7 +316,8 @@ Forwarder::Target* Forwarder::TargetFor(const v1::Run& run, Route& route, int ra
     const std::set<std::string>* opening;
     const std::string* key;
   } wait{&opening_, &key};
-  mu_.Await(absl::Condition(+[](Opening* w) { return w->opening->count(*w->key) == 0; }, &wait));
+  mu_.Await(absl::Condition(
+      +[](Opening* w) { return w->opening->count(*w->key) == 0; }, &wait));
   auto existing = targets_.find(key);
   if (existing != targets_.end()) {
     route.by_rank[rank] = existing->second.get();
@@ -396,6 +396,10 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
     SpoolState& st = target->spool->state();
     if (!points.empty() && st.start_time == 0) st.start_time = points.front().time;
     for (const auto& [k, v] : batch.summary()) st.summary[k] = v;
+    if (!SpoolHasRoom(*target)) {
+      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_full", static_cast<int64_t>(points.size()));
+      return;
+    }
     if (absl::Status s = target->spool->Append(points); !s.ok()) {
       DT_LOG(Error) << s.message();
       if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", static_cast<int64_t>(points.size()));
@@ -413,6 +417,20 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
   }
   absl::MutexLock lock(&mu_);
   work_.Signal();
+}
+
+bool Forwarder::SpoolHasRoom(Target& t) {
+  int64_t waiting = t.spool->unacked_bytes();
+  bool full = waiting >= options_.max_spool_bytes;
+  if (full && !t.spool_full) {
+    DT_LOG(Warning) << "W&B run " << t.name << ": " << waiting << " bytes of points wait for W&B, the limit of "
+                    << options_.max_spool_bytes << " (dtcoord --wandb-spool-bytes): newer points are not sent to W&B "
+                    << "until it catches up; the run's history keeps them (dtctl metrics)";
+  } else if (!full && t.spool_full) {
+    DT_LOG(Info) << "W&B run " << t.name << ": W&B caught up; spooling points again";
+  }
+  t.spool_full = full;
+  return !full;
 }
 
 void Forwarder::OnRunChanged(const v1::Run& run) {

@@ -10,9 +10,9 @@
 #include <atomic>
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +36,10 @@ struct ForwarderOptions {
   absl::Duration http_timeout = absl::Seconds(20);
   int workers = 4;
   size_t max_post_bytes = 8 << 20;  // W&B wants posts under ~10 MB
+  // Bytes one W&B run's spool may hold that W&B has not accepted (W&B unreachable, or the API key
+  // missing): past it, newer points are not spooled for W&B (counted as dropped, "spool_full")
+  // until W&B catches up. The run's own history (the state database) keeps every point.
+  int64_t max_spool_bytes = int64_t{1} << 30;
   // WANDB_* settings of the coordinator's environment (API key, base URL, entity, project, mode).
   std::map<std::string, std::string> env;
   const Clock* clock = RealClock::Get();
@@ -115,8 +119,9 @@ class Forwarder : public RunObserver {
     std::atomic<int64_t> acked{0};
     std::atomic<bool> ended{false};
     std::atomic<bool> finished{false};
-    bool offline = false;  // decided when the target is added, never changed
-    std::string name;      // for logs
+    bool offline = false;                         // decided when the target is added, never changed
+    bool spool_full ABSL_GUARDED_BY(mu) = false;  // points are being dropped: said once, until it drains
+    std::string name;                             // for logs
     // Scheduling and routing (guarded by the forwarder's mu_).
     std::string dt_run_id;  // the dt run this W&B run belongs to now (the spool's copy is under `mu`)
     bool busy = false;
@@ -161,6 +166,9 @@ class Forwarder : public RunObserver {
   // Not retryable (400, 401, 403, 404, 409, 410): counted, and the run moves on.
   void Refused(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   bool HasWork(const Target& t, absl::Time now) const;
+  // Whether the target's spool is under max_spool_bytes of points W&B has not accepted; says so
+  // in the log when that changes.
+  bool SpoolHasRoom(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   void Backoff(Target& t, const HttpResult& r);
   void SetDue(Target& t, absl::Time due);
 

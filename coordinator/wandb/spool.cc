@@ -1,5 +1,7 @@
 #include "coordinator/wandb/spool.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -197,6 +199,11 @@ Spool::~Spool() {
     Sync(/*force=*/true);
     ::close(fd_);
   }
+}
+
+int64_t Spool::unacked_bytes() const {
+  int64_t acked = std::clamp<int64_t>(state_.acked_points, 0, size());
+  return acked == size() ? 0 : file_bytes_ - offsets_[static_cast<size_t>(acked)];
 }
 
 absl::Status Spool::Append(const std::vector<Point>& points) {

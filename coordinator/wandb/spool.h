@@ -52,6 +52,8 @@ class Spool {
   const SpoolMeta& meta() const { return meta_; }
   SpoolState& state() { return state_; }
   int64_t size() const { return static_cast<int64_t>(offsets_.size()); }
+  // Bytes of points.bin after the last point W&B has accepted: what waits for W&B.
+  int64_t unacked_bytes() const;
 
   absl::Status Append(const std::vector<Point>& points);
   // Up to `max_points` points starting at point index `from`.
