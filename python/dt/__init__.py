@@ -310,7 +310,12 @@ def _send_unsent(s, retry):
     pb = s.pb["metrics"]
     batches = [pb.MetricBatch(run_id=s.run_id, generation=s.generation, rank=s.rank, points=s.unsent[i:i + 2000])
                for i in range(0, len(s.unsent), 2000)]
-    s.call(s.metrics.ReportMetrics, batches, retry=retry)
+    try:
+        s.call(s.metrics.ReportMetrics, batches, retry=retry)
+    except DtError as e:
+        if e.code == s.grpc.StatusCode.RESOURCE_EXHAUSTED and "send it again" in str(e):
+            return  # the coordinator's disk is behind (--metric-bytes-per-run): the points wait here
+        raise
     s.unsent = []
 
 
