@@ -1,0 +1,19 @@
+// The commands the rendered sbatch script calls (hidden from --help): await-restart,
+// requeue-wanted, exclude-failed-nodes, await-silent-node, report-step. Each returns dtctl's exit
+// code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "client/dtctl/command.h"
+
+namespace dt::ctl {
+
+int AwaitRestart(Global& g, const std::string& run_id);
+int RequeueWanted(Global& g, const std::string& run_id);
+int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation);
+int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation);
+int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exit_code, const std::string& srun_log);
+
+}  // namespace dt::ctl
