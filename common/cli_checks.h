@@ -14,8 +14,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/names.h"
+#include "common/procs_per_node.h"
 
 namespace dt {
+
+// --nproc-per-node: a count, or gpu|cpu|auto (common/procs_per_node.h), with its reasons.
+inline CLI::Validator ProcsPerNodeValue() {
+  return CLI::Validator(
+      [](std::string& text) {
+        absl::StatusOr<ProcsPerNode> parsed = ParseProcsPerNode(text, "");  // CLI11 names the flag
+        return parsed.ok() ? std::string() : std::string(parsed.status().message());
+      },
+      "COUNT|gpu|cpu|auto");
+}
 
 // A whole number ≥ `min`. CLI11 prefixes the option's name: "--nodes: must be ≥ 1, got 0".
 inline CLI::Validator AtLeast(int64_t min) {

@@ -78,7 +78,8 @@ absl::StatusOr<ProcsPerNode> ParseProcsPerNode(absl::string_view text, absl::str
     return out;
   }
   if (!absl::SimpleAtoi(text, &out.count) || out.count < 1 || out.count > kMaxWorldSize) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " ", Quote(text), " is not a count within 1..", kMaxWorldSize,
+    return absl::InvalidArgumentError(absl::StrCat(flag, flag.empty() ? "" : " ", Quote(text),
+                                                   " is not a count within 1..", kMaxWorldSize,
                                                    ", gpu (one per visible GPU), cpu (one per usable CPU) or auto "
                                                    "(gpu where the node has GPUs, else cpu)"));
   }

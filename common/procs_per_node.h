@@ -20,7 +20,8 @@ struct ProcsPerNode {
   std::string rule;
 };
 
-// "4", "gpu", "cpu" or "auto". INVALID_ARGUMENT naming `flag` and the accepted values otherwise.
+// "4", "gpu", "cpu" or "auto". INVALID_ARGUMENT naming `flag` (when not empty) and the accepted
+// values otherwise.
 absl::StatusOr<ProcsPerNode> ParseProcsPerNode(absl::string_view text, absl::string_view flag = "--nproc-per-node");
 
 // OK for "", "gpu", "cpu" and "auto"; INVALID_ARGUMENT naming the value otherwise.

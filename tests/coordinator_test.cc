@@ -140,38 +140,7 @@ class CoordinatorTest : public ::testing::Test {
     return req;
   }
 
-  // Makes file work on experiment directories under one save dir wait, as on a file server that
-  // stopped answering: until Release() or for at most 5 s.
-  class SaveDirStall {
-   public:
-    void Arm(const std::string& save_dir) {
-      absl::MutexLock lock(&mu_);
-      prefix_ = save_dir + "/";
-    }
-    void Pass(const std::string& exp_dir) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (prefix_.empty() || exp_dir.rfind(prefix_, 0) != 0) return;
-        ++stalled_;
-      }
-      released_.WaitForNotificationWithTimeout(absl::Seconds(5));
-    }
-    int stalled() {
-      absl::MutexLock lock(&mu_);
-      return stalled_;
-    }
-    void Release() {
-      if (!released_.HasBeenNotified()) released_.Notify();
-    }
-
-   private:
-    absl::Mutex mu_;
-    std::string prefix_ ABSL_GUARDED_BY(mu_);
-    int stalled_ ABSL_GUARDED_BY(mu_) = 0;
-    absl::Notification released_;
-  };
-
-  SaveDirStall stall_;
+  testing::Stall stall_;  // armed with a save dir ("<save dir>/"): its experiment dirs' file work
   int64_t metric_bytes_per_run_ = kDefaultMetricBytesPerRun;
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
@@ -799,7 +768,7 @@ TEST_F(CoordinatorTest, AStalledMetricStoreHoldsAtMostTheRunsMetricBytes) {
     EXPECT_TRUE(s.ok()) << s;
     ++stored;
   };
-  stall_.Arm(save_dir_);
+  stall_.Arm(save_dir_ + "/");
   ASSERT_TRUE(coord_->IngestMetrics(batch(run, 1), count).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return stall_.stalled() == 1; }, absl::Seconds(10)));
   int64_t step = 2;
@@ -1616,7 +1585,7 @@ TEST_F(CoordinatorTest, AStalledSaveDirSlowsNoOtherRunAndNoOtherCall) {
   ASSERT_TRUE(slow.ok()) << slow.status();
   auto slow_ranks = RegisterAll(slow->run_id(), 1, 2);
 
-  stall_.Arm(slow_dir);
+  stall_.Arm(slow_dir + "/");
   absl::Cleanup release = [&] { stall_.Release(); };
   Reply<v1::BeginCheckpointResponse> begin0, begin1;
   for (int r = 0; r < 2; ++r) {

@@ -164,41 +164,8 @@ class ForwarderTest : public ::testing::Test {
     return out;
   }
 
-  // Makes the opening of spools whose directory contains `part` wait, as on a disk that stopped
-  // answering: until Release() or for at most 5 s.
-  class SpoolStall {
-   public:
-    void Arm(const std::string& part) {
-      absl::MutexLock lock(&mu_);
-      part_ = part;
-    }
-    void Pass(const std::string& dir) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (part_.empty() || !absl::StrContains(dir, part_)) return;
-        ++waiting_;
-      }
-      released_.WaitForNotificationWithTimeout(absl::Seconds(5));
-      absl::MutexLock lock(&mu_);
-      --waiting_;
-    }
-    int waiting() {
-      absl::MutexLock lock(&mu_);
-      return waiting_;
-    }
-    void Release() {
-      if (!released_.HasBeenNotified()) released_.Notify();
-    }
-
-   private:
-    absl::Mutex mu_;
-    std::string part_ ABSL_GUARDED_BY(mu_);
-    int waiting_ ABSL_GUARDED_BY(mu_) = 0;
-    absl::Notification released_;
-  };
-
   testing::TempDir tmp_;
-  SpoolStall stall_;
+  testing::Stall stall_;  // spools whose directory contains the armed part
   FakeClock clock_;
   ScriptedWandb wandb_{&clock_};
   v1::Run run_;

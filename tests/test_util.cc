@@ -74,6 +74,37 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   return true;
 }
 
+void Stall::Arm(const std::string& part) {
+  absl::MutexLock lock(&mu_);
+  part_ = part;
+}
+
+void Stall::Pass(const std::string& path) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (part_.empty() || path.find(part_) == std::string::npos) return;
+    ++stalled_;
+    ++waiting_;
+  }
+  released_.WaitForNotificationWithTimeout(absl::Seconds(5));
+  absl::MutexLock lock(&mu_);
+  --waiting_;
+}
+
+int Stall::stalled() {
+  absl::MutexLock lock(&mu_);
+  return stalled_;
+}
+
+int Stall::waiting() {
+  absl::MutexLock lock(&mu_);
+  return waiting_;
+}
+
+void Stall::Release() {
+  if (!released_.HasBeenNotified()) released_.Notify();
+}
+
 void HeldMetricObserver::OnMetrics(const v1::Run&, const v1::MetricBatch&) {
   absl::MutexLock lock(&mu_);
   ++delivered_;

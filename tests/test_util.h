@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
@@ -54,6 +55,24 @@ std::string ReadToEnd(int fd);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
+
+// Makes the work on paths that contain a given part wait, as on a disk or file server that
+// stopped answering: Pass() (from a product's test hook) waits until Release() or for at most 5 s.
+class Stall {
+ public:
+  void Arm(const std::string& part);
+  void Pass(const std::string& path);
+  int stalled();  // calls of Pass() that waited, ever
+  int waiting();  // calls of Pass() waiting now
+  void Release();
+
+ private:
+  absl::Mutex mu_;
+  std::string part_ ABSL_GUARDED_BY(mu_);
+  int stalled_ ABSL_GUARDED_BY(mu_) = 0;
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification released_;
+};
 
 // Holds the write lock of a coordinator's state database (<state_dir>/dtcoord.db) from a
 // connection of its own (SQLite's locking), as a disk that stalls every write would, until

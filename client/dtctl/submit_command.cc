@@ -38,12 +38,7 @@ class SubmitFlags {
             ->add_option("--nproc-per-node", procs_text_,
                          "processes per node: a count (one per GPU), or as torchrun: gpu (one per visible GPU), cpu "
                          "(one per usable CPU), auto (gpu where the node has GPUs, else cpu), counted on each node")
-            ->check(CLI::Validator(
-                [](std::string& text) {
-                  absl::StatusOr<dt::ProcsPerNode> parsed = dt::ParseProcsPerNode(text);
-                  return parsed.ok() ? std::string() : std::string(parsed.status().message());
-                },
-                "COUNT|gpu|cpu|auto"));
+            ->check(dt::ProcsPerNodeValue());
     overrides_.emplace_back(option, [this](SubmitOptions& merged) {
       dt::ProcsPerNode parsed = *dt::ParseProcsPerNode(procs_text_);  // the validator accepted it
       merged.nproc_per_node = parsed.count;

@@ -51,12 +51,7 @@ void DeclareFlags(CLI::App& app, dt::run::NodeAgentConfig& c, Flags& f) {
   app.add_option("--nproc-per-node", f.procs_per_node,
                  "processes to start on this node: a count, or as torchrun: gpu (one per GPU this node's "
                  "processes can see), cpu (one per CPU they may run on), auto (gpu where there are GPUs, else cpu)")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            absl::StatusOr<dt::ProcsPerNode> parsed = dt::ParseProcsPerNode(text);
-            return parsed.ok() ? std::string() : std::string(parsed.status().message());
-          },
-          "COUNT|gpu|cpu|auto"))
+      ->check(dt::ProcsPerNodeValue())
       ->capture_default_str();
   app.add_option("--master-addr", c.master_addr,
                  "MASTER_ADDR to publish when this node is group rank 0 (default: the address of the interface "
