@@ -10,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/limits.h"
@@ -26,10 +25,8 @@ int CountGpuDevices(const std::string& dev_dir) {
   int count = 0;
   while (const dirent* entry = ::readdir(dir)) {
     absl::string_view name = entry->d_name;
-    int index = 0;
     if (absl::ConsumePrefix(&name, "nvidia") && !name.empty() &&
-        std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); }) &&
-        absl::SimpleAtoi(name, &index)) {
+        std::all_of(name.begin(), name.end(), [](char c) { return absl::ascii_isdigit(c); })) {
       ++count;
     }
   }
@@ -115,10 +112,6 @@ absl::StatusOr<int> ResolveProcsPerNode(const ProcsPerNode& value, const NodeDev
         "); run on GPU nodes (Slurm: --sbatch-arg=--gpus-per-node=N), or give a count, cpu or auto"));
   }
   return ValidateProcsPerNodeRule(value.rule);
-}
-
-std::string DescribeProcsPerNode(const ProcsPerNode& value) {
-  return value.rule.empty() ? absl::StrCat(value.count) : value.rule;
 }
 
 }  // namespace dt

@@ -47,7 +47,4 @@ NodeDevices ProbeThisNode();
 // without a visible GPU, naming `node` and what was looked at.
 absl::StatusOr<int> ResolveProcsPerNode(const ProcsPerNode& value, const NodeDevices& devices, absl::string_view node);
 
-// "4" or "gpu": how a run asked for its processes per node.
-std::string DescribeProcsPerNode(const ProcsPerNode& value);
-
 }  // namespace dt
