@@ -336,7 +336,7 @@ absl::StatusOr<uint64_t> Agent::AwaitRelay(StoreSession& session, NodeRelay& rel
   return released(relay.Wait(ticket, deadline, what, interrupted));
 }
 
-absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step, absl::Duration timeout) {
+absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step, absl::Duration timeout, bool sharded) {
   if (timeout == absl::ZeroDuration()) timeout = absl::Milliseconds(timeouts().barrier_timeout_ms());
   v1::BeginCheckpointRequest request;
   request.set_run_id(options_.run_id);
@@ -344,18 +344,21 @@ absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step,
   request.set_rank(rank());
   request.set_step(step);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  request.set_sharded(sharded);
   return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
     return Call(*client_, &v1::CheckpointService::Stub::BeginCheckpoint, client_->checkpoints(), request, left);
   });
 }
 
-absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest) {
+absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest,
+                                                           const std::string& layout_json) {
   v1::CommitCheckpointRequest request;
   request.set_run_id(options_.run_id);
   request.set_generation(generation());
   request.set_rank(rank());
   request.set_round_id(round_id);
   if (manifest != nullptr) *request.mutable_manifest() = *manifest;
+  request.set_layout_json(layout_json);
   // The lease bounds the writer; verification of the files adds a little.
   absl::Duration timeout = absl::Milliseconds(timeouts().checkpoint_lease_ms()) + absl::Minutes(5);
   absl::StatusOr<v1::CommitCheckpointResponse> reply =

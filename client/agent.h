@@ -91,10 +91,15 @@ class Agent {
   // With more than one rank on the node, the node's ranks share the outcome through a NodeRelay:
   // the coordinator answers the node's first arrival, which wakes the others.
   absl::Status Barrier(const std::string& name, absl::Duration timeout = absl::ZeroDuration());
+  // `sharded`: every rank writes its own files into the reply's partial_dir (every rank asks alike).
   absl::StatusOr<v1::BeginCheckpointResponse> BeginCheckpoint(int64_t step,
-                                                              absl::Duration timeout = absl::ZeroDuration());
-  // The writer passes its manifest; the others pass nullptr and wait for the commit.
-  absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest);
+                                                              absl::Duration timeout = absl::ZeroDuration(),
+                                                              bool sharded = false);
+  // The writer passes its manifest; the others pass nullptr and wait for the commit. In a sharded
+  // round every rank passes the manifest of its own files (ManifestOfFiles) and may pass the
+  // layout document (JSON) that manifest.json publishes.
+  absl::StatusOr<v1::CheckpointInfo> CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest,
+                                                      const std::string& layout_json = "");
   absl::Status AbortCheckpoint(const std::string& round_id, const std::string& reason);
   // `fatal`: restarting cannot help (full disk, bad configuration); the run fails now.
   absl::Status ReportError(const std::string& message, const std::string& exception_type, const std::string& stack,

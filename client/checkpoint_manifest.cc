@@ -8,10 +8,35 @@
 #include "common/crypto.h"
 #include "common/dir_fd.h"
 #include "common/fs.h"
+#include "common/names.h"
 
 #include <nlohmann/json.hpp>
 
 namespace dt {
+
+namespace {
+
+// Appends `name` of `d` with its size and SHA-256 (read through one descriptor, so what is sized
+// is what is hashed). FAILED_PRECONDITION for anything but a regular file.
+absl::Status AddFile(const DirFd& d, const std::string& name, v1::Manifest& manifest) {
+  std::string path = JoinPath(d.path(), name);
+  absl::StatusOr<UniqueFd> fd = d.OpenRegularFile(name);
+  if (!fd.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not a plain file that exists: a checkpoint holds plain files only (", fd.status().message(), ")"));
+  }
+  struct stat st;
+  if (::fstat(fd->get(), &st) != 0) return absl::InternalError(absl::StrCat("fstat ", path));
+  absl::StatusOr<std::string> digest = Sha256Fd(fd->get(), path);
+  if (!digest.ok()) return digest.status();
+  v1::ManifestFile* f = manifest.add_files();
+  f->set_name(name);
+  f->set_size(st.st_size);
+  f->set_sha256(*digest);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir) {
   absl::StatusOr<DirFd> d = DirFd::Open(dir);
@@ -21,24 +46,31 @@ absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir) {
   std::sort(entries->begin(), entries->end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   v1::Manifest manifest;
   for (const DirFd::Entry& e : *entries) {
-    std::string path = JoinPath(dir, e.name);
     if (e.type != S_IFREG) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " is not a plain file: a checkpoint directory holds plain files only (no subdirectories or links)"));
+      return absl::FailedPreconditionError(absl::StrCat(JoinPath(dir, e.name),
+                                                        " is not a plain file: a checkpoint directory holds plain "
+                                                        "files only (no subdirectories or links)"));
     }
-    absl::StatusOr<UniqueFd> fd = d->OpenRegularFile(e.name);
-    if (!fd.ok()) return fd.status();
-    struct stat st;
-    if (::fstat(fd->get(), &st) != 0) return absl::InternalError(absl::StrCat("fstat ", path));
-    absl::StatusOr<std::string> digest = Sha256Fd(fd->get(), path);
-    if (!digest.ok()) return digest.status();
-    v1::ManifestFile* f = manifest.add_files();
-    f->set_name(e.name);
-    f->set_size(st.st_size);
-    f->set_sha256(*digest);
+    if (absl::Status s = AddFile(*d, e.name, manifest); !s.ok()) return s;
   }
   if (manifest.files_size() == 0) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint writer saved nothing into ", dir));
+  }
+  return manifest;
+}
+
+absl::StatusOr<v1::Manifest> ManifestOfFiles(const std::string& dir, std::vector<std::string> names) {
+  absl::StatusOr<DirFd> d = DirFd::Open(dir);
+  if (!d.ok()) return d.status();
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  v1::Manifest manifest;
+  for (const std::string& name : names) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint file name ", Quote(name), " must be a plain file name inside ", dir));
+    }
+    if (absl::Status s = AddFile(*d, name, manifest); !s.ok()) return s;
   }
   return manifest;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "dt/v1/checkpoint.pb.h"
@@ -14,6 +15,11 @@ namespace dt {
 // subdirectory, a link or anything else that is not a regular file (the coordinator publishes
 // plain files only), or for an empty directory.
 absl::StatusOr<v1::Manifest> ManifestOfDirectory(const std::string& dir);
+
+// The manifest of one rank's files `names` inside a sharded round's shared `dir` (none is
+// allowed: a rank may hold no state). INVALID_ARGUMENT for a name that is not a plain file name;
+// FAILED_PRECONDITION for a name that is missing or not a regular file.
+absl::StatusOr<v1::Manifest> ManifestOfFiles(const std::string& dir, std::vector<std::string> names);
 
 // Re-reads every file a published checkpoint's manifest.json lists and checks its size and the
 // SHA-256 its writer computed while writing it. DATA_LOSS naming the first file that differs (or a

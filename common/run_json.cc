@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/run_state.h"
 
@@ -128,8 +129,22 @@ nlohmann::json RunJson(const v1::Run& r) {
 }
 
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c) {
-  return {{"step", c.step()}, {"size", c.bytes()},          {"time", Iso8601(c.committed_at())},
-          {"path", c.path()}, {"committed", c.committed()}, {"generation", c.generation()}};
+  nlohmann::json out = {{"step", c.step()},       {"size", c.bytes()},           {"time", Iso8601(c.committed_at())},
+                        {"path", c.path()},       {"committed", c.committed()},  {"generation", c.generation()},
+                        {"sharded", c.sharded()}, {"world_size", c.world_size()}};
+  if (c.sharded()) {
+    nlohmann::json shards = nlohmann::json::array();
+    for (const auto& s : c.shards()) shards.push_back({{"rank", s.rank()}, {"files", s.files()}, {"size", s.bytes()}});
+    out["shards"] = std::move(shards);
+  } else {
+    out["writer_rank"] = c.writer_rank();
+  }
+  return out;
+}
+
+std::string CheckpointWriters(const v1::CheckpointInfo& c) {
+  if (!c.sharded()) return absl::StrCat("rank ", c.writer_rank());
+  return absl::StrCat(c.shards_size(), " of ", c.world_size(), " ranks (sharded)");
 }
 
 nlohmann::json MetricJson(const v1::MetricRecord& m) {

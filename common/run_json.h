@@ -34,6 +34,8 @@ nlohmann::json FailureFields(const v1::Failure& f);
 nlohmann::json VerdictJson(const v1::HangVerdict& v);
 // {"step","size","time","path","committed","generation"}
 nlohmann::json CheckpointJson(const v1::CheckpointInfo& c);
+// Who wrote a checkpoint: "rank 0", or "3 of 4 ranks (sharded)" (ranks that wrote files).
+std::string CheckpointWriters(const v1::CheckpointInfo& c);
 // {"step","rank","name","value","time"}
 nlohmann::json MetricJson(const v1::MetricRecord& m);
 

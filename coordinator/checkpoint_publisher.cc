@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -41,8 +42,8 @@ std::optional<int64_t> ParseStepDir(const std::string& name) {
   return step;
 }
 
-// manifest.json of up to kMaxCheckpointFiles entries stays far below this.
-constexpr size_t kMaxManifestBytes = 16 << 20;
+// manifest.json of up to kMaxShardedCheckpointFiles entries (and a layout) stays below this.
+constexpr size_t kMaxManifestBytes = 64 << 20;
 
 bool IsHex64(const std::string& s) {
   if (s.size() != 64) return false;
@@ -54,20 +55,22 @@ bool IsHex64(const std::string& s) {
 
 }  // namespace
 
-absl::Status ValidateManifest(const v1::Manifest& manifest) {
-  if (manifest.files().empty()) return absl::InvalidArgumentError("checkpoint manifest lists no files");
-  if (static_cast<size_t>(manifest.files_size()) > kMaxCheckpointFiles) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint manifest lists ", manifest.files_size(),
-                                                   " files; the limit is ", kMaxCheckpointFiles));
+absl::Status ValidateManifest(const v1::Manifest& manifest, size_t max_files, bool allow_empty) {
+  if (manifest.files().empty() && !allow_empty) {
+    return absl::InvalidArgumentError("checkpoint manifest lists no files");
+  }
+  if (static_cast<size_t>(manifest.files_size()) > max_files) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint manifest lists ", manifest.files_size(), " files; the limit is ", max_files));
   }
   std::set<std::string> seen;
   for (const auto& f : manifest.files()) {
     if (absl::Status s = ValidateLabel("checkpoint file name", f.name()); !s.ok()) return s;
-    if (absl::StrContains(f.name(), '/') || f.name() == "." || f.name() == ".." || f.name() == kManifestFile ||
-        absl::StartsWith(f.name(), ".")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint file name ", Quote(f.name()),
-                       " must be a plain file name (no '/', no leading '.', not manifest.json)"));
+    // A leading '.' is allowed: torch.distributed.checkpoint writes ".metadata".
+    if (absl::StrContains(f.name(), '/') || f.name() == "." || f.name() == ".." || f.name() == kManifestFile) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint file name ", Quote(f.name()),
+                                                     " must be a plain file name (no '/', not . or .., not "
+                                                     "manifest.json)"));
     }
     if (!seen.insert(f.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint manifest lists ", Quote(f.name()), " twice"));
@@ -142,7 +145,7 @@ absl::Status VerifyDigests(const DirFd& partial, const v1::Manifest& manifest) {
 }
 
 // The partial directory must hold the manifest's files and nothing else.
-absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
+absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest, bool sharded) {
   std::set<std::string> expected;
   for (const auto& f : manifest.files()) expected.insert(f.name());
   absl::StatusOr<std::vector<DirFd::Entry>> entries = partial.List();
@@ -150,7 +153,9 @@ absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
   for (const DirFd::Entry& e : *entries) {
     if (!expected.count(e.name)) {
       return absl::DataLossError(absl::StrCat("checkpoint directory ", partial.path(), " holds ", Quote(e.name),
-                                              ", which the manifest does not list"));
+                                              sharded ? ", which no rank's manifest lists (in a sharded round each "
+                                                        "rank lists the files it wrote)"
+                                                      : ", which the manifest does not list"));
     }
   }
   return absl::OkStatus();
@@ -160,27 +165,44 @@ absl::Status CheckListing(const DirFd& partial, const v1::Manifest& manifest) {
 
 absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, const std::string& partial_name,
                                                     int64_t step, const v1::Manifest& manifest,
-                                                    CheckpointVerification verification) {
-  if (absl::Status s = ValidateManifest(manifest); !s.ok()) return s;
+                                                    const RoundWriters& writers, CheckpointVerification verification) {
+  if (writers.sharded && manifest.files().empty()) {
+    return absl::InvalidArgumentError("no rank of the sharded round listed a file: a checkpoint holds at least one");
+  }
+  if (absl::Status s = ValidateManifest(manifest, writers.sharded ? kMaxShardedCheckpointFiles : kMaxCheckpointFiles);
+      !s.ok()) {
+    return s;
+  }
+  if (writers.sharded && writers.file_ranks.size() != static_cast<size_t>(manifest.files_size())) {
+    return absl::InternalError("a sharded round's files and their ranks differ in number");
+  }
   absl::StatusOr<DirFd> partial = checkpoints.Sub(partial_name);
   if (!partial.ok()) {
     return absl::DataLossError(absl::StrCat("the round's directory is gone or replaced: ", partial.status().message()));
   }
-  if (absl::Status s = CheckListing(*partial, manifest); !s.ok()) return s;
+  if (absl::Status s = CheckListing(*partial, manifest, writers.sharded); !s.ok()) return s;
   int64_t total = 0;
   nlohmann::json files = nlohmann::json::array();
   // Every file's presence, type and size first (cheap), so a bad round fails before gigabytes are
   // hashed; VerifyDigests, when asked for, opens each again and hashes what it opened.
-  for (const auto& f : manifest.files()) {
+  for (int i = 0; i < manifest.files_size(); ++i) {
+    const v1::ManifestFile& f = manifest.files(i);
     if (absl::StatusOr<UniqueFd> fd = OpenListedFile(*partial, f); !fd.ok()) return fd.status();
     total += f.size();
-    files.push_back({{"name", f.name()}, {"size", f.size()}, {"sha256", f.sha256()}});
+    int rank = writers.sharded ? writers.file_ranks[i] : writers.writer_rank;
+    files.push_back({{"name", f.name()}, {"size", f.size()}, {"sha256", f.sha256()}, {"rank", rank}});
   }
   if (verification == CheckpointVerification::kDigests) {
     if (absl::Status s = VerifyDigests(*partial, manifest); !s.ok()) return s;
   }
   double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  nlohmann::json doc = {{"step", step}, {"files", files}, {"bytes", total}, {"committed_at", now}};
+  nlohmann::json doc = {{"step", step},
+                        {"files", files},
+                        {"bytes", total},
+                        {"committed_at", now},
+                        {"sharded", writers.sharded},
+                        {"world_size", writers.world_size}};
+  if (!writers.layout_json.empty()) doc["layout"] = nlohmann::json::parse(writers.layout_json, nullptr, false);
   if (absl::Status s = partial->WriteFileAtomic(kManifestFile, doc.dump(2) + "\n"); !s.ok()) return s;
   // A directory (or anything else) of the same step from an earlier attempt is moved aside,
   // then removed.
@@ -198,9 +220,24 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, co
   info.set_path(JoinPath(checkpoints.path(), final_name));
   info.set_bytes(total);
   info.set_committed(true);
+  info.set_sharded(writers.sharded);
+  info.set_world_size(writers.world_size);
+  info.set_writer_rank(writers.sharded ? -1 : writers.writer_rank);
   info.mutable_committed_at()->set_seconds(static_cast<int64_t>(now));
   info.mutable_committed_at()->set_nanos(static_cast<int32_t>((now - static_cast<int64_t>(now)) * 1e9));
   return info;
+}
+
+void SetShards(v1::CheckpointInfo& info, const std::vector<std::pair<int, int64_t>>& file_ranks_and_bytes) {
+  std::map<int, v1::CheckpointShard> by_rank;
+  for (const auto& [rank, bytes] : file_ranks_and_bytes) {
+    v1::CheckpointShard& shard = by_rank[rank];
+    shard.set_rank(rank);
+    shard.set_files(shard.files() + 1);
+    shard.set_bytes(shard.bytes() + bytes);
+  }
+  info.clear_shards();
+  for (auto& [rank, shard] : by_rank) *info.add_shards() = std::move(shard);
 }
 
 absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>& keep) {
@@ -252,9 +289,15 @@ std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints) {
   nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.contains("files") || !doc["files"].is_array()) return std::nullopt;
   int64_t total = 0;
+  std::vector<std::pair<int, int64_t>> shard_files;  // (rank, bytes) of each file, sharded checkpoints
+  bool sharded = doc.contains("sharded") && doc["sharded"].is_boolean() && doc["sharded"].get<bool>();
   for (const auto& f : doc["files"]) {
     if (!f.contains("name") || !f.contains("size") || !f["name"].is_string() || !f["size"].is_number_integer()) {
       return std::nullopt;
+    }
+    if (sharded) {
+      if (!f.contains("rank") || !f["rank"].is_number_integer()) return std::nullopt;
+      shard_files.emplace_back(f["rank"].get<int>(), f["size"].get<int64_t>());
     }
     std::string file = f["name"].get<std::string>();
     absl::StatusOr<struct stat> st = dir->Lstat(file);  // INVALID_ARGUMENT for a name with '/
@@ -272,6 +315,14 @@ std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints) {
   info.set_committed(true);
   if (doc.contains("committed_at") && doc["committed_at"].is_number()) {
     info.mutable_committed_at()->set_seconds(static_cast<int64_t>(doc["committed_at"].get<double>()));
+  }
+  if (doc.contains("world_size") && doc["world_size"].is_number_integer()) {
+    info.set_world_size(doc["world_size"].get<int32_t>());
+  }
+  if (sharded) {
+    info.set_sharded(true);
+    info.set_writer_rank(-1);
+    SetShards(info, shard_files);
   }
   return info;
 }

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dir_fd.h"
+#include "common/limits.h"
 #include "dt/v1/checkpoint.pb.h"
 #include "dt/v1/common.pb.h"
 
@@ -22,8 +24,21 @@ inline constexpr char kLatestLink[] = "latest";
 std::string CheckpointDirName(int64_t step);                         // "step-<step>"
 std::string PartialDirName(int64_t step, const std::string& nonce);  // "step-<step>.partial-<nonce>"
 
-// INVALID_ARGUMENT for a malformed manifest (names with '/', duplicates, bad sizes or digests).
-absl::Status ValidateManifest(const v1::Manifest& manifest);
+// INVALID_ARGUMENT for a malformed manifest (names with '/', duplicates, bad sizes or digests,
+// more than `max_files` files, or none unless `allow_empty`: a sharded round's rank may hold no
+// state, a round as a whole must write something).
+absl::Status ValidateManifest(const v1::Manifest& manifest, size_t max_files = kMaxCheckpointFiles,
+                              bool allow_empty = false);
+
+// Who wrote a round's files, for manifest.json: `file_ranks` by manifest index (every file the
+// writer's when the round has one writer), the generation's size and the program's layout document.
+struct RoundWriters {
+  bool sharded = false;
+  int world_size = 0;
+  int writer_rank = 0;          // single-writer rounds
+  std::vector<int> file_ranks;  // sharded rounds, by manifest index
+  std::string layout_json;      // sharded rounds: validated JSON, or empty
+};
 
 // The functions below work inside a held `checkpoints/` directory and never follow a link in
 // it: a planted link is refused (FAILED_PRECONDITION or DATA_LOSS naming the entry), never read,
@@ -39,11 +54,15 @@ enum class CheckpointVerification {
 
 // Verifies that the partial directory `partial_name` holds exactly the manifest's files, each a
 // regular file with the manifest's size (and, with kDigests, its SHA-256; DATA_LOSS naming the
-// first mismatch), writes manifest.json, renames the directory to step-<step>, fsyncs, and points
-// `latest` at it. Returns the published checkpoint.
+// first mismatch), writes manifest.json (with each file's rank, the world size and the layout),
+// renames the directory to step-<step>, fsyncs, and points `latest` at it. Returns the published
+// checkpoint (its generation, writer and shards are the caller's to fill in).
 absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, const std::string& partial_name,
                                                     int64_t step, const v1::Manifest& manifest,
-                                                    CheckpointVerification verification);
+                                                    const RoundWriters& writers, CheckpointVerification verification);
+
+// Sets info.shards: each rank's file count and bytes, by rank, from (rank, bytes) per file.
+void SetShards(v1::CheckpointInfo& info, const std::vector<std::pair<int, int64_t>>& file_ranks_and_bytes);
 
 // Removes every step-<N> directory whose step is not in `keep` and is older than the newest kept
 // (nothing when `keep` is empty).

@@ -426,8 +426,13 @@ class Coordinator {
 
   // Checkpoint helpers.
   // Called as each rank is released from the arrival barrier; the first opens the round.
-  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
+  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, bool sharded, uint64_t sequence,
                            const PendingPtr<v1::BeginCheckpointResponse>& reply);
+  // A rank's commit in a sharded round: its manifest joins the round (or, refused, aborts it), and
+  // the round is published once every rank's is in.
+  void CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                   const v1::CommitCheckpointRequest& request, const PendingPtr<v1::CommitCheckpointResponse>& reply,
+                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/crypto.h"
 #include "common/duration.h"
 #include "common/fs.h"
@@ -19,15 +20,16 @@ namespace {
 
 constexpr char kCheckpointBarrier[] = "dt.checkpoint";
 
-v1::BeginCheckpointResponse RoundReply(const std::string& id, int writer, const std::string& partial,
-                                       const std::string& final_dir, int64_t lease_ms) {
-  v1::BeginCheckpointResponse out;
-  out.set_round_id(id);
-  out.set_writer_rank(writer);
-  out.set_partial_dir(partial);
-  out.set_final_dir(final_dir);
-  out.set_lease_ms(lease_ms);
-  return out;
+// "a sharded round" or "a single-writer round", for the ranks' disagreements.
+const char* RoundKind(bool sharded) { return sharded ? "a sharded round" : "a single-writer round"; }
+
+// "ranks 1, 3" of `world` that are not in `committed`.
+std::string RanksNotIn(int world, const std::map<int, PendingPtr<v1::CommitCheckpointResponse>>& committed) {
+  std::vector<int> missing;
+  for (int r = 0; r < world; ++r) {
+    if (!committed.count(r)) missing.push_back(r);
+  }
+  return absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "));
 }
 
 }  // namespace
@@ -64,6 +66,13 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
   }
   if (g.round &&
       (g.round->state == CheckpointRound::State::kOpen || g.round->state == CheckpointRound::State::kVerifying)) {
+    if (g.round->step == request.step() && g.round->sharded != request.sharded()) {
+      deferred.Complete<v1::BeginCheckpointResponse>(
+          reply, absl::FailedPreconditionError(absl::StrCat("rank ", request.rank(), " asked for ",
+                                                            RoundKind(request.sharded()), " at step ", request.step(),
+                                                            " but the open round is ", RoundKind(g.round->sharded))));
+      return;
+    }
     if (g.round->step == request.step()) {
       // This rank's earlier Begin reply was lost: the round it opened is still the one.
       ReplyToBegin(*g.round, reply, deferred);
@@ -82,16 +91,25 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                                           g.arriving_step, ": the ranks disagree on the step")));
     return;
   }
+  if (g.arriving_step != 0 && g.arriving_sharded != request.sharded()) {
+    deferred.Complete<v1::BeginCheckpointResponse>(
+        reply, absl::FailedPreconditionError(absl::StrCat(
+                   "rank ", request.rank(), " asked for ", RoundKind(request.sharded()), " at step ", request.step(),
+                   " but other ranks asked for ", RoundKind(g.arriving_sharded), ": the ranks disagree")));
+    return;
+  }
   g.arriving_step = request.step();
+  g.arriving_sharded = request.sharded();
   absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
                                                     : absl::Milliseconds(policy_.barrier_timeout_ms());
   int64_t generation = g.number;
   int64_t step = request.step();
+  bool sharded = request.sharded();
   // Weak: the pending lives in the run's own barrier table, and a strong reference would keep
   // the run (and the table) alive in a cycle.
   std::weak_ptr<RunEntry> weak_run = run;
   auto arrived =
-      MakePending<BarrierRelease>([this, weak_run, generation, step, reply](absl::StatusOr<BarrierRelease> r) {
+      MakePending<BarrierRelease>([this, weak_run, generation, step, sharded, reply](absl::StatusOr<BarrierRelease> r) {
         RunPtr run = weak_run.lock();
         if (!run) {
           reply->Complete(absl::UnavailableError("the coordinator is shutting down"));
@@ -109,7 +127,7 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
           reply->Complete(r.status());
           return;
         }
-        OpenCheckpointRound(run, generation, step, r->sequence, reply);
+        OpenCheckpointRound(run, generation, step, sharded, r->sequence, reply);
       });
   g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
 }
@@ -121,13 +139,20 @@ void Coordinator::ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::Begi
   } else if (round.checkpoints == nullptr) {
     round.begin_waiting.push_back(reply);  // the partial directory is being made
   } else {
-    deferred.Complete<v1::BeginCheckpointResponse>(
-        reply, RoundReply(round.id, round.writer, round.partial_dir, round.final_dir, policy_.checkpoint_lease_ms()));
+    v1::BeginCheckpointResponse out;
+    out.set_round_id(round.id);
+    out.set_writer_rank(round.writer);
+    out.set_partial_dir(round.partial_dir);
+    out.set_final_dir(round.final_dir);
+    out.set_lease_ms(policy_.checkpoint_lease_ms());
+    out.set_sharded(round.sharded);
+    out.set_world_size(round.world);
+    deferred.Complete<v1::BeginCheckpointResponse>(reply, out);
   }
 }
 
-void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, uint64_t sequence,
-                                      const PendingPtr<v1::BeginCheckpointResponse>& reply) {
+void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, bool sharded,
+                                      uint64_t sequence, const PendingPtr<v1::BeginCheckpointResponse>& reply) {
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
@@ -146,6 +171,8 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
     round->generation = generation;
     round->sequence = sequence;
     round->step = step;
+    round->sharded = sharded;
+    round->world = static_cast<int>(g.ranks.size());
     round->writer = 0;  // every rank of a live generation is alive: the lowest is rank 0
     for (const auto& rs : g.ranks) {
       if (rs.state() == v1::RankStatus::ACTIVE) {
@@ -153,7 +180,8 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
         break;
       }
     }
-    round->writer_desc = DescribeRank(*run, round->writer);
+    if (sharded) round->writer = -1;
+    round->writer_desc = sharded ? std::string("every rank") : DescribeRank(*run, round->writer);
     std::string checkpoints_dir = ExperimentPaths(r.exp_dir()).checkpoints_dir;
     round->partial_name = PartialDirName(step, nonce);
     round->partial_dir = JoinPath(checkpoints_dir, round->partial_name);
@@ -238,6 +266,10 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     default:
       break;
   }
+  if (round->sharded) {
+    CommitShard(run, round, request, reply, deferred);
+    return;
+  }
   bool is_writer = request.rank() == round->writer;
   if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
     deferred.Complete<v1::CommitCheckpointResponse>(
@@ -265,6 +297,29 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
   }
 }
 
+void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                              const v1::CommitCheckpointRequest& request,
+                              const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+  if (round->state == CheckpointRound::State::kOpen) {
+    if (absl::Status s = round->shards.Accept(request.rank(), request.manifest(), request.layout_json()); !s.ok()) {
+      // A shard that cannot be part of the checkpoint ends the round for every rank, saying why.
+      deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
+      AbortRound(*run, *round, s, deferred);
+      return;
+    }
+  }
+  auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
+  if (!inserted) {
+    deferred.Complete(it->second, absl::StatusOr<v1::CommitCheckpointResponse>(
+                                      absl::CancelledError("replaced by a retry of the same rank")));
+    it->second = reply;
+  }
+  if (static_cast<int>(round->waiting.size()) == round->world &&
+      static_cast<int>(round->shards.ranks()) == round->world && round->state == CheckpointRound::State::kOpen) {
+    StartPublish(run, round);
+  }
+}
+
 namespace {
 
 // The round writes through the checkpoints/ it held open at its start; the path it reports must
@@ -286,17 +341,34 @@ absl::StatusOr<v1::CheckpointInfo> StillTheRoundsCheckpointsDir(const std::strin
 void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round) {
   round->state = CheckpointRound::State::kVerifying;
   if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
-  v1::Manifest manifest = std::move(*round->manifest);
-  round->manifest.reset();
+  RoundWriters writers;
+  writers.sharded = round->sharded;
+  writers.world_size = round->world;
+  writers.writer_rank = round->writer;
+  v1::Manifest manifest;
+  if (round->sharded) {
+    manifest = round->shards.Combined(writers.file_ranks);
+    writers.layout_json = round->shards.layout_json();
+    round->shards = ShardCollector();
+  } else {
+    manifest = std::move(*round->manifest);
+    round->manifest.reset();
+  }
   const std::string run_id = run->stored.run.run_id();
-  file_work_->Post(run_id, [this, run, run_id, round, manifest, exp_dir = run->stored.run.exp_dir(),
-                            identity = run->stored.run.exp_dir_identity()] {
+  file_work_->Post(run_id, [this, run, run_id, round, manifest, writers = std::move(writers),
+                            exp_dir = run->stored.run.exp_dir(), identity = run->stored.run.exp_dir_identity()] {
     absl::Time start = absl::Now();
     absl::StatusOr<v1::CheckpointInfo> result =
         StillTheRoundsCheckpointsDir(exp_dir, identity, *round->checkpoints, round->step);
     if (result.ok()) {
-      result = VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest,
+      result = VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest, writers,
                                 options_.checkpoint_verification);
+    }
+    if (result.ok() && writers.sharded) {
+      std::vector<std::pair<int, int64_t>> files;
+      for (int i = 0; i < manifest.files_size(); ++i)
+        files.emplace_back(writers.file_ranks[i], manifest.files(i).size());
+      SetShards(*result, files);
     }
     if (result.ok()) {
       DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
@@ -321,7 +393,6 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
     }
     v1::CheckpointInfo info = *result;
     info.set_generation(round->generation);
-    info.set_writer_rank(round->writer);
     round->info = info;
     round->state = CheckpointRound::State::kCommitted;
     const std::string& run_id = run->stored.run.run_id();
@@ -425,10 +496,12 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
   Deferred& deferred = locked.deferred();
   std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
   if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
+  std::string lease = absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms()));
+  std::string late = round->sharded ? absl::StrCat(RanksNotIn(round->world, round->waiting), " of the sharded round")
+                                    : absl::StrCat("the writer ", round->writer_desc);
   AbortRound(*run, *round,
-             absl::AbortedError(absl::StrCat("checkpoint round for step ", round->step, " aborted: the writer ",
-                                             round->writer_desc, " did not commit within its lease of ",
-                                             absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms())))),
+             absl::AbortedError(absl::StrCat("checkpoint round for step ", round->step, " aborted: ", late,
+                                             " did not commit within the lease of ", lease)),
              deferred);
 }
 

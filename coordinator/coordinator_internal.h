@@ -10,6 +10,7 @@
 
 #include "common/proto_time.h"
 #include "common/run_state.h"
+#include "coordinator/checkpoint_shards.h"
 #include "coordinator/coordinator.h"
 
 namespace dt {
@@ -20,8 +21,10 @@ struct Coordinator::CheckpointRound {
   int64_t generation = 0;
   uint64_t sequence = 0;  // the arrival barrier instance that opened it
   int64_t step = 0;
-  int writer = 0;
+  int writer = 0;  // -1 in a sharded round
   std::string writer_desc;
+  bool sharded = false;  // every rank writes its own files
+  int world = 0;         // ranks of the generation
   // checkpoints/ held open for the round: every file operation is relative to it, so a link or
   // a rename planted meanwhile cannot redirect the commit, the clean-up or the retention. Set once
   // the file work has made the round's partial directory; until then the ranks' Begin replies
@@ -38,6 +41,7 @@ struct Coordinator::CheckpointRound {
   // The writer's manifest, kept until every rank has committed: a rank's exception in its block
   // (AbortCheckpoint) aborts the round until then.
   std::optional<v1::Manifest> manifest;
+  ShardCollector shards;    // sharded rounds: each committed rank's manifest and the layout
   absl::Status outcome;     // when aborted
   v1::CheckpointInfo info;  // when committed
 };
@@ -64,6 +68,7 @@ struct Coordinator::Generation {
   std::unique_ptr<BarrierTable> barriers;
   std::shared_ptr<CheckpointRound> round;  // the open round, or the last one
   int64_t arriving_step = 0;               // step of the checkpoint arrival in progress
+  bool arriving_sharded = false;           // whether that arrival asked for a sharded round
   absl::Status stopped;                    // non-OK once the generation ended
   TimerQueue::Id rendezvous_timer = 0;
   bool ranks_dirty = false;

@@ -42,7 +42,9 @@ class PublisherTest : public ::testing::Test {
   }
   absl::StatusOr<v1::CheckpointInfo> Publish(const std::string& partial_name, int64_t step, const v1::Manifest& m,
                                              CheckpointVerification v = CheckpointVerification::kDigests) {
-    return VerifyAndPublish(Dir(), partial_name, step, m, v);
+    RoundWriters writers;
+    writers.world_size = 1;
+    return VerifyAndPublish(Dir(), partial_name, step, m, writers, v);
   }
   std::string LatestTarget() {
     char buf[256];

@@ -56,4 +56,17 @@ resumed=$(sed -n 's/^rank 1: resumed from step \([0-9]*\)$/\1/p' "$work/runs/cpp
 steps=$("$dtctl" metrics "$run" --key loss --rank 0 -o json | json '[r["step"] for r in d]')
 /usr/bin/python3 -c "import sys; s=$steps; r=$resumed; sys.exit(0 if len(s) == len(set(s)) and set(range(r + 1, 201)) <= set(s) else 1)" \
   || fail "loss points of rank 0 after the resume at step $resumed: $steps"
+# A sharded round: every rank saves its own file, published together with one manifest.json
+# that names each file's rank.
+sharded=$("$dtctl" submit -o json --name cpp-sharded --save-dir "$work/runs" --nproc-per-node 2 \
+          --exec -- "$work/example/train_cpp" 20 0 sharded | json 'd["run_id"]')
+"$dtctl" watch "$sharded" > "$work/watch-sharded.log" \
+  || { cat "$work/watch-sharded.log" "$work/runs/cpp-sharded/logs/rank-0.log"; fail "the sharded run did not succeed"; }
+manifest="$work/runs/cpp-sharded/checkpoints/step-20/manifest.json"
+files=$(json 'sorted((f["name"], f["rank"]) for f in d["files"])' < "$manifest")
+[[ "$files" == "[('model-rank0.pt', 0), ('model-rank1.pt', 1), ('step.txt', 0)]" ]] || fail "sharded files: $files"
+[[ $(json '(d["world_size"], d["sharded"], d["layout"]["model"])' < "$manifest") == "(2, True, 'replicated')" ]] \
+  || fail "sharded manifest: $(cat "$manifest")"
+"$dtctl" checkpoints "$sharded" --verify | grep -q "2 of 2 ranks (sharded)" \
+  || fail "dtctl checkpoints: $("$dtctl" checkpoints "$sharded" --verify)"
 echo "C++ package OK: $final0"

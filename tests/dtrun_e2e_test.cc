@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -652,6 +653,84 @@ TEST_F(DtrunTest, AnyRanksFailureAbortsADtModuleRound) {
     EXPECT_NE(log0.find("latest: None"), std::string::npos) << log0;
     EXPECT_EQ(testing::DtctlJson(Dtctl({"checkpoints", run, "-o", "json"})).size(), 0u) << mode;
   }
+}
+
+// Any rank's failure in a sharded round of the dt module aborts it for every rank, saying why: two
+// ranks claiming one file, a rank's exception after it saved its shard, a file no rank claimed.
+TEST_F(DtrunTest, AnyRanksFailureAbortsAShardedRound) {
+  const std::map<std::string, std::string> cause = {
+      {"sharded-duplicate", "\"state.bin\" is claimed by rank "},
+      {"sharded-rank-raises", "rank 1 aborted the checkpoint at step 1: ValueError: a bad batch on rank 1"},
+      {"sharded-unclaimed", "\"forgotten.bin\", which no rank's manifest lists"}};
+  for (const auto& [mode, why] : cause) {
+    std::string run = SubmitScript(mode, 0, {mode}, JoinPath(DT_SOURCE_DIR, "tests/python/dt_round.py"));
+    CommandResult watch = Dtctl({"watch", run});
+    std::string exp_dir = JoinPath(save_dir_, mode);
+    std::string log0 = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+    std::string log1 = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+    ASSERT_EQ(watch.exit_code, 0) << mode << "\n" << log0 << log1;
+    EXPECT_NE(log0.find("round: not committed"), std::string::npos) << mode << "\n" << log0;
+    EXPECT_NE(log0.find(why), std::string::npos) << mode << "\n" << log0;
+    if (mode != "sharded-rank-raises") {
+      EXPECT_NE(log1.find(why), std::string::npos) << mode << "\n" << log1;
+    }
+    EXPECT_NE(log0.find("latest: None"), std::string::npos) << log0;
+    EXPECT_EQ(testing::DtctlJson(Dtctl({"checkpoints", run, "-o", "json"})).size(), 0u) << mode;
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(JoinPath(exp_dir, "checkpoints"))) {
+      left.push_back(e.path().filename().string());
+    }
+    EXPECT_TRUE(left.empty()) << mode << ": " << absl::StrJoin(left, ", ");
+  }
+}
+
+// examples/python/train_zero.py: Adam's state sharded by ZeroRedundancyOptimizer, every rank saving
+// its own shard in sharded rounds. Each round is one step-S whose manifest.json names each file's
+// rank; after a rank is killed the group resumes from the shards and trains exactly as a run that
+// was never interrupted.
+TEST_F(DtrunTest, TheZeroExampleSavesEveryRanksShardInOneRoundAndResumesExactly) {
+  const std::string script = JoinPath(DT_SOURCE_DIR, "examples/python/train_zero.py");
+  std::string whole = SubmitScript("zero-whole", 0, {"--steps", "20", "--ckpt-every", "5"}, script);
+  CommandResult watch = Dtctl({"watch", whole});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(save_dir_, "zero-whole/logs/rank-0.log"));
+
+  std::string run = SubmitScript("zero", 1, {"--steps", "20", "--ckpt-every", "5", "--step-sleep", "0.1"}, script);
+  std::string exp_dir = JoinPath(save_dir_, "zero");
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return Status(run).value("latest_checkpoint_step", nlohmann::json()).is_number(); }, absl::Minutes(2)))
+      << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  ASSERT_EQ(::kill(Status(run)["ranks"][1]["pid"].get<int>(), SIGKILL), 0);
+  watch = Dtctl({"watch", run});
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  EXPECT_EQ(Status(run)["restarts"], 1);
+  std::string log1 = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  EXPECT_NE(log1.find("rank 1: resumed from step"), std::string::npos) << log1;
+
+  // The same losses, step by step, as the run that was never interrupted.
+  std::vector<v1::MetricRecord> expected = coord_.Metrics(whole, "loss", 0);
+  std::vector<v1::MetricRecord> got = coord_.Metrics(run, "loss", 0);
+  ASSERT_EQ(expected.size(), 20u);
+  ASSERT_EQ(got.size(), 20u);
+  for (int k = 0; k < 20; ++k) EXPECT_NEAR(got[k].value(), expected[k].value(), 1e-9) << "step " << k + 1;
+
+  // One manifest per round, naming each shard's rank, the world size and the program's layout.
+  nlohmann::json manifest =
+      nlohmann::json::parse(testing::Slurp(JoinPath(exp_dir, "checkpoints/step-20/manifest.json")), nullptr, false);
+  ASSERT_FALSE(manifest.is_discarded());
+  EXPECT_EQ(manifest["world_size"], 2) << manifest;
+  EXPECT_EQ(manifest["sharded"], true) << manifest;
+  EXPECT_EQ(manifest["layout"]["optimizer"], "ZeroRedundancyOptimizer") << manifest;
+  std::map<std::string, int> ranks;
+  for (const auto& f : manifest["files"]) ranks[f["name"].get<std::string>()] = f["rank"].get<int>();
+  EXPECT_EQ(ranks, (std::map<std::string, int>{{"model.pt", 0}, {"optim-0.pt", 0}, {"optim-1.pt", 1}}));
+  nlohmann::json cks = testing::DtctlJson(Dtctl({"checkpoints", run, "--verify", "-o", "json"}));
+  ASSERT_EQ(cks.size(), 3u) << cks;
+  EXPECT_EQ(cks[2]["verified"], "ok") << cks;
+  ASSERT_EQ(cks[2]["shards"].size(), 2u) << cks;
+  EXPECT_EQ(cks[2]["shards"][1]["rank"], 1) << cks;
+  EXPECT_EQ(cks[2]["shards"][1]["files"], 1) << cks;
+  CommandResult table = Dtctl({"checkpoints", run});
+  EXPECT_NE(table.output.find("2 of 2 ranks (sharded)"), std::string::npos) << table.output;
 }
 
 // A coordinator restart (systemd's SIGTERM, down for 7 s) does not end a program that uses the dt

@@ -230,10 +230,10 @@ int Checkpoints(Global& g, const std::string& run_id, bool verify) {
     for (int i = 0; i < list->checkpoints_size(); ++i) {
       const v1::CheckpointInfo& c = list->checkpoints(i);
       rows.push_back({absl::StrCat(c.step()), HumanBytes(c.bytes()), Iso8601(c.committed_at()), c.path(),
-                      c.committed() ? "yes" : "no"});
+                      c.committed() ? "yes" : "no", CheckpointWriters(c)});
       if (verify) rows.back().push_back(verdicts[i]);
     }
-    std::vector<std::string> header = {"STEP", "SIZE", "TIME", "PATH", "COMMITTED"};
+    std::vector<std::string> header = {"STEP", "SIZE", "TIME", "PATH", "COMMITTED", "WRITTEN BY"};
     if (verify) header.push_back("VERIFIED");
     std::cout << Table(header, rows);
   }

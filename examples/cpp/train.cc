@@ -1,8 +1,10 @@
 // A LibTorch program with its own model (a linear fit of y = 3x - 2), run under dt by
-// `dtctl submit --exec -- train_cpp STEPS [PAUSE_MS]` (PAUSE_MS after each step paces a demo or a
-// test that acts mid-run; the model takes under 5 ms a step): it acts for the rank dtrun registered, builds its Gloo
-// process group on the coordinator's store (no MASTER_ADDR/MASTER_PORT), averages gradients with
-// allreduce, reports its loss and progress, and checkpoints in rounds the coordinator commits.
+// `dtctl submit --exec -- train_cpp STEPS [PAUSE_MS [sharded]]` (PAUSE_MS after each step paces a
+// demo or a test that acts mid-run; the model takes under 5 ms a step): it acts for the rank dtrun
+// registered, builds its Gloo process group on the coordinator's store (no MASTER_ADDR/MASTER_PORT),
+// averages gradients with allreduce, reports its loss and progress, and checkpoints in rounds the
+// coordinator commits: one writer, or with `sharded` every rank saving its own file (as ranks
+// holding parts of a model or optimizer do) in one sharded round.
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -12,7 +14,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "client/agent.h"
 #include "client/checkpoint_manifest.h"
@@ -39,6 +43,27 @@ absl::Status Checkpoint(dt::Agent& agent, torch::nn::Linear& model, int64_t step
   return agent.CommitCheckpoint(round->round_id(), &*manifest).status();
 }
 
+// A sharded round: every rank saves its own file (here its copy of the model; in ZeRO or FSDP its
+// part of the state) into the round's shared directory and commits the manifest of that file; the
+// coordinator publishes the round once every rank's is in.
+absl::Status ShardedCheckpoint(dt::Agent& agent, torch::nn::Linear& model, int64_t step) {
+  absl::StatusOr<dt::v1::BeginCheckpointResponse> round = agent.BeginCheckpoint(step, absl::ZeroDuration(), true);
+  if (!round.ok()) return round.status();
+  std::vector<std::string> mine = {"model-rank" + std::to_string(agent.rank()) + ".pt"};
+  torch::save(model, round->partial_dir() + "/" + mine[0]);
+  if (agent.rank() == 0) {
+    std::ofstream(round->partial_dir() + "/step.txt") << step << "\n";
+    mine.push_back("step.txt");
+  }
+  absl::StatusOr<dt::v1::Manifest> manifest = dt::ManifestOfFiles(round->partial_dir(), mine);
+  if (!manifest.ok()) {
+    (void)agent.AbortCheckpoint(round->round_id(), std::string(manifest.status().message()));
+    return manifest.status();
+  }
+  std::string layout = "{\"model\": \"replicated\", \"files\": \"model-rank<r>.pt\"}";
+  return agent.CommitCheckpoint(round->round_id(), &*manifest, layout).status();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +73,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const int64_t steps = argc > 1 ? std::atoll(argv[1]) : 100;
   const int64_t pause_ms = argc > 2 ? std::atoll(argv[2]) : 0;
+  const bool sharded = argc > 3 && std::string(argv[3]) == "sharded";
   const int64_t checkpoint_every = 10;
   absl::StatusOr<std::unique_ptr<dt::Agent>> attached = dt::Agent::AttachToDtrun();
   if (!attached.ok()) return Fail("attach", attached.status());
@@ -73,7 +99,9 @@ int main(int argc, char** argv) {
   torch::optim::SGD optimizer(model->parameters(), 0.1);
   int64_t start = 0;
   if (const std::string& latest = agent.assignment().resume().path(); !latest.empty()) {
-    torch::load(model, latest + "/model.pt");
+    // A sharded checkpoint: each rank loads the file it wrote.
+    bool was_sharded = agent.assignment().resume().sharded();
+    torch::load(model, latest + (was_sharded ? "/model-rank" + std::to_string(agent.rank()) + ".pt" : "/model.pt"));
     std::ifstream(latest + "/step.txt") >> start;
     std::cout << "rank " << agent.rank() << ": resumed from step " << start << std::endl;
   }
@@ -93,7 +121,8 @@ int main(int argc, char** argv) {
     agent.ReportProgress(step, steps);
     metrics.Add(step, {{"loss", loss.item<double>()}});
     if (step % checkpoint_every == 0) {
-      if (absl::Status s = Checkpoint(agent, model, step); !s.ok()) return Fail("checkpoint", s);
+      absl::Status s = sharded ? ShardedCheckpoint(agent, model, step) : Checkpoint(agent, model, step);
+      if (!s.ok()) return Fail("checkpoint", s);
     }
     if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
   }

@@ -27,6 +27,7 @@ barrier whose ranks did not all arrive (the message names the missing ones), and
 """
 import atexit
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
@@ -403,45 +404,98 @@ class Checkpoint:
     SHA-256 digests go to the coordinator, which checks the sizes, records the digests in the
     published `manifest.json` and publishes them as `path` (`verify_checkpoint(path)` re-reads them
     against it). Every rank's block ends once the round is committed; an exception in any rank's
-    block aborts the round (`latest` is unchanged)."""
+    block aborts the round (`latest` is unchanged).
 
-    def __init__(self, step, is_writer, directory, path):
+    In a sharded round (`dt.checkpoint(step, sharded=True)`) every rank is a writer: all share
+    `dir`, and each names the files it wrote there, with `ck.file(name)` (the path to write) or
+    `ck.claim(pattern, ...)` (files a library wrote, by glob pattern: after
+    `torch.distributed.checkpoint.save(state, checkpoint_id=ck.dir)`, rank r claims
+    `f"__{r}_*.distcp"` and rank 0 also `".metadata"`). A file that no rank names, or that two
+    ranks name, aborts the round. `ck.layout` (anything JSON can hold: a mesh, a partition) goes
+    into manifest.json as "layout"; ranks that set it must set the same."""
+
+    def __init__(self, step, is_writer, directory, path, sharded=False, world_size=1):
         self.step = step
         self.is_writer = is_writer
         self.dir = directory
         self.path = path
+        self.sharded = sharded
+        self.world_size = world_size
+        self.layout = None
         self.committed = False
         self.bytes = 0
+        self._claimed = set()
+
+    def file(self, name):
+        """The path at which this rank writes `name` in a sharded round, claimed as this rank's."""
+        self._claim_name(name)
+        return os.path.join(self.dir, name)
+
+    def claim(self, *patterns):
+        """Claims as this rank's the files of `dir` matching each glob pattern (sharded rounds).
+        Raises DtError for a pattern that matches nothing."""
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern or "/" in pattern:
+                raise ValueError(f"a claim is a file name or glob pattern inside ck.dir, got {pattern!r}")
+            names = [n for n in os.listdir(self.dir) if fnmatch.fnmatchcase(n, pattern)]
+            if not names:
+                raise DtError(f"nothing in {self.dir} matches {pattern!r}: write the files before claiming them")
+            for name in names:
+                self._claim_name(name)
+
+    def _claim_name(self, name):
+        if not self.sharded:
+            raise DtError("ck.file and ck.claim are for sharded rounds: dt.checkpoint(step, sharded=True); "
+                          "in a single-writer round the writer's files are everything in ck.dir")
+        if not isinstance(name, str) or "/" in name or name in ("", ".", "..", "manifest.json"):
+            raise ValueError(f"checkpoint file name {name!r} must be a plain file name (no '/', not manifest.json)")
+        self._claimed.add(name)
 
 
-def _manifest(pb, directory):
+def _hash_file(path):
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _manifest(pb, directory, names=None):
+    """The manifest of every plain file in `directory` (a single writer), or of `names` (a rank's
+    files in a sharded round; none is allowed)."""
     files = []
-    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-        if entry.is_symlink() or not entry.is_file():
-            raise DtError(f"checkpoint directory {directory} may hold only plain files; {entry.name} is not one")
-        digest = hashlib.sha256()
-        size = 0
-        with open(entry.path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-                size += len(chunk)
-        files.append(pb.ManifestFile(name=entry.name, size=size, sha256=digest.hexdigest()))
-    if not files:
-        raise DtError(f"the checkpoint writer saved nothing into {directory}")
+    if names is None:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        for entry in entries:
+            if entry.is_symlink() or not entry.is_file():
+                raise DtError(f"checkpoint directory {directory} may hold only plain files; {entry.name} is not one")
+        names = [e.name for e in entries]
+        if not names:
+            raise DtError(f"the checkpoint writer saved nothing into {directory}")
+    for name in sorted(names):
+        path = os.path.join(directory, name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            raise DtError(f"checkpoint file {path} was claimed but is not a plain file that exists")
+        size, digest = _hash_file(path)
+        files.append(pb.ManifestFile(name=name, size=size, sha256=digest))
     return pb.Manifest(files=files)
 
 
 @contextlib.contextmanager
-def checkpoint(step, timeout=None):
-    """A checkpoint round at `step`; see Checkpoint."""
+def checkpoint(step, timeout=None, sharded=False):
+    """A checkpoint round at `step`; see Checkpoint. `sharded`: every rank writes (every rank must
+    ask alike)."""
     s = _require()
     _check_step(step)
     if s is None:
         r = rank()
         directory = os.path.join(os.getcwd(), "checkpoints", f"step-{step}")
-        if r == 0:
+        if r == 0 or sharded:
             os.makedirs(directory, exist_ok=True)
-        ck = Checkpoint(step, r == 0, directory if r == 0 else None, directory)
+        writer = r == 0 or sharded
+        ck = Checkpoint(step, writer, directory if writer else None, directory, sharded, world_size())
         yield ck
         ck.committed = True
         return
@@ -449,9 +503,10 @@ def checkpoint(step, timeout=None):
     _send_unsent(s, retry=True)  # a checkpoint at S follows every point up to S
     begun = s.call(s.checkpoints.BeginCheckpoint, pb.BeginCheckpointRequest(
         run_id=s.run_id, generation=s.generation, rank=s.rank, step=step,
-        timeout_ms=int(timeout * 1000) if timeout else 0), timeout=None)
-    writer = begun.writer_rank == s.rank
-    ck = Checkpoint(step, writer, begun.partial_dir if writer else None, begun.final_dir)
+        timeout_ms=int(timeout * 1000) if timeout else 0, sharded=sharded), timeout=None)
+    writer = begun.sharded or begun.writer_rank == s.rank
+    ck = Checkpoint(step, writer, begun.partial_dir if writer else None, begun.final_dir, begun.sharded,
+                    begun.world_size or s.world_size)
 
     def abort(reason):
         # Any rank's failure aborts the round (the coordinator publishes only once every rank
@@ -476,15 +531,17 @@ def checkpoint(step, timeout=None):
     try:
         yield ck
     except BaseException as e:
-        abort_for(e, f"rank {s.rank}: {type(e).__name__}: {e}", writer and isinstance(e, FileNotFoundError))
+        abort_for(e, f"{type(e).__name__}: {e}", writer and isinstance(e, FileNotFoundError))
         raise
     request = pb.CommitCheckpointRequest(run_id=s.run_id, generation=s.generation, rank=s.rank,
                                          round_id=begun.round_id)
     if writer:
         try:
-            request.manifest.CopyFrom(_manifest(pb, begun.partial_dir))
+            request.manifest.CopyFrom(_manifest(pb, begun.partial_dir, ck._claimed if begun.sharded else None))
+            if ck.layout is not None:
+                request.layout_json = json.dumps(ck.layout, sort_keys=True)
         except BaseException as e:  # a subdirectory, a link, nothing saved: the round cannot commit
-            abort_for(e, f"the writer's files cannot be committed: {e}", True)
+            abort_for(e, f"rank {s.rank}'s files cannot be committed: {e}", True)
             raise
     reply = s.call(s.checkpoints.CommitCheckpoint, request, timeout=None)
     ck.committed = True

@@ -10,6 +10,9 @@ its round came to ("round: <outcome>") and exits 0.
   dt_round.py writer-saves-into-aborted-round
                                    rank 1 raises at once; the writer saves only after that abort
                                    has removed the round's directory
+  dt_round.py sharded-duplicate    a sharded round where both ranks claim state.bin
+  dt_round.py sharded-rank-raises  a sharded round where rank 1 raises after saving its shard
+  dt_round.py sharded-unclaimed    a sharded round where rank 1 saves a file it does not claim
 """
 import os
 import sys
@@ -21,6 +24,8 @@ import dt
 def main():
     mode = sys.argv[1]
     dt.init()
+    if mode.startswith("sharded-"):
+        return sharded(mode)
     try:
         with dt.checkpoint(1) as ck:
             if ck.is_writer:
@@ -37,6 +42,26 @@ def main():
                     while os.path.exists(ck.dir) and time.monotonic() < deadline:
                         time.sleep(0.02)
             if mode != "writer-saves-subdir" and dt.rank() == 1:
+                raise ValueError("a bad batch on rank 1")
+        print("round: committed", flush=True)
+    except ValueError as e:
+        print("round: raised", e, flush=True)
+    except dt.DtError as e:
+        print("round: not committed:", e, flush=True)
+    print("latest:", dt.latest_checkpoint(), flush=True)
+
+
+def sharded(mode):
+    rank = dt.rank()
+    try:
+        with dt.checkpoint(1, sharded=True) as ck:
+            name = "state.bin" if mode == "sharded-duplicate" else f"shard-{rank}.bin"
+            with open(ck.file(name), "wb") as f:
+                f.write(bytes([rank]) * 1000)
+            if rank == 1 and mode == "sharded-unclaimed":
+                with open(os.path.join(ck.dir, "forgotten.bin"), "wb") as f:
+                    f.write(b"y")
+            if rank == 1 and mode == "sharded-rank-raises":
                 raise ValueError("a bad batch on rank 1")
         print("round: committed", flush=True)
     except ValueError as e:

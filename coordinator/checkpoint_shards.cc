@@ -1,0 +1,76 @@
+#include "coordinator/checkpoint_shards.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/limits.h"
+#include "common/names.h"
+#include "coordinator/checkpoint_publisher.h"
+
+namespace dt {
+namespace {
+
+absl::Status CheckLayout(int rank, const std::string& layout_json) {
+  if (layout_json.size() > kMaxCheckpointLayoutBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout is ", layout_json.size(),
+                                                   " bytes; the limit is ", kMaxCheckpointLayoutBytes));
+  }
+  if (nlohmann::json::parse(layout_json, nullptr, /*allow_exceptions=*/false).is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout is not a JSON document"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ShardCollector::Accept(int rank, const v1::Manifest& manifest, const std::string& layout_json) {
+  if (absl::Status s = ValidateManifest(manifest, kMaxCheckpointFiles, /*allow_empty=*/true); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": ", s.message()));
+  }
+  if (!layout_json.empty()) {
+    if (absl::Status s = CheckLayout(rank, layout_json); !s.ok()) return s;
+    if (!layout_.empty() && layout_rank_ != rank && layout_ != layout_json) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout differs from rank ",
+                                                     layout_rank_, "'s: the ranks must describe one layout"));
+    }
+  }
+  auto earlier = shards_.find(rank);
+  size_t earlier_files = earlier == shards_.end() ? 0 : earlier->second.files_size();
+  for (const auto& f : manifest.files()) {
+    auto owner = owners_.find(f.name());
+    if (owner != owners_.end() && owner->second != rank) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint file ", Quote(f.name()), " is claimed by rank ",
+                                                     owner->second, " and by rank ", rank,
+                                                     ": each file of a sharded checkpoint has one writer"));
+    }
+  }
+  if (files_ - earlier_files + manifest.files_size() > kMaxShardedCheckpointFiles) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sharded checkpoint's ranks list more than ", kMaxShardedCheckpointFiles, " files in all"));
+  }
+  if (earlier != shards_.end()) {
+    for (const auto& f : earlier->second.files()) owners_.erase(f.name());
+  }
+  for (const auto& f : manifest.files()) owners_[f.name()] = rank;
+  files_ = files_ - earlier_files + manifest.files_size();
+  shards_[rank] = manifest;
+  if (!layout_json.empty() && layout_.empty()) {
+    layout_ = layout_json;
+    layout_rank_ = rank;
+  }
+  return absl::OkStatus();
+}
+
+v1::Manifest ShardCollector::Combined(std::vector<int>& file_ranks) const {
+  v1::Manifest out;
+  file_ranks.clear();
+  for (const auto& [rank, manifest] : shards_) {
+    for (const auto& f : manifest.files()) {
+      *out.add_files() = f;
+      file_ranks.push_back(rank);
+    }
+  }
+  return out;
+}
+
+}  // namespace dt
