@@ -11,6 +11,7 @@ A sharded checkpoint is resumed at the world size that wrote it (manifest.json's
 each rank loads the shard it wrote.
 """
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -98,7 +99,9 @@ def main():
     dt.barrier("training-done")
     dist.destroy_process_group()
     if rank == 0:
-        print(f"done: {args.steps} steps", flush=True)
+        flat = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+        digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()
+        print(f"done: {args.steps} steps, parameters sha256 {digest}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,12 @@ its round came to ("round: <outcome>") and exits 0.
   dt_round.py sharded-duplicate    a sharded round where both ranks claim state.bin
   dt_round.py sharded-rank-raises  a sharded round where rank 1 raises after saving its shard
   dt_round.py sharded-unclaimed    a sharded round where rank 1 saves a file it does not claim
+  dt_round.py sharded-subdir       a sharded round where rank 1 makes a subdirectory
+  dt_round.py sharded-symlink      a sharded round where rank 1's claimed file is a symbolic link
+  dt_round.py sharded-rank-dies    a sharded round where rank 1 is killed (SIGKILL) after saving
 """
 import os
+import signal
 import sys
 import time
 
@@ -61,8 +65,14 @@ def sharded(mode):
             if rank == 1 and mode == "sharded-unclaimed":
                 with open(os.path.join(ck.dir, "forgotten.bin"), "wb") as f:
                     f.write(b"y")
+            if rank == 1 and mode == "sharded-subdir":
+                os.mkdir(os.path.join(ck.dir, "nested"))
+            if rank == 1 and mode == "sharded-symlink":
+                os.symlink(f"shard-{rank}.bin", ck.file("link.bin"))
             if rank == 1 and mode == "sharded-rank-raises":
                 raise ValueError("a bad batch on rank 1")
+            if rank == 1 and mode == "sharded-rank-dies":
+                os.kill(os.getpid(), signal.SIGKILL)
         print("round: committed", flush=True)
     except ValueError as e:
         print("round: raised", e, flush=True)
