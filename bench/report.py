@@ -104,6 +104,12 @@ HOW_MEASURED = [
     (r"training step with an async checkpoint round in flight ", "training step with a checkpoint round in flight",
      "The same rounds: the training step run while the round is in flight, p50. Anchor: the same step without a "
      "round, run just before each round, p50."),
+    (r"sharded checkpoint round, ", "sharded checkpoint round, 2 and 4 writers",
+     "`bench_sharded_checkpoint`: an embedded coordinator and a run of W ranks (threads of one process, each "
+     "with its own Agent and connection); each round every rank writes 1/W of 256 MB quick (1 GiB full) "
+     "through HashingFileWriter (write and SHA-256 side by side, fsync), commits its manifest, and the "
+     "coordinator checks the sizes and publishes; first Begin to last commit reply, 2 rounds (3 full), p50. "
+     "Anchor: `dd if=/dev/zero bs=4M conv=fsync` of the same bytes right after each round, p50."),
     (r"metric points ingested", "metric points ingested",
      "`bench_metrics`: a dtcoord process with the Prometheus exporter and the W&B forwarder on (strategy all, to "
      "the project's test W&B server, tests/wandb_server.py); 16 streams on their own connections for a run of 64 "

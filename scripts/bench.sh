@@ -17,6 +17,7 @@ start=$(date +%s)
 build/bin/bench_store
 build/bin/bench_scale
 build/bin/bench_checkpoint
+build/bin/bench_sharded_checkpoint
 build/bin/bench_metrics
 build/bin/bench_capture
 /usr/bin/python3 bench/trainer_bench.py
