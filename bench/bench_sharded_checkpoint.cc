@@ -116,8 +116,8 @@ absl::Status MeasureWriters(EmbeddedCoordinator& coord, int writers, int64_t byt
 int main() {
   using namespace dt;
   using namespace dt::bench;
-  std::cout << "== sharded checkpoint rounds vs dd conv=fsync (same disk: "
-            << std::filesystem::temp_directory_path() << ")\n";
+  std::cout << "== sharded checkpoint rounds vs dd conv=fsync (same disk: " << std::filesystem::temp_directory_path()
+            << ")\n";
   EmbeddedOptions opts;
   opts.timeouts.heartbeat_timeout = absl::Hours(1);
   opts.timeouts.hang_timeout = absl::Hours(2);

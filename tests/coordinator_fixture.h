@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,20 @@ struct Reply {
   bool arrived() const { return done.HasBeenNotified(); }
   bool WaitFor(absl::Duration d = absl::Seconds(10)) { return done.WaitForNotificationWithTimeout(d); }
 };
+
+// What checkpoints/latest of `checkpoints_dir` names ("" when nothing), and whether a round's
+// partial directory is left there.
+inline std::string LatestIn(const std::string& checkpoints_dir) {
+  std::error_code ec;
+  std::filesystem::path target = std::filesystem::read_symlink(checkpoints_dir + "/latest", ec);
+  return ec ? "" : target.string();
+}
+inline bool AnyPartialIn(const std::string& checkpoints_dir) {
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints_dir)) {
+    if (e.path().filename().string().find(".partial-") != std::string::npos) return true;
+  }
+  return false;
+}
 
 class CoordinatorTest : public ::testing::Test {
  protected:

@@ -1182,18 +1182,9 @@ class CheckpointRoundTest : public CoordinatorTest {
     ASSERT_TRUE(c0.value.ok()) << c0.value.status();
   }
 
-  std::string Latest() {
-    char buf[256];
-    ssize_t n = ::readlink((ckpt_dir() + "/latest").c_str(), buf, sizeof(buf));
-    return n > 0 ? std::string(buf, n) : "";
-  }
+  std::string Latest() { return testing::LatestIn(ckpt_dir()); }
   std::string ckpt_dir() { return save_dir_ + "/ckpt/checkpoints"; }
-  bool AnyPartial() {
-    for (const auto& e : fs::directory_iterator(ckpt_dir())) {
-      if (e.path().filename().string().find(".partial-") != std::string::npos) return true;
-    }
-    return false;
-  }
+  bool AnyPartial() { return testing::AnyPartialIn(ckpt_dir()); }
 
   std::string run_;
   std::vector<v1::RegisterResponse> ranks_;

@@ -93,18 +93,9 @@ class ShardedRoundTest : public CoordinatorTest {
     }
   }
 
-  std::string Latest() {
-    std::error_code ec;
-    fs::path target = fs::read_symlink(ckpt_dir() + "/latest", ec);
-    return ec ? "" : target.string();
-  }
+  std::string Latest() { return testing::LatestIn(ckpt_dir()); }
   std::string ckpt_dir() { return save_dir_ + "/zero/checkpoints"; }
-  bool AnyPartial() {
-    for (const auto& e : fs::directory_iterator(ckpt_dir())) {
-      if (e.path().filename().string().find(".partial-") != std::string::npos) return true;
-    }
-    return false;
-  }
+  bool AnyPartial() { return testing::AnyPartialIn(ckpt_dir()); }
 
   std::string run_;
   std::vector<v1::RegisterResponse> ranks_;
@@ -217,7 +208,7 @@ TEST_F(ShardedRoundTest, ALapsedLeaseNamesTheRanksThatDidNotCommit) {
     Advance(absl::Seconds(2));
     for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Beat(run_, ranks_[r], 9).ok());
   }
-  ASSERT_TRUE(c0.WaitFor());
+  ASSERT_TRUE(c0.WaitFor() && c2.WaitFor());
   EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c0.value.status().message().find("ranks 1, 3 of the sharded round did not commit within the lease"),
             std::string::npos)
@@ -254,7 +245,8 @@ TEST_F(ShardedRoundTest, AFileNoRankListedFailsThePublication) {
   *m0.add_files() = Write(round.partial_dir(), "shard-0", "x");
   Reply<v1::CommitCheckpointResponse> c[kWorld];
   for (int r = 0; r < kWorld; ++r) Commit(r, round, r == 0 ? m0 : v1::Manifest(), &c[r]);
-  ASSERT_TRUE(c[0].WaitFor());
+  // Every reply is awaited: one delivered after the test returned would write to a dead Reply.
+  for (auto& reply : c) ASSERT_TRUE(reply.WaitFor());
   EXPECT_EQ(c[0].value.status().code(), absl::StatusCode::kDataLoss) << c[0].value.status();
   EXPECT_NE(c[0].value.status().message().find("\"stray.pt\", which no rank's manifest lists"), std::string::npos)
       << c[0].value.status();
@@ -264,7 +256,7 @@ TEST_F(ShardedRoundTest, AFileNoRankListedFailsThePublication) {
   round = Begin(20);
   Reply<v1::CommitCheckpointResponse> e[kWorld];
   for (int r = 0; r < kWorld; ++r) Commit(r, round, v1::Manifest(), &e[r]);
-  ASSERT_TRUE(e[0].WaitFor());
+  for (auto& reply : e) ASSERT_TRUE(reply.WaitFor());
   EXPECT_NE(e[0].value.status().message().find("no rank of the sharded round listed a file"), std::string::npos)
       << e[0].value.status();
 }

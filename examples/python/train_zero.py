@@ -10,7 +10,6 @@ also the model, and the coordinator publishes them together in one step-S with o
 A sharded checkpoint is resumed at the world size that wrote it (manifest.json's world_size):
 each rank loads the shard it wrote.
 """
-import argparse
 import hashlib
 import json
 import os
@@ -24,20 +23,8 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel
 
 import dt
-from train_ddp import HERE, CharModel, load_text, train_step
-
-
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=os.path.join(HERE, "..", "..", "data", "tinyshakespeare.txt"))
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--context", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--ckpt-every", type=int, default=10)
-    p.add_argument("--step-sleep", type=float, default=0.0)
-    return p.parse_args()
+from train_ddp import CharModel, load_text, train_step
+from train_dt import parse_args  # the same options
 
 
 def load(latest, model, opt, rank, world):

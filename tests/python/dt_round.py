@@ -28,57 +28,57 @@ import dt
 def main():
     mode = sys.argv[1]
     dt.init()
-    if mode.startswith("sharded-"):
-        return sharded(mode)
+    report(lambda: (sharded if mode.startswith("sharded-") else single_writer)(mode))
+
+
+def report(round_):
+    """Runs the round and prints what it came to, then what `latest` names."""
     try:
-        with dt.checkpoint(1) as ck:
-            if ck.is_writer:
-                if mode == "writer-saves-into-aborted-round":
-                    deadline = time.monotonic() + 60
-                    while os.path.exists(ck.dir) and time.monotonic() < deadline:
-                        time.sleep(0.02)
-                with open(os.path.join(ck.dir, "state.bin"), "wb") as f:
-                    f.write(b"x" * 1000)
-                if mode == "writer-saves-subdir":
-                    os.mkdir(os.path.join(ck.dir, "nested"))
-                if mode == "writer-finds-round-aborted":
-                    deadline = time.monotonic() + 60
-                    while os.path.exists(ck.dir) and time.monotonic() < deadline:
-                        time.sleep(0.02)
-            if mode != "writer-saves-subdir" and dt.rank() == 1:
-                raise ValueError("a bad batch on rank 1")
+        round_()
         print("round: committed", flush=True)
     except ValueError as e:
         print("round: raised", e, flush=True)
     except dt.DtError as e:
         print("round: not committed:", e, flush=True)
     print("latest:", dt.latest_checkpoint(), flush=True)
+
+
+def single_writer(mode):
+    with dt.checkpoint(1) as ck:
+        if ck.is_writer:
+            if mode == "writer-saves-into-aborted-round":
+                deadline = time.monotonic() + 60
+                while os.path.exists(ck.dir) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            with open(os.path.join(ck.dir, "state.bin"), "wb") as f:
+                f.write(b"x" * 1000)
+            if mode == "writer-saves-subdir":
+                os.mkdir(os.path.join(ck.dir, "nested"))
+            if mode == "writer-finds-round-aborted":
+                deadline = time.monotonic() + 60
+                while os.path.exists(ck.dir) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        if mode != "writer-saves-subdir" and dt.rank() == 1:
+            raise ValueError("a bad batch on rank 1")
 
 
 def sharded(mode):
     rank = dt.rank()
-    try:
-        with dt.checkpoint(1, sharded=True) as ck:
-            name = "state.bin" if mode == "sharded-duplicate" else f"shard-{rank}.bin"
-            with open(ck.file(name), "wb") as f:
-                f.write(bytes([rank]) * 1000)
-            if rank == 1 and mode == "sharded-unclaimed":
-                with open(os.path.join(ck.dir, "forgotten.bin"), "wb") as f:
-                    f.write(b"y")
-            if rank == 1 and mode == "sharded-subdir":
-                os.mkdir(os.path.join(ck.dir, "nested"))
-            if rank == 1 and mode == "sharded-symlink":
-                os.symlink(f"shard-{rank}.bin", ck.file("link.bin"))
-            if rank == 1 and mode == "sharded-rank-raises":
-                raise ValueError("a bad batch on rank 1")
-            if rank == 1 and mode == "sharded-rank-dies":
-                os.kill(os.getpid(), signal.SIGKILL)
-        print("round: committed", flush=True)
-    except ValueError as e:
-        print("round: raised", e, flush=True)
-    except dt.DtError as e:
-        print("round: not committed:", e, flush=True)
-    print("latest:", dt.latest_checkpoint(), flush=True)
+    with dt.checkpoint(1, sharded=True) as ck:
+        name = "state.bin" if mode == "sharded-duplicate" else f"shard-{rank}.bin"
+        with open(ck.file(name), "wb") as f:
+            f.write(bytes([rank]) * 1000)
+        if rank == 1 and mode == "sharded-unclaimed":
+            with open(os.path.join(ck.dir, "forgotten.bin"), "wb") as f:
+                f.write(b"y")
+        if rank == 1 and mode == "sharded-subdir":
+            os.mkdir(os.path.join(ck.dir, "nested"))
+        if rank == 1 and mode == "sharded-symlink":
+            os.symlink(f"shard-{rank}.bin", ck.file("link.bin"))
+        if rank == 1 and mode == "sharded-rank-raises":
+            raise ValueError("a bad batch on rank 1")
+        if rank == 1 and mode == "sharded-rank-dies":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":
