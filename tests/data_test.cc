@@ -124,6 +124,40 @@ TEST(Sampler, ShardsAreDisjointCoverTheEpochAndMatchALargerSingleRankBatch) {
   EXPECT_EQ(seen.size(), static_cast<size_t>(ranks[0].batches_per_epoch() * batch * world));
 }
 
+// With a global batch, every shape that makes it (ranks x batch x accumulation) sees the same
+// samples in each optimizer step, and an epoch is the same whole number of steps for all of them.
+TEST(Sampler, AGlobalBatchGivesEveryShapeTheSameSamplesPerStep) {
+  const int64_t n = 1003, global = 24;
+  struct Shape {
+    int world, batch;
+  } shapes[] = {{4, 2}, {2, 2}, {1, 8}, {3, 8}};
+  std::vector<std::vector<std::multiset<int64_t>>> steps_of_shape;
+  for (const Shape& shape : shapes) {
+    absl::StatusOr<int> accum = MicroStepsForGlobalBatch(global, shape.batch, shape.world);
+    ASSERT_TRUE(accum.ok()) << accum.status();
+    EXPECT_EQ(*accum * shape.batch * shape.world, global);
+    std::vector<DistributedSampler> ranks;
+    for (int r = 0; r < shape.world; ++r) ranks.emplace_back(n, shape.world, r, shape.batch, 5, global);
+    EXPECT_EQ(ranks[0].batches_per_epoch(), (n / global) * *accum);
+    std::vector<std::multiset<int64_t>> steps;
+    for (int64_t b = 0; b < ranks[0].batches_per_epoch(); ++b) {
+      if (b % *accum == 0) steps.emplace_back();
+      for (auto& rank : ranks) {
+        for (int64_t i : rank.Batch(0, b)) steps.back().insert(i);
+      }
+    }
+    steps_of_shape.push_back(steps);
+  }
+  ASSERT_EQ(steps_of_shape[0].size(), static_cast<size_t>(n / global));
+  for (size_t k = 1; k < steps_of_shape.size(); ++k) EXPECT_EQ(steps_of_shape[k], steps_of_shape[0]) << k;
+
+  absl::StatusOr<int> bad = MicroStepsForGlobalBatch(20, 2, 4);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--global-batch-size 20 is not a multiple of --batch-size 2 x 4 rank(s) = 8"),
+            std::string::npos)
+      << bad.status();
+}
+
 TEST(Sampler, ReshufflesPerEpochAndIsReproducible) {
   DistributedSampler a(1000, 2, 0, 10, 7), b(1000, 2, 0, 10, 7), c(1000, 2, 0, 10, 8);
   EXPECT_EQ(a.Batch(0, 3), b.Batch(0, 3));

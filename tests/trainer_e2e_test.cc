@@ -232,6 +232,69 @@ TEST_F(TrainerE2ETest, ResumingWithAnotherShapeContinuesAtTheSameSample) {
   }
 }
 
+// --global-batch-size keeps the samples of every optimizer step whatever the world size: a 4-rank
+// run resumed on 2 ranks (and a 2-rank run resumed on 4) trains on as the uninterrupted run does,
+// the accumulation recomputed; a global batch the ranks cannot make is refused with the arithmetic.
+TEST_F(TrainerE2ETest, AResumeAtAnotherWorldSizeKeepsTheGlobalBatchAndTheLosses) {
+  const std::vector<std::string> args = {"--max-steps",  "12",   "--ckpt-freq",         "6", "--seed",    "3",
+                                         "--lr",         "1e-3", "--eval-split",        "0", "--dropout", "0",
+                                         "--batch-size", "1",    "--global-batch-size", "4"};
+  auto run_to_end = [&](const std::string& name, int ranks) {
+    auto run = Submit(name, ranks);
+    auto p = Start(run, ranks, args);
+    EXPECT_NO_FATAL_FAILURE(ExpectExit(run, p, 0));
+    return run;
+  };
+  // Crashes after step 6 (checkpointed) at `from` ranks, resumes at `to` ranks.
+  auto crash_and_resume = [&](const std::string& name, int from, int to) {
+    auto crashed = Submit(name, from);
+    auto crash_args = args;
+    crash_args.insert(crash_args.end(), {"--exit-after-step", "6"});
+    auto pc = Start(crashed, from, crash_args);
+    EXPECT_NO_FATAL_FAILURE(ExpectExit(crashed, pc, 137));
+    EXPECT_TRUE(
+        testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
+    auto resumed = Submit(name, to);
+    EXPECT_EQ(resumed.resume_step(), 6);
+    auto pr = Start(resumed, to, args);
+    EXPECT_NO_FATAL_FAILURE(ExpectExit(resumed, pr, 0));
+    std::string log = testing::Slurp(Log(resumed, 0));
+    EXPECT_NE(log.find(absl::StrCat("with the global batch of 4 kept (", to, " ranks x batch 1 x accumulation ", 4 / to,
+                                    ")")),
+              std::string::npos)
+        << log;
+    return resumed;
+  };
+  auto expect_same_losses = [&](const v1::SubmitRunResponse& want_run, const v1::SubmitRunResponse& got_run,
+                                int first_step) {
+    auto want = coord_.Metrics(want_run.run_id(), "loss", 0);
+    auto got = coord_.Metrics(got_run.run_id(), "loss", 0);
+    ASSERT_EQ(want.size(), 12u);
+    ASSERT_EQ(got.size(), static_cast<size_t>(13 - first_step));
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].step(), first_step + static_cast<int64_t>(i));
+      EXPECT_NEAR(got[i].value(), want[first_step - 1 + i].value(), 1e-4) << "step " << got[i].step();
+    }
+  };
+  auto four = run_to_end("global-4", 4);
+  auto two = run_to_end("global-2", 2);
+  expect_same_losses(four, two, 1);  // 4 x 1 x 1 and 2 x 1 x 2: the same steps
+  auto four_to_two = crash_and_resume("global-4-to-2", 4, 2);
+  expect_same_losses(four, four_to_two, 7);
+  auto two_to_four = crash_and_resume("global-2-to-4", 2, 4);
+  expect_same_losses(two, two_to_four, 7);
+
+  // 3 is no multiple of 2 ranks x batch 1: refused, saying why, before any step.
+  auto odd = Submit("global-odd", 2);
+  auto odd_args = args;
+  odd_args.back() = "3";
+  auto po = Start(odd, 2, odd_args);
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(odd, po, 2));
+  std::string log = testing::Slurp(Log(odd, 0));
+  EXPECT_NE(log.find("--global-batch-size 3 is not a multiple of --batch-size 1 x 2 rank(s) = 2"), std::string::npos)
+      << log;
+}
+
 TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   auto run = Submit("learn", 1);
   auto p = Start(run, 1,
@@ -378,6 +441,8 @@ TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
       {{"--eval-batches", "0"}, "--eval-batches must be ≥ 1, got 0"},
       {{"--rendezvous-timeout", "0"}, "--rendezvous-timeout: must be in 1..604800, got 0"},
       {{"--bogus"}, "dttrainer: unknown argument --bogus"},
+      {{"--global-batch-size", "-3"}, "--global-batch-size must be ≥ 1, got -3"},
+      {{"--global-batch-size", "8", "--grad-accum", "2"}, "give --global-batch-size or --grad-accum, not both"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = base;

@@ -175,6 +175,11 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")
       ->group(loop)
       ->capture_default_str();
+  app.add_option("--global-batch-size", c.global_batch_size,
+                 "sequences per optimizer step across all ranks (= batch x accumulation x world): the accumulation "
+                 "is computed from the world size, so a run resumed at another size keeps its global batch and "
+                 "data order; replaces --grad-accum")
+      ->group(loop);
   app.add_flag("--checkpoint-direct-io,!--checkpoint-buffered-io", c.checkpoint_direct_io,
                "write checkpoint files around the page cache (O_DIRECT) where the file system allows it: less CPU, "
                "and a checkpoint of many gigabytes does not push the node's page cache out (--checkpoint-buffered-io: "
@@ -263,6 +268,10 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
   if (c.max_steps <= 0 && c.num_epochs <= 0) return "give --max-steps or --num-epochs";
   if (c.batch_size <= 0) return absl::StrCat("--batch-size must be ≥ 1, got ", c.batch_size);
   if (c.grad_accum <= 0) return absl::StrCat("--grad-accum must be ≥ 1, got ", c.grad_accum);
+  if (c.global_batch_size < 0) return absl::StrCat("--global-batch-size must be ≥ 1, got ", c.global_batch_size);
+  if (c.global_batch_size > 0 && c.grad_accum != 1) {
+    return "give --global-batch-size or --grad-accum, not both: the accumulation follows from the global batch";
+  }
   if (c.seq_len <= 1) return absl::StrCat("--seq-len must be ≥ 2, got ", c.seq_len);
   if (c.eval_split < 0 || c.eval_split >= 1) return absl::StrCat("--eval-split must be in [0, 1), got ", c.eval_split);
   if (c.eval_batches <= 0) return absl::StrCat("--eval-batches must be ≥ 1, got ", c.eval_batches);

@@ -3,11 +3,27 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/str_cat.h"
+
 namespace dt {
 
-DistributedSampler::DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed)
+DistributedSampler::DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed,
+                                       int64_t global_batch)
     : num_samples_(num_samples), world_size_(world_size), rank_(rank), batch_size_(batch_size), seed_(seed) {
-  batches_per_epoch_ = (num_samples_ / world_size_) / batch_size_;
+  const int64_t micro_batch = static_cast<int64_t>(world_size_) * batch_size_;
+  if (global_batch <= 0) global_batch = micro_batch;
+  batches_per_epoch_ = (num_samples_ / global_batch) * (global_batch / micro_batch);
+}
+
+absl::StatusOr<int> MicroStepsForGlobalBatch(int64_t global_batch, int batch_size, int world_size) {
+  const int64_t micro_batch = static_cast<int64_t>(batch_size) * world_size;
+  if (global_batch <= 0 || global_batch % micro_batch != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--global-batch-size ", global_batch, " is not a multiple of --batch-size ", batch_size, " x ", world_size,
+        " rank(s) = ", micro_batch, " (global batch = batch x accumulation x world): choose a global batch that ",
+        micro_batch, " divides, or a batch size that divides ", global_batch, " / ", world_size));
+  }
+  return static_cast<int>(global_batch / micro_batch);
 }
 
 void DistributedSampler::Shuffle(int64_t epoch) {

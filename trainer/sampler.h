@@ -8,11 +8,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace dt {
 
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed);
+  // `global_batch` (0: world_size x batch_size) rounds an epoch down to whole global batches, so
+  // runs of any shape with the same global batch see the same samples in each epoch, in the same
+  // optimizer steps; it must be a multiple of world_size x batch_size.
+  DistributedSampler(int64_t num_samples, int world_size, int rank, int batch_size, uint64_t seed,
+                     int64_t global_batch = 0);
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   // Sample indices of this rank's batch `batch` (0-based) in `epoch` (0-based).
@@ -30,5 +36,9 @@ class DistributedSampler {
   int64_t shuffled_epoch_ = -1;
   std::vector<int64_t> permutation_;
 };
+
+// The micro-steps per optimizer step that make `global_batch` samples from `world_size` ranks of
+// `batch_size` each: INVALID_ARGUMENT with the arithmetic when it does not divide.
+absl::StatusOr<int> MicroStepsForGlobalBatch(int64_t global_batch, int batch_size, int world_size);
 
 }  // namespace dt

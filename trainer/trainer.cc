@@ -186,6 +186,12 @@ class Trainer {
     const v1::RegisterResponse& a = agent_.assignment();
     rank_ = a.rank();
     world_ = a.world_size();
+    grad_accum_ = cfg_.grad_accum;
+    if (cfg_.global_batch_size > 0) {
+      absl::StatusOr<int> micro_steps = MicroStepsForGlobalBatch(cfg_.global_batch_size, cfg_.batch_size, world_);
+      if (!micro_steps.ok()) throw ConfigError(std::string(micro_steps.status().message()));
+      grad_accum_ = *micro_steps;
+    }
     exp_dir_ = a.exp_dir();
     threads_ = cfg_.threads > 0 ? cfg_.threads : std::max(1, EnvInt("OMP_NUM_THREADS", 1));
     torch::set_num_threads(threads_);
@@ -300,13 +306,14 @@ class Trainer {
     int64_t num_samples = (tokens_->size() - 1) / cfg_.seq_len;
     eval_samples_ = cfg_.eval_split > 0 ? std::max<int64_t>(1, std::llround(num_samples * cfg_.eval_split)) : 0;
     train_samples_ = num_samples - eval_samples_;
-    sampler_ = std::make_unique<DistributedSampler>(train_samples_, world_, rank_, cfg_.batch_size, cfg_.seed);
-    if (sampler_->batches_per_epoch() < cfg_.grad_accum) {
+    sampler_ = std::make_unique<DistributedSampler>(train_samples_, world_, rank_, cfg_.batch_size, cfg_.seed,
+                                                    cfg_.global_batch_size);
+    if (sampler_->batches_per_epoch() < grad_accum_) {
       throw ConfigError(absl::StrCat("the dataset has ", train_samples_, " training samples of ", cfg_.seq_len,
                                      " tokens: too few for ", world_, " ranks x batch ", cfg_.batch_size,
-                                     " x accumulation ", cfg_.grad_accum));
+                                     " x accumulation ", grad_accum_));
     }
-    int64_t steps_per_epoch = sampler_->batches_per_epoch() / cfg_.grad_accum;
+    int64_t steps_per_epoch = sampler_->batches_per_epoch() / grad_accum_;
     total_steps_ = cfg_.max_steps > 0 ? cfg_.max_steps : cfg_.num_epochs * steps_per_epoch;
   }
 
@@ -358,17 +365,25 @@ class Trainer {
       if (then > 0 && then != now) {
         int64_t samples = state_.batch * then;
         state_.batch = samples / now;
-        DT_LOG(Warning) << "the checkpoint was taken with " << state_.world_size << " ranks x batch "
-                        << state_.batch_size << "; continuing at sample " << samples << " of epoch " << state_.epoch
-                        << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
-                        << "; the data order differs from an uninterrupted run with this shape";
+        std::string shape = absl::StrCat("the checkpoint was taken with ", state_.world_size, " ranks x batch ",
+                                         state_.batch_size, " x accumulation ", state_.grad_accum,
+                                         "; continuing at sample ", samples, " of epoch ", state_.epoch);
+        if (cfg_.global_batch_size > 0 && then * state_.grad_accum == cfg_.global_batch_size) {
+          // The same global batch: every step sees the samples it would have seen uninterrupted.
+          Log(absl::StrCat(shape, " with the global batch of ", cfg_.global_batch_size, " kept (", world_,
+                           " ranks x batch ", cfg_.batch_size, " x accumulation ", grad_accum_, ")"));
+        } else {
+          DT_LOG(Warning) << shape << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
+                          << "; the data order differs from an uninterrupted run with this shape (--global-batch-size "
+                          << then * state_.grad_accum << " keeps it)";
+        }
       }
       Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state_.step, " (loaded in ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
     }
     state_.world_size = world_;
     state_.batch_size = cfg_.batch_size;
-    state_.grad_accum = cfg_.grad_accum;
+    state_.grad_accum = grad_accum_;
     state_.seed = cfg_.seed;
     state_.model_config = model_config_;
   }
@@ -381,8 +396,8 @@ class Trainer {
     schedule_ = LrSchedule{cfg_.lr, cfg_.min_lr >= 0 ? cfg_.min_lr : cfg_.lr / 10, cfg_.warmup_steps, total_steps_};
     Log(absl::StrCat("GPT-2 ", cfg_.model, " with ", model_->NumParameters(), " parameters; ", train_samples_,
                      " training samples of ", cfg_.seq_len, " tokens (", eval_samples_, " held out); ", total_steps_,
-                     " steps; ", world_, " rank(s) x batch ", cfg_.batch_size, " x accumulation ", cfg_.grad_accum,
-                     "; ", threads_, " thread(s) per rank; ", ddp_->bucket_count(), " gradient bucket(s)"));
+                     " steps; ", world_, " rank(s) x batch ", cfg_.batch_size, " x accumulation ", grad_accum_, "; ",
+                     threads_, " thread(s) per rank; ", ddp_->bucket_count(), " gradient bucket(s)"));
   }
 
   // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
@@ -399,7 +414,7 @@ class Trainer {
     absl::Time step_start = absl::Now();
     absl::Duration data_time;
     double loss_sum = 0;
-    for (int micro = 0; micro < cfg_.grad_accum; ++micro) {
+    for (int micro = 0; micro < grad_accum_; ++micro) {
       absl::Time d0 = absl::Now();
       if (state_.batch >= sampler_->batches_per_epoch()) {
         ++state_.epoch;
@@ -408,11 +423,11 @@ class Trainer {
       torch::Tensor batch = Batch(sampler_->Batch(state_.epoch, state_.batch));
       ++state_.batch;
       data_time += absl::Now() - d0;
-      bool last = micro == cfg_.grad_accum - 1;
+      bool last = micro == grad_accum_ - 1;
       ddp_->set_sync(last);
       if (last) ddp_->Prepare();
       torch::Tensor loss = model_->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
-      (loss / cfg_.grad_accum).backward();
+      (loss / grad_accum_).backward();
       loss_sum += loss.item<double>();
     }
     Collective("gradient all-reduce", [&] { ddp_->Finish(); });
@@ -427,15 +442,15 @@ class Trainer {
     optimizer_->step();
     optimizer_->zero_grad();
     state_.step = step;
-    const int64_t tokens_per_step = static_cast<int64_t>(cfg_.batch_size) * seq_len * cfg_.grad_accum;
+    const int64_t tokens_per_step = static_cast<int64_t>(cfg_.batch_size) * seq_len * grad_accum_;
     state_.tokens_seen += tokens_per_step * world_;
-    state_.samples_seen += static_cast<int64_t>(cfg_.batch_size) * cfg_.grad_accum * world_;
+    state_.samples_seen += static_cast<int64_t>(cfg_.batch_size) * grad_accum_ * world_;
     current_step_ = step;
     agent_.ReportProgress(step, total_steps_);
     double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
 
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
-      last_loss_ = AllReduceMean(loss_sum / cfg_.grad_accum);
+      last_loss_ = AllReduceMean(loss_sum / grad_accum_);
       double epoch = static_cast<double>(state_.epoch) +
                      static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
       step_metrics_.insert({{"loss", last_loss_},
@@ -594,6 +609,7 @@ class Trainer {
 
   int rank_ = 0;
   int world_ = 1;
+  int grad_accum_ = 1;  // micro-steps per optimizer step: --grad-accum, or from --global-batch-size
   int threads_ = 1;
   std::string exp_dir_;
   torch::Device device_ = torch::kCPU;  // cuda:<local rank> with NCCL

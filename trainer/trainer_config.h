@@ -43,6 +43,9 @@ struct TrainerConfig {
   int batch_size = 8;
   int seq_len = 256;
   int grad_accum = 1;
+  // Samples per optimizer step across all ranks (0: batch x grad_accum x world). Set, it fixes the
+  // accumulation from the world size, so a run resumed at another size keeps its global batch.
+  int64_t global_batch_size = 0;
   int64_t max_steps = 0;
   int64_t num_epochs = 0;
   double lr = 3e-4;
