@@ -699,6 +699,22 @@ TEST_F(DtrunTest, AnyRanksFailureAbortsAShardedRound) {
   }
 }
 
+// Files a library wrote (torch.distributed.checkpoint's names) claimed by pattern, ".metadata"
+// included: the sharded round commits them with each file's rank, and verifies.
+TEST_F(DtrunTest, AShardedRoundCommitsTheFilesEachRankClaimedByPattern) {
+  std::string run = SubmitScript("claims", 0, {"sharded-claims"}, JoinPath(DT_SOURCE_DIR, "tests/python/dt_round.py"));
+  CommandResult watch = Dtctl({"watch", run});
+  std::string log0 = testing::Slurp(JoinPath(save_dir_, "claims/logs/rank-0.log"));
+  ASSERT_EQ(watch.exit_code, 0) << watch.output << log0;
+  EXPECT_NE(log0.find("round: committed"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("published: [('.metadata', 0), ('__0_0.distcp', 0), ('__0_1.distcp', 0), "
+                      "('__1_0.distcp', 1), ('__1_1.distcp', 1)]"),
+            std::string::npos)
+      << log0;
+  EXPECT_NE(log0.find("verified"), std::string::npos) << log0;
+  EXPECT_NE(log0.find("claim refused: nothing in"), std::string::npos) << log0;
+}
+
 // examples/python/train_zero.py: Adam's state sharded by ZeroRedundancyOptimizer, every rank saving
 // its own shard in sharded rounds. Each round is one step-S whose manifest.json names each file's
 // rank; after a rank is killed the group resumes from the shards and trains exactly as a run that

@@ -16,7 +16,11 @@ its round came to ("round: <outcome>") and exits 0.
   dt_round.py sharded-subdir       a sharded round where rank 1 makes a subdirectory
   dt_round.py sharded-symlink      a sharded round where rank 1's claimed file is a symbolic link
   dt_round.py sharded-rank-dies    a sharded round where rank 1 is killed (SIGKILL) after saving
+  dt_round.py sharded-claims       a sharded round that commits: each rank writes files as a library
+                                   would (torch.distributed.checkpoint's names) and claims them by
+                                   pattern, rank 0 also ".metadata"; prints the published manifest
 """
+import json
 import os
 import signal
 import sys
@@ -64,6 +68,8 @@ def single_writer(mode):
 
 def sharded(mode):
     rank = dt.rank()
+    if mode == "sharded-claims":
+        return sharded_claims(rank)
     with dt.checkpoint(1, sharded=True) as ck:
         name = "state.bin" if mode == "sharded-duplicate" else f"shard-{rank}.bin"
         with open(ck.file(name), "wb") as f:
@@ -79,6 +85,30 @@ def sharded(mode):
             raise ValueError("a bad batch on rank 1")
         if rank == 1 and mode == "sharded-rank-dies":
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+
+def sharded_claims(rank):
+    with dt.checkpoint(1, sharded=True) as ck:
+        for part in range(2):
+            with open(os.path.join(ck.dir, f"__{rank}_{part}.distcp"), "wb") as f:
+                f.write(bytes([rank, part]) * 100)
+        if rank == 0:
+            with open(os.path.join(ck.dir, ".metadata"), "wb") as f:
+                f.write(b"plan")
+            ck.claim(".metadata")
+        ck.claim(f"__{rank}_*.distcp")
+        try:
+            ck.claim(f"__{rank}_*.nothing")
+        except dt.DtError as e:
+            print("claim refused:", e, flush=True)
+    dt.barrier("published")
+    if rank == 0:
+        with open(os.path.join(ck.path, "manifest.json")) as f:
+            files = sorted((entry["name"], entry["rank"]) for entry in json.load(f)["files"])
+        print("published:", files, flush=True)
+        dt.verify_checkpoint(ck.path)
+        print("verified", flush=True)
 
 
 if __name__ == "__main__":
