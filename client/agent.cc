@@ -345,9 +345,17 @@ absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step,
   request.set_step(step);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   request.set_sharded(sharded);
-  return RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
-    return Call(*client_, &v1::CheckpointService::Stub::BeginCheckpoint, client_->checkpoints(), request, left);
-  });
+  absl::StatusOr<v1::BeginCheckpointResponse> round =
+      RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {
+        return Call(*client_, &v1::CheckpointService::Stub::BeginCheckpoint, client_->checkpoints(), request, left);
+      });
+  if (round.ok() && sharded && !round->sharded()) {
+    // A coordinator from before sharded rounds ignores the request and elects one writer.
+    std::string reason = "this dtcoord does not offer sharded rounds (it is older than this client): upgrade it";
+    (void)AbortCheckpoint(round->round_id(), reason);
+    return absl::FailedPreconditionError(reason);
+  }
+  return round;
 }
 
 absl::StatusOr<v1::CheckpointInfo> Agent::CommitCheckpoint(const std::string& round_id, const v1::Manifest* manifest,

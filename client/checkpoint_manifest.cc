@@ -66,9 +66,10 @@ absl::StatusOr<v1::Manifest> ManifestOfFiles(const std::string& dir, std::vector
   names.erase(std::unique(names.begin(), names.end()), names.end());
   v1::Manifest manifest;
   for (const std::string& name : names) {
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint file name ", Quote(name), " must be a plain file name inside ", dir));
+    if (name.empty() || name == "." || name == ".." || name == "manifest.json" || name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint file name ", Quote(name),
+                                                     " must be a plain file name inside ", dir,
+                                                     " (not manifest.json, which the coordinator writes)"));
     }
     if (absl::Status s = AddFile(*d, name, manifest); !s.ok()) return s;
   }

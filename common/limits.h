@@ -30,7 +30,8 @@ inline constexpr size_t kMaxMessageBytes = 64 << 10;  // error messages and stac
 inline constexpr size_t kMaxTrainerArgs = 1024;
 inline constexpr size_t kMaxCheckpointFiles = 4096;           // one writer's manifest (in a sharded round, one rank's)
 inline constexpr size_t kMaxShardedCheckpointFiles = 65536;   // every rank's files of a sharded round
-inline constexpr size_t kMaxCheckpointLayoutBytes = 1 << 20;  // a sharded round's layout document
+inline constexpr size_t kMaxCheckpointLayoutBytes = 1 << 20;  // a checkpoint's layout document
+inline constexpr int kMaxCheckpointLayoutDepth = 64;          // its nesting of arrays and objects
 // --exec runs: how long a rank may be idle (no output, no CPU, no step) before it is hung, unless
 // the run says otherwise (RunSpec.idle_timeout_ms), and the most a run may say.
 inline constexpr absl::Duration kDefaultIdleTimeout = absl::Minutes(20);

@@ -1,6 +1,6 @@
 #include "coordinator/checkpoint_shards.h"
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
@@ -10,26 +10,58 @@
 namespace dt {
 namespace {
 
-absl::Status CheckLayout(int rank, const std::string& layout_json) {
-  if (layout_json.size() > kMaxCheckpointLayoutBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout is ", layout_json.size(),
-                                                   " bytes; the limit is ", kMaxCheckpointLayoutBytes));
+// The deepest nesting of arrays and objects in `text` (strings skipped), without recursion.
+int NestingDepth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
   }
-  if (nlohmann::json::parse(layout_json, nullptr, /*allow_exceptions=*/false).is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout is not a JSON document"));
-  }
-  return absl::OkStatus();
+  return deepest;
 }
 
 }  // namespace
+
+absl::StatusOr<nlohmann::json> ParseLayout(const std::string& who, const std::string& layout_json) {
+  if (layout_json.size() > kMaxCheckpointLayoutBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(who, "'s checkpoint layout is ", layout_json.size(),
+                                                   " bytes; the limit is ", kMaxCheckpointLayoutBytes));
+  }
+  if (NestingDepth(layout_json) > kMaxCheckpointLayoutDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, "'s checkpoint layout nests deeper than ", kMaxCheckpointLayoutDepth, " levels"));
+  }
+  nlohmann::json doc = nlohmann::json::parse(layout_json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, "'s checkpoint layout is not a JSON document"));
+  }
+  return doc;
+}
 
 absl::Status ShardCollector::Accept(int rank, const v1::Manifest& manifest, const std::string& layout_json) {
   if (absl::Status s = ValidateManifest(manifest, kMaxCheckpointFiles, /*allow_empty=*/true); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": ", s.message()));
   }
+  nlohmann::json layout;
   if (!layout_json.empty()) {
-    if (absl::Status s = CheckLayout(rank, layout_json); !s.ok()) return s;
-    if (!layout_.empty() && layout_rank_ != rank && layout_ != layout_json) {
+    absl::StatusOr<nlohmann::json> parsed = ParseLayout(absl::StrCat("rank ", rank), layout_json);
+    if (!parsed.ok()) return parsed.status();
+    layout = std::move(*parsed);
+    // Compared as documents: ranks in other languages space and order a document differently.
+    if (!layout_.is_null() && layout_rank_ != rank && layout_ != layout) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout differs from rank ",
                                                      layout_rank_, "'s: the ranks must describe one layout"));
     }
@@ -54,8 +86,8 @@ absl::Status ShardCollector::Accept(int rank, const v1::Manifest& manifest, cons
   for (const auto& f : manifest.files()) owners_[f.name()] = rank;
   files_ = files_ - earlier_files + manifest.files_size();
   shards_[rank] = manifest;
-  if (!layout_json.empty() && layout_.empty()) {
-    layout_ = layout_json;
+  if (!layout.is_null() && (layout_.is_null() || layout_rank_ == rank)) {
+    layout_ = std::move(layout);  // the first rank's, or its retry's
     layout_rank_ = rank;
   }
   return absl::OkStatus();

@@ -8,10 +8,18 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dt/v1/checkpoint.pb.h"
 
 namespace dt {
+
+// A checkpoint layout document: JSON, at most kMaxCheckpointLayoutBytes, nested at most
+// kMaxCheckpointLayoutDepth deep (it is written into manifest.json, and readers recurse).
+// INVALID_ARGUMENT naming `who` ("rank 3") otherwise. Returns the parsed document.
+absl::StatusOr<nlohmann::json> ParseLayout(const std::string& who, const std::string& layout_json);
 
 class ShardCollector {
  public:
@@ -28,13 +36,14 @@ class ShardCollector {
 
   // Every rank's files in one manifest, by rank, with each file's rank at the same index.
   v1::Manifest Combined(std::vector<int>& file_ranks) const;
-  const std::string& layout_json() const { return layout_; }
+  // The layout document ("" when no rank sent one), as every rank that sent one described it.
+  std::string layout_json() const { return layout_.is_null() ? "" : layout_.dump(); }
 
  private:
   std::map<int, v1::Manifest> shards_;
   std::map<std::string, int> owners_;  // file name → rank
   size_t files_ = 0;
-  std::string layout_;
+  nlohmann::json layout_;  // null until a rank sends one
   int layout_rank_ = -1;
 };
 

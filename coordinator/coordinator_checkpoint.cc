@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "coordinator/checkpoint_publisher.h"
+#include "coordinator/checkpoint_shards.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
@@ -277,10 +278,24 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
                    "rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round->writer)));
     return;
   }
+  if (!is_writer && !request.layout_json().empty()) {
+    deferred.Complete<v1::CommitCheckpointResponse>(
+        reply, absl::InvalidArgumentError(absl::StrCat(
+                   "rank ", request.rank(), " sent a layout but the writer of this round is rank ", round->writer)));
+    return;
+  }
   if (is_writer && round->state == CheckpointRound::State::kOpen) {
     if (absl::Status s = ValidateManifest(request.manifest()); !s.ok()) {
       deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
       return;
+    }
+    if (!request.layout_json().empty()) {
+      absl::StatusOr<nlohmann::json> layout = ParseLayout(absl::StrCat("rank ", request.rank()), request.layout_json());
+      if (!layout.ok()) {
+        deferred.Complete<v1::CommitCheckpointResponse>(reply, layout.status());
+        return;
+      }
+      round->layout_json = layout->dump();
     }
     round->manifest = request.manifest();
   }
@@ -303,8 +318,10 @@ void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<Checkpoin
   if (round->state == CheckpointRound::State::kOpen) {
     if (absl::Status s = round->shards.Accept(request.rank(), request.manifest(), request.layout_json()); !s.ok()) {
       // A shard that cannot be part of the checkpoint ends the round for every rank, saying why.
-      deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
+      // The refused rank hears after the round's directory is gone, as every other rank does: the
+      // reply is queued behind AbortRound's removal on the run's file work.
       AbortRound(*run, *round, s, deferred);
+      file_work_->Post(run->stored.run.run_id(), [reply, s] { reply->Complete(s); });
       return;
     }
   }
@@ -353,6 +370,7 @@ void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<Checkpoi
   } else {
     manifest = std::move(*round->manifest);
     round->manifest.reset();
+    writers.layout_json = round->layout_json;
   }
   const std::string run_id = run->stored.run.run_id();
   file_work_->Post(run_id, [this, run, run_id, round, manifest, writers = std::move(writers),

@@ -41,6 +41,7 @@ struct Coordinator::CheckpointRound {
   // The writer's manifest, kept until every rank has committed: a rank's exception in its block
   // (AbortCheckpoint) aborts the round until then.
   std::optional<v1::Manifest> manifest;
+  std::string layout_json;  // the single writer's layout document, if it sent one
   ShardCollector shards;    // sharded rounds: each committed rank's manifest and the layout
   absl::Status outcome;     // when aborted
   v1::CheckpointInfo info;  // when committed

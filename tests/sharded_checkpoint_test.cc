@@ -261,6 +261,74 @@ TEST_F(ShardedRoundTest, AFileNoRankListedFailsThePublication) {
       << e[0].value.status();
 }
 
+TEST_F(ShardedRoundTest, ARetriedCommitReplacesTheFirstAndABadLayoutAbortsTheRound) {
+  v1::BeginCheckpointResponse round = Begin(10);
+  v1::Manifest m0;
+  *m0.add_files() = Write(round.partial_dir(), "shard-0", "x");
+  Reply<v1::CommitCheckpointResponse> first, retry, c[kWorld];
+  Commit(0, round, m0, &first);
+  Commit(0, round, m0, &retry);  // the first call's reply was lost: the same rank commits again
+  ASSERT_TRUE(first.WaitFor());
+  EXPECT_EQ(first.value.status().code(), absl::StatusCode::kCancelled) << first.value.status();
+  for (int r = 1; r < kWorld; ++r) Commit(r, round, v1::Manifest(), &c[r]);
+  for (int r = 1; r < kWorld; ++r) ASSERT_TRUE(c[r].WaitFor());
+  ASSERT_TRUE(retry.WaitFor());
+  ASSERT_TRUE(retry.value.ok()) << retry.value.status();
+  EXPECT_EQ(retry.value->checkpoint().shards_size(), 1);
+
+  // A layout nested too deep: the rank is refused, the others' round ends, nothing is left.
+  round = Begin(20);
+  Reply<v1::CommitCheckpointResponse> d0, d1;
+  Commit(0, round, v1::Manifest(), &d0);
+  Commit(1, round, v1::Manifest(), &d1, std::string(100, '[') + std::string(100, ']'));
+  ASSERT_TRUE(d0.WaitFor() && d1.WaitFor());
+  EXPECT_EQ(d1.value.status().code(), absl::StatusCode::kInvalidArgument) << d1.value.status();
+  EXPECT_NE(d1.value.status().message().find("rank 1's checkpoint layout nests deeper than 64 levels"),
+            std::string::npos)
+      << d1.value.status();
+  EXPECT_FALSE(fs::exists(round.partial_dir()));  // gone before the refused rank heard
+  EXPECT_EQ(d0.value.status().code(), absl::StatusCode::kAborted) << d0.value.status();
+  EXPECT_EQ(Latest(), "step-10");
+}
+
+TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused) {
+  std::vector<std::unique_ptr<Reply<v1::BeginCheckpointResponse>>> begun;
+  for (int r = 0; r < kWorld; ++r) {
+    begun.push_back(std::make_unique<Reply<v1::BeginCheckpointResponse>>());
+    coord_->BeginCheckpoint(BeginRequest(r, 10, false), begun.back()->pending());
+  }
+  for (auto& b : begun) ASSERT_TRUE(b->WaitFor() && b->value.ok());
+  v1::BeginCheckpointResponse round = *begun[0]->value;
+  ASSERT_EQ(round.writer_rank(), 0);
+  EXPECT_FALSE(round.sharded());
+  Reply<v1::BeginCheckpointResponse> other_kind;  // a retry of rank 2's Begin, asking otherwise
+  coord_->BeginCheckpoint(BeginRequest(2, 10, true), other_kind.pending());
+  ASSERT_TRUE(other_kind.WaitFor());
+  EXPECT_NE(other_kind.value.status().message().find(
+                "rank 2 asked for a sharded round at step 10 but the open round is a single-writer round"),
+            std::string::npos)
+      << other_kind.value.status();
+  Reply<v1::CommitCheckpointResponse> refused, c[kWorld];
+  Commit(1, round, v1::Manifest(), &refused, R"({"mesh": [4]})");
+  ASSERT_TRUE(refused.WaitFor());
+  EXPECT_NE(refused.value.status().message().find("rank 1 sent a layout but the writer of this round is rank 0"),
+            std::string::npos)
+      << refused.value.status();
+  v1::Manifest m;
+  *m.add_files() = Write(round.partial_dir(), ".metadata", "plan");
+  Commit(0, round, m, &c[0], R"({"mesh":   [4]})");
+  for (int r = 1; r < kWorld; ++r) Commit(r, round, v1::Manifest(), &c[r]);
+  for (auto& reply : c) {
+    ASSERT_TRUE(reply.WaitFor());
+    ASSERT_TRUE(reply.value.ok()) << reply.value.status();
+  }
+  std::ifstream in(ckpt_dir() + "/step-10/manifest.json");
+  nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["layout"], nlohmann::json::parse(R"({"mesh": [4]})"));
+  EXPECT_EQ(doc["sharded"], false);
+  EXPECT_EQ(doc["files"][0]["rank"], 0);
+}
+
 TEST_F(ShardedRoundTest, RanksMustAskAlikeAndLayoutsMustBeJsonAndAgree) {
   Reply<v1::BeginCheckpointResponse> b0, b1;
   coord_->BeginCheckpoint(BeginRequest(0, 10, true), b0.pending());
@@ -284,7 +352,8 @@ TEST_F(ShardedRoundTest, RanksMustAskAlikeAndLayoutsMustBeJsonAndAgree) {
   EXPECT_NE(not_json.message().find("rank 1's checkpoint layout is not a JSON document"), std::string::npos);
   absl::Status unlike = shards.Accept(1, v1::Manifest(), R"({"mesh": [4]})");
   EXPECT_NE(unlike.message().find("differs from rank 0's"), std::string::npos) << unlike;
-  EXPECT_EQ(shards.ranks(), 1u);  // a refused call keeps nothing
+  EXPECT_TRUE(shards.Accept(2, v1::Manifest(), "{\"mesh\":[ 2,2 ]}").ok());  // the same document, spaced otherwise
+  EXPECT_EQ(shards.ranks(), 2u);                                             // a refused call keeps nothing
   // A retry of the same rank replaces its claims: it may drop a file another rank then claims.
   EXPECT_TRUE(shards.Accept(0, v1::Manifest(), "").ok());
   EXPECT_TRUE(shards.Accept(1, m, "").ok());

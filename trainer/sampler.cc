@@ -23,6 +23,12 @@ absl::StatusOr<int> MicroStepsForGlobalBatch(int64_t global_batch, int batch_siz
         " rank(s) = ", micro_batch, " (global batch = batch x accumulation x world): choose a global batch that ",
         micro_batch, " divides, or a batch size that divides ", global_batch, " / ", world_size));
   }
+  if (global_batch / micro_batch > kMaxMicroSteps) {
+    return absl::InvalidArgumentError(absl::StrCat("--global-batch-size ", global_batch, " would take ",
+                                                   global_batch / micro_batch, " micro-steps per optimizer step ",
+                                                   "at batch ", batch_size, " x ", world_size, " rank(s); the most is ",
+                                                   kMaxMicroSteps));
+  }
   return static_cast<int>(global_batch / micro_batch);
 }
 

@@ -38,7 +38,9 @@ class DistributedSampler {
 };
 
 // The micro-steps per optimizer step that make `global_batch` samples from `world_size` ranks of
-// `batch_size` each: INVALID_ARGUMENT with the arithmetic when it does not divide.
+// `batch_size` each: INVALID_ARGUMENT with the arithmetic when it does not divide, or when it
+// would take more than kMaxMicroSteps.
+inline constexpr int64_t kMaxMicroSteps = 1 << 20;
 absl::StatusOr<int> MicroStepsForGlobalBatch(int64_t global_batch, int batch_size, int world_size);
 
 }  // namespace dt

@@ -360,24 +360,7 @@ class Trainer {
       state_ = *loaded;
       // The sampler position counts micro-batches of world × batch samples: carry it over in
       // samples when the shape changed.
-      int64_t then = static_cast<int64_t>(state_.world_size) * state_.batch_size;
-      int64_t now = static_cast<int64_t>(world_) * cfg_.batch_size;
-      if (then > 0 && then != now) {
-        int64_t samples = state_.batch * then;
-        state_.batch = samples / now;
-        std::string shape = absl::StrCat("the checkpoint was taken with ", state_.world_size, " ranks x batch ",
-                                         state_.batch_size, " x accumulation ", state_.grad_accum,
-                                         "; continuing at sample ", samples, " of epoch ", state_.epoch);
-        if (cfg_.global_batch_size > 0 && then * state_.grad_accum == cfg_.global_batch_size) {
-          // The same global batch: every step sees the samples it would have seen uninterrupted.
-          Log(absl::StrCat(shape, " with the global batch of ", cfg_.global_batch_size, " kept (", world_,
-                           " ranks x batch ", cfg_.batch_size, " x accumulation ", grad_accum_, ")"));
-        } else {
-          DT_LOG(Warning) << shape << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
-                          << "; the data order differs from an uninterrupted run with this shape (--global-batch-size "
-                          << then * state_.grad_accum << " keeps it)";
-        }
-      }
+      CarryPositionAcrossShapes();
       Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state_.step, " (loaded in ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
     }
@@ -386,6 +369,31 @@ class Trainer {
     state_.grad_accum = grad_accum_;
     state_.seed = cfg_.seed;
     state_.model_config = model_config_;
+  }
+
+  // The sampler position counts micro-batches of world x batch samples: carried over in samples
+  // when the checkpoint's shape differs from this run's. The global batch (world x batch x
+  // accumulation) kept and the position on a whole step: every step sees the samples it would have
+  // seen uninterrupted. Otherwise the data order differs, which is said.
+  void CarryPositionAcrossShapes() {
+    const int64_t then = static_cast<int64_t>(state_.world_size) * state_.batch_size;
+    const int64_t now = static_cast<int64_t>(world_) * cfg_.batch_size;
+    const int64_t then_global = then * state_.grad_accum, now_global = now * grad_accum_;
+    if (then <= 0 || (then == now && then_global == now_global)) return;
+    const int64_t samples = state_.batch * then;
+    state_.batch = samples / now;
+    std::string shape = absl::StrCat("the checkpoint was taken with ", state_.world_size, " ranks x batch ",
+                                     state_.batch_size, " x accumulation ", state_.grad_accum,
+                                     "; continuing at sample ", samples, " of epoch ", state_.epoch);
+    if (then_global == now_global && samples % now_global == 0) {
+      Log(absl::StrCat(shape, " with the global batch of ", now_global, " kept (", world_, " ranks x batch ",
+                       cfg_.batch_size, " x accumulation ", grad_accum_, ")"));
+      return;
+    }
+    DT_LOG(Warning) << shape << (samples % now != 0 ? " (rounded down to a whole batch)" : "")
+                    << "; the global batch is " << now_global << " (was " << then_global
+                    << "): the data order differs from an uninterrupted run (--global-batch-size " << then_global
+                    << " keeps it)";
   }
 
   // DDP: every rank starts from rank 0's parameters; gradients are all-reduced in buckets.

@@ -24,7 +24,12 @@ from train_ddp import HERE, CharModel, load_text, train_step
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return options(__doc__).parse_args()
+
+
+def options(doc):
+    """The options of this script (train_zero.py adds its own)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=os.path.join(HERE, "..", "..", "data", "tinyshakespeare.txt"))
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=32)
@@ -33,7 +38,7 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--step-sleep", type=float, default=0.0)
-    return p.parse_args()
+    return p
 
 
 @record

@@ -13,6 +13,7 @@ each rank loads the shard it wrote.
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -24,7 +25,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 import dt
 from train_ddp import CharModel, load_text, train_step
-from train_dt import parse_args  # the same options
+from train_dt import options  # train_dt.py's options, and the tests' kill switch below
+
+
+def parse_args():
+    p = options(__doc__)
+    p.add_argument("--kill-rank", type=int, default=-1, help="tests: this rank kills itself (SIGKILL) ...")
+    p.add_argument("--kill-at-step", type=int, default=-1, help="... before this step, in the first generation")
+    return p.parse_args()
 
 
 def load(latest, model, opt, rank, world):
@@ -69,6 +77,8 @@ def main():
             print(f"checkpoint at step {step}: {ck.path} ({ck.bytes} bytes)", flush=True)
 
     for step in range(start + 1, args.steps + 1):
+        if rank == args.kill_rank and step == args.kill_at_step and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)  # as `kill -9` from outside would
         loss = train_step(model, opt, data, args, step, rank, world)
         dt.log({"loss": loss}, step)
         if rank == 0:

@@ -412,7 +412,8 @@ class Checkpoint:
     `torch.distributed.checkpoint.save(state, checkpoint_id=ck.dir)`, rank r claims
     `f"__{r}_*.distcp"` and rank 0 also `".metadata"`). A file that no rank names, or that two
     ranks name, aborts the round. `ck.layout` (anything JSON can hold: a mesh, a partition) goes
-    into manifest.json as "layout"; ranks that set it must set the same."""
+    into manifest.json as "layout"; ranks that set it must set the same (in a single-writer round,
+    the writer sets it)."""
 
     def __init__(self, step, is_writer, directory, path, sharded=False, world_size=1):
         self.step = step
@@ -434,6 +435,7 @@ class Checkpoint:
     def claim(self, *patterns):
         """Claims as this rank's the files of `dir` matching each glob pattern (sharded rounds).
         Raises DtError for a pattern that matches nothing."""
+        self._require_sharded()
         for pattern in patterns:
             if not isinstance(pattern, str) or not pattern or "/" in pattern:
                 raise ValueError(f"a claim is a file name or glob pattern inside ck.dir, got {pattern!r}")
@@ -443,10 +445,13 @@ class Checkpoint:
             for name in names:
                 self._claim_name(name)
 
-    def _claim_name(self, name):
+    def _require_sharded(self):
         if not self.sharded:
             raise DtError("ck.file and ck.claim are for sharded rounds: dt.checkpoint(step, sharded=True); "
                           "in a single-writer round the writer's files are everything in ck.dir")
+
+    def _claim_name(self, name):
+        self._require_sharded()
         if not isinstance(name, str) or "/" in name or name in ("", ".", "..", "manifest.json"):
             raise ValueError(f"checkpoint file name {name!r} must be a plain file name (no '/', not manifest.json)")
         self._claimed.add(name)
@@ -504,6 +509,12 @@ def checkpoint(step, timeout=None, sharded=False):
     begun = s.call(s.checkpoints.BeginCheckpoint, pb.BeginCheckpointRequest(
         run_id=s.run_id, generation=s.generation, rank=s.rank, step=step,
         timeout_ms=int(timeout * 1000) if timeout else 0, sharded=sharded), timeout=None)
+    if sharded and not begun.sharded:
+        # A coordinator from before sharded rounds ignores the request and elects one writer.
+        reason = "this dtcoord does not offer sharded rounds (it is older than this dt module): upgrade it"
+        s.call(s.checkpoints.AbortCheckpoint, pb.AbortCheckpointRequest(
+            run_id=s.run_id, generation=s.generation, rank=s.rank, round_id=begun.round_id, reason=reason))
+        raise DtError(reason)
     writer = begun.sharded or begun.writer_rank == s.rank
     ck = Checkpoint(step, writer, begun.partial_dir if writer else None, begun.final_dir, begun.sharded,
                     begun.world_size or s.world_size)
@@ -539,7 +550,7 @@ def checkpoint(step, timeout=None, sharded=False):
         try:
             request.manifest.CopyFrom(_manifest(pb, begun.partial_dir, ck._claimed if begun.sharded else None))
             if ck.layout is not None:
-                request.layout_json = json.dumps(ck.layout, sort_keys=True)
+                request.layout_json = json.dumps(ck.layout, sort_keys=True, allow_nan=False)
         except BaseException as e:  # a subdirectory, a link, nothing saved: the round cannot commit
             abort_for(e, f"rank {s.rank}'s files cannot be committed: {e}", True)
             raise
