@@ -693,9 +693,11 @@ int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_
     absl::SleepFor(window);
   }
   DT_LOG(Error) << type << ": " << message;
+  // Heartbeats end first: the run's end that this report brings about would otherwise come back as
+  // a heartbeat's STOP and end this process as a victim (exit 3) before it returns its own code.
+  agent.StopHeartbeats();
   absl::Status reported = agent.ReportError(message, type, "", step.load(), fatal);
   if (!reported.ok()) DT_LOG(Warning) << "could not report the error: " << reported;
-  agent.StopHeartbeats();
   return code;
 }
 
