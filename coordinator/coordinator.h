@@ -433,6 +433,11 @@ class Coordinator {
   void CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                    const v1::CommitCheckpointRequest& request, const PendingPtr<v1::CommitCheckpointResponse>& reply,
                    Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // Holds a rank's commit until its round is published or aborted (a retry of the rank replaces it,
+  // the earlier call hears CANCELLED) and publishes once every rank is in and the files are known.
+  void AwaitPublication(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round, int rank,
+                        const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.

@@ -299,17 +299,7 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     }
     round->manifest = request.manifest();
   }
-  auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
-  if (!inserted) {
-    deferred.Complete(it->second, absl::StatusOr<v1::CommitCheckpointResponse>(
-                                      absl::CancelledError("replaced by a retry of the same rank")));
-    it->second = reply;
-  }
-  // Published once every rank's block ended well: until then any rank may still abort the round.
-  if (round->manifest && static_cast<int>(round->waiting.size()) == world &&
-      round->state == CheckpointRound::State::kOpen) {
-    StartPublish(run, round);
-  }
+  AwaitPublication(run, round, request.rank(), reply, deferred);
 }
 
 void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -325,14 +315,22 @@ void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<Checkpoin
       return;
     }
   }
-  auto [it, inserted] = round->waiting.try_emplace(request.rank(), reply);
+  AwaitPublication(run, round, request.rank(), reply, deferred);
+}
+
+void Coordinator::AwaitPublication(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round, int rank,
+                                   const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+  auto [it, inserted] = round->waiting.try_emplace(rank, reply);
   if (!inserted) {
     deferred.Complete(it->second, absl::StatusOr<v1::CommitCheckpointResponse>(
                                       absl::CancelledError("replaced by a retry of the same rank")));
     it->second = reply;
   }
-  if (static_cast<int>(round->waiting.size()) == round->world &&
-      static_cast<int>(round->shards.ranks()) == round->world && round->state == CheckpointRound::State::kOpen) {
+  // Published once every rank's block ended well: until then any rank may still abort the round.
+  bool files_known =
+      round->sharded ? static_cast<int>(round->shards.ranks()) == round->world : round->manifest.has_value();
+  if (files_known && static_cast<int>(round->waiting.size()) == round->world &&
+      round->state == CheckpointRound::State::kOpen) {
     StartPublish(run, round);
   }
 }

@@ -20,7 +20,7 @@
 # Labels: unit (no network), integration (gRPC on loopback), e2e (real trainer processes, Gloo,
 # W&B test server, Prometheus), slurm (a real single-machine Slurm; needs root), slurm-soak (the
 # Slurm root-cause test 20 times in a row; only with -L slurm-soak), chaos (every fault of
-# scripts/chaos.py, about 3 minutes; only with -L chaos; four of them run in e2e).
+# scripts/chaos.py, about 3 minutes; only with -L chaos; two of them run in e2e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
