@@ -42,7 +42,8 @@ std::optional<int64_t> ParseStepDir(const std::string& name) {
   return step;
 }
 
-// manifest.json of up to kMaxShardedCheckpointFiles entries (and a layout) stays below this.
+// manifest.json of up to kMaxShardedCheckpointFiles entries (and a layout), written compact,
+// stays well below this.
 constexpr size_t kMaxManifestBytes = 64 << 20;
 
 bool IsHex64(const std::string& s) {
@@ -203,7 +204,17 @@ absl::StatusOr<v1::CheckpointInfo> VerifyAndPublish(const DirFd& checkpoints, co
                         {"sharded", writers.sharded},
                         {"world_size", writers.world_size}};
   if (!writers.layout_json.empty()) doc["layout"] = nlohmann::json::parse(writers.layout_json, nullptr, false);
-  if (absl::Status s = partial->WriteFileAtomic(kManifestFile, doc.dump(2) + "\n"); !s.ok()) return s;
+  // Indented for the people who read it, unless that passes what readers take (FindLatest): a
+  // layout nested 64 deep grows about 60-fold when indented. Compact, the limits above keep it
+  // well within.
+  std::string text = doc.dump(2);
+  if (text.size() + 1 > kMaxManifestBytes) text = doc.dump();
+  if (text.size() + 1 > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's manifest.json would be ", text.size(),
+                                                   " bytes; readers take at most ", kMaxManifestBytes,
+                                                   ": list fewer files or send a smaller layout"));
+  }
+  if (absl::Status s = partial->WriteFileAtomic(kManifestFile, text + "\n"); !s.ok()) return s;
   // A directory (or anything else) of the same step from an earlier attempt is moved aside,
   // then removed.
   std::string final_name = CheckpointDirName(step);

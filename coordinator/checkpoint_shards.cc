@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/crypto.h"
 #include "common/limits.h"
 #include "common/names.h"
 #include "coordinator/checkpoint_publisher.h"
@@ -55,15 +56,19 @@ absl::Status ShardCollector::Accept(int rank, const v1::Manifest& manifest, cons
   if (absl::Status s = ValidateManifest(manifest, kMaxCheckpointFiles, /*allow_empty=*/true); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": ", s.message()));
   }
-  nlohmann::json layout;
+  std::string layout, digest;
   if (!layout_json.empty()) {
     absl::StatusOr<nlohmann::json> parsed = ParseLayout(absl::StrCat("rank ", rank), layout_json);
     if (!parsed.ok()) return parsed.status();
-    layout = std::move(*parsed);
-    // Compared as documents: ranks in other languages space and order a document differently.
-    if (!layout_.is_null() && layout_rank_ != rank && layout_ != layout) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout differs from rank ",
-                                                     layout_rank_, "'s: the ranks must describe one layout"));
+    // Compared as documents: ranks in other languages space and order a document differently,
+    // and the canonical text (keys sorted, no spaces) is the same for the same document.
+    layout = parsed->dump();
+    digest = Sha256Hex(layout);
+    for (const auto& [other, other_digest] : layout_digests_) {
+      if (other != rank && other_digest != digest) {
+        return absl::InvalidArgumentError(absl::StrCat("rank ", rank, "'s checkpoint layout differs from rank ", other,
+                                                       "'s: the ranks must describe one layout"));
+      }
     }
   }
   auto earlier = shards_.find(rank);
@@ -86,9 +91,12 @@ absl::Status ShardCollector::Accept(int rank, const v1::Manifest& manifest, cons
   for (const auto& f : manifest.files()) owners_[f.name()] = rank;
   files_ = files_ - earlier_files + manifest.files_size();
   shards_[rank] = manifest;
-  if (!layout.is_null() && (layout_.is_null() || layout_rank_ == rank)) {
-    layout_ = std::move(layout);  // the first rank's, or its retry's
-    layout_rank_ = rank;
+  if (digest.empty()) {
+    layout_digests_.erase(rank);  // a retry without one withdraws the rank's layout
+    if (layout_digests_.empty()) layout_.clear();
+  } else {
+    layout_digests_[rank] = digest;
+    layout_ = std::move(layout);  // every other rank that sent one described the same
   }
   return absl::OkStatus();
 }

@@ -37,14 +37,16 @@ class ShardCollector {
   // Every rank's files in one manifest, by rank, with each file's rank at the same index.
   v1::Manifest Combined(std::vector<int>& file_ranks) const;
   // The layout document ("" when no rank sent one), as every rank that sent one described it.
-  std::string layout_json() const { return layout_.is_null() ? "" : layout_.dump(); }
+  const std::string& layout_json() const { return layout_; }
 
  private:
   std::map<int, v1::Manifest> shards_;
   std::map<std::string, int> owners_;  // file name → rank
   size_t files_ = 0;
-  nlohmann::json layout_;  // null until a rank sends one
-  int layout_rank_ = -1;
+  // Each rank's layout as the SHA-256 of its canonical text: a retry is compared with the other
+  // ranks' too, so no rank's retry can publish a document another rank did not describe.
+  std::map<int, std::string> layout_digests_;
+  std::string layout_;  // the canonical text the ranks in layout_digests_ sent ("" when none)
 };
 
 }  // namespace dt

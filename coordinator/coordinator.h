@@ -425,9 +425,10 @@ class Coordinator {
   void CheckRepeatedEarlyFailure(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Checkpoint helpers.
-  // Called as each rank is released from the arrival barrier; the first opens the round.
-  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, bool sharded, uint64_t sequence,
-                           const PendingPtr<v1::BeginCheckpointResponse>& reply);
+  // Called as each rank is released from the arrival barrier; the first opens the round. A rank
+  // released with ranks that asked for another step or kind aborts it (FAILED_PRECONDITION).
+  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int rank, int64_t step, bool sharded,
+                           uint64_t sequence, const PendingPtr<v1::BeginCheckpointResponse>& reply);
   // A rank's commit in a sharded round: its manifest joins the round (or, refused, aborts it), and
   // the round is published once every rank's is in.
   void CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -438,10 +439,23 @@ class Coordinator {
   void AwaitPublication(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round, int rank,
                         const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // A single-writer round's commit from `request.rank()`: the writer's manifest and layout are
+  // taken; INVALID_ARGUMENT for a bad one, or for a manifest or layout from another rank.
+  absl::Status TakeSingleWriterCommit(CheckpointRound& round, const v1::CommitCheckpointRequest& request);
+  // A refused commit aborts its open round (the other ranks would wait out the lease); the rank
+  // hears `cause` once the round's directory is gone.
+  void RefuseCommit(const RunPtr& run, CheckpointRound& round, const absl::Status& cause,
+                    const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Answers `reply` on the run's file work, behind an aborted round's removal of its partial
+  // directory (queued there first): a rank told "aborted" finds nothing of the round left.
+  template <typename T>
+  void ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply, const absl::Status& status);
   // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.
-  void ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred);
+  void ReplyToBegin(const std::string& run_id, CheckpointRound& round,
+                    const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred);
   // The file work made (or failed to make) `round`'s partial directory: the round opens or aborts.
   void PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                       std::shared_ptr<const DirFd> checkpoints, const absl::Status& made);

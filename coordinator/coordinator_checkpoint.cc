@@ -76,7 +76,7 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
     }
     if (g.round->step == request.step()) {
       // This rank's earlier Begin reply was lost: the round it opened is still the one.
-      ReplyToBegin(*g.round, reply, deferred);
+      ReplyToBegin(run->stored.run.run_id(), *g.round, reply, deferred);
       return;
     }
     deferred.Complete<v1::BeginCheckpointResponse>(
@@ -105,12 +105,13 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                                     : absl::Milliseconds(policy_.barrier_timeout_ms());
   int64_t generation = g.number;
   int64_t step = request.step();
+  int rank = request.rank();
   bool sharded = request.sharded();
   // Weak: the pending lives in the run's own barrier table, and a strong reference would keep
   // the run (and the table) alive in a cycle.
   std::weak_ptr<RunEntry> weak_run = run;
-  auto arrived =
-      MakePending<BarrierRelease>([this, weak_run, generation, step, sharded, reply](absl::StatusOr<BarrierRelease> r) {
+  auto arrived = MakePending<BarrierRelease>(
+      [this, weak_run, generation, rank, step, sharded, reply](absl::StatusOr<BarrierRelease> r) {
         RunPtr run = weak_run.lock();
         if (!run) {
           reply->Complete(absl::UnavailableError("the coordinator is shutting down"));
@@ -128,15 +129,15 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
           reply->Complete(r.status());
           return;
         }
-        OpenCheckpointRound(run, generation, step, sharded, r->sequence, reply);
+        OpenCheckpointRound(run, generation, rank, step, sharded, r->sequence, reply);
       });
   g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
 }
 
-void Coordinator::ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::BeginCheckpointResponse>& reply,
-                               Deferred& deferred) {
+void Coordinator::ReplyToBegin(const std::string& run_id, CheckpointRound& round,
+                               const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred) {
   if (round.state == CheckpointRound::State::kAborted) {
-    deferred.Complete<v1::BeginCheckpointResponse>(reply, round.outcome);
+    ReplyBehindRemoval(run_id, reply, round.outcome);
   } else if (round.checkpoints == nullptr) {
     round.begin_waiting.push_back(reply);  // the partial directory is being made
   } else {
@@ -152,7 +153,7 @@ void Coordinator::ReplyToBegin(CheckpointRound& round, const PendingPtr<v1::Begi
   }
 }
 
-void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int64_t step, bool sharded,
+void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int rank, int64_t step, bool sharded,
                                       uint64_t sequence, const PendingPtr<v1::BeginCheckpointResponse>& reply) {
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
@@ -202,7 +203,25 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
       PartialDirMade(run, round, std::move(dir), made);
     });
   }
-  ReplyToBegin(*g.round, reply, deferred);
+  CheckpointRound& round = *g.round;
+  if (round.step != step || round.sharded != sharded) {
+    // Released by the same barrier as ranks that asked otherwise (an arrival after a timed-out
+    // one can reopen the barrier before the guard on the step is cleared): the ranks would write
+    // different rounds, so none is written.
+    absl::Status differs = absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " asked for ", RoundKind(sharded), " at step ", step, " but the ranks released with it opened ",
+        RoundKind(round.sharded), " at step ", round.step, ": the ranks disagree"));
+    if (round.state == CheckpointRound::State::kOpen) AbortRound(*run, round, differs, deferred);
+    ReplyBehindRemoval(run->stored.run.run_id(), reply, differs);
+    return;
+  }
+  ReplyToBegin(run->stored.run.run_id(), round, reply, deferred);
+}
+
+template <typename T>
+void Coordinator::ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
+                                     const absl::Status& status) {
+  file_work_->Post(run_id, [reply, status] { reply->Complete(status); });
 }
 
 void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -224,7 +243,7 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
           timers_->Schedule(clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
                             [this, run_id, round_id = round->id] { OnLeaseExpired(run_id, round_id); });
     }
-    for (const auto& reply : waiting) ReplyToBegin(*round, reply, deferred);
+    for (const auto& reply : waiting) ReplyToBegin(run->stored.run.run_id(), *round, reply, deferred);
   }
   if (orphaned) {
     if (absl::Status s = checkpoints->RemoveTree(round->partial_name); !s.ok()) DT_LOG(Error) << s.message();
@@ -262,7 +281,7 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
       return;
     }
     case CheckpointRound::State::kAborted:
-      deferred.Complete<v1::CommitCheckpointResponse>(reply, round->outcome);
+      ReplyBehindRemoval(run->stored.run.run_id(), reply, round->outcome);
       return;
     default:
       break;
@@ -271,35 +290,44 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
     CommitShard(run, round, request, reply, deferred);
     return;
   }
-  bool is_writer = request.rank() == round->writer;
-  if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
-    deferred.Complete<v1::CommitCheckpointResponse>(
-        reply, absl::InvalidArgumentError(absl::StrCat(
-                   "rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round->writer)));
+  if (absl::Status s = TakeSingleWriterCommit(*round, request); !s.ok()) {
+    RefuseCommit(run, *round, s, reply, deferred);
     return;
-  }
-  if (!is_writer && !request.layout_json().empty()) {
-    deferred.Complete<v1::CommitCheckpointResponse>(
-        reply, absl::InvalidArgumentError(absl::StrCat(
-                   "rank ", request.rank(), " sent a layout but the writer of this round is rank ", round->writer)));
-    return;
-  }
-  if (is_writer && round->state == CheckpointRound::State::kOpen) {
-    if (absl::Status s = ValidateManifest(request.manifest()); !s.ok()) {
-      deferred.Complete<v1::CommitCheckpointResponse>(reply, s);
-      return;
-    }
-    if (!request.layout_json().empty()) {
-      absl::StatusOr<nlohmann::json> layout = ParseLayout(absl::StrCat("rank ", request.rank()), request.layout_json());
-      if (!layout.ok()) {
-        deferred.Complete<v1::CommitCheckpointResponse>(reply, layout.status());
-        return;
-      }
-      round->layout_json = layout->dump();
-    }
-    round->manifest = request.manifest();
   }
   AwaitPublication(run, round, request.rank(), reply, deferred);
+}
+
+absl::Status Coordinator::TakeSingleWriterCommit(CheckpointRound& round, const v1::CommitCheckpointRequest& request) {
+  bool is_writer = request.rank() == round.writer;
+  if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " sent a manifest but the writer of this round is rank ", round.writer));
+  }
+  if (!is_writer && !request.layout_json().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " sent a layout but the writer of this round is rank ", round.writer));
+  }
+  if (!is_writer || round.state != CheckpointRound::State::kOpen) return absl::OkStatus();
+  if (absl::Status s = ValidateManifest(request.manifest()); !s.ok()) return s;
+  std::string layout;
+  if (!request.layout_json().empty()) {
+    absl::StatusOr<nlohmann::json> parsed = ParseLayout(absl::StrCat("rank ", request.rank()), request.layout_json());
+    if (!parsed.ok()) return parsed.status();
+    layout = parsed->dump();
+  }
+  round.layout_json = std::move(layout);  // a retry's replaces the first call's, as its manifest does
+  round.manifest = request.manifest();
+  return absl::OkStatus();
+}
+
+void Coordinator::RefuseCommit(const RunPtr& run, CheckpointRound& round, const absl::Status& cause,
+                               const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+  // A commit that cannot be part of the checkpoint ends an open round for every rank, saying why:
+  // left open, the other ranks would wait out the lease. (Once every rank is in, the round is
+  // being published and the refusal is this call's alone.) The refused rank hears after the
+  // round's directory is gone, as every other rank does.
+  if (round.state == CheckpointRound::State::kOpen) AbortRound(*run, round, cause, deferred);
+  ReplyBehindRemoval(run->stored.run.run_id(), reply, cause);
 }
 
 void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -307,11 +335,7 @@ void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<Checkpoin
                               const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
   if (round->state == CheckpointRound::State::kOpen) {
     if (absl::Status s = round->shards.Accept(request.rank(), request.manifest(), request.layout_json()); !s.ok()) {
-      // A shard that cannot be part of the checkpoint ends the round for every rank, saying why.
-      // The refused rank hears after the round's directory is gone, as every other rank does: the
-      // reply is queued behind AbortRound's removal on the run's file work.
-      AbortRound(*run, *round, s, deferred);
-      file_work_->Post(run->stored.run.run_id(), [reply, s] { reply->Complete(s); });
+      RefuseCommit(run, *round, s, reply, deferred);
       return;
     }
   }
@@ -482,9 +506,11 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
   if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
-  for (const auto& reply : round.begin_waiting)
-    deferred.Complete(reply, absl::StatusOr<v1::BeginCheckpointResponse>(round.outcome));
-  round.begin_waiting.clear();
+  // Ranks still waiting for the partial directory hear from PartialDirMade, which always follows
+  // and removes what it made for an aborted round before they do.
+  round.shards = ShardCollector();  // what the ranks sent is not needed any more
+  round.manifest.reset();
+  round.layout_json.clear();
   std::vector<PendingPtr<v1::CommitCheckpointResponse>> replies;
   for (auto& [rank, reply] : round.waiting) replies.push_back(reply);
   round.waiting.clear();

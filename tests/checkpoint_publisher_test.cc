@@ -68,6 +68,25 @@ TEST_F(PublisherTest, PublishesAtomicallyAndPointsLatest) {
   EXPECT_EQ(found->bytes(), 9);
 }
 
+// The largest layout a round takes (1 MiB, nested 64 deep) grows past what readers of
+// manifest.json take when indented: it is written compact, and a reused directory still finds it.
+TEST_F(PublisherTest, TheLargestLayoutStillGivesAManifestReadersTake) {
+  std::string layout = std::string(63, '[') + "[0";
+  while (layout.size() < (1 << 20) - 200) layout += ",0";
+  layout += std::string(64, ']');
+  std::string partial = JoinPath(ckpt_, PartialDirName(10, "abcd"));
+  v1::Manifest m = WritePartial(partial, {{"model.pt", "weights"}});
+  RoundWriters writers;
+  writers.world_size = 1;
+  writers.layout_json = layout;
+  auto info = VerifyAndPublish(Dir(), PartialDirName(10, "abcd"), 10, m, writers, CheckpointVerification::kDigests);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_LT(fs::file_size(JoinPath(ckpt_, "step-10/manifest.json")), 2u << 20);
+  auto found = FindLatest(Dir());
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->step(), 10);
+}
+
 TEST_F(PublisherTest, ChecksumMismatchIsDataLossAndLatestStays) {
   std::string p1 = JoinPath(ckpt_, PartialDirName(5, "aaaa"));
   ASSERT_TRUE(Publish(PartialDirName(5, "aaaa"), 5, WritePartial(p1, {{"model.pt", "good"}})).ok());

@@ -1279,6 +1279,30 @@ TEST_F(CheckpointRoundTest, CorruptFilesAbortTheRoundAndLatestStays) {
   EXPECT_FALSE(AnyPartial());
 }
 
+// A writer's manifest the coordinator refuses ends the round at once for every rank: left open,
+// the others would wait out the lease (10 minutes) for a commit that cannot come.
+TEST_F(CheckpointRoundTest, AWritersMalformedManifestAbortsTheRoundAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(CommitStep(5, "weights-at-5"));
+  v1::BeginCheckpointResponse round = Begin(10);
+  v1::Manifest bad = WriteFiles(round.partial_dir(), "weights-at-10");
+  bad.mutable_files(0)->set_sha256("not a digest");
+  Reply<v1::CommitCheckpointResponse> c0, c1, late;
+  Commit(1, round, nullptr, &c1);
+  Commit(0, round, &bad, &c0);
+  ASSERT_TRUE(c0.WaitFor() && c1.WaitFor());  // no clock advanced: no lease lapsed
+  EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kInvalidArgument) << c0.value.status();
+  EXPECT_NE(c0.value.status().message().find("sha256"), std::string::npos) << c0.value.status();
+  EXPECT_EQ(c1.value.status().code(), absl::StatusCode::kAborted) << c1.value.status();
+  EXPECT_NE(c1.value.status().message().find("sha256"), std::string::npos) << c1.value.status();
+  EXPECT_FALSE(fs::exists(round.partial_dir()));
+  Commit(1, round, nullptr, &late);  // a rank that commits after the abort hears it too
+  ASSERT_TRUE(late.WaitFor());
+  EXPECT_EQ(late.value.status().code(), absl::StatusCode::kAborted) << late.value.status();
+  EXPECT_EQ(Latest(), "step-5");
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "weights-at-10"));  // the step can be taken again
+  EXPECT_EQ(Latest(), "step-10");
+}
+
 TEST_F(CheckpointRoundTest, LapsedLeaseAbortsTheRoundAndRemovesThePartialDirectory) {
   v1::BeginCheckpointResponse round = Begin(10);
   Reply<v1::CommitCheckpointResponse> c1;

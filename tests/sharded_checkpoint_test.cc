@@ -291,14 +291,36 @@ TEST_F(ShardedRoundTest, ARetriedCommitReplacesTheFirstAndABadLayoutAbortsTheRou
   EXPECT_EQ(Latest(), "step-10");
 }
 
+// A non-writer's layout ends the round for every rank (left open, they would wait out the lease);
+// the next round publishes the writer's.
 TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused) {
-  std::vector<std::unique_ptr<Reply<v1::BeginCheckpointResponse>>> begun;
-  for (int r = 0; r < kWorld; ++r) {
-    begun.push_back(std::make_unique<Reply<v1::BeginCheckpointResponse>>());
-    coord_->BeginCheckpoint(BeginRequest(r, 10, false), begun.back()->pending());
-  }
-  for (auto& b : begun) ASSERT_TRUE(b->WaitFor() && b->value.ok());
-  v1::BeginCheckpointResponse round = *begun[0]->value;
+  auto begin_single = [&](int64_t step) {
+    std::vector<std::unique_ptr<Reply<v1::BeginCheckpointResponse>>> begun;
+    for (int r = 0; r < kWorld; ++r) {
+      begun.push_back(std::make_unique<Reply<v1::BeginCheckpointResponse>>());
+      coord_->BeginCheckpoint(BeginRequest(r, step, false), begun.back()->pending());
+    }
+    for (auto& b : begun) EXPECT_TRUE(b->WaitFor() && b->value.ok());
+    return begun[0]->value.value_or(v1::BeginCheckpointResponse());
+  };
+  v1::BeginCheckpointResponse round = begin_single(9);
+  Reply<v1::CommitCheckpointResponse> writer_first;
+  v1::Manifest written;
+  *written.add_files() = Write(round.partial_dir(), "model.pt", "w");
+  Commit(0, round, written, &writer_first);  // waits for the other ranks
+  Reply<v1::CommitCheckpointResponse> refused;
+  Commit(1, round, v1::Manifest(), &refused, R"({"mesh": [4]})");
+  ASSERT_TRUE(refused.WaitFor() && writer_first.WaitFor());
+  EXPECT_EQ(refused.value.status().code(), absl::StatusCode::kInvalidArgument) << refused.value.status();
+  EXPECT_NE(refused.value.status().message().find("rank 1 sent a layout but the writer of this round is rank 0"),
+            std::string::npos)
+      << refused.value.status();
+  EXPECT_EQ(writer_first.value.status().code(), absl::StatusCode::kAborted) << writer_first.value.status();
+  EXPECT_NE(writer_first.value.status().message().find("rank 1 sent a layout"), std::string::npos)
+      << writer_first.value.status();
+  EXPECT_FALSE(fs::exists(round.partial_dir()));  // gone before either rank heard
+
+  round = begin_single(10);
   ASSERT_EQ(round.writer_rank(), 0);
   EXPECT_FALSE(round.sharded());
   Reply<v1::BeginCheckpointResponse> other_kind;  // a retry of rank 2's Begin, asking otherwise
@@ -308,12 +330,7 @@ TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused)
                 "rank 2 asked for a sharded round at step 10 but the open round is a single-writer round"),
             std::string::npos)
       << other_kind.value.status();
-  Reply<v1::CommitCheckpointResponse> refused, c[kWorld];
-  Commit(1, round, v1::Manifest(), &refused, R"({"mesh": [4]})");
-  ASSERT_TRUE(refused.WaitFor());
-  EXPECT_NE(refused.value.status().message().find("rank 1 sent a layout but the writer of this round is rank 0"),
-            std::string::npos)
-      << refused.value.status();
+  Reply<v1::CommitCheckpointResponse> c[kWorld];
   v1::Manifest m;
   *m.add_files() = Write(round.partial_dir(), ".metadata", "plan");
   Commit(0, round, m, &c[0], R"({"mesh":   [4]})");
@@ -360,6 +377,12 @@ TEST_F(ShardedRoundTest, RanksMustAskAlikeAndLayoutsMustBeJsonAndAgree) {
   std::vector<int> ranks;
   EXPECT_EQ(shards.Combined(ranks).files_size(), 1);
   EXPECT_EQ(ranks, std::vector<int>{1});
+  // A retry is compared with every other rank's layout: once rank 1 described the same document,
+  // rank 2 cannot change it alone.
+  EXPECT_TRUE(shards.Accept(1, m, R"({"mesh": [2, 2]})").ok());
+  absl::Status changed = shards.Accept(2, v1::Manifest(), R"({"mesh": [4]})");
+  EXPECT_NE(changed.message().find("rank 2's checkpoint layout differs from rank 1's"), std::string::npos) << changed;
+  EXPECT_EQ(shards.layout_json(), R"({"mesh":[2,2]})");
 }
 
 }  // namespace
