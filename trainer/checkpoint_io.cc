@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <sstream>
 #include <system_error>
@@ -162,9 +164,12 @@ torch::serialize::OutputArchive SnapshotAdamW(const torch::optim::AdamW& optimiz
 
 }  // namespace
 
-std::vector<torch::Tensor> StagingShapes(Gpt2& model) {
+std::vector<torch::Tensor> StagingShapes(Gpt2& model, bool with_moments) {
   std::vector<torch::Tensor> like;
-  for (const torch::Tensor& p : model->parameters()) like.insert(like.end(), {p, p, p});
+  for (const torch::Tensor& p : model->parameters()) {
+    like.push_back(p);
+    if (with_moments) like.insert(like.end(), {p, p});
+  }
   for (const torch::Tensor& b : model->buffers()) like.push_back(b);
   return like;
 }
@@ -318,15 +323,24 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
     }
     return writer.Finish(name);
   };
+  torch::serialize::OutputArchive moments;
+  if (!archives.moments_file.empty()) moments = MomentsArchive(archives.moments);
+  torch::serialize::OutputArchive& optimizer = archives.moments_file.empty() ? archives.optimizer : moments;
+  const std::string optimizer_name = archives.moments_file.empty() ? "optimizer.pt" : archives.moments_file;
   absl::StatusOr<v1::ManifestFile> model_file = absl::UnknownError("not written");
-  std::thread model_writer([&] { model_file = save_archive("model.pt", archives.model); });
-  absl::StatusOr<v1::ManifestFile> optimizer_file = save_archive("optimizer.pt", archives.optimizer);
-  model_writer.join();
-  if (!model_file.ok()) return model_file.status();
+  std::thread model_writer;
+  if (archives.model_files) model_writer = std::thread([&] { model_file = save_archive("model.pt", archives.model); });
+  absl::StatusOr<v1::ManifestFile> optimizer_file = save_archive(optimizer_name, optimizer);
+  if (model_writer.joinable()) model_writer.join();
+  if (archives.model_files && !model_file.ok()) return model_file.status();
   if (!optimizer_file.ok()) return optimizer_file.status();
   v1::Manifest manifest;
-  *manifest.add_files() = *model_file;
+  if (archives.model_files) *manifest.add_files() = *model_file;
   *manifest.add_files() = *optimizer_file;
+  if (!archives.model_files) {
+    if (absl::Status st = FsyncDir(dir); !st.ok()) return st;
+    return manifest;
+  }
   try {
     torch::serialize::OutputArchive a;
     a.write("cpu", archives.rng);
@@ -355,14 +369,134 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
   return manifest;
 }
 
+absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdamW& zero, const TrainState& state,
+                                                     bool with_model, SnapshotStaging* staging) {
+  CheckpointArchives a;
+  a.model_files = with_model;
+  a.moments_file = ZeroMomentsFileName(zero.rank(), zero.world());
+  try {
+    a.moments = zero.Moments();  // copies on the CPU: written while training goes on
+    a.tensor_bytes = 2 * (zero.end() - zero.begin()) * static_cast<int64_t>(sizeof(float));
+    if (with_model) {
+      Copier copy(staging);
+      if (staging != nullptr) staging->BeginSnapshot();
+      SnapshotModule(*model, a.model, copy);
+      a.pending_copy = copy.TakePending();
+      if (staging != nullptr) staging->EndSnapshot();
+      a.tensor_bytes += copy.bytes();
+    }
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot copy the training state for a checkpoint: ", ExceptionText(e)));
+  }
+  if (with_model) SaveRngStates(model, a);
+  a.state = state;
+  return a;
+}
+
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                              const TrainState& state) {
   CheckpointArchives live = LiveArchives(model, optimizer, state);
   return WriteArchives(dir, live);
 }
 
+namespace {
+
+// LoadCheckpoint's body; without an optimizer, optimizer.pt (or the moments files) is not read.
+absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& model, torch::optim::Optimizer* optimizer,
+                                              torch::Device device);
+
+int64_t ElementsOf(const std::vector<torch::Tensor>& params) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
+
+// Elements [begin, end) from the checkpoint's ZeRO-1 moments files: only the files whose range
+// overlaps are read (a file's name says its rank and world size), and one more for the step when
+// none does.
+absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const std::string& dir, int64_t numel, int64_t begin, int64_t end) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (IsZeroMomentsFileName(name)) names.push_back(name);
+  }
+  if (ec) return absl::DataLossError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+  if (names.empty()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", dir, " holds neither optimizer.pt nor ZeRO-1 moments files"));
+  }
+  std::sort(names.begin(), names.end());
+  std::vector<FlatMoments> parts;
+  for (const std::string& name : names) {
+    int rank = -1, world = 0;
+    if (std::sscanf(name.c_str(), "optimizer-zero1-rank%d-of-%d.pt", &rank, &world) != 2 || world <= 0 || rank < 0 ||
+        rank >= world) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", dir, " holds ", name, ", which names no rank of a world"));
+    }
+    auto [b, e] = ZeroRange(numel, rank, world);
+    bool overlaps = std::max(b, begin) < std::min(e, end);
+    if (!overlaps && !(parts.empty() && &name == &names.back())) continue;
+    absl::StatusOr<FlatMoments> part = ReadMomentsFile(JoinPath(dir, name));
+    if (!part.ok()) return part.status();
+    if (part->numel != numel) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", dir, "'s optimizer moments describe ",
+                                                        part->numel, " parameters; this model has ", numel));
+    }
+    parts.push_back(std::move(*part));
+  }
+  if (begin == end) {  // a rank whose range is empty keeps only the step
+    FlatMoments none;
+    none.begin = none.end = begin;
+    none.numel = numel;
+    none.step = parts.front().step;
+    none.exp_avg = torch::zeros({0}, torch::kFloat);
+    none.exp_avg_sq = torch::zeros({0}, torch::kFloat);
+    return none;
+  }
+  return Regather(parts, begin, end);
+}
+
+}  // namespace
+
+absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::vector<torch::Tensor>& params,
+                                            int64_t begin, int64_t end, const AdamWSettings& settings,
+                                            torch::Device device) {
+  std::string whole = JoinPath(dir, "optimizer.pt");
+  if (!std::filesystem::exists(whole)) return ReadZeroMomentsFiles(dir, ElementsOf(params), begin, end);
+  // Written by a run without --zero: loaded whole (for this while, the full moments' memory), then cut.
+  std::unique_ptr<torch::optim::AdamW> adamw = MakeAdamW(params, settings);
+  try {
+    torch::serialize::InputArchive a;
+    a.load_from(whole, device);
+#if TORCH_VERSION_MAJOR >= 2
+    if (OptimizerWrittenByLibTorch1(a)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", dir, " holds an optimizer state written by LibTorch 1.x, which LibTorch 2.x ",
+                       "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
+    }
+#endif
+    adamw->load(a);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("cannot load ", whole, ": ", ExceptionText(e)));
+  }
+  return Regather({MomentsOfAdamW(*adamw, params)}, begin, end);
+}
+
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                           torch::Device device) {
+  return LoadCheckpointInto(dir, model, &optimizer, device);
+}
+
+absl::StatusOr<TrainState> LoadModelCheckpoint(const std::string& dir, Gpt2& model, torch::Device device) {
+  return LoadCheckpointInto(dir, model, nullptr, device);
+}
+
+namespace {
+
+absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& model, torch::optim::Optimizer* optimizer,
+                                              torch::Device device) {
   if (absl::StatusOr<int64_t> verified = VerifyCheckpointDirectory(dir); !verified.ok()) return verified.status();
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
   if (!text.ok()) return text.status();
@@ -391,7 +525,16 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
       a.load_from(JoinPath(dir, "model.pt"), device);
       model->load(a);
     }
-    {
+    if (optimizer != nullptr && !std::filesystem::exists(JoinPath(dir, "optimizer.pt"))) {
+      // Written with --zero 1: every rank's moments regathered into this unpartitioned AdamW.
+      auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer);
+      if (adamw == nullptr) return absl::UnimplementedError("ZeRO-1 checkpoints load into AdamW only");
+      std::vector<torch::Tensor> params = model->parameters();
+      const int64_t numel = ElementsOf(params);
+      absl::StatusOr<FlatMoments> all = ReadZeroMomentsFiles(dir, numel, 0, numel);
+      if (!all.ok()) return all.status();
+      if (absl::Status s = SetAdamWMoments(*adamw, params, *all); !s.ok()) return s;
+    } else if (optimizer != nullptr) {
       torch::serialize::InputArchive a;
       a.load_from(JoinPath(dir, "optimizer.pt"), device);  // moments live beside their parameters
 #if TORCH_VERSION_MAJOR >= 2
@@ -401,7 +544,7 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
                          "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
       }
 #endif
-      optimizer.load(a);
+      optimizer->load(a);
     }
     {
       torch::serialize::InputArchive a;
@@ -421,6 +564,8 @@ absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, t
   }
   return state;
 }
+
+}  // namespace
 
 namespace {
 

@@ -1,7 +1,7 @@
 // What a checkpoint holds and how it is written and read: model.pt, optimizer.pt, rng.pt and
-// state.json. The writer hashes each file as it writes it and fsyncs it; the manifest it returns
-// goes to the coordinator, which verifies and publishes the directory. Loading verifies every
-// file against the published manifest.json before reading it.
+// state.json (with --zero 1, one moments file per rank in place of optimizer.pt). The writer hashes each file as it
+// writes it and fsyncs it; the manifest it returns goes to the coordinator, which verifies and publishes the directory.
+// Loading verifies every file against the published manifest.json before reading it.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "dt/v1/checkpoint.pb.h"
 #include "trainer/gpt2_model.h"
+#include "trainer/zero_optimizer.h"
 
 namespace dt {
 
@@ -80,6 +81,11 @@ struct CheckpointArchives {
   // device's generator, so an exact resume needs it too); undefined on CPU.
   torch::Tensor device_rng;
   TrainState state;
+  // A ZeRO-1 rank's share (a sharded round): its moments go to `moments_file` in place of
+  // optimizer.pt, and only the rank with `model_files` writes model.pt, rng.pt and state.json.
+  bool model_files = true;
+  std::string moments_file;
+  FlatMoments moments;
   int64_t tensor_bytes = 0;  // what the snapshot copied (0 for live archives)
   // A snapshot's host copies still to be made (null when none is pending): the archives hold the
   // staging buffers, which hold the live state only once this is complete. WriteArchives
@@ -117,7 +123,8 @@ class SnapshotStaging {
 // The tensors an asynchronous snapshot of `model` with AdamW copies, for SnapshotStaging::Reserve:
 // parameters, buffers and AdamW's two moments per parameter (not created until the first step;
 // they have their parameter's shape).
-std::vector<torch::Tensor> StagingShapes(Gpt2& model);
+// Without `with_moments` (a ZeRO-1 rank 0, which copies only the model), the model's alone.
+std::vector<torch::Tensor> StagingShapes(Gpt2& model, bool with_moments = true);
 
 // Archives over the live tensors: valid until the next optimizer step changes them.
 CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
@@ -132,12 +139,17 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
                                                     const TrainState& state, SnapshotStaging* staging = nullptr,
                                                     bool defer_copy = false);
 
-// Writes model.pt, optimizer.pt, rng.pt and state.json into `dir` (completing a snapshot's
-// pending copy first), hashing each file as it is written, fsyncs them and the directory, and
-// returns the manifest for the coordinator.
-// RESOURCE_EXHAUSTED when the disk is full (the message names the file).
-// `direct_io`: the large files around the page cache where the file system allows it
-// (HashingFileWriter).
+// A ZeRO-1 rank's share of a sharded round: copies of its moments and, with `with_model` (one
+// rank), of the model (into `staging`'s buffers when given, the copies into host buffers left in
+// `pending_copy` as SnapshotArchives's `defer_copy` does). RESOURCE_EXHAUSTED when the copy cannot
+// be allocated.
+absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdamW& zero, const TrainState& state,
+                                                     bool with_model, SnapshotStaging* staging = nullptr);
+
+// Writes model.pt, optimizer.pt, rng.pt and state.json into `dir` (a ZeRO-1 share: what it holds) (completing a
+// snapshot's pending copy first), hashing each file as it is written, fsyncs them and the directory, and returns the
+// manifest for the coordinator. RESOURCE_EXHAUSTED when the disk is full (the message names the file). `direct_io`: the
+// large files around the page cache where the file system allows it (HashingFileWriter).
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives, bool direct_io = true);
 
 // WriteArchives of LiveArchives.
@@ -146,8 +158,18 @@ absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model
 
 // DATA_LOSS when a file does not match manifest.json; FAILED_PRECONDITION when the model shape
 // differs from the checkpoint's.
+// A checkpoint of ZeRO-1 shares loads too: the moments files are regathered into the optimizer.
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                           torch::Device device = torch::kCPU);
+// LoadCheckpoint without the optimizer (a ZeRO-1 run loads its share with LoadZeroMoments).
+absl::StatusOr<TrainState> LoadModelCheckpoint(const std::string& dir, Gpt2& model, torch::Device device = torch::kCPU);
+// Elements [begin, end) of the checkpoint's AdamW moments over `params` (the loaded model's), from
+// its ZeRO-1 moments files (written at any world size; only those that overlap are read) or from an
+// unpartitioned optimizer.pt (loaded whole, then cut). FAILED_PRECONDITION when they do not fit the
+// model; DATA_LOSS for a file that is not what it should be.
+absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::vector<torch::Tensor>& params,
+                                            int64_t begin, int64_t end, const AdamWSettings& settings,
+                                            torch::Device device = torch::kCPU);
 
 std::string DescribeConfig(const Gpt2Config& c);
 

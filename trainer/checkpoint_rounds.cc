@@ -45,12 +45,9 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
   if (!round.ok()) return round.status();
   bool writer = round->writer_rank() == agent_.rank();
   if (!async_) {
-    std::unique_ptr<CheckpointArchives> live;
-    if (writer) live = std::make_unique<CheckpointArchives>(LiveArchives(model, optimizer, state));
-    std::promise<Outcome> done;
-    done.set_value(Finish(*round, state.step, live.get(), start));
-    in_flight_ = done.get_future();
-    return absl::Now() - start;
+    std::shared_ptr<CheckpointArchives> live;
+    if (writer) live = std::make_shared<CheckpointArchives>(LiveArchives(model, optimizer, state));
+    return Launch(*round, state.step, std::move(live), start, "");
   }
   std::shared_ptr<CheckpointArchives> snapshot;
   if (writer) {
@@ -66,15 +63,52 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
       return absl::Now() - start;
     }
     snapshot = std::make_shared<CheckpointArchives>(std::move(*copied));
-    pending_copy_ = snapshot->pending_copy;
   }
+  return Launch(*round, state.step, std::move(snapshot), start, "");
+}
+
+absl::StatusOr<absl::Duration> CheckpointRounds::StartZero(Gpt2& model, const ZeroAdamW& zero,
+                                                           const TrainState& state) {
+  if (in_flight_.valid()) finished_ = in_flight_.get();
+  pending_copy_.reset();
+  if (preparing_.joinable()) preparing_.join();
+  absl::Time start = absl::Now();
+  absl::StatusOr<v1::BeginCheckpointResponse> round =
+      agent_.BeginCheckpoint(state.step, absl::ZeroDuration(), /*sharded=*/true);
+  if (!round.ok()) return round.status();
+  absl::StatusOr<CheckpointArchives> copied =
+      ZeroShardArchives(model, zero, state, /*with_model=*/agent_.rank() == 0, async_ ? &staging_ : nullptr);
+  if (!copied.ok()) {
+    (void)agent_.AbortCheckpoint(round->round_id(), copied.status().ToString());
+    Outcome failed;
+    failed.step = state.step;
+    failed.committed = copied.status();
+    failed.took = absl::Now() - start;
+    std::promise<Outcome> done;
+    done.set_value(std::move(failed));
+    in_flight_ = done.get_future();
+    return absl::Now() - start;
+  }
+  return Launch(*round, state.step, std::make_shared<CheckpointArchives>(std::move(*copied)), start, zero.LayoutJson());
+}
+
+absl::Duration CheckpointRounds::Launch(const v1::BeginCheckpointResponse& round, int64_t step,
+                                        std::shared_ptr<CheckpointArchives> snapshot, absl::Time start,
+                                        const std::string& layout_json) {
+  if (!async_) {
+    std::promise<Outcome> done;
+    done.set_value(Finish(round, step, snapshot.get(), start, layout_json));
+    in_flight_ = done.get_future();
+    return absl::Now() - start;
+  }
+  if (snapshot) pending_copy_ = snapshot->pending_copy;
   absl::Duration paused = absl::Now() - start;
-  in_flight_ = std::async(std::launch::async, [this, round = *round, step = state.step, snapshot, start] {
+  in_flight_ = std::async(std::launch::async, [this, round, step, snapshot, start, layout_json] {
     YieldToTraining();
     // One thread copies while training goes on (AwaitSnapshot brings every core when training
     // needs the copy finished); WriteArchives waits for the last pieces.
     if (snapshot && snapshot->pending_copy) snapshot->pending_copy->Work();
-    return Finish(round, step, snapshot.get(), start);
+    return Finish(round, step, snapshot.get(), start, layout_json);
   });
   return paused;
 }
@@ -89,7 +123,8 @@ absl::Duration CheckpointRounds::AwaitSnapshot() {
 }
 
 CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResponse& round, int64_t step,
-                                                   CheckpointArchives* archives, absl::Time start) {
+                                                   CheckpointArchives* archives, absl::Time start,
+                                                   const std::string& layout_json) {
   Outcome out;
   out.step = step;
   if (archives == nullptr) {
@@ -101,11 +136,11 @@ CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResp
       out.disk_full = absl::IsResourceExhausted(manifest.status());
       out.committed = manifest.status();
     } else {
-      if (step == exit_before_commit_at_) {
+      if (step == exit_before_commit_at_ && archives->model_files) {  // the writer (of a sharded round: rank 0)
         DT_LOG(Warning) << "--exit-while-checkpointing " << step << ": vanishing before the commit (fault injection)";
         std::_Exit(137);
       }
-      out.committed = agent_.CommitCheckpoint(round.round_id(), &*manifest);
+      out.committed = agent_.CommitCheckpoint(round.round_id(), &*manifest, layout_json);
     }
   }
   out.took = absl::Now() - start;

@@ -48,6 +48,10 @@ class CheckpointRounds {
   // next step's forward and backward passes): call AwaitSnapshot before the model or optimizer
   // next changes.
   absl::StatusOr<absl::Duration> Start(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
+  // The same for a ZeRO-1 run: a sharded round in which every rank writes its moments (rank 0 the
+  // model too) and commits them with the partition as the layout. A share that cannot be copied
+  // aborts the round (its outcome says why); training goes on.
+  absl::StatusOr<absl::Duration> StartZero(Gpt2& model, const ZeroAdamW& zero, const TrainState& state);
   // Returns once the round's copy of the state is complete, helping to make it on every core;
   // returns how long that took (zero when nothing was left to copy). The model and optimizer may
   // change after it.
@@ -69,8 +73,11 @@ class CheckpointRounds {
 
  private:
   // Writes (the writer) and commits; runs on the round's thread when asynchronous.
-  Outcome Finish(const v1::BeginCheckpointResponse& round, int64_t step, CheckpointArchives* archives,
-                 absl::Time start);
+  Outcome Finish(const v1::BeginCheckpointResponse& round, int64_t step, CheckpointArchives* archives, absl::Time start,
+                 const std::string& layout_json = "");
+  // Writes and commits `snapshot` at once (synchronous rounds) or on the round's thread.
+  absl::Duration Launch(const v1::BeginCheckpointResponse& round, int64_t step,
+                        std::shared_ptr<CheckpointArchives> snapshot, absl::Time start, const std::string& layout_json);
 
   Agent& agent_;
   const bool async_;

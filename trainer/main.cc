@@ -180,6 +180,12 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "is computed from the world size, so a run resumed at another size keeps its global batch and "
                  "data order; replaces --grad-accum")
       ->group(loop);
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage: 0 keeps the whole AdamW state on every rank; 1 partitions it (each rank keeps and steps "
+                 "1/world of the moments, then the ranks share the updated parameters), and every rank writes its "
+                 "share of each checkpoint")
+      ->group(loop)
+      ->capture_default_str();
   app.add_flag("--checkpoint-direct-io,!--checkpoint-buffered-io", c.checkpoint_direct_io,
                "write checkpoint files around the page cache (O_DIRECT) where the file system allows it: less CPU, "
                "and a checkpoint of many gigabytes does not push the node's page cache out (--checkpoint-buffered-io: "
@@ -271,6 +277,13 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
   if (c.global_batch_size < 0) return absl::StrCat("--global-batch-size must be ≥ 1, got ", c.global_batch_size);
   if (c.global_batch_size > 0 && c.grad_accum != 1) {
     return "give --global-batch-size or --grad-accum, not both: the accumulation follows from the global batch";
+  }
+  if (c.zero != 0 && c.zero != 1) {
+    return absl::StrCat(
+        "--zero ", c.zero,
+        " is not offered: dttrainer has stage 0 (every rank keeps the whole optimizer state) and stage 1 "
+        "(--zero 1, the optimizer state partitioned across the ranks); gradients and parameters are not "
+        "partitioned");
   }
   if (c.seq_len <= 1) return absl::StrCat("--seq-len must be ≥ 2, got ", c.seq_len);
   if (c.eval_split < 0 || c.eval_split >= 1) return absl::StrCat("--eval-split must be in [0, 1), got ", c.eval_split);

@@ -47,6 +47,7 @@
 #include "trainer/process_group.h"
 #include "trainer/sampler.h"
 #include "trainer/token_cache.h"
+#include "trainer/zero_optimizer.h"
 
 namespace dt {
 namespace {
@@ -200,13 +201,14 @@ class Trainer {
     PrepareData();
     BuildModel();
     Resume();
+    if (cfg_.zero == 1) StartZero();
     StartDataParallel();
     agent_.ReportProgress(state_.step, total_steps_);
     current_step_ = state_.step;
     last_checkpoint_ = checkpoint_started_ = state_.step;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
-    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes(model_));
+    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes(model_, /*with_moments=*/!zero_));
     model_->train();
     while (state_.step < total_steps_) {
       TrainStep();
@@ -330,16 +332,35 @@ class Trainer {
     torch::manual_seed(cfg_.seed);
     model_ = Gpt2(*mc);
     model_->to(device_);
-    std::vector<torch::Tensor> decay, no_decay;
-    for (auto& p : model_->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-    auto options = [&](double wd) {
-      return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(cfg_.lr).betas({cfg_.beta1, cfg_.beta2}).weight_decay(wd));
-    };
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, options(cfg_.weight_decay));
-    groups.emplace_back(no_decay, options(0.0));
-    optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(cfg_.lr));
+    // With --zero 1 the partitioned AdamW is made once the checkpoint's model is loaded (StartZero).
+    if (cfg_.zero == 0) optimizer_ = MakeAdamW(model_->parameters(), AdamWConfig());
+  }
+
+  AdamWSettings AdamWConfig() const { return AdamWSettings{cfg_.lr, cfg_.beta1, cfg_.beta2, cfg_.weight_decay}; }
+
+  // ZeRO-1: this rank keeps and steps its range of the AdamW moments. Resumed, it regathers that
+  // range from the checkpoint, whatever world size (or --zero) wrote it.
+  void StartZero() {
+    zero_ = std::make_unique<ZeroAdamW>(model_->parameters(), rank_, world_, AdamWConfig());
+    const std::string& dir = agent_.assignment().resume().path();
+    if (agent_.assignment().has_resume() && !dir.empty()) {
+      absl::StatusOr<FlatMoments> mine =
+          LoadZeroMoments(dir, model_->parameters(), zero_->begin(), zero_->end(), AdamWConfig(), device_);
+      if (absl::IsDataLoss(mine.status())) {
+        throw CorruptCheckpointError(absl::StrCat(mine.status().message(), ". Delete ", dir,
+                                                  " (and checkpoints/latest when it names it) to resume from an "
+                                                  "earlier checkpoint"));
+      }
+      if (!mine.ok())
+        throw ConfigError(absl::StrCat("cannot resume ", dir, " with --zero 1: ", mine.status().message()));
+      CheckOk(zero_->LoadMoments(*mine));
+    }
+    // Every rank says its own range (Log speaks for rank 0 only).
+    DT_LOG(Info) << absl::StrFormat("ZeRO-1: rank %d keeps the AdamW moments of elements [%d, %d) of %d (%.1f%%)",
+                                    rank_, zero_->begin(), zero_->end(), zero_->numel(),
+                                    zero_->numel() > 0 ? 100.0 * static_cast<double>(zero_->end() - zero_->begin()) /
+                                                             static_cast<double>(zero_->numel())
+                                                       : 0.0);
   }
 
   // Loads the checkpoint the coordinator named (the latest committed), if any.
@@ -347,7 +368,8 @@ class Trainer {
     const v1::RegisterResponse& a = agent_.assignment();
     if (a.has_resume() && !a.resume().path().empty()) {
       absl::Time t0 = absl::Now();
-      absl::StatusOr<TrainState> loaded = LoadCheckpoint(a.resume().path(), model_, *optimizer_, device_);
+      absl::StatusOr<TrainState> loaded = optimizer_ ? LoadCheckpoint(a.resume().path(), model_, *optimizer_, device_)
+                                                     : LoadModelCheckpoint(a.resume().path(), model_, device_);
       if (absl::IsFailedPrecondition(loaded.status())) throw ConfigError(std::string(loaded.status().message()));
       if (absl::IsDataLoss(loaded.status())) {
         // Every restart would load the same bytes: the run stops instead of spending its budget.
@@ -446,9 +468,15 @@ class Trainer {
       step_metrics_["checkpoint_pause_seconds"] += absl::ToDoubleSeconds(waited);
     }
     double lr = schedule_.At(step);
-    for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-    optimizer_->step();
-    optimizer_->zero_grad();
+    if (zero_) {
+      zero_->Step(lr);
+      Collective("all-gather of parameters (ZeRO-1)", [&] { zero_->ShareParameters(*group_); });
+      model_->zero_grad();
+    } else {
+      for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+      optimizer_->step();
+      optimizer_->zero_grad();
+    }
     state_.step = step;
     const int64_t tokens_per_step = static_cast<int64_t>(cfg_.batch_size) * seq_len * grad_accum_;
     state_.tokens_seen += tokens_per_step * world_;
@@ -536,7 +564,8 @@ class Trainer {
         DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
       }
     }
-    absl::StatusOr<absl::Duration> paused = rounds_->Start(model_, *optimizer_, state_);
+    absl::StatusOr<absl::Duration> paused =
+        zero_ ? rounds_->StartZero(model_, *zero_, state_) : rounds_->Start(model_, *optimizer_, state_);
     if (!paused.ok()) {
       throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", paused.status().ToString()));
     }
@@ -632,7 +661,8 @@ class Trainer {
 
   Gpt2 model_{nullptr};
   std::string model_config_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;  // null with --zero 1
+  std::unique_ptr<ZeroAdamW> zero_;                 // --zero 1
   std::vector<torch::Tensor> params_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   LrSchedule schedule_;

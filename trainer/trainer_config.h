@@ -55,6 +55,7 @@ struct TrainerConfig {
   double beta2 = 0.95;
   int64_t warmup_steps = 0;
   double grad_clip = 1.0;
+  int zero = 0;  // ZeRO stage: 0, or 1 (AdamW's moments partitioned across the ranks)
   int64_t ckpt_freq = 0;
   // Asynchronous checkpoint rounds: training pauses only while the writer copies the state into
   // host memory (twice the model and optimizer's memory for that while); false: it waits for the
