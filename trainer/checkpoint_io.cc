@@ -50,20 +50,24 @@ std::string DescribeConfig(const Gpt2Config& c) {
 
 namespace {
 
-#if TORCH_VERSION_MAJOR >= 2
 // LibTorch 1.x names an optimizer's parameters in optimizer.pt by their TensorImpl addresses as an
 // ostream prints them ("0x..."); 2.x reads the names back with std::stoull (torch/optim/serialize.h),
 // which makes every one 0: its load gives the first parameter another one's moments and the others
-// none. Such a file is refused instead.
-bool OptimizerWrittenByLibTorch1(torch::serialize::InputArchive& optimizer_archive) {
+// none. Such a file is refused instead (FAILED_PRECONDITION); OK for any other.
+absl::Status LoadableOptimizerArchive(torch::serialize::InputArchive& optimizer_archive, const std::string& dir) {
+#if TORCH_VERSION_MAJOR >= 2
   torch::serialize::InputArchive state;
-  if (!optimizer_archive.try_read("state", state)) return false;
+  if (!optimizer_archive.try_read("state", state)) return absl::OkStatus();
   for (const std::string& key : state.keys()) {
-    if (key.rfind("0x", 0) == 0) return true;
+    if (key.rfind("0x", 0) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", dir, " holds an optimizer state written by LibTorch 1.x, which LibTorch 2.x ",
+                       "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
+    }
   }
-  return false;
-}
 #endif
+  return absl::OkStatus();
+}
 
 // A Generator is a handle: copies share the generator they name.
 torch::Tensor GeneratorState(at::Generator gen) {
@@ -470,13 +474,7 @@ absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::v
   try {
     torch::serialize::InputArchive a;
     a.load_from(whole, device);
-#if TORCH_VERSION_MAJOR >= 2
-    if (OptimizerWrittenByLibTorch1(a)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", dir, " holds an optimizer state written by LibTorch 1.x, which LibTorch 2.x ",
-                       "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
-    }
-#endif
+    if (absl::Status loadable = LoadableOptimizerArchive(a, dir); !loadable.ok()) return loadable;
     adamw->load(a);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("cannot load ", whole, ": ", ExceptionText(e)));
@@ -537,13 +535,7 @@ absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& mode
     } else if (optimizer != nullptr) {
       torch::serialize::InputArchive a;
       a.load_from(JoinPath(dir, "optimizer.pt"), device);  // moments live beside their parameters
-#if TORCH_VERSION_MAJOR >= 2
-      if (OptimizerWrittenByLibTorch1(a)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("checkpoint ", dir, " holds an optimizer state written by LibTorch 1.x, which LibTorch 2.x ",
-                         "loads into the wrong parameters: resume it with a dttrainer built against LibTorch 1.x"));
-      }
-#endif
+      if (absl::Status loadable = LoadableOptimizerArchive(a, dir); !loadable.ok()) return loadable;
       optimizer->load(a);
     }
     {
