@@ -142,6 +142,11 @@ TEST(ZeroAdamW, AMissingShareIsNamedAndNothingIsLoaded) {
   EXPECT_EQ(all.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(all.status().message().find("cover 8 of elements [0, 10): a file is missing"), std::string::npos)
       << all.status();
+  // An empty range (a rank with nothing to keep) needs only the step.
+  absl::StatusOr<FlatMoments> none = Regather(parts, 10, 10);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->step, 4);
+  EXPECT_EQ(none->exp_avg.numel(), 0);
   parts[1].step = 5;
   EXPECT_NE(Regather(parts, 0, 8).status().message().find("written at AdamW steps 4 and 5"), std::string::npos);
   std::vector<torch::Tensor> params = Params();

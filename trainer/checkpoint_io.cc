@@ -450,15 +450,7 @@ absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const std::string& dir, int64_t
     }
     parts.push_back(std::move(*part));
   }
-  if (begin == end) {  // a rank whose range is empty keeps only the step
-    FlatMoments none;
-    none.begin = none.end = begin;
-    none.numel = numel;
-    none.step = parts.front().step;
-    none.exp_avg = torch::zeros({0}, torch::kFloat);
-    none.exp_avg_sq = torch::zeros({0}, torch::kFloat);
-    return none;
-  }
+  // A rank whose range is empty gets the step alone (Regather of nothing to cover).
   return Regather(parts, begin, end);
 }
 
