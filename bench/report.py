@@ -149,6 +149,17 @@ HOW_MEASURED = [
      "`trainer_bench.py metrics-cost`: 1-rank dttrainer runs (tiny GPT-2, batch 4 x 64, 30 steps, 100 full, "
      "logging every step), rank 0's step times from its log after the first 5; 4 pairs (6 full) alternating "
      "which goes first; median. Anchor: the same runs with `--no-metrics`."),
+    (r"(optimizer state|peak resident memory) per rank, GPT-2 small", "--zero 1 memory (2, 4 ranks)",
+     "`trainer_bench.py zero-memory`: dttrainer through `dtctl submit --omp-threads 1`, GPT-2 small (124M), batch "
+     "1 x 64 tokens, 3 steps, with `--zero 1` and with `--zero 0`; the largest over the ranks of each rank's last "
+     "`optimizer_state_bytes` (the AdamW moments it holds) and `peak_rss_bytes` (getrusage's maximum resident "
+     "set), reported at step 3 before the final checkpoint's copy. Anchor: the same run with `--zero 0`."),
+    (r"training stall of a --zero 1 sharded round", "training stall of a --zero 1 sharded round",
+     "`trainer_bench.py zero-stall`: dttrainer through `dtctl submit --omp-threads 1`, GPT-2 small, 2 ranks, "
+     "`--zero 1`, batch 1 x 64 tokens, 9 steps, a round every 3; the stall of the rounds begun at steps 3 and 6 "
+     "(`checkpoint_pause_seconds` of the next step's point: Begin, the copies left on the step, the optimizer "
+     "step's wait for the rest), the largest over the ranks, median. Anchor: rank 0's `checkpoint_seconds` "
+     "(Begin to commit), median."),
     (r"step time with a live stack capture", "step time with a live stack capture",
      "`trainer_bench.py capture-cost`: 2-rank dttrainer runs (tiny GPT-2, 120 steps, 300 full) while `dtctl "
      "stacks` captures every rank every 10 s; mean of rank 0's step times after the first 5; 1 pair (2 full), "

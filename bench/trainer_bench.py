@@ -14,6 +14,9 @@
   4. Launch to first step of a user's Python script (examples/python/train_ddp.py, 2 local ranks)
      under `dtctl submit --exec` vs `torchrun --standalone`, side by side. Goal: dt <= 0.5x
      torchrun; dt's own overhead over starting the script bare (1 process) reported beside it.
+  5. Memory of --zero 1 against --zero 0 (GPT-2 small at 2 and 4 ranks): the AdamW moments each
+     rank holds (goal: 1/world of them) and each rank's peak resident memory; the training stall
+     of a --zero 1 sharded round against its write time (goal <= 0.1x).
 
 Results go to $DT_BENCH_OUT as JSON lines (see bench/bench_util.h); DT_BENCH_QUICK=1 shortens.
 """
@@ -330,6 +333,66 @@ def throughput():
     coord.stop()
 
 
+def last_per_rank(coord, run_id, key, procs):
+    """Each rank's last value of `key`."""
+    out = []
+    for rank in range(procs):
+        recs = json.loads(coord.dtctl("metrics", run_id, "--key", key, "--rank", str(rank), "-o", "json").stdout)
+        out.append(recs[-1]["value"])
+    return out
+
+
+def zero_memory():
+    """GPT-2 small (124M) for 3 steps at 2 and 4 ranks, with --zero 1 and --zero 0: each rank's
+    peak resident memory and the AdamW moments it holds, as dttrainer reports them at its last
+    step (before the final checkpoint's copy). Goal: the moments per rank about 1/world of them;
+    the peak memory beside it."""
+    coord = Coordinator()
+    args = ["--model", "gpt2", "--seq-len", "64", "--batch-size", "1", "--max-steps", "3", "--log-freq", "1",
+            "--ckpt-freq", "0"]
+    mib = 1 << 20
+    for procs in (2, 4):
+        got = {}
+        for zero in ("0", "1"):
+            run = dt_submit(coord, "zero%s-mem-%d" % (zero, procs), procs, args + ["--zero", zero])
+            dt_wait(coord, run["run_id"])
+            got[zero] = (max(last_per_rank(coord, run["run_id"], "peak_rss_bytes", procs)),
+                         max(last_per_rank(coord, run["run_id"], "optimizer_state_bytes", procs)))
+            shutil.rmtree(run["exp_dir"], ignore_errors=True)  # its final checkpoint: 1.5 GB
+        (peak0, state0), (peak1, state1) = got["0"], got["1"]
+        report("optimizer state per rank, GPT-2 small, %d ranks, --zero 1" % procs, state1 / mib, "MiB",
+               "--zero 0", state0 / mib, "<= %.3gx (1/world)" % (1.01 / procs), 1.01 / procs)
+        report("peak resident memory per rank, GPT-2 small, %d ranks, --zero 1" % procs, peak1 / mib, "MiB",
+               "--zero 0", peak0 / mib)
+    coord.stop()
+
+
+def zero_stall():
+    """GPT-2 small at 2 ranks with --zero 1, a sharded round every 3 steps (9 steps): what each
+    round stalls training (dttrainer's checkpoint_pause_seconds: Begin, the copies left on the step,
+    the optimizer step's wait for the rest; the largest over the ranks) against the round's write
+    time (checkpoint_seconds, rank 0's). Goal: <= 0.1x."""
+    coord = Coordinator()
+    procs = 2
+    args = ["--model", "gpt2", "--seq-len", "64", "--batch-size", "1", "--max-steps", "9", "--log-freq", "1",
+            "--ckpt-freq", "3", "--zero", "1"]
+    run = dt_submit(coord, "zero1-stall", procs, args)
+    dt_wait(coord, run["run_id"])
+
+    def series(key, rank):
+        return {r["step"]: r["value"] for r in json.loads(coord.dtctl(
+            "metrics", run["run_id"], "--key", key, "--rank", str(rank), "-o", "json").stdout)}
+    pauses = [series("checkpoint_pause_seconds", rank) for rank in range(procs)]
+    # A round begun at step S pauses steps S (Begin and the copies) and S + 1 (the wait): both land
+    # in S + 1's point. The final round (step 9) has no step after it.
+    stalls = [max(p.get(step, 0) for p in pauses) for step in (4, 7)]
+    writes = list(series("checkpoint_seconds", 0).values())
+    shutil.rmtree(run["exp_dir"], ignore_errors=True)
+    coord.stop()
+    report("training stall of a --zero 1 sharded round, GPT-2 small, 2 ranks", statistics.median(stalls), "s",
+           "the round's write time", statistics.median(writes), "<= 0.1x", 0.1)
+
+
 def metrics_cost():
     coord = Coordinator()
     steps = 30 if QUICK else 100
@@ -385,7 +448,8 @@ def capture_cost():
 
 
 def main():
-    which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost", "capture-cost"]
+    which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost", "capture-cost", "zero-memory",
+                             "zero-stall"]
     print("== trainer benchmarks (%s)" % ", ".join(which))
     try:
         if "launch" in which:
@@ -398,6 +462,10 @@ def main():
             metrics_cost()
         if "capture-cost" in which:
             capture_cost()
+        if "zero-memory" in which:
+            zero_memory()
+        if "zero-stall" in which:
+            zero_stall()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
 

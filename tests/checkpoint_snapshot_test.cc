@@ -10,6 +10,7 @@
 #include "tests/test_util.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/gpt2_model.h"
+#include "trainer/zero_optimizer.h"
 
 namespace dt {
 namespace {
@@ -87,6 +88,46 @@ TEST(CheckpointSnapshot, HoldsTheStepBoundaryWhileTheNextStepRuns) {
   std::vector<torch::Tensor> saved = SavedParameters(JoinPath(dir.path(), "model.pt"), *config);
   ASSERT_EQ(saved.size(), boundary.size());
   for (size_t i = 0; i < saved.size(); ++i) EXPECT_TRUE(torch::equal(saved[i], boundary[i])) << "parameter " << i;
+}
+
+// A ZeRO-1 rank's share (its moments, and rank 0's model) is copied off the step too: its archives
+// hold the moments of the step boundary once the pending copy is complete, while the live ones
+// move on; the staging buffers serve the next round, which holds the moments of its own boundary.
+TEST(CheckpointSnapshot, AZeroSharesMomentsAreCopiedOffTheStepAndHoldTheBoundary) {
+  torch::manual_seed(7);
+  auto config = MakeGpt2Config("gpt2", "n_embd=32,n_layer=2,n_head=2,n_positions=16,vocab_size=64");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Gpt2 model(*config);
+  ZeroAdamW zero(model->parameters(), /*rank=*/1, /*world=*/3, AdamWSettings{1e-2, 0.9, 0.95, 0.1});
+  torch::Tensor batch = torch::randint(0, config->vocab_size, {2, 16}, torch::kLong);
+  auto step = [&] {
+    model->Loss(batch, batch).backward();
+    zero.Step(1e-2);
+    model->zero_grad();
+  };
+  SnapshotStaging staging;
+  staging.Reserve(ZeroStagingShapes(model, zero, /*with_model=*/true));
+  for (int64_t boundary_step = 1; boundary_step <= 2; ++boundary_step) {
+    step();
+    FlatMoments boundary = zero.Moments();
+    TrainState state;
+    state.step = boundary_step;
+    // Round 2 as a rank without the model: only its moments can leave a copy pending.
+    auto share = ZeroShardArchives(model, zero, state, /*with_model=*/boundary_step == 1, &staging);
+    ASSERT_TRUE(share.ok()) << share.status();
+    ASSERT_NE(share->pending_copy, nullptr) << "round " << boundary_step << " copied on the step";
+    std::thread copier([copy = share->pending_copy] { copy->Work(); });
+    model->Loss(batch, batch).backward();
+    share->pending_copy->Complete();
+    zero.Step(1e-2);  // the live moments move on; the share must not
+    model->zero_grad();
+    copier.join();
+    ASSERT_FALSE(torch::equal(zero.Moments().exp_avg, boundary.exp_avg));
+    EXPECT_EQ(share->moments.step, boundary.step);
+    EXPECT_EQ(share->moments.begin, zero.begin());
+    EXPECT_TRUE(torch::equal(share->moments.exp_avg, boundary.exp_avg)) << "round " << boundary_step;
+    EXPECT_TRUE(torch::equal(share->moments.exp_avg_sq, boundary.exp_avg_sq)) << "round " << boundary_step;
+  }
 }
 
 }  // namespace

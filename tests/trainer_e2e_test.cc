@@ -362,6 +362,16 @@ TEST_F(TrainerE2ETest, ZeroOneHasTheLossesOfZeroZeroAndResumesAtAnotherWorldSize
   expect_same_losses(plain_four, four, 1, 16, 1e-5);
   std::string log = testing::Slurp(Log(four, 3));
   EXPECT_NE(log.find("ZeRO-1: rank 3 keeps the AdamW moments of elements ["), std::string::npos) << log;
+  // What --zero 1 is for: each rank holds a quarter of the moments, and together all of them.
+  const double whole = coord_.Metrics(plain_four.run_id(), "optimizer_state_bytes", 0).back().value();
+  EXPECT_GT(whole, 0);
+  double together = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const double mine = coord_.Metrics(four.run_id(), "optimizer_state_bytes", rank).back().value();
+    EXPECT_LE(mine, whole / 4 + 2 * 4 * 3) << "rank " << rank;  // ceil(numel / 4) elements of each moment
+    together += mine;
+  }
+  EXPECT_EQ(together, whole);
   // At 2 ranks: --zero 0 to step 8, then its optimizer.pt resumed with --zero 1.
   auto [plain_two, plain_two_resumed] = crash_and_resume("zero0-2-to-zero1", 2, "0", 2, "1");
   expect_same_losses(two, plain_two, 1, 8, 1e-5);
@@ -400,8 +410,8 @@ TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   EXPECT_LT(eval.back().value(), eval.front().value() - 0.8);
   auto ppl = coord_.Metrics(run.run_id(), "perplexity");
   EXPECT_NEAR(ppl.back().value(), std::exp(eval.back().value()), 1e-6 * ppl.back().value());
-  for (const char* metric :
-       {"lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen", "rss_bytes"}) {
+  for (const char* metric : {"lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen",
+                             "rss_bytes", "peak_rss_bytes", "optimizer_state_bytes"}) {
     EXPECT_FALSE(coord_.Metrics(run.run_id(), metric).empty()) << metric;
   }
   v1::Run status = coord_.GetRun(run.run_id());

@@ -112,6 +112,34 @@ class Copier {
     return host;
   }
 
+  // `numel` floats in host memory holding each part (a tensor, at its element offset), copied as
+  // the other tensors are: a ZeRO-1 rank's moments, which AdamW keeps in pieces. Elements no part
+  // covers are zeros.
+  torch::Tensor Gather(int64_t numel, const std::vector<std::pair<torch::Tensor, int64_t>>& parts) {
+    bytes_ += numel * static_cast<int64_t>(sizeof(float));
+    torch::Tensor host;
+    if (staging_ == nullptr) {
+      host = torch::empty({numel}, torch::kFloat);
+    } else {
+      bool copied = false;
+      host = staging_->Claim(torch::empty({numel}, torch::kFloat), &copied);
+    }
+    int64_t covered = 0;
+    for (const auto& [part, at] : parts) covered += part.numel();
+    if (covered < numel) host.zero_();
+    for (const auto& [part, at] : parts) {
+      torch::Tensor source = part.detach();
+      torch::Tensor to = host.narrow(0, at, source.numel());
+      if (source.is_cpu() && source.is_contiguous() && source.scalar_type() == torch::kFloat) {
+        pending_->Add(static_cast<char*>(to.data_ptr()), static_cast<const char*>(source.data_ptr()),
+                      source.numel() * source.element_size(), source);
+      } else {
+        to.copy_(source.reshape({-1}));
+      }
+    }
+    return host;
+  }
+
   // The copies collected (null when there are none).
   std::shared_ptr<SnapshotCopy> TakePending() {
     if (pending_->pieces() == 0) return nullptr;
@@ -175,6 +203,14 @@ std::vector<torch::Tensor> StagingShapes(Gpt2& model, bool with_moments) {
     if (with_moments) like.insert(like.end(), {p, p});
   }
   for (const torch::Tensor& b : model->buffers()) like.push_back(b);
+  return like;
+}
+
+std::vector<torch::Tensor> ZeroStagingShapes(Gpt2& model, const ZeroAdamW& zero, bool with_model) {
+  std::vector<torch::Tensor> like;
+  if (with_model) like = StagingShapes(model, /*with_moments=*/false);
+  torch::Tensor moment = torch::empty({zero.end() - zero.begin()}, torch::kFloat);
+  like.insert(like.end(), {moment, moment});
   return like;
 }
 
@@ -378,21 +414,28 @@ absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdam
   CheckpointArchives a;
   a.model_files = with_model;
   a.moments_file = ZeroMomentsFileName(zero.rank(), zero.world());
+  a.moments.begin = zero.begin();
+  a.moments.end = zero.end();
+  a.moments.numel = zero.numel();
+  a.moments.step = zero.step();
+  std::vector<std::pair<torch::Tensor, int64_t>> exp_avg, exp_avg_sq;
+  for (const ZeroAdamW::MomentPart& part : zero.MomentParts()) {
+    exp_avg.emplace_back(part.exp_avg, part.at);
+    exp_avg_sq.emplace_back(part.exp_avg_sq, part.at);
+  }
+  Copier copy(staging);
+  if (staging != nullptr) staging->BeginSnapshot();
   try {
-    a.moments = zero.Moments();  // copies on the CPU: written while training goes on
-    a.tensor_bytes = 2 * (zero.end() - zero.begin()) * static_cast<int64_t>(sizeof(float));
-    if (with_model) {
-      Copier copy(staging);
-      if (staging != nullptr) staging->BeginSnapshot();
-      SnapshotModule(*model, a.model, copy);
-      a.pending_copy = copy.TakePending();
-      if (staging != nullptr) staging->EndSnapshot();
-      a.tensor_bytes += copy.bytes();
-    }
+    a.moments.exp_avg = copy.Gather(zero.end() - zero.begin(), exp_avg);
+    a.moments.exp_avg_sq = copy.Gather(zero.end() - zero.begin(), exp_avg_sq);
+    if (with_model) SnapshotModule(*model, a.model, copy);
+    a.pending_copy = copy.TakePending();
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot copy the training state for a checkpoint: ", ExceptionText(e)));
   }
+  if (staging != nullptr) staging->EndSnapshot();
+  a.tensor_bytes = copy.bytes();
   if (with_model) SaveRngStates(model, a);
   a.state = state;
   return a;
@@ -409,12 +452,6 @@ namespace {
 // LoadCheckpoint's body; without an optimizer, optimizer.pt (or the moments files) is not read.
 absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& model, torch::optim::Optimizer* optimizer,
                                               torch::Device device);
-
-int64_t ElementsOf(const std::vector<torch::Tensor>& params) {
-  int64_t n = 0;
-  for (const auto& p : params) n += p.numel();
-  return n;
-}
 
 // Elements [begin, end) from the checkpoint's ZeRO-1 moments files: only the files whose range
 // overlaps are read (a file's name says its rank and world size), and one more for the step when
@@ -460,7 +497,7 @@ absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::v
                                             int64_t begin, int64_t end, const AdamWSettings& settings,
                                             torch::Device device) {
   std::string whole = JoinPath(dir, "optimizer.pt");
-  if (!std::filesystem::exists(whole)) return ReadZeroMomentsFiles(dir, ElementsOf(params), begin, end);
+  if (!std::filesystem::exists(whole)) return ReadZeroMomentsFiles(dir, TotalElements(params), begin, end);
   // Written by a run without --zero: loaded whole (for this while, the full moments' memory), then cut.
   std::unique_ptr<torch::optim::AdamW> adamw = MakeAdamW(params, settings);
   try {
@@ -520,7 +557,7 @@ absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& mode
       auto* adamw = dynamic_cast<torch::optim::AdamW*>(optimizer);
       if (adamw == nullptr) return absl::UnimplementedError("ZeRO-1 checkpoints load into AdamW only");
       std::vector<torch::Tensor> params = model->parameters();
-      const int64_t numel = ElementsOf(params);
+      const int64_t numel = TotalElements(params);
       absl::StatusOr<FlatMoments> all = ReadZeroMomentsFiles(dir, numel, 0, numel);
       if (!all.ok()) return all.status();
       if (absl::Status s = SetAdamWMoments(*adamw, params, *all); !s.ok()) return s;

@@ -126,6 +126,9 @@ class SnapshotStaging {
 // Without `with_moments` (a ZeRO-1 rank 0, which copies only the model), the model's alone.
 std::vector<torch::Tensor> StagingShapes(Gpt2& model, bool with_moments = true);
 
+// StagingShapes for a ZeRO-1 rank: its two moments' flat buffers, and the model's with `with_model`.
+std::vector<torch::Tensor> ZeroStagingShapes(Gpt2& model, const ZeroAdamW& zero, bool with_model);
+
 // Archives over the live tensors: valid until the next optimizer step changes them.
 CheckpointArchives LiveArchives(Gpt2& model, torch::optim::Optimizer& optimizer, const TrainState& state);
 // A copy of every parameter, buffer and AdamW moment in host memory (what an asynchronous
@@ -140,9 +143,9 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
                                                     bool defer_copy = false);
 
 // A ZeRO-1 rank's share of a sharded round: copies of its moments and, with `with_model` (one
-// rank), of the model (into `staging`'s buffers when given, the copies into host buffers left in
-// `pending_copy` as SnapshotArchives's `defer_copy` does). RESOURCE_EXHAUSTED when the copy cannot
-// be allocated.
+// rank), of the model, into `staging`'s buffers when given. The copies are left in `pending_copy`
+// as SnapshotArchives's `defer_copy` leaves them: the caller completes them (or WriteArchives
+// does) before the next optimizer step. RESOURCE_EXHAUSTED when the copy cannot be allocated.
 absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdamW& zero, const TrainState& state,
                                                      bool with_model, SnapshotStaging* staging = nullptr);
 

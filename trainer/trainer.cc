@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -140,6 +141,13 @@ int64_t RssBytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
+// The most this process has held resident so far (what decides whether a rank fits its node).
+int64_t PeakRssBytes() {
+  struct rusage usage {};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
+}
+
 // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
 torch::Tensor Gather(const TokenCache& tokens, const std::vector<int64_t>& samples, int seq_len) {
   torch::Tensor out = torch::empty({static_cast<int64_t>(samples.size()), seq_len + 1}, torch::kLong);
@@ -208,7 +216,11 @@ class Trainer {
     last_checkpoint_ = checkpoint_started_ = state_.step;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
-    if (rank_ == 0) rounds_->PrepareStaging(StagingShapes(model_, /*with_moments=*/!zero_));
+    if (zero_) {
+      rounds_->PrepareStaging(ZeroStagingShapes(model_, *zero_, /*with_model=*/rank_ == 0));
+    } else if (rank_ == 0) {
+      rounds_->PrepareStaging(StagingShapes(model_));
+    }
     model_->train();
     while (state_.step < total_steps_) {
       TrainStep();
@@ -437,6 +449,9 @@ class Trainer {
 
   // One optimizer step (with its micro-steps), then what follows it: metrics, evaluation,
   // checkpoints.
+  // This rank's AdamW moments: all of them, or with --zero 1 its range's.
+  int64_t OptimizerStateBytes() const { return zero_ ? zero_->StateBytes() : AdamWStateBytes(*optimizer_); }
+
   void TrainStep() {
     const int64_t step = state_.step + 1;
     if (step == hang_for_tests_.step && rank_ == hang_for_tests_.rank) HangInsideStepForTests(step);
@@ -498,7 +513,9 @@ class Trainer {
                             {"epoch", epoch},
                             {"tokens_seen", static_cast<double>(state_.tokens_seen)},
                             {"samples_seen", static_cast<double>(state_.samples_seen)},
-                            {"rss_bytes", static_cast<double>(RssBytes())}});
+                            {"rss_bytes", static_cast<double>(RssBytes())},
+                            {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
+                            {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
       Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f", step,
                           total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds,
                           epoch));

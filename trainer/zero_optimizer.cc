@@ -42,12 +42,6 @@ void SetState(torch::optim::AdamW& optimizer, const torch::Tensor& p, int64_t st
   optimizer.state()[StateKey<AdamWStateMap>(p)] = std::move(state);
 }
 
-int64_t TotalElements(const std::vector<torch::Tensor>& params) {
-  int64_t n = 0;
-  for (const auto& p : params) n += p.numel();
-  return n;
-}
-
 // AdamW over two groups: `decay` with the weight decay, `no_decay` without. Without
 // `keep_empty_groups`, an empty group is left out (null when both are empty); kept, optimizer.pt
 // always has the two groups its readers expect.
@@ -76,6 +70,12 @@ FlatMoments ZeroMoments(int64_t begin, int64_t end, int64_t numel, int64_t step)
 }
 
 }  // namespace
+
+int64_t TotalElements(const std::vector<torch::Tensor>& params) {
+  int64_t n = 0;
+  for (const auto& p : params) n += p.numel();
+  return n;
+}
 
 std::pair<int64_t, int64_t> ZeroRange(int64_t numel, int rank, int world) {
   int64_t chunk = (numel + world - 1) / world;
@@ -181,6 +181,17 @@ FlatMoments MomentsOfAdamW(torch::optim::AdamW& optimizer, const std::vector<tor
   return m;
 }
 
+int64_t AdamWStateBytes(torch::optim::AdamW& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    for (const torch::Tensor& t : {s.exp_avg(), s.exp_avg_sq(), s.max_exp_avg_sq()}) {
+      if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+    }
+  }
+  return bytes;
+}
+
 absl::Status SetAdamWMoments(torch::optim::AdamW& optimizer, const std::vector<torch::Tensor>& params,
                              const FlatMoments& all) {
   const int64_t numel = TotalElements(params);
@@ -281,14 +292,22 @@ void ZeroAdamW::ShareParameters(CommGroup& group) {
   }
 }
 
-FlatMoments ZeroAdamW::Moments() const {
-  FlatMoments m = ZeroMoments(begin_, end_, numel_, step_);
-  if (!adamw_) return m;
+std::vector<ZeroAdamW::MomentPart> ZeroAdamW::MomentParts() const {
+  std::vector<MomentPart> parts;
+  if (!adamw_) return parts;
   for (size_t i = 0; i < mine_.size(); ++i) {
     if (const torch::optim::AdamWParamState* s = StateOf(*adamw_, pieces_[i])) {
-      m.exp_avg.narrow(0, mine_[i].flat - begin_, mine_[i].length).copy_(s->exp_avg());
-      m.exp_avg_sq.narrow(0, mine_[i].flat - begin_, mine_[i].length).copy_(s->exp_avg_sq());
+      parts.push_back({s->exp_avg(), s->exp_avg_sq(), mine_[i].flat - begin_});
     }
+  }
+  return parts;
+}
+
+FlatMoments ZeroAdamW::Moments() const {
+  FlatMoments m = ZeroMoments(begin_, end_, numel_, step_);
+  for (const MomentPart& part : MomentParts()) {
+    m.exp_avg.narrow(0, part.at, part.exp_avg.numel()).copy_(part.exp_avg.reshape({-1}));
+    m.exp_avg_sq.narrow(0, part.at, part.exp_avg_sq.numel()).copy_(part.exp_avg_sq.reshape({-1}));
   }
   return m;
 }

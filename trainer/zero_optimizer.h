@@ -49,6 +49,9 @@ struct FlatMoments {
 // shorter (empty when numel < world).
 std::pair<int64_t, int64_t> ZeroRange(int64_t numel, int rank, int world);
 
+// Elements of all of `params` together (the length of their flattening).
+int64_t TotalElements(const std::vector<torch::Tensor>& params);
+
 // The name of rank `rank`'s moments file in a checkpoint of `world` ranks.
 std::string ZeroMomentsFileName(int rank, int world);
 // Whether `name` is such a file.
@@ -72,6 +75,9 @@ absl::Status SetAdamWMoments(torch::optim::AdamW& optimizer, const std::vector<t
                              const FlatMoments& all);
 
 // dttrainer's unpartitioned AdamW over `params`, in its two groups.
+// Bytes of the moments `optimizer` holds now (none before its first step): what a rank's
+// optimizer state costs it in memory.
+int64_t AdamWStateBytes(torch::optim::AdamW& optimizer);
 std::unique_ptr<torch::optim::AdamW> MakeAdamW(const std::vector<torch::Tensor>& params, const AdamWSettings& s);
 
 class ZeroAdamW {
@@ -91,6 +97,15 @@ class ZeroAdamW {
 
   // Copies of this rank's moments (a checkpoint's share); safe to write while training goes on.
   FlatMoments Moments() const;
+  // The live moments, as AdamW keeps them: one part per parameter the range touches, at `at`
+  // elements into the range. None before the first step (the moments are zeros then). Valid
+  // until the next Step; for a copy made off the training thread (ZeroShardArchives).
+  struct MomentPart {
+    torch::Tensor exp_avg;
+    torch::Tensor exp_avg_sq;
+    int64_t at;
+  };
+  std::vector<MomentPart> MomentParts() const;
   // Sets this rank's moments from `mine` (which must be exactly its range).
   absl::Status LoadMoments(const FlatMoments& mine);
 
@@ -98,6 +113,7 @@ class ZeroAdamW {
   int64_t end() const { return end_; }
   int64_t numel() const { return numel_; }
   int64_t step() const { return step_; }  // AdamW steps taken (loaded ones included)
+  int64_t StateBytes() const { return adamw_ ? AdamWStateBytes(*adamw_) : 0; }  // this rank's moments
   int rank() const { return rank_; }
   int world() const { return world_; }
   // The checkpoint's layout document: {"zero": 1, "world_size", "numel", "ranges": [[b, e], ...]}.
