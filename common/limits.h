@@ -45,6 +45,20 @@ inline constexpr int kMaxLabels = 64;
 inline constexpr size_t kMaxLabelValueBytes = 1024;
 // One page of ListRuns: its runs' encoded size, so no answer outgrows a gRPC message.
 inline constexpr size_t kMaxListRunsPageBytes = 4 << 20;
+// A wait a caller asks for (store calls, barriers, checkpoint rounds): a week; beyond it, surely a
+// mistake (0 asks for the run's default).
+inline constexpr int64_t kMaxWaitMs = int64_t{7} * 24 * 3600 * 1000;
+// Other ranks of its node one barrier arrival may carry (a node's relay).
+inline constexpr size_t kMaxRelayedRanks = 256;
+// Nodes a run may exclude (ExcludeNodes, and failures that exclude nodes), and per call.
+inline constexpr int kMaxExcludedNodes = 1024;
+inline constexpr int kMaxExcludeNodesPerCall = 64;
+inline constexpr size_t kMaxNodeEvidenceBytes = 4096;  // why a node is excluded
+// A device pre-flight's report: its timings, and the matmul size it ran.
+inline constexpr absl::Duration kMaxPreflightTime = absl::Hours(24);
+inline constexpr int64_t kMaxPreflightMatmulSize = 1 << 20;
+// A run's run.json, read back from its experiment directory.
+inline constexpr size_t kMaxRunJsonBytes = 4 << 20;
 // gRPC messages carry a value of up to kMaxValueBytes plus framing.
 inline constexpr int kMaxGrpcMessageBytes = 16 << 20;
 

@@ -26,6 +26,7 @@
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
@@ -33,8 +34,6 @@ namespace {
 constexpr char kRunJsonFile[] = "run.json";
 // Runs' file work proceeds in parallel up to this; one run's work is always in order.
 constexpr int kFileWorkThreads = 4;
-constexpr size_t kMaxRunJsonBytes = 4 << 20;
-constexpr int kMaxExcludedNodes = 1024;
 
 }  // namespace
 
@@ -821,9 +820,7 @@ absl::StatusOr<Coordinator::RunPage> Coordinator::ListRuns(int limit, const std:
 }
 
 absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const std::string& reason) {
-  if (reason.size() > kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("cancel reason is longer than ", kMaxMessageBytes, " bytes"));
-  }
+  if (absl::Status s = ValidateCancelReason(reason); !s.ok()) return s;
   absl::StatusOr<RunPtr> found = FindRun(run_id);
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -840,9 +837,7 @@ absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const 
 }
 
 absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest& request) {
-  if (!request.launcher_host().empty()) {
-    if (absl::Status s = ValidateLabel("launcher host", request.launcher_host()); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateAttachLaunchRequest(request); !s.ok()) return s;
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -874,20 +869,7 @@ std::vector<std::string> Coordinator::AddExcludedNodes(RunEntry& run, const std:
 }
 
 absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest& request) {
-  constexpr int kMaxNodesPerCall = 64;
-  constexpr size_t kMaxEvidenceBytes = 4096;
-  if (request.nodes().empty()) return absl::InvalidArgumentError("no nodes to exclude");
-  if (request.nodes_size() > kMaxNodesPerCall) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(request.nodes_size(), " nodes in one call; at most ", kMaxNodesPerCall));
-  }
-  for (const v1::FailedNode& n : request.nodes()) {
-    if (absl::Status s = ValidateNodeName(n.node()); !s.ok()) return s;
-    if (n.evidence().size() > kMaxEvidenceBytes || !IsValidUtf8(n.evidence())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the evidence for node ", n.node(), " is not UTF-8 of at most ", kMaxEvidenceBytes, " bytes"));
-    }
-  }
+  if (absl::Status s = ValidateExcludeNodesRequest(request); !s.ok()) return s;
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;

@@ -15,6 +15,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
@@ -42,12 +43,8 @@ std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const
 
 void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
                                   PendingPtr<v1::BeginCheckpointResponse> reply) {
-  if (request.step() <= 0) {
-    reply->Complete(absl::InvalidArgumentError(absl::StrCat("checkpoint step must be positive, not ", request.step())));
-    return;
-  }
-  if (request.timeout_ms() < 0) {
-    reply->Complete(absl::InvalidArgumentError("timeout_ms must not be negative"));
+  if (absl::Status s = ValidateBeginCheckpointRequest(request); !s.ok()) {
+    reply->Complete(s);
     return;
   }
   RunPtr run = FindRunOrReply(request.run_id(), reply);

@@ -16,18 +16,10 @@
 #include <signal.h>
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/hang_verdict.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
-
-absl::Status ValidateIdentity(const std::string& node, const std::string& incarnation, const std::string& host,
-                              int pid) {
-  if (absl::Status s = ValidateLabel("node", node); !s.ok()) return s;
-  if (absl::Status s = ValidateLabel("incarnation", incarnation); !s.ok()) return s;
-  if (absl::Status s = ValidateLabel("host", host); !s.ok()) return s;
-  if (pid < 0) return absl::InvalidArgumentError(absl::StrCat("pid must not be negative, not ", pid));
-  return absl::OkStatus();
-}
 
 std::string Truncate(const std::string& text) {
   if (text.size() <= kMaxMessageBytes) return text;
@@ -54,26 +46,6 @@ v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, cons
   out.set_restarts(r.restarts());
   return out;
 }
-
-namespace {
-
-// The request's own fields, before any run is looked at.
-absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
-  if (absl::Status s = ValidateIdentity(request.node(), request.incarnation(), request.host(), request.pid());
-      !s.ok()) {
-    return s;
-  }
-  if (request.local_slot() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
-  }
-  if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task()));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const {
   const v1::Run& r = run.stored.run;
@@ -403,24 +375,8 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
 }
 
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::ReportErrorRequest& request) {
-  if (request.rank() < -1) return absl::InvalidArgumentError("rank must be ≥ -1");
-  if (request.local_slot() < -1) return absl::InvalidArgumentError("local slot must be ≥ -1");
-  bool by_task = request.has_scheduler_task();
-  if (by_task) {
-    if (request.rank() != -1) {
-      return absl::InvalidArgumentError("give either a rank or a scheduler task (with rank -1), not both");
-    }
-    if (request.scheduler_task() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("scheduler task must not be negative, not ", request.scheduler_task()));
-    }
-    if (!request.node().empty()) {
-      if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
-    }
-  } else if (request.rank() == -1) {
-    if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
-  }
-  if (request.message().empty()) return absl::InvalidArgumentError("error message must not be empty");
+  if (absl::Status s = ValidateReportErrorRequest(request); !s.ok()) return s;
+  const bool by_task = request.has_scheduler_task();
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
@@ -552,17 +508,8 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
 }
 
 absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v1::ReportPreflightRequest& request) {
+  if (absl::Status s = ValidateReportPreflightRequest(request); !s.ok()) return s;
   const v1::DevicePreflight& result = request.result();
-  for (auto [name, seconds] : {std::pair{"matmul_seconds", result.matmul_seconds()},
-                               std::pair{"allreduce_seconds", result.allreduce_seconds()}}) {
-    if (!std::isfinite(seconds) || seconds < 0 || seconds > 86400) {
-      return absl::InvalidArgumentError(absl::StrCat("pre-flight ", name, " must be within 0..86400, not ", seconds));
-    }
-  }
-  if (result.matmul_size() < 0 || result.matmul_size() > (1 << 20)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pre-flight matmul_size must be within 0..", 1 << 20, ", not ", result.matmul_size()));
-  }
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;

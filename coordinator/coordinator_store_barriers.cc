@@ -2,33 +2,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "common/names.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
-
-constexpr int64_t kMaxWaitMs = 7 * 24 * 3600 * 1000LL;  // a week: beyond it, surely a mistake
-
-absl::Status ValidateTimeoutMs(int64_t timeout_ms) {
-  if (timeout_ms < 0 || timeout_ms > kMaxWaitMs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("timeout_ms must be within 0..", kMaxWaitMs, " (0: the run's default), not ", timeout_ms));
-  }
-  return absl::OkStatus();
-}
-
-// What every arrival is checked for before its run is looked up.
-absl::Status ValidateBarrierRequest(const v1::BarrierRequest& request) {
-  if (absl::Status s = ValidateTimeoutMs(request.timeout_ms()); !s.ok()) return s;
-  if (absl::StartsWith(request.name(), "dt.") && request.name() != "dt.data-ready") {
-    // dt's own barriers (checkpoint rounds) must not be joined by name from outside.
-    return absl::InvalidArgumentError(
-        absl::StrCat("barrier name \"", request.name(), "\" is reserved: names starting with \"dt.\" belong to dt"));
-  }
-  return absl::OkStatus();
-}
 
 // The time an arrival's barrier waits for the others: its own, or the run's default.
 absl::Duration BarrierTimeout(const v1::BarrierRequest& request, const v1::TimeoutPolicy& policy) {
@@ -39,10 +20,9 @@ absl::Duration BarrierTimeout(const v1::BarrierRequest& request, const v1::Timeo
 // each once. `ranks` is the assigned generation's (one per rank).
 absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int sender, uint64_t sequence,
                                   const std::vector<int32_t>& relayed) {
-  constexpr size_t kMaxRelayed = 256;
-  if (relayed.size() > kMaxRelayed) {
+  if (relayed.size() > kMaxRelayedRanks) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a barrier arrival carries at most ", kMaxRelayed, " other ranks, not ", relayed.size()));
+        absl::StrCat("a barrier arrival carries at most ", kMaxRelayedRanks, " other ranks, not ", relayed.size()));
   }
   if (sequence == 0) {
     // Sequence 0 lets the server count a rank's arrivals: a carried one could not be told from the

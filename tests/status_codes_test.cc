@@ -18,6 +18,7 @@
 #include "client/agent.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/limits.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -716,7 +717,10 @@ void CheckpointRpcs(std::vector<Case>& t) {
                }});
   t.push_back({b, Code::INVALID_ARGUMENT, [begin](Env& e) {
                  e.Register();
-                 return begin(e, *e.run_client, BeginReq(e, 0, /*step=*/0));
+                 Code no_step = begin(e, *e.run_client, BeginReq(e, 0, /*step=*/0));
+                 // A wait past kMaxWaitMs, refused as every call's is.
+                 Code long_wait = begin(e, *e.run_client, BeginReq(e, 0, /*step=*/5, /*timeout_ms=*/kMaxWaitMs + 1));
+                 return no_step == long_wait ? no_step : Code::UNKNOWN;
                }});
   t.push_back({b, Code::FAILED_PRECONDITION, [begin](Env& e) {
                  e.Register();

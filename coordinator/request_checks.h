@@ -1,0 +1,29 @@
+// Each RPC's checks of its request's own fields, made before any run is looked up: one place to
+// read what a caller may send. Checks that need the run (its ranks, its scheduler, its state) stay
+// with the run's logic. The limits are in common/limits.h. Each returns INVALID_ARGUMENT naming the
+// field, the limit and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "dt/v1/barrier.pb.h"
+#include "dt/v1/checkpoint.pb.h"
+#include "dt/v1/rendezvous.pb.h"
+#include "dt/v1/runs.pb.h"
+
+namespace dt {
+
+// A wait a caller asks for: 0 (the run's default) up to kMaxWaitMs.
+absl::Status ValidateTimeoutMs(int64_t timeout_ms);
+absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request);
+absl::Status ValidateReportErrorRequest(const v1::ReportErrorRequest& request);
+absl::Status ValidateReportPreflightRequest(const v1::ReportPreflightRequest& request);
+absl::Status ValidateBarrierRequest(const v1::BarrierRequest& request);
+absl::Status ValidateBeginCheckpointRequest(const v1::BeginCheckpointRequest& request);
+absl::Status ValidateExcludeNodesRequest(const v1::ExcludeNodesRequest& request);
+absl::Status ValidateAttachLaunchRequest(const v1::AttachLaunchRequest& request);
+absl::Status ValidateCancelReason(const std::string& reason);
+
+}  // namespace dt
