@@ -158,6 +158,23 @@ TEST(Sampler, AGlobalBatchGivesEveryShapeTheSameSamplesPerStep) {
       << bad.status();
 }
 
+// Without --global-batch-size an epoch is cut at whole world x batch: a run of 3 ranks and one
+// of 2 cut 1,001 samples at 999 and 1,000, which a resume from one to the other says; with the
+// same global batch both cut at the same sample and nothing is said.
+TEST(Sampler, AResumeSaysWhenTheEpochIsCutAtAnotherSample) {
+  const int64_t n = 1001;
+  DistributedSampler three(n, 3, 0, 1, 5), two(n, 2, 0, 1, 5);
+  EXPECT_EQ(three.samples_per_epoch(), 999);
+  EXPECT_EQ(two.samples_per_epoch(), 1000);
+  std::string change = EpochCutChange(three.samples_per_epoch(), two.samples_per_epoch(), 4);
+  EXPECT_NE(change.find("cut at 999 samples and this run's at 1000: from sample 999 of epoch 4"), std::string::npos)
+      << change;
+  DistributedSampler three_global(n, 3, 0, 1, 5, 6), two_global(n, 2, 0, 1, 5, 6);
+  EXPECT_EQ(three_global.samples_per_epoch(), two_global.samples_per_epoch());
+  EXPECT_EQ(EpochCutChange(three_global.samples_per_epoch(), two_global.samples_per_epoch(), 4), "");
+  EXPECT_EQ(EpochCutChange(0, 1000, 4), "");  // a checkpoint that did not record it
+}
+
 TEST(Sampler, ReshufflesPerEpochAndIsReproducible) {
   DistributedSampler a(1000, 2, 0, 10, 7), b(1000, 2, 0, 10, 7), c(1000, 2, 0, 10, 8);
   EXPECT_EQ(a.Batch(0, 3), b.Batch(0, 3));

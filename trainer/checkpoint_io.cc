@@ -400,6 +400,7 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
                       {"world_size", state.world_size},
                       {"batch_size", state.batch_size},
                       {"grad_accum", state.grad_accum},
+                      {"epoch_samples", state.epoch_samples},
                       {"seed", state.seed},
                       {"model_config", state.model_config}};
   absl::StatusOr<v1::ManifestFile> state_file = WriteHashed(dir, "state.json", s.dump(2) + "\n");
@@ -538,6 +539,7 @@ absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& mode
   state.world_size = s.value("world_size", 0);
   state.batch_size = s.value("batch_size", 0);
   state.grad_accum = s.value("grad_accum", 1);
+  state.epoch_samples = s.value("epoch_samples", int64_t{0});
   state.seed = s.value("seed", uint64_t{0});
   state.model_config = s.value("model_config", std::string());
   std::string mine = DescribeConfig(model->config());

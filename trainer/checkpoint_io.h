@@ -29,6 +29,7 @@ struct TrainState {
   int world_size = 0;
   int batch_size = 0;
   int grad_accum = 1;
+  int64_t epoch_samples = 0;  // where the sampler cut each epoch (0: not recorded, older checkpoints)
   uint64_t seed = 0;
   std::string model_config;  // e.g. "n_embd=64,n_layer=2,..." to refuse a mismatched model
 };

@@ -1,5 +1,6 @@
 #include "trainer/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -30,6 +31,14 @@ absl::StatusOr<int> MicroStepsForGlobalBatch(int64_t global_batch, int batch_siz
                                                    kMaxMicroSteps));
   }
   return static_cast<int>(global_batch / micro_batch);
+}
+
+std::string EpochCutChange(int64_t then, int64_t now, int64_t epoch) {
+  if (then <= 0 || then == now) return "";
+  return absl::StrCat("the checkpoint's epochs were cut at ", then, " samples and this run's at ", now,
+                      ": from sample ", std::min(then, now), " of epoch ", epoch,
+                      " the data order differs from an uninterrupted run's (the same --global-batch-size on "
+                      "both runs cuts every epoch at the same sample)");
 }
 
 void DistributedSampler::Shuffle(int64_t epoch) {

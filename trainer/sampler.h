@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -21,6 +22,8 @@ class DistributedSampler {
                      int64_t global_batch = 0);
 
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  // Samples in an epoch, every rank's together: where epochs are cut.
+  int64_t samples_per_epoch() const { return batches_per_epoch_ * world_size_ * batch_size_; }
   // Sample indices of this rank's batch `batch` (0-based) in `epoch` (0-based).
   std::vector<int64_t> Batch(int64_t epoch, int64_t batch);
 
@@ -36,6 +39,13 @@ class DistributedSampler {
   int64_t shuffled_epoch_ = -1;
   std::vector<int64_t> permutation_;
 };
+
+// What a resume says when the checkpoint's epochs were cut at `then` samples and this run's are
+// cut at `now` (without --global-batch-size an epoch is cut at whole world x batch, so another
+// shape can cut it elsewhere): the data order differs from the uninterrupted run's from sample
+// min(then, now) of `epoch` on. Empty when they agree, or when `then` is 0 (a checkpoint from
+// before epoch lengths were recorded).
+std::string EpochCutChange(int64_t then, int64_t now, int64_t epoch);
 
 // The micro-steps per optimizer step that make `global_batch` samples from `world_size` ranks of
 // `batch_size` each: INVALID_ARGUMENT with the arithmetic when it does not divide, or when it

@@ -395,12 +395,17 @@ class Trainer {
       // The sampler position counts micro-batches of world × batch samples: carry it over in
       // samples when the shape changed.
       CarryPositionAcrossShapes();
+      if (std::string change = EpochCutChange(state_.epoch_samples, sampler_->samples_per_epoch(), state_.epoch);
+          !change.empty()) {
+        DT_LOG(Warning) << change;
+      }
       Log(absl::StrCat("resumed from ", a.resume().path(), " at step ", state_.step, " (loaded in ",
                        absl::FormatDuration(absl::Now() - t0), ")"));
     }
     state_.world_size = world_;
     state_.batch_size = cfg_.batch_size;
     state_.grad_accum = grad_accum_;
+    state_.epoch_samples = sampler_->samples_per_epoch();
     state_.seed = cfg_.seed;
     state_.model_config = model_config_;
   }
