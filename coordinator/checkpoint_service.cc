@@ -32,15 +32,14 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitCheckpoint(grpc::Callback
 grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortCheckpoint(grpc::CallbackServerContext* ctx,
                                                                  const v1::AbortCheckpointRequest* req,
                                                                  v1::AbortCheckpointResponse* out) {
-  RpcTimer timer(deps_, "AbortCheckpoint");
+  auto* reactor = new PendingUnaryReactor<v1::AbortCheckpointResponse>(deps_, "AbortCheckpoint", out);
   if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, who.status());
+    reactor->pending()->Complete(who.status());
+    return reactor;
   }
-  absl::StatusOr<std::string> ended = deps_.coordinator->AbortCheckpoint(*req);
-  if (!ended.ok()) return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, ended.status());
-  v1::AbortCheckpointResponse reply;
-  reply.set_already_ended(*ended);
-  return Reply<v1::AbortCheckpointResponse>(ctx, timer, out, std::move(reply));
+  deps_.coordinator->AbortCheckpoint(*req, reactor->pending());
+  reactor->HandedOver();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::LatestCheckpoint(grpc::CallbackServerContext* ctx,

@@ -199,7 +199,9 @@ class Coordinator {
   // ---- Checkpoints ------------------------------------------------------------------------
   void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
   void CommitCheckpoint(const v1::CommitCheckpointRequest& request, PendingPtr<v1::CommitCheckpointResponse> reply);
-  absl::StatusOr<std::string> AbortCheckpoint(const v1::AbortCheckpointRequest& request);
+  // The reply comes behind the removal of the round's directory (ReplyBehindRemoval), whether this
+  // call ended the round or another had: a rank told of the abort finds nothing of it left.
+  void AbortCheckpoint(const v1::AbortCheckpointRequest& request, PendingPtr<v1::AbortCheckpointResponse> reply);
   absl::StatusOr<v1::CheckpointInfo> LatestCheckpoint(const std::string& run_id);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
 
@@ -452,7 +454,8 @@ class Coordinator {
   // Answers `reply` on the run's file work, behind an aborted round's removal of its partial
   // directory (queued there first): a rank told "aborted" finds nothing of the round left.
   template <typename T>
-  void ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply, const absl::Status& status);
+  void ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
+                          typename std::common_type<absl::StatusOr<T>>::type result);
   // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.
   void ReplyToBegin(const std::string& run_id, CheckpointRound& round,
                     const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred);

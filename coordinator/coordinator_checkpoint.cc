@@ -217,8 +217,8 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
 
 template <typename T>
 void Coordinator::ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
-                                     const absl::Status& status) {
-  file_work_->Post(run_id, [reply, status] { reply->Complete(status); });
+                                     typename std::common_type<absl::StatusOr<T>>::type result) {
+  file_work_->Post(run_id, [reply, result = std::move(result)] { reply->Complete(result); });
 }
 
 void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
@@ -544,30 +544,42 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
              deferred);
 }
 
-absl::StatusOr<std::string> Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request) {
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
+void Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request,
+                                  PendingPtr<v1::AbortCheckpointResponse> reply) {
+  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  if (run == nullptr) return;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
-  if (!live.ok()) return live.status();
+  if (!live.ok()) {
+    deferred.Complete<v1::AbortCheckpointResponse>(reply, live.status());
+    return;
+  }
   std::shared_ptr<CheckpointRound> round = (*live)->round;
   if (!round || round->id != request.round_id()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id()));
+    deferred.Complete<v1::AbortCheckpointResponse>(
+        reply, absl::InvalidArgumentError(absl::StrCat("unknown checkpoint round ", request.round_id())));
+    return;
   }
-  if (round->state == CheckpointRound::State::kAborted) return std::string(round->outcome.message());
-  if (round->state != CheckpointRound::State::kOpen) {
-    return absl::StrCat("the checkpoint round for step ", round->step, " was already committed");
+  v1::AbortCheckpointResponse out;
+  if (round->state != CheckpointRound::State::kOpen && round->state != CheckpointRound::State::kAborted) {
+    // Every rank has committed (the round is being published, or is): an abort changes nothing.
+    out.set_already_ended(absl::StrCat("the checkpoint round for step ", round->step, " was already committed"));
+    deferred.Complete<v1::AbortCheckpointResponse>(reply, out);
+    return;
   }
-  std::string who = request.rank() == round->writer ? absl::StrCat("the writer ", round->writer_desc)
-                                                    : absl::StrCat("rank ", request.rank());
-  AbortRound(*run, *round,
-             absl::AbortedError(
-                 absl::StrCat(who, " aborted the checkpoint at step ", round->step, ": ",
-                              request.reason().empty() ? "no reason given" : TruncateUtf8(request.reason(), 4096))),
-             deferred);
-  return std::string();
+  if (round->state == CheckpointRound::State::kAborted) {
+    out.set_already_ended(std::string(round->outcome.message()));
+  } else {
+    std::string who = request.rank() == round->writer ? absl::StrCat("the writer ", round->writer_desc)
+                                                      : absl::StrCat("rank ", request.rank());
+    AbortRound(*run, *round,
+               absl::AbortedError(
+                   absl::StrCat(who, " aborted the checkpoint at step ", round->step, ": ",
+                                request.reason().empty() ? "no reason given" : TruncateUtf8(request.reason(), 4096))),
+               deferred);
+  }
+  ReplyBehindRemoval(run->stored.run.run_id(), reply, out);
 }
 
 absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {

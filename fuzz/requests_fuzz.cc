@@ -153,7 +153,7 @@ void Apply(World& w, Call& call) {
     case Call::kCommitCheckpoint:
       return c.CommitCheckpoint(call.commit_checkpoint(), Later<v1::CommitCheckpointResponse>("CommitCheckpoint"));
     case Call::kAbortCheckpoint:
-      return Answered(c.AbortCheckpoint(call.abort_checkpoint()), "AbortCheckpoint");
+      return c.AbortCheckpoint(call.abort_checkpoint(), Later<v1::AbortCheckpointResponse>("AbortCheckpoint"));
     case Call::kLatestCheckpoint:
       return Answered(c.LatestCheckpoint(call.latest_checkpoint().run_id()), "LatestCheckpoint");
     case Call::kListCheckpoints:

@@ -1231,13 +1231,21 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   abort.set_rank(1);
   abort.set_round_id(round.round_id());
   abort.set_reason("ValueError: a bad batch");
-  absl::StatusOr<std::string> first = coord_->AbortCheckpoint(abort);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(*first, "");  // this call ended the round
-  // A later abort (the writer, whose files the first abort removed) learns why the round ended.
-  absl::StatusOr<std::string> again = coord_->AbortCheckpoint(abort);
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_NE(again->find("rank 1 aborted the checkpoint at step 10"), std::string::npos) << *again;
+  Reply<v1::AbortCheckpointResponse> first;
+  coord_->AbortCheckpoint(abort, first.pending());
+  ASSERT_TRUE(first.WaitFor());
+  ASSERT_TRUE(first.value.ok()) << first.value.status();
+  EXPECT_EQ(first.value->already_ended(), "");  // this call ended the round
+  EXPECT_FALSE(AnyPartial());                   // and heard so behind the removal of its directory
+  // A later abort (the writer, whose files the first abort removed) learns why the round ended,
+  // also behind the removal: a rank that exits on it leaves nothing of the round behind.
+  Reply<v1::AbortCheckpointResponse> again;
+  coord_->AbortCheckpoint(abort, again.pending());
+  ASSERT_TRUE(again.WaitFor());
+  ASSERT_TRUE(again.value.ok()) << again.value.status();
+  EXPECT_NE(again.value->already_ended().find("rank 1 aborted the checkpoint at step 10"), std::string::npos)
+      << again.value->already_ended();
+  EXPECT_FALSE(AnyPartial());
   ASSERT_TRUE(c0.WaitFor());
   EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c0.value.status().message().find("rank 1 aborted the checkpoint at step 10: ValueError: a bad batch"),
@@ -1249,7 +1257,10 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   // A rank's abort after every rank committed changes nothing.
   CommitStep(15, "weights-at-15");
   abort.set_round_id("gone");
-  EXPECT_EQ(coord_->AbortCheckpoint(abort).status().code(), absl::StatusCode::kInvalidArgument);
+  Reply<v1::AbortCheckpointResponse> unknown;
+  coord_->AbortCheckpoint(abort, unknown.pending());
+  ASSERT_TRUE(unknown.WaitFor());
+  EXPECT_EQ(unknown.value.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Latest(), "step-15");
 }
 

@@ -228,7 +228,10 @@ TEST_F(ShardedRoundTest, AnyRanksAbortEndsTheRound) {
   abort.set_rank(2);
   abort.set_round_id(round.round_id());
   abort.set_reason("RuntimeError: out of memory");
-  ASSERT_TRUE(coord_->AbortCheckpoint(abort).ok());
+  Reply<v1::AbortCheckpointResponse> aborted;
+  coord_->AbortCheckpoint(abort, aborted.pending());
+  ASSERT_TRUE(aborted.WaitFor());
+  ASSERT_TRUE(aborted.value.ok()) << aborted.value.status();
   ASSERT_TRUE(c0.WaitFor());
   EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(c0.value.status().message().find("rank 2 aborted the checkpoint at step 10: RuntimeError"),
