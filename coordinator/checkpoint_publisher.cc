@@ -285,6 +285,21 @@ absl::StatusOr<int> RemovePartials(const DirFd& checkpoints) {
   return removed;
 }
 
+absl::Status RemoveAbortedPartial(const DirFd& checkpoints, const std::string& partial_name) {
+  if (!checkpoints.Lstat(partial_name).ok()) return absl::OkStatus();
+  std::string aside = absl::StrCat(partial_name, ".aborted-", RandomHex(4));
+  if (absl::Status s = checkpoints.Rename(partial_name, aside); !s.ok()) {
+    return absl::IsNotFound(s) ? absl::OkStatus() : s;
+  }
+  // A create already past its path lookup when the name changed can still land once: try again.
+  absl::Status removed;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    removed = checkpoints.RemoveTree(aside);
+    if (removed.ok()) break;
+  }
+  return removed;
+}
+
 std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints) {
   absl::StatusOr<std::string> name = checkpoints.ReadLink(kLatestLink);
   if (!name.ok()) return std::nullopt;

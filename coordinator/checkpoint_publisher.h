@@ -72,6 +72,12 @@ absl::Status ApplyRetention(const DirFd& checkpoints, const std::vector<int64_t>
 // Returns how many were removed, or the first error (after trying every entry).
 absl::StatusOr<int> RemovePartials(const DirFd& checkpoints);
 
+// Removes an aborted round's partial directory `partial_name` (gone already: OK). It is renamed
+// aside first, so a rank still writing into the round by path gets ENOENT instead of adding a
+// file the removal would miss (the directory would then be left, not empty). The new name keeps
+// ".partial-", so whatever a failure leaves is removed with the other partials at start-up.
+absl::Status RemoveAbortedPartial(const DirFd& checkpoints, const std::string& partial_name);
+
 // The checkpoint `latest` names, if it exists and its manifest's sizes match the files (the
 // trainer verifies checksums when it loads). Used when an experiment directory is reused.
 std::optional<v1::CheckpointInfo> FindLatest(const DirFd& checkpoints);

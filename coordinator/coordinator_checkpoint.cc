@@ -243,7 +243,9 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
     for (const auto& reply : waiting) ReplyToBegin(run->stored.run.run_id(), *round, reply, deferred);
   }
   if (orphaned) {
-    if (absl::Status s = checkpoints->RemoveTree(round->partial_name); !s.ok()) DT_LOG(Error) << s.message();
+    if (absl::Status s = RemoveAbortedPartial(*checkpoints, round->partial_name); !s.ok()) {
+      DT_LOG(Error) << s.message();
+    }
   }
 }
 
@@ -516,7 +518,9 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
   file_work_->Post(run.stored.run.run_id(),
                    [dir = round.checkpoints, name = round.partial_name, replies, outcome = round.outcome] {
                      if (dir) {
-                       if (absl::Status s = dir->RemoveTree(name); !s.ok()) DT_LOG(Error) << s.message();
+                       if (absl::Status s = RemoveAbortedPartial(*dir, name); !s.ok()) {
+                         DT_LOG(Error) << s.message();
+                       }
                      }
                      for (const auto& reply : replies) reply->Complete(outcome);
                    });

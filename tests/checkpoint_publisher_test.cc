@@ -3,9 +3,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_join.h"
 #include "common/crypto.h"
 #include "common/fs.h"
 #include "coordinator/checkpoint_publisher.h"
@@ -164,6 +168,30 @@ TEST_F(PublisherTest, RetentionAndPartialCleanup) {
   EXPECT_TRUE(fs::exists(JoinPath(ckpt_, PartialDirName(5, "dead"))));  // not a step-N dir
   EXPECT_EQ(*RemovePartials(Dir()), 1);
   EXPECT_FALSE(fs::exists(JoinPath(ckpt_, PartialDirName(5, "dead"))));
+}
+
+// A rank still writing into an aborted round by path cannot leave it behind: the directory is
+// moved aside before it is emptied, so the rank's next file fails to open instead of landing in
+// a directory the removal has already listed.
+TEST_F(PublisherTest, AnAbortedRoundIsRemovedWhileARankStillWritesIntoIt) {
+  const std::string partial = PartialDirName(7, "abcd");
+  WritePartial(JoinPath(ckpt_, partial), {{"model.pt", "x"}, {"optimizer.pt", "y"}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread rank([&] {
+    for (int i = 0; !stop; ++i) {
+      if (std::ofstream(JoinPath(ckpt_, partial) + "/shard-" + std::to_string(i))) ++opened;
+    }
+  });
+  while (opened < 50) std::this_thread::yield();
+  absl::Status removed = RemoveAbortedPartial(Dir(), partial);
+  stop = true;
+  rank.join();
+  EXPECT_TRUE(removed.ok()) << removed;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(ckpt_)) left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << absl::StrJoin(left, ", ");
+  EXPECT_TRUE(RemoveAbortedPartial(Dir(), partial).ok());  // gone already
 }
 
 TEST_F(PublisherTest, LatestWithAMismatchedManifestIsNotResumedFrom) {
