@@ -101,14 +101,7 @@ class Copier {
     bool copied = false;
     torch::Tensor host = staging_->Claim(t, &copied);
     if (copied) return host;
-    torch::Tensor source = t.detach();
-    if (source.is_cpu() && source.is_contiguous() && host.is_contiguous() &&
-        source.scalar_type() == host.scalar_type() && source.numel() == host.numel()) {
-      pending_->Add(static_cast<char*>(host.data_ptr()), static_cast<const char*>(source.data_ptr()),
-                    source.numel() * source.element_size(), source);
-    } else {
-      host.copy_(source);
-    }
+    CopyInto(host, t.detach());
     return host;
   }
 
@@ -128,16 +121,22 @@ class Copier {
     for (const auto& [part, at] : parts) covered += part.numel();
     if (covered < numel) host.zero_();
     for (const auto& [part, at] : parts) {
-      torch::Tensor source = part.detach();
-      torch::Tensor to = host.narrow(0, at, source.numel());
-      if (source.is_cpu() && source.is_contiguous() && source.scalar_type() == torch::kFloat) {
-        pending_->Add(static_cast<char*>(to.data_ptr()), static_cast<const char*>(source.data_ptr()),
-                      source.numel() * source.element_size(), source);
-      } else {
-        to.copy_(source.reshape({-1}));
-      }
+      torch::Tensor source = part.detach().reshape({-1});
+      CopyInto(host.narrow(0, at, source.numel()), source);
     }
     return host;
+  }
+
+  // `source` into `to` (its shape): left pending where a plain memory copy will do, made now
+  // otherwise (another device, layout or type).
+  void CopyInto(torch::Tensor to, const torch::Tensor& source) {
+    if (source.is_cpu() && source.is_contiguous() && to.is_contiguous() && source.scalar_type() == to.scalar_type() &&
+        source.numel() == to.numel()) {
+      pending_->Add(static_cast<char*>(to.data_ptr()), static_cast<const char*>(source.data_ptr()),
+                    source.numel() * source.element_size(), source);
+    } else {
+      to.copy_(source.reshape(to.sizes()));
+    }
   }
 
   // The copies collected (null when there are none).
