@@ -552,10 +552,9 @@ void StoreBench(EmbeddedCoordinator& coord, const std::string& run_id, const std
          {std::tuple{"get", &dt_best.get, &tcp_best.get}, std::tuple{"set", &dt_best.set, &tcp_best.set},
           std::tuple{"add", &dt_adds.adds, &tcp_adds.adds}}) {
       Summary d = Summarize(*dt_v), t = Summarize(*tcp_v);
-      bool goal = std::string(op) != "set";
       std::string how = std::string(op) == "add" ? " (every client adding)" : "";
-      Report({absl::StrCat("store ", op, " p50, ", who, how), d.p50, "us", "TCPStore", t.p50, goal ? "<= 1.5x" : "",
-              false, goal ? 1.5 : 0});
+      // A set's goal too (#40): TCPStore's set has no answer, and under load neither has dt's.
+      Report({absl::StrCat("store ", op, " p50, ", who, how), d.p50, "us", "TCPStore", t.p50, "<= 1.5x", false, 1.5});
       Report({absl::StrCat("store ", op, " p99, ", who, how), d.p99, "us", "TCPStore", t.p99, "", false, 0});
     }
     Report({absl::StrCat("store server CPU per add, ", who, " (every client adding)"), dt_adds.server_cpu_us_per_add,

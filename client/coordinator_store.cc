@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/log.h"
+
 namespace dt {
 namespace {
 
@@ -37,12 +39,32 @@ absl::Duration CoordinatorStore::CarrierTimeout() const {
 CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), session_(std::move(session)) {}
 
+CoordinatorStore::~CoordinatorStore() {
+  // A set left for the node's carrier is delivered before the session goes: a peer may wait for it.
+  if (!combiner_ || !combiner_->SetUnsettled()) return;
+  if (absl::Status s = combiner_->SettleSet(Carrier(), CarrierTimeout(), Resend()); !s.ok()) {
+    DT_LOG(Warning) << "coordinator store: the last set of this rank failed: " << s;
+  }
+}
+
+StoreCombiner::Resend CoordinatorStore::Resend() {
+  return [this](const std::string& key, std::string value) { return session_->SetNoWait(key, std::move(value)); };
+}
+
+void CoordinatorStore::SettleSet(const char* op) {
+  if (!combiner_ || !combiner_->SetUnsettled()) return;
+  absl::Status s = combiner_->SettleSet(Carrier(), CarrierTimeout(), Resend());
+  TORCH_CHECK(s.ok(), "coordinator store ", op, " failed: an earlier set of this rank failed: ", s.ToString());
+}
+
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  SettleSet("set");
   std::string bytes = AsString(value);
   if (Combining()) {
-    std::optional<absl::Status> combined = combiner_->Set(key, bytes, Carrier(), CarrierTimeout());
-    if (combined.has_value()) {
-      Check(*combined, "set");
+    // Left for the node's carrier; its answer is read before this rank's next operation.
+    std::optional<absl::Status> left = combiner_->Set(key, bytes, Carrier(), CarrierTimeout());
+    if (left.has_value()) {
+      Check(*left, "set");
       return;
     }
   }
@@ -53,6 +75,7 @@ void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& v
 
 std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                                   const std::vector<uint8_t>& desired) {
+  SettleSet("compareSet");
   CheckWritesAllowed("compareSet");
   absl::StatusOr<std::string> v = session_->CompareSet(key, AsString(expected), AsString(desired));
   Check(v.status(), "compareSet");
@@ -60,6 +83,7 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 }
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
+  SettleSet("get");
   bool waited = JustWaitedFor(key);
   if (ReadsMayCombine() && (waited || combiner_->Gathering())) {
     std::optional<absl::StatusOr<std::string>> combined = combiner_->GetIfPresent(key, Carrier(), CarrierTimeout());
@@ -74,6 +98,7 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
+  SettleSet("add");
   bool combined = combiner_ && session_->Quiescent();
   if (!combined) CheckWritesAllowed("add");
   absl::StatusOr<int64_t> v =
@@ -83,6 +108,7 @@ int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
 }
 
 bool CoordinatorStore::deleteKey(const std::string& key) {
+  SettleSet("deleteKey");
   CheckWritesAllowed("deleteKey");
   absl::StatusOr<bool> v = session_->DeleteKey(key);
   Check(v.status(), "deleteKey");
@@ -90,12 +116,14 @@ bool CoordinatorStore::deleteKey(const std::string& key) {
 }
 
 bool CoordinatorStore::check(const std::vector<std::string>& keys) {
+  SettleSet("check");
   absl::StatusOr<bool> v = session_->Check(keys);
   Check(v.status(), "check");
   return *v;
 }
 
 int64_t CoordinatorStore::getNumKeys() {
+  SettleSet("getNumKeys");
   absl::StatusOr<int64_t> v = session_->NumKeys();
   Check(v.status(), "getNumKeys");
   return *v;
@@ -104,6 +132,7 @@ int64_t CoordinatorStore::getNumKeys() {
 void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  SettleSet("wait");
   JustWaitedFor("");  // a get after this wait follows this wait, not an earlier one
   auto start = std::chrono::steady_clock::now();
   absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);

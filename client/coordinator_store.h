@@ -16,6 +16,8 @@ namespace dt {
 class CoordinatorStore : public c10d::Store {
  public:
   CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout);
+  // Delivers a set still left for the node's carrier.
+  ~CoordinatorStore() override;
 
   // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), and so
   // do sets and gets while the node's next batch is gathering, except when this store has sets still
@@ -23,7 +25,9 @@ class CoordinatorStore : public c10d::Store {
   // there yet waits for it on its own stream, and so does every get when the coordinator is one
   // whose batches do not take gets (StoreSessionFeatures). A wait for one key first looks for it
   // in the node's next batch (and waits on its own stream only when it is not there), and the get
-  // right after it goes in a batch too: Gloo's address exchange. An operation a carrier took waits
+  // right after it goes in a batch too: Gloo's address exchange. A set through the combiner does not
+  // wait for its answer (TCPStore's set has none): the rank's next operation reads it first and
+  // fails with its error. An operation a carrier took waits
   // for it up to this store's timeout (DEADLINE_EXCEEDED after, for a write; a read goes alone);
   // after a late write, writes fail until it is answered (StoreCombiner::WritesAllowed).
   void CombineWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
@@ -48,6 +52,11 @@ class CoordinatorStore : public c10d::Store {
  private:
   // What carries a batch of the node when this rank is its carrier: its own session.
   StoreCombiner::SendBatch Carrier();
+  // Reads the answer to this rank's set left for the node's carrier (see CombineWith), before `op`
+  // goes out: its failure is c10d's error of `op`, as a TCPStore set's is the next call's.
+  void SettleSet(const char* op);
+  // A set that must go again goes on this rank's own stream.
+  StoreCombiner::Resend Resend();
   // A set or get goes through the combiner now (see CombineWith).
   bool Combining() const;
   // A get or a wait's look may go through the combiner: the coordinator's batches take them and

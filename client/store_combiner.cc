@@ -11,6 +11,7 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -26,7 +27,7 @@ namespace dt {
 namespace {
 
 // In the segment's name: a build with another layout never maps this one.
-constexpr int kLayoutVersion = 4;
+constexpr int kLayoutVersion = 5;
 constexpr size_t kMessageBytes = 512;
 // How often a waiting operation looks at the carrier lock on its own: only matters when a carrier
 // died (the live ones wake the next carrier themselves).
@@ -62,12 +63,20 @@ struct OpSlot {
   char message[kMessageBytes];
 };
 
+// The status a carrier wrote to the slot.
+absl::Status AnswerStatus(const OpSlot& slot) {
+  if (slot.code == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
+}
+
 }  // namespace
 
 struct StoreCombiner::Shared {
   // Process-shared and robust: each held by a carrier during its batch.
   pthread_mutex_t carrier_mu[kLanes];
-  std::atomic<uint32_t> carrying[kLanes];    // 1 while the lane's batch is in flight (Gathering)
+  // 1 while the lane's batch is in flight (Gathering). Sequentially consistent where it is set
+  // and read for left sets (see the header's "Left sets").
+  std::atomic<uint32_t> carrying[kLanes];
   std::atomic<int32_t> carrier_pid[kLanes];  // who carries the lane's batch: named when it is late
   // When the lane's carrier took it (MonotonicNowNs); 0 while free. A lane held longer than an
   // operation would wait for it is held by a carrier that is stopped or stuck: later operations
@@ -76,6 +85,9 @@ struct StoreCombiner::Shared {
   std::atomic<int32_t> slots_used;  // one past the highest slot ever taken: what a carrier scans
   // Dense, so a carrier's scan touches a few cache lines.
   std::atomic<uint32_t> state[kSlots];
+  // 1 while the slot holds a set its owner left (StoreCombiner::Set) and does not wait for: never
+  // nudged, since nobody would wake to carry.
+  std::atomic<uint32_t> left_set[kSlots];
   OpSlot slots[kSlots];
 };
 
@@ -138,11 +150,65 @@ absl::StatusOr<int64_t> StoreCombiner::Add(const std::string& key, int64_t delta
 std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std::string& value, const SendBatch& send,
                                                absl::Duration timeout) {
   if (key.size() > kMaxKeyBytes || value.size() > kSlotValueBytes) return std::nullopt;
-  std::optional<SlotAnswer> answer = TryThroughSlot(SlotOp{OpKind::kSet, key, 0, &value}, send, timeout);
-  // A set the carrier could not deliver goes again on the rank's own stream (setting a value
-  // twice is setting it once).
-  if (!answer.has_value() || answer->carried_failure) return std::nullopt;
-  return answer->status;
+  if (!local_mu_.TryLock()) return std::nullopt;
+  // Unlocked however LeaveSet ends (`send` may throw), as in TryThroughSlot.
+  std::optional<absl::Status> left;
+  try {
+    left = LeaveSet(SlotOp{OpKind::kSet, key, 0, &value}, send);
+  } catch (...) {
+    local_mu_.Unlock();
+    throw;
+  }
+  local_mu_.Unlock();
+  return left;
+}
+
+std::optional<absl::Status> StoreCombiner::LeaveSet(const SlotOp& op, const SendBatch& send) {
+  if (absl::Status allowed = WritesAllowed(); !allowed.ok()) return allowed;
+  // A stuck lane's carrier would not come back for it: go alone at once, as other operations do.
+  if (LanesStuck() || !TakeSlot()) return std::nullopt;
+  std::atomic<uint32_t>& state = shared_->state[slot_];
+  WriteSlot(op);
+  shared_->left_set[slot_].store(1);  // before it is pending: a nudger that sees it pending sees this
+  set_unsettled_.store(true);
+  state.store(kPending);
+  while (true) {
+    uint32_t seen = state.load();
+    if (seen != kPending && seen != kNudged) return absl::OkStatus();  // taken (or answered already)
+    if (AnyLaneCarrying()) return absl::OkStatus();                    // its carrier looks again after it
+    Carry carried = TryCarry(send);
+    if (carried == Carry::kCarried) continue;
+    if (carried == Carry::kUnrecoverable && state.compare_exchange_strong(seen, kIdle)) {
+      shared_->left_set[slot_].store(0);
+      set_unsettled_.store(false);
+      return std::nullopt;
+    }
+    std::this_thread::yield();  // a lane between its lock and its flag, either way: look again
+  }
+}
+
+absl::Status StoreCombiner::SettleSet(const SendBatch& send, absl::Duration timeout, const Resend& resend) {
+  if (!set_unsettled_.load()) return absl::OkStatus();
+  absl::MutexLock lock(&local_mu_);
+  if (!set_unsettled_.load()) return absl::OkStatus();
+  set_unsettled_.store(false);
+  std::atomic<uint32_t>& state = shared_->state[slot_];
+  OpSlot& slot = shared_->slots[slot_];
+  shared_->left_set[slot_].store(0);  // waited for from now on: it may be nudged
+  Awaited awaited = AwaitAnswer(send, timeout);
+  // A set is not overwritten by its answer: its key and value are still in the slot.
+  auto again = [&] { return resend(std::string(slot.key, slot.key_len), std::string(slot.value, slot.value_len)); };
+  if (awaited == Awaited::kGoAlone) return again();
+  uint32_t now = state.load();
+  if (awaited == Awaited::kLate && now != kDone) {
+    late_write_.store(true);
+    return LateWriteError(timeout, now);
+  }
+  absl::Status status = AnswerStatus(slot);
+  bool undelivered = slot.carried_failure;
+  absl::Status resent = undelivered ? again() : absl::OkStatus();
+  state.store(kIdle);
+  return undelivered ? resent : status;
 }
 
 std::optional<absl::StatusOr<std::string>> StoreCombiner::GetIfPresent(const std::string& key, const SendBatch& send,
@@ -213,11 +279,41 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
     refused.status = std::move(allowed);
     return refused;
   }
+  if (!TakeSlot()) return std::nullopt;
+  WriteSlot(op);
+  state.store(kPending);
+  Awaited awaited = AwaitAnswer(send, timeout);
+  if (awaited == Awaited::kGoAlone) return std::nullopt;
+  const OpSlot& slot = shared_->slots[slot_];
+  SlotAnswer answer;
+  uint32_t now = state.load();
+  if (awaited == Awaited::kLate && now != kDone) {
+    if (!write) return std::nullopt;  // reading again elsewhere changes nothing
+    late_write_.store(true);
+    answer.status = LateWriteError(timeout, now);
+    return answer;
+  }
+  answer.carried_failure = slot.carried_failure;
+  answer.number = slot.number;
+  answer.present = slot.present;
+  if (slot.present) answer.value.assign(slot.value, slot.value_len);
+  answer.status = AnswerStatus(slot);
+  state.store(kIdle);
+  return answer;
+}
+
+bool StoreCombiner::TakeSlot() {
+  // A set left here is read by SettleSet first (the caller's duty); until then the slot is its.
+  if (set_unsettled_.load()) return false;
+  std::atomic<uint32_t>& state = shared_->state[slot_];
   // The slot of an operation this process stopped waiting for stays its carrier's until answered,
   // and that answer is nobody's.
   uint32_t left = state.load();
   if (left == kDone) state.store(kIdle);
-  if (left != kDone && left != kIdle) return std::nullopt;
+  return left == kDone || left == kIdle;
+}
+
+void StoreCombiner::WriteSlot(const SlotOp& op) {
   OpSlot& slot = shared_->slots[slot_];
   slot.kind = op.kind;
   std::memcpy(slot.key, op.key.data(), op.key.size());
@@ -228,29 +324,13 @@ std::optional<StoreCombiner::SlotAnswer> StoreCombiner::ThroughSlot(const SlotOp
     std::memcpy(slot.value, op.value->data(), op.value->size());
     slot.value_len = static_cast<uint32_t>(op.value->size());
   }
-  state.store(kPending);
-  Awaited awaited = AwaitAnswer(send, timeout);
-  if (awaited == Awaited::kGoAlone) return std::nullopt;
-  SlotAnswer answer;
-  uint32_t now = state.load();
-  if (awaited == Awaited::kLate && now != kDone) {
-    if (!write) return std::nullopt;  // reading again elsewhere changes nothing
-    late_write_.store(true);
-    answer.status = absl::DeadlineExceededError(absl::StrCat(
-        "a store operation waited ", absl::FormatDuration(timeout), " (the store's timeout) for the rank of this ",
-        "node that carries it to the coordinator (pid ", CarrierOf(now), ") to deliver it; it may or may not have ",
-        "been applied. Is that process stopped or stuck?"));
-    return answer;
-  }
-  answer.carried_failure = slot.carried_failure;
-  answer.number = slot.number;
-  answer.present = slot.present;
-  if (slot.present) answer.value.assign(slot.value, slot.value_len);
-  if (slot.code != 0) {
-    answer.status = absl::Status(static_cast<absl::StatusCode>(slot.code), std::string(slot.message, slot.message_len));
-  }
-  state.store(kIdle);
-  return answer;
+}
+
+absl::Status StoreCombiner::LateWriteError(absl::Duration timeout, uint32_t state) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "a store operation waited ", absl::FormatDuration(timeout), " (the store's timeout) for the rank of this ",
+      "node that carries it to the coordinator (pid ", CarrierOf(state), ") to deliver it; it may or may not have ",
+      "been applied. Is that process stopped or stuck?"));
 }
 
 StoreCombiner::Awaited StoreCombiner::AwaitAnswer(const SendBatch& send, absl::Duration timeout) {
@@ -371,6 +451,12 @@ absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t 
 }
 
 StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
+  Carry carried = TakeLaneAndCarry(send);
+  if (carried == Carry::kCarried) HandOnPending(send);
+  return carried;
+}
+
+StoreCombiner::Carry StoreCombiner::TakeLaneAndCarry(const SendBatch& send) {
   bool unrecoverable = false;
   for (int lane = 0; lane < kLanes; ++lane) {
     pthread_mutex_t* mu = &shared_->carrier_mu[lane];
@@ -383,22 +469,46 @@ StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
     }
     // Set and cleared by whoever holds the lane, so a carrier that died holding it leaves it set
     // only until the next one carries.
-    {
-      absl::Cleanup unlock = [mu] { pthread_mutex_unlock(mu); };  // however CarryPending ends
-      shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
-      shared_->carried_since_ns[lane].store(MonotonicNowNs(), std::memory_order_relaxed);
-      shared_->carrying[lane].store(1, std::memory_order_relaxed);
-      // Cleared before the lock is let go (cleanups run in reverse order).
-      absl::Cleanup clear = [&] {
-        shared_->carrying[lane].store(0, std::memory_order_relaxed);
-        shared_->carried_since_ns[lane].store(0, std::memory_order_relaxed);
-      };
-      CarryPending(lane, send);
-    }
-    NudgeOnePending();
+    absl::Cleanup unlock = [mu] { pthread_mutex_unlock(mu); };  // however CarryPending ends
+    shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
+    shared_->carried_since_ns[lane].store(MonotonicNowNs(), std::memory_order_relaxed);
+    shared_->carrying[lane].store(1);
+    // Cleared before the lock is let go (cleanups run in reverse order).
+    absl::Cleanup clear = [&] {
+      shared_->carrying[lane].store(0);
+      shared_->carried_since_ns[lane].store(0, std::memory_order_relaxed);
+    };
+    CarryPending(lane, send);
     return Carry::kCarried;
   }
   return unrecoverable ? Carry::kUnrecoverable : Carry::kBusy;
+}
+
+void StoreCombiner::HandOnPending(const SendBatch& send) {
+  // The lane was let go before this look, so a set left while it was in flight is seen here (see
+  // the header's "Left sets"); one left later finds the lane free or its next holder in flight.
+  while (true) {
+    if (NudgeOnePending()) return;  // a waiting owner carries the next batch, left sets in it
+    if (!LeftSetPending()) return;
+    // Busy: the lane's new holder took it after this process let it go, so its batch takes them.
+    if (TakeLaneAndCarry(send) != Carry::kCarried) return;
+  }
+}
+
+bool StoreCombiner::AnyLaneCarrying() const {
+  for (const std::atomic<uint32_t>& carrying : shared_->carrying) {
+    if (carrying.load() != 0) return true;
+  }
+  return false;
+}
+
+bool StoreCombiner::LeftSetPending() const {
+  int used = shared_->slots_used.load();
+  for (int i = 0; i < used; ++i) {
+    uint32_t state = shared_->state[i].load();
+    if ((state == kPending || state == kNudged) && shared_->left_set[i].load() != 0) return true;
+  }
+  return false;
 }
 
 void StoreCombiner::CarryPending(int lane, const SendBatch& send) {
@@ -470,17 +580,23 @@ int StoreCombiner::pending() const {
   return n;
 }
 
-void StoreCombiner::NudgeOnePending() {
+bool StoreCombiner::NudgeOnePending() {
   // From the slot after this one, so that no slot is always nudged first.
   int used = shared_->slots_used.load();
   for (int k = 1; k <= used; ++k) {
     int i = (slot_ + k) % used;
     uint32_t pending = kPending;
-    if (shared_->state[i].compare_exchange_strong(pending, kNudged)) {
-      FutexWake(&shared_->state[i]);
-      return;
+    if (!shared_->state[i].compare_exchange_strong(pending, kNudged)) continue;
+    // A left set has nobody to wake: put it back (unless a carrier took it meanwhile).
+    if (shared_->left_set[i].load() != 0) {
+      uint32_t nudged = kNudged;
+      shared_->state[i].compare_exchange_strong(nudged, kPending);
+      continue;
     }
+    FutexWake(&shared_->state[i]);
+    return true;
   }
+  return false;
 }
 
 }  // namespace dt

@@ -28,7 +28,16 @@
 // Safety: a rank whose session has sets still unanswered sends its operation itself (the caller
 // checks StoreSession::Quiescent), so nothing of its own is overtaken; an operation through a slot
 // is answered before the call returns (or, late, blocks the process's later writes until it is),
-// so nothing sent later overtakes it either. Each carrier
+// so nothing sent later overtakes it either. A set is the exception, as TCPStore's set is: it is
+// left in the slot and its caller reads the answer before its next operation (SettleSet), so it
+// is still ordered before everything the rank sends later.
+//
+// Left sets: a set left in a slot has nobody waiting for it, so it is left only when a carrier is
+// bound to take it. The writer stores it pending, then looks for a lane in flight: that lane's
+// carrier looks at the slots again after it lets the lane go (sequentially consistent on both
+// sides, so one of the two sees the other) and carries what it finds, or nudges a waiting
+// operation's owner to; with no lane in flight, the writer carries it itself. Each carrier
+// lock is a robust process-shared mutex: a carrier that dies mid-batch is found by the next taker
 // lock is a robust process-shared mutex: a carrier that dies mid-batch is found by the next taker
 // of its lock, which answers the operations it held with UNAVAILABLE (they may or may not have
 // been applied, as for a broken stream); their owners find the lock free on their next look
@@ -78,13 +87,26 @@ class StoreCombiner {
   // process is late.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta, const SendBatch& send, absl::Duration timeout);
 
-  // Sets `key` with the node's other pending operations and waits for the store's answer. nullopt
-  // when it was not carried (a key or value over what a slot holds, a second thread of this
-  // process, every lane unrecoverable) or its carrier failed to deliver it (its stream broke, it
-  // died) or no carrier took it in time: the caller sends it on its own stream. DEADLINE_EXCEEDED
-  // and FAILED_PRECONDITION as for Add.
+  // Sets `key` with the node's other pending operations, without waiting for the answer (as
+  // TCPStore's set has none): the set is left in this process's slot, and returns once a carrier
+  // is bound to take it (one in flight, which looks again after its batch, or this process when a
+  // lane is free). Its answer is read by the next SettleSet, which the caller makes before its next
+  // operation on the store. OK: left to be carried; nullopt when it was not (a key or value over
+  // what a slot holds, a second thread of this process, the slot still held by a late write, every
+  // lane unrecoverable, or carried at once by this process and not delivered): the caller sends it
+  // on its own stream. FAILED_PRECONDITION while an earlier write of this process is late.
   std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send,
                                   absl::Duration timeout);
+
+  // The answer to this process's set left in its slot (nothing to do when none is): waits for it,
+  // carrying when a lane is free. OK when it was applied; the store's refusal of it; a set no
+  // carrier took in time or its carrier could not deliver goes again through `resend` (the rank's
+  // own stream; setting a value twice is setting it once); DEADLINE_EXCEEDED (and later writes
+  // refused, as for Add) when a carrier took it and did not answer within `timeout`.
+  using Resend = std::function<absl::Status(const std::string& key, std::string value)>;
+  absl::Status SettleSet(const SendBatch& send, absl::Duration timeout, const Resend& resend);
+  // A set of this process is left in its slot, unanswered or its answer unread.
+  bool SetUnsettled() const { return set_unsettled_.load(); }
 
   // The value of `key` if it is in the store now, with the node's other pending operations.
   // nullopt when the key is not there yet, its value is larger than a slot holds (the coordinator
@@ -150,7 +172,17 @@ class StoreCombiner {
   StoreCombiner() = default;
   // Carries a batch when a carrier lock ("lane") is free (one whose carrier died included).
   enum class Carry { kCarried, kBusy, kUnrecoverable };
+  // TakeLaneAndCarry, then the ranks' sets left in their slots with nobody waiting (see Set):
+  // carried here while no waiting operation can be nudged to carry them.
   Carry TryCarry(const SendBatch& send);
+  Carry TakeLaneAndCarry(const SendBatch& send);
+  // A lane's batch is in flight: its carrier looks for sets left in slots after it.
+  bool AnyLaneCarrying() const;
+  // A set left in a slot (see Set) is pending.
+  bool LeftSetPending() const;
+  // After a batch: the next batch's carrier is found for what is pending (a waiting owner nudged,
+  // or this process when only left sets are pending).
+  void HandOnPending(const SendBatch& send);
   // This process carries on `lane`: takes every pending operation of the node, sends them in one
   // batch through `send` and answers each. Holds the lane's lock.
   void CarryPending(int lane, const SendBatch& send);
@@ -165,6 +197,15 @@ class StoreCombiner {
   // ThroughSlot under this process's slot lock; nullopt without trying when another thread of
   // this process holds it.
   std::optional<SlotAnswer> TryThroughSlot(const SlotOp& op, const SendBatch& send, absl::Duration timeout);
+  // Set's work under this process's slot lock.
+  std::optional<absl::Status> LeaveSet(const SlotOp& op, const SendBatch& send)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
+  // Makes this process's slot ready for an operation: false while a left set is unsettled or an
+  // operation this process stopped waiting for is still its carrier's.
+  bool TakeSlot();
+  void WriteSlot(const SlotOp& op);
+  // DEADLINE_EXCEEDED for a write a carrier (whose slot state is `state`) held past `timeout`.
+  absl::Status LateWriteError(absl::Duration timeout, uint32_t state) const;
   // Waits for the answer to this process's operation, pending in its slot, carrying when a lane
   // is free: answered, withdrawn to go alone, or still held by its carrier at `timeout`.
   enum class Awaited { kAnswered, kGoAlone, kLate };
@@ -178,8 +219,9 @@ class StoreCombiner {
   // Ends, as UNAVAILABLE, the operations that a carrier which died on `lane` was holding. Holds its
   // lock.
   void FailOrphans(int lane);
-  // After a batch: a pending operation that came too late for it is nudged to carry the next one.
-  void NudgeOnePending();
+  // A pending operation whose owner waits for it is nudged to carry the next batch; false when
+  // there is none.
+  bool NudgeOnePending();
 
   std::unique_ptr<NodeSegment> segment_;
   Shared* shared_ = nullptr;  // in segment_
@@ -188,6 +230,8 @@ class StoreCombiner {
   // A write of this process that a carrier still held at its deadline (see Deadlines); cleared
   // once its answer is in the slot.
   std::atomic<bool> late_write_{false};
+  // A set left in this process's slot (Set) whose answer SettleSet has not read.
+  std::atomic<bool> set_unsettled_{false};
   absl::Duration go_alone_after_ = kGoAloneAfter;
   std::atomic<int64_t> batches_carried_{0};
   std::atomic<int64_t> ops_carried_{0};

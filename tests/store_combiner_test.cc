@@ -109,6 +109,24 @@ std::string Finish(const Child& child) {
   return out;
 }
 
+// A SettleSet's resend that records what it sends again (and answers ABORTED, to tell its answer
+// from the batch's).
+struct Resent {
+  std::vector<std::pair<std::string, std::string>> sets;
+  absl::Status operator()(const std::string& key, std::string value) {
+    sets.emplace_back(key, std::move(value));
+    return absl::AbortedError("resent");
+  }
+};
+
+// A SettleSet's resend for a set that must have been carried.
+StoreCombiner::Resend NoResend() {
+  return [](const std::string& key, std::string) {
+    ADD_FAILURE() << "the set of " << key << " was sent again";
+    return absl::OkStatus();
+  };
+}
+
 // A sender that holds its batch until released: this process is a carrier in flight.
 struct HeldSender {
   absl::Notification entered, release;
@@ -229,6 +247,8 @@ TEST(StoreCombinerTest, SetsAndGetsPendingWhileABatchIsInFlightGoOutTogetherAndE
   for (std::thread& t : threads) t.join();
   ASSERT_TRUE(set.has_value());
   EXPECT_TRUE(set->ok()) << *set;
+  EXPECT_TRUE(ranks[1]->SetUnsettled());
+  EXPECT_TRUE(ranks[1]->SettleSet(std::ref(store), kTimeout, NoResend()).ok());
   ASSERT_TRUE(ready.has_value());
   ASSERT_TRUE(ready->ok()) << ready->status();
   EXPECT_EQ(**ready, "here");
@@ -257,11 +277,19 @@ TEST(StoreCombinerTest, ASetOrGetItsCarrierCouldNotDeliverGoesAgainAndAnAddFails
   auto broken = [](const v1::StoreRequest&) -> absl::StatusOr<v1::StoreResponse> {
     return absl::UnavailableError("the carrier's store stream broke");
   };
-  EXPECT_FALSE((*combiner)->Set("k", "v", broken, kTimeout).has_value());
+  // A set is left in the slot (here carried at once: no lane is in flight); its rank reads the
+  // answer with its next call and sends it again itself.
+  std::optional<absl::Status> left = (*combiner)->Set("k", "v", broken, kTimeout);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_TRUE(left->ok()) << *left;
+  Resent resent;
+  EXPECT_EQ((*combiner)->SettleSet(broken, kTimeout, std::ref(resent)).code(), absl::StatusCode::kAborted)
+      << "the resend's own answer";
+  EXPECT_EQ(resent.sets, (std::vector<std::pair<std::string, std::string>>{{"k", "v"}}));
   EXPECT_FALSE((*combiner)->GetIfPresent("k", broken, kTimeout).has_value());
   absl::StatusOr<int64_t> added = (*combiner)->Add("k", 1, broken, kTimeout);
   EXPECT_EQ(added.status().code(), absl::StatusCode::kUnavailable) << added.status();
-  // The store's own refusal of a set is the set's answer.
+  // The store's own refusal of a set is the answer its rank's next call reads.
   auto refusing = [](const v1::StoreRequest& r) -> absl::StatusOr<v1::StoreResponse> {
     v1::StoreResponse out;
     v1::StoreResponse* one = out.add_batch();
@@ -270,10 +298,59 @@ TEST(StoreCombinerTest, ASetOrGetItsCarrierCouldNotDeliverGoesAgainAndAnAddFails
     one->mutable_status()->set_message("the run's store is full");
     return out;
   };
-  std::optional<absl::Status> refused = (*combiner)->Set("k", "v", refusing, kTimeout);
-  ASSERT_TRUE(refused.has_value());
-  EXPECT_EQ(refused->code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(refused->message(), "the run's store is full");
+  left = (*combiner)->Set("k", "v", refusing, kTimeout);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_TRUE(left->ok()) << *left;
+  absl::Status refused = (*combiner)->SettleSet(refusing, kTimeout, std::ref(resent));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(), "the run's store is full");
+  EXPECT_EQ(resent.sets.size(), 1u) << "a refused set is not sent again";
+  EXPECT_FALSE((*combiner)->SetUnsettled());
+}
+
+// A set left while the node's batch is in flight returns at once, before anything carried it. The
+// carrier in flight takes it after its batch, though its rank makes no further call, and that
+// rank's next call reads its answer.
+TEST(StoreCombinerTest, ASetLeftWhileABatchIsInFlightIsCarriedWithoutItsRank) {
+  std::vector<std::unique_ptr<StoreCombiner>> ranks;
+  ASSERT_NO_FATAL_FAILURE(OpenNode(2, &ranks, absl::Minutes(1)));  // the lane is held on purpose
+  StandInStore store;
+  absl::Notification entered, release;
+  int sent = 0;
+  auto hold_first = [&](const v1::StoreRequest& r) {
+    if (sent++ == 0) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    return store(r);
+  };
+  std::thread carrier([&] { EXPECT_TRUE(ranks[0]->Add("k", 1, hold_first, kTimeout).ok()); });
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  std::optional<absl::Status> left = ranks[1]->Set("mine", "value", std::ref(store), kTimeout);
+  ASSERT_TRUE(left.has_value()) << "it went alone";
+  EXPECT_TRUE(left->ok()) << *left;
+  EXPECT_TRUE(ranks[1]->SetUnsettled());
+  EXPECT_EQ(ranks[0]->pending(), 1) << "returned before any carrier took it";
+  {
+    absl::MutexLock lock(&store.mu);
+    EXPECT_EQ(store.data.count("mine"), 0u);
+  }
+  release.Notify();
+  carrier.join();
+  {
+    absl::MutexLock lock(&store.mu);
+    EXPECT_EQ(store.data["mine"], "value") << "the carrier in flight did not take the set left meanwhile";
+    EXPECT_EQ(store.batches, (std::vector<int>{1, 1})) << "its own add, then the left set";
+  }
+  EXPECT_EQ(ranks[0]->carried().batches, 2);
+  EXPECT_EQ(ranks[1]->carried().batches, 0);
+  EXPECT_TRUE(ranks[1]->SettleSet(std::ref(store), kTimeout, NoResend()).ok());
+  EXPECT_FALSE(ranks[1]->SetUnsettled());
+  // The slot is the rank's again.
+  std::optional<absl::StatusOr<std::string>> got = ranks[1]->GetIfPresent("mine", std::ref(store), kTimeout);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status();
+  EXPECT_EQ(**got, "value");
 }
 
 TEST(StoreCombinerTest, ASecondThreadOfAProcessGoesAloneWhileTheFirstsAddIsInFlight) {
@@ -431,7 +508,17 @@ TEST(StoreCombinerTest, AnOperationNoCarrierTookInTimeGoesAlone) {
   EXPECT_GE(absl::Now() - start, kShort) << "it went alone before its time";
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_EQ(*added, 1003);
-  EXPECT_FALSE(rank->Set("s", "v", std::ref(own), kShort).has_value()) << "the caller sends it itself";
+  // A set is left for the stuck lane's carrier, which never takes it: the rank's next call sends it
+  // itself once it waited as long.
+  std::optional<absl::Status> left = rank->Set("s", "v", std::ref(own), kShort);
+  ASSERT_TRUE(left.has_value());
+  EXPECT_TRUE(left->ok()) << *left;
+  Resent resent;
+  start = absl::Now();
+  EXPECT_EQ(rank->SettleSet(std::ref(own), kShort, std::ref(resent)).code(), absl::StatusCode::kAborted)
+      << "the resend's own answer";
+  EXPECT_GE(absl::Now() - start, kShort) << "it went alone before its time";
+  EXPECT_EQ(resent.sets, (std::vector<std::pair<std::string, std::string>>{{"s", "v"}}));
   EXPECT_FALSE(rank->GetIfPresent("s", std::ref(own), kShort).has_value()) << "the caller gets it itself";
   EXPECT_FALSE(rank->Exists("s", std::ref(own), kShort).has_value()) << "the caller asks itself";
   EXPECT_EQ(own.batches, std::vector<int>{1}) << "the add alone; the others go on the rank's own stream";
