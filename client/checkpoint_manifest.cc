@@ -76,39 +76,64 @@ absl::StatusOr<v1::Manifest> ManifestOfFiles(const std::string& dir, std::vector
   return manifest;
 }
 
-absl::StatusOr<int64_t> VerifyCheckpointDirectory(const std::string& dir) {
+absl::StatusOr<CheckpointFiles> CheckpointFiles::Open(const std::string& dir) {
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "manifest.json"));
   if (!text.ok()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, " has no readable manifest.json"));
   nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
   if (m.is_discarded() || !m.contains("files") || !m["files"].is_array()) {
     return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
   }
-  int64_t total = 0;
+  CheckpointFiles out;
+  out.dir_ = dir;
   for (const auto& f : m["files"]) {
     if (!f.is_object()) return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json is malformed"));
-    std::string name = f.value("name", "");
-    if (absl::Status s = ValidatePathComponent(name); !s.ok()) {
+    File file{f.value("name", ""), f.value("size", int64_t{-1}), f.value("sha256", "")};
+    if (absl::Status s = ValidatePathComponent(file.name); !s.ok()) {
       return absl::DataLossError(absl::StrCat("checkpoint ", dir, ": manifest.json lists a bad file name"));
     }
-    std::string path = JoinPath(dir, name);
+    std::string path = JoinPath(dir, file.name);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0)
       return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is missing"));
-    int64_t size = f.value("size", int64_t{-1});
-    if (st.st_size != size) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size, " bytes on disk but ", size,
-                                              " in its manifest; the checkpoint is corrupt"));
+    if (st.st_size != file.size) {
+      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " is ", st.st_size, " bytes on disk but ",
+                                              file.size, " in its manifest; the checkpoint is corrupt"));
     }
-    absl::StatusOr<std::string> digest = Sha256File(path);
-    if (!digest.ok()) return absl::DataLossError(digest.status().message());
-    if (*digest != f.value("sha256", "")) {
-      return absl::DataLossError(absl::StrCat("checkpoint file ", path, " does not match its manifest (SHA-256 ",
-                                              *digest, ", written as ", f.value("sha256", ""),
-                                              "); the checkpoint is corrupt"));
-    }
-    total += size;
+    out.total_bytes_ += file.size;
+    out.files_.push_back(std::move(file));
   }
-  return total;
+  return out;
+}
+
+absl::Status CheckpointFiles::Verify(const std::string& name) const {
+  auto it = std::find_if(files_.begin(), files_.end(), [&](const File& f) { return f.name == name; });
+  std::string path = JoinPath(dir_, name);
+  if (it == files_.end()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file ", path, " is not listed in its manifest.json; the checkpoint is corrupt"));
+  }
+  absl::StatusOr<std::string> digest = Sha256File(path);
+  if (!digest.ok()) return absl::DataLossError(digest.status().message());
+  if (*digest != it->sha256) {
+    return absl::DataLossError(absl::StrCat("checkpoint file ", path, " does not match its manifest (SHA-256 ", *digest,
+                                            ", written as ", it->sha256, "); the checkpoint is corrupt"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> CheckpointFiles::names() const {
+  std::vector<std::string> out;
+  for (const File& f : files_) out.push_back(f.name);
+  return out;
+}
+
+absl::StatusOr<int64_t> VerifyCheckpointDirectory(const std::string& dir) {
+  absl::StatusOr<CheckpointFiles> files = CheckpointFiles::Open(dir);
+  if (!files.ok()) return files.status();
+  for (const std::string& name : files->names()) {
+    if (absl::Status s = files->Verify(name); !s.ok()) return s;
+  }
+  return files->total_bytes();
 }
 
 }  // namespace dt

@@ -40,10 +40,14 @@ CoordinatorStore::CoordinatorStore(std::unique_ptr<StoreSession> session, std::c
     : c10d::Store(timeout), session_(std::move(session)) {}
 
 CoordinatorStore::~CoordinatorStore() {
-  // A set left for the node's carrier is delivered before the session goes: a peer may wait for it.
+  // A set left for the node's carrier is delivered before the session goes: a peer may wait for
+  // it. A stuck carrier delays the exit by at most kSettleAtExit.
   if (!combiner_ || !combiner_->SetUnsettled()) return;
-  if (absl::Status s = combiner_->SettleSet(Carrier(), CarrierTimeout(), Resend()); !s.ok()) {
-    DT_LOG(Warning) << "coordinator store: the last set of this rank failed: " << s;
+  try {
+    absl::Status s = combiner_->SettleSet(Carrier(), std::min(CarrierTimeout(), kSettleAtExit), Resend());
+    if (!s.ok()) DT_LOG(Warning) << "coordinator store: the last set of this rank failed: " << s;
+  } catch (const std::exception& e) {
+    DT_LOG(Warning) << "coordinator store: the last set of this rank failed: " << e.what();
   }
 }
 

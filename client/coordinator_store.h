@@ -16,8 +16,9 @@ namespace dt {
 class CoordinatorStore : public c10d::Store {
  public:
   CoordinatorStore(std::unique_ptr<StoreSession> session, std::chrono::milliseconds timeout);
-  // Delivers a set still left for the node's carrier.
+  // Delivers a set still left for the node's carrier (waiting for it at most kSettleAtExit).
   ~CoordinatorStore() override;
+  static constexpr absl::Duration kSettleAtExit = absl::Seconds(10);
 
   // From now on, adds go out with the other ranks' of this node (client/store_combiner.h), and so
   // do sets and gets while the node's next batch is gathering, except when this store has sets still
@@ -30,7 +31,10 @@ class CoordinatorStore : public c10d::Store {
   // fails with its error. An operation a carrier took waits
   // for it up to this store's timeout (DEADLINE_EXCEEDED after, for a write; a read goes alone);
   // after a late write, writes fail until it is answered (StoreCombiner::WritesAllowed).
-  void CombineWith(std::unique_ptr<StoreCombiner> combiner) { combiner_ = std::move(combiner); }
+  void CombineWith(std::unique_ptr<StoreCombiner> combiner) {
+    SettleSet("CombineWith");  // a set left in the combiner it replaces
+    combiner_ = std::move(combiner);
+  }
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,

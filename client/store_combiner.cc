@@ -43,6 +43,9 @@ enum : uint32_t {
   kTaken = 4,    // kTaken + lane: in that lane's batch
 };
 
+// A lane's flag while its batch is in flight.
+enum : uint32_t { kCarryingLooksAfter = 1, kCarryingFinal = 2 };
+
 enum class OpKind : uint32_t { kAdd, kSet, kGetIfPresent, kCheck };
 
 struct OpSlot {
@@ -74,8 +77,9 @@ absl::Status AnswerStatus(const OpSlot& slot) {
 struct StoreCombiner::Shared {
   // Process-shared and robust: each held by a carrier during its batch.
   pthread_mutex_t carrier_mu[kLanes];
-  // 1 while the lane's batch is in flight (Gathering). Sequentially consistent where it is set
-  // and read for left sets (see the header's "Left sets").
+  // Non-zero while the lane's batch is in flight (Gathering): kCarryingLooksAfter, or
+  // kCarryingFinal for a carrier's last batch. Sequentially consistent where it is set and read for
+  // left sets (see the header's "Left sets").
   std::atomic<uint32_t> carrying[kLanes];
   std::atomic<int32_t> carrier_pid[kLanes];  // who carries the lane's batch: named when it is late
   // When the lane's carrier took it (MonotonicNowNs); 0 while free. A lane held longer than an
@@ -122,6 +126,7 @@ absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::st
     int32_t free = 0;
     if (!shared.slots[i].owner.compare_exchange_strong(free, static_cast<int32_t>(::getpid()))) continue;
     combiner->slot_ = i;
+    shared.left_set[i].store(0);  // a previous owner may have exited with a set left
     int32_t used = shared.slots_used.load();
     while (used < i + 1 && !shared.slots_used.compare_exchange_weak(used, i + 1)) {
     }
@@ -132,7 +137,10 @@ absl::StatusOr<std::unique_ptr<StoreCombiner>> StoreCombiner::Open(const std::st
 }
 
 StoreCombiner::~StoreCombiner() {
-  if (shared_ != nullptr && slot_ >= 0) shared_->slots[slot_].owner.store(0);
+  if (shared_ != nullptr && slot_ >= 0) {
+    shared_->left_set[slot_].store(0);  // a set still left is carried as any pending operation
+    shared_->slots[slot_].owner.store(0);
+  }
   // When not every rank of the node opened it, the name would stay behind: remove it (a rank
   // opening later makes a segment of its own, which is only less combining).
   if (segment_) segment_->Unlink();
@@ -154,7 +162,7 @@ std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std
   // Unlocked however LeaveSet ends (`send` may throw), as in TryThroughSlot.
   std::optional<absl::Status> left;
   try {
-    left = LeaveSet(SlotOp{OpKind::kSet, key, 0, &value}, send);
+    left = LeaveSet(SlotOp{OpKind::kSet, key, 0, &value}, send, timeout);
   } catch (...) {
     local_mu_.Unlock();
     throw;
@@ -163,7 +171,7 @@ std::optional<absl::Status> StoreCombiner::Set(const std::string& key, const std
   return left;
 }
 
-std::optional<absl::Status> StoreCombiner::LeaveSet(const SlotOp& op, const SendBatch& send) {
+std::optional<absl::Status> StoreCombiner::LeaveSet(const SlotOp& op, const SendBatch& send, absl::Duration timeout) {
   if (absl::Status allowed = WritesAllowed(); !allowed.ok()) return allowed;
   // A stuck lane's carrier would not come back for it: go alone at once, as other operations do.
   if (LanesStuck() || !TakeSlot()) return std::nullopt;
@@ -172,18 +180,24 @@ std::optional<absl::Status> StoreCombiner::LeaveSet(const SlotOp& op, const Send
   shared_->left_set[slot_].store(1);  // before it is pending: a nudger that sees it pending sees this
   set_unsettled_.store(true);
   state.store(kPending);
+  auto start = std::chrono::steady_clock::now();
+  absl::Duration go_alone_after = std::min(go_alone_after_, timeout);
   while (true) {
     uint32_t seen = state.load();
     if (seen != kPending && seen != kNudged) return absl::OkStatus();  // taken (or answered already)
-    if (AnyLaneCarrying()) return absl::OkStatus();                    // its carrier looks again after it
+    // Tried first: a lane whose carrier died is taken over (its flag may still say in flight).
     Carry carried = TryCarry(send);
     if (carried == Carry::kCarried) continue;
-    if (carried == Carry::kUnrecoverable && state.compare_exchange_strong(seen, kIdle)) {
+    if (carried == Carry::kBusy && AnyLaneLooksAfter()) return absl::OkStatus();
+    bool give_up = carried == Carry::kUnrecoverable ||
+                   absl::FromChrono(std::chrono::steady_clock::now() - start) >= go_alone_after;
+    if (give_up && state.compare_exchange_strong(seen, kIdle)) {
       shared_->left_set[slot_].store(0);
       set_unsettled_.store(false);
       return std::nullopt;
     }
-    std::this_thread::yield();  // a lane between its lock and its flag, either way: look again
+    // A final batch in flight, or a lane between its lock and its flag: look again shortly.
+    absl::SleepFor(absl::Microseconds(50));
   }
 }
 
@@ -379,6 +393,9 @@ absl::StatusOr<v1::StoreResponse> SendCatching(const StoreCombiner::SendBatch& s
   } catch (const std::exception& e) {
     return absl::UnknownError(absl::StrCat("sending the node's store batch failed (", e.what(),
                                            "); its operations may or may not have been applied"));
+  } catch (...) {
+    return absl::UnknownError(
+        "sending the node's store batch failed (an exception); its operations may or may not have been applied");
   }
 }
 
@@ -451,12 +468,12 @@ absl::StatusOr<int64_t> StoreCombiner::AddAlone(const std::string& key, int64_t 
 }
 
 StoreCombiner::Carry StoreCombiner::TryCarry(const SendBatch& send) {
-  Carry carried = TakeLaneAndCarry(send);
+  Carry carried = TakeLaneAndCarry(send, /*final=*/false);
   if (carried == Carry::kCarried) HandOnPending(send);
   return carried;
 }
 
-StoreCombiner::Carry StoreCombiner::TakeLaneAndCarry(const SendBatch& send) {
+StoreCombiner::Carry StoreCombiner::TakeLaneAndCarry(const SendBatch& send, bool final) {
   bool unrecoverable = false;
   for (int lane = 0; lane < kLanes; ++lane) {
     pthread_mutex_t* mu = &shared_->carrier_mu[lane];
@@ -472,7 +489,7 @@ StoreCombiner::Carry StoreCombiner::TakeLaneAndCarry(const SendBatch& send) {
     absl::Cleanup unlock = [mu] { pthread_mutex_unlock(mu); };  // however CarryPending ends
     shared_->carrier_pid[lane].store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
     shared_->carried_since_ns[lane].store(MonotonicNowNs(), std::memory_order_relaxed);
-    shared_->carrying[lane].store(1);
+    shared_->carrying[lane].store(final ? kCarryingFinal : kCarryingLooksAfter);
     // Cleared before the lock is let go (cleanups run in reverse order).
     absl::Cleanup clear = [&] {
       shared_->carrying[lane].store(0);
@@ -486,18 +503,15 @@ StoreCombiner::Carry StoreCombiner::TakeLaneAndCarry(const SendBatch& send) {
 
 void StoreCombiner::HandOnPending(const SendBatch& send) {
   // The lane was let go before this look, so a set left while it was in flight is seen here (see
-  // the header's "Left sets"); one left later finds the lane free or its next holder in flight.
-  while (true) {
-    if (NudgeOnePending()) return;  // a waiting owner carries the next batch, left sets in it
-    if (!LeftSetPending()) return;
-    // Busy: the lane's new holder took it after this process let it go, so its batch takes them.
-    if (TakeLaneAndCarry(send) != Carry::kCarried) return;
-  }
+  // the header's "Left sets"). Busy: the lane's new holder took it after this process let it go,
+  // so its batch takes them.
+  if (LeftSetPending()) TakeLaneAndCarry(send, /*final=*/true);
+  NudgeOnePending();  // a waiting owner carries the next batch
 }
 
-bool StoreCombiner::AnyLaneCarrying() const {
+bool StoreCombiner::AnyLaneLooksAfter() const {
   for (const std::atomic<uint32_t>& carrying : shared_->carrying) {
-    if (carrying.load() != 0) return true;
+    if (carrying.load() == kCarryingLooksAfter) return true;
   }
   return false;
 }

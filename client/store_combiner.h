@@ -33,11 +33,13 @@
 // is still ordered before everything the rank sends later.
 //
 // Left sets: a set left in a slot has nobody waiting for it, so it is left only when a carrier is
-// bound to take it. The writer stores it pending, then looks for a lane in flight: that lane's
-// carrier looks at the slots again after it lets the lane go (sequentially consistent on both
-// sides, so one of the two sees the other) and carries what it finds, or nudges a waiting
-// operation's owner to; with no lane in flight, the writer carries it itself. Each carrier
-// lock is a robust process-shared mutex: a carrier that dies mid-batch is found by the next taker
+// bound to take it. The writer stores it pending, then tries the lane: free (or left by a carrier
+// that died), it carries the set itself; busy, it looks at the lane's flag. A carrier in flight
+// looks at the slots again after it lets the lane go (the flag and the slot's state are
+// sequentially consistent on both sides, so one of the two sees the other) and carries the left
+// sets it finds in one more batch, flagged final: it looks no further after that one, so no
+// carrier works for the others without end. A writer that finds only a final batch in flight
+// waits for the lane and carries its set itself (going alone after go_alone_after). Each carrier
 // lock is a robust process-shared mutex: a carrier that dies mid-batch is found by the next taker
 // of its lock, which answers the operations it held with UNAVAILABLE (they may or may not have
 // been applied, as for a broken stream); their owners find the lock free on their next look
@@ -93,7 +95,7 @@ class StoreCombiner {
   // lane is free). Its answer is read by the next SettleSet, which the caller makes before its next
   // operation on the store. OK: left to be carried; nullopt when it was not (a key or value over
   // what a slot holds, a second thread of this process, the slot still held by a late write, every
-  // lane unrecoverable, or carried at once by this process and not delivered): the caller sends it
+  // lane unrecoverable, no lane to be had within go_alone_after or `timeout`): the caller sends it
   // on its own stream. FAILED_PRECONDITION while an earlier write of this process is late.
   std::optional<absl::Status> Set(const std::string& key, const std::string& value, const SendBatch& send,
                                   absl::Duration timeout);
@@ -175,13 +177,14 @@ class StoreCombiner {
   // TakeLaneAndCarry, then the ranks' sets left in their slots with nobody waiting (see Set):
   // carried here while no waiting operation can be nudged to carry them.
   Carry TryCarry(const SendBatch& send);
-  Carry TakeLaneAndCarry(const SendBatch& send);
-  // A lane's batch is in flight: its carrier looks for sets left in slots after it.
-  bool AnyLaneCarrying() const;
+  // `final`: the batch is the carrier's last look for left sets (see "Left sets").
+  Carry TakeLaneAndCarry(const SendBatch& send, bool final);
+  // A lane's batch is in flight and its carrier looks for sets left in slots after it.
+  bool AnyLaneLooksAfter() const;
   // A set left in a slot (see Set) is pending.
   bool LeftSetPending() const;
-  // After a batch: the next batch's carrier is found for what is pending (a waiting owner nudged,
-  // or this process when only left sets are pending).
+  // After a batch: the left sets pending are carried here in one final batch, and a waiting owner
+  // is nudged to carry what comes after.
   void HandOnPending(const SendBatch& send);
   // This process carries on `lane`: takes every pending operation of the node, sends them in one
   // batch through `send` and answers each. Holds the lane's lock.
@@ -198,12 +201,12 @@ class StoreCombiner {
   // this process holds it.
   std::optional<SlotAnswer> TryThroughSlot(const SlotOp& op, const SendBatch& send, absl::Duration timeout);
   // Set's work under this process's slot lock.
-  std::optional<absl::Status> LeaveSet(const SlotOp& op, const SendBatch& send)
+  std::optional<absl::Status> LeaveSet(const SlotOp& op, const SendBatch& send, absl::Duration timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // Makes this process's slot ready for an operation: false while a left set is unsettled or an
   // operation this process stopped waiting for is still its carrier's.
-  bool TakeSlot();
-  void WriteSlot(const SlotOp& op);
+  bool TakeSlot() ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
+  void WriteSlot(const SlotOp& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(local_mu_);
   // DEADLINE_EXCEEDED for a write a carrier (whose slot state is `state`) held past `timeout`.
   absl::Status LateWriteError(absl::Duration timeout, uint32_t state) const;
   // Waits for the answer to this process's operation, pending in its slot, carrying when a lane

@@ -1,5 +1,6 @@
 // dtrun's pure parts: the environment a child gets (torchrun's variables from the coordinator's
 // assignment) and what a failed child's error file or output says.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -16,6 +17,8 @@
 #include "common/run_env.h"
 #include "common/utf8.h"
 #include "tests/test_util.h"
+
+#include <nlohmann/json.hpp>
 
 namespace dt::run {
 namespace {
@@ -315,6 +318,47 @@ TEST(ManifestOfDirectory, ListsPlainFilesWithSizesAndDigestsAndRefusesAnythingEl
   m = ManifestOfDirectory(tmp.Sub("empty"));
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(m.status().message().find("saved nothing"), std::string::npos) << m.status();
+}
+
+// A published checkpoint's files: all found at their sizes when opened, each hashed only when its
+// reader verifies it. A rank that resumes a ZeRO-1 share reads (and hashes) its own share, so
+// another rank's damaged share does not stop it, and its own does.
+TEST(CheckpointFiles, OpeningChecksEverySizeAndVerifyHashesOnlyTheFileNamed) {
+  testing::TempDir tmp;
+  std::string dir = tmp.Sub("step-10");
+  std::ofstream(JoinPath(dir, "mine.pt")) << "my share";
+  std::ofstream(JoinPath(dir, "theirs.pt")) << "their share";
+  absl::StatusOr<v1::Manifest> m = ManifestOfDirectory(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  nlohmann::json files = nlohmann::json::array();
+  for (const v1::ManifestFile& f : m->files()) {
+    files.push_back({{"name", f.name()}, {"size", f.size()}, {"sha256", f.sha256()}});
+  }
+  std::ofstream(JoinPath(dir, "manifest.json")) << nlohmann::json{{"step", 10}, {"files", files}}.dump();
+  absl::StatusOr<CheckpointFiles> opened = CheckpointFiles::Open(dir);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->names(), (std::vector<std::string>{"mine.pt", "theirs.pt"}));
+  EXPECT_EQ(opened->total_bytes(), 8 + 11);
+  // The other share's bytes change, not its size.
+  std::ofstream(JoinPath(dir, "theirs.pt")) << "THEIR SHARE";
+  opened = CheckpointFiles::Open(dir);
+  ASSERT_TRUE(opened.ok()) << "sizes only: " << opened.status();
+  EXPECT_TRUE(opened->Verify("mine.pt").ok());
+  absl::Status theirs = opened->Verify("theirs.pt");
+  EXPECT_EQ(theirs.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(theirs.message()), ::testing::HasSubstr("theirs.pt does not match its manifest"));
+  EXPECT_EQ(opened->Verify("unlisted.pt").code(), absl::StatusCode::kDataLoss);
+  absl::StatusOr<int64_t> whole = VerifyCheckpointDirectory(dir);
+  EXPECT_EQ(whole.status().code(), absl::StatusCode::kDataLoss) << "dtctl's --verify hashes every file";
+  // A file of another size, or missing, refuses the whole checkpoint at once.
+  std::ofstream(JoinPath(dir, "theirs.pt")) << "short";
+  opened = CheckpointFiles::Open(dir);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(opened.status().message()), ::testing::HasSubstr("5 bytes on disk but 11 in its manifest"));
+  ASSERT_EQ(::unlink(JoinPath(dir, "theirs.pt").c_str()), 0);
+  opened = CheckpointFiles::Open(dir);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(opened.status().message()), ::testing::HasSubstr("theirs.pt is missing"));
 }
 
 // A program started outside dtrun is told what is missing and how to start it.

@@ -454,16 +454,14 @@ absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& mode
                                               torch::Device device);
 
 // Elements [begin, end) from the checkpoint's ZeRO-1 moments files: only the files whose range
-// overlaps are read (a file's name says its rank and world size), and one more for the step when
-// none does.
-absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const std::string& dir, int64_t numel, int64_t begin, int64_t end) {
+// overlaps are read and verified (a file's name says its rank and world size), and one more for
+// the step when none does.
+absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const CheckpointFiles& files, const std::string& dir, int64_t numel,
+                                                 int64_t begin, int64_t end) {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    std::string name = entry.path().filename().string();
+  for (const std::string& name : files.names()) {
     if (IsZeroMomentsFileName(name)) names.push_back(name);
   }
-  if (ec) return absl::DataLossError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
   if (names.empty()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint ", dir, " holds neither optimizer.pt nor ZeRO-1 moments files"));
@@ -479,6 +477,7 @@ absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const std::string& dir, int64_t
     auto [b, e] = ZeroRange(numel, rank, world);
     bool overlaps = std::max(b, begin) < std::min(e, end);
     if (!overlaps && !(parts.empty() && &name == &names.back())) continue;
+    if (absl::Status verified = files.Verify(name); !verified.ok()) return verified;
     absl::StatusOr<FlatMoments> part = ReadMomentsFile(JoinPath(dir, name));
     if (!part.ok()) return part.status();
     if (part->numel != numel) {
@@ -496,8 +495,11 @@ absl::StatusOr<FlatMoments> ReadZeroMomentsFiles(const std::string& dir, int64_t
 absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::vector<torch::Tensor>& params,
                                             int64_t begin, int64_t end, const AdamWSettings& settings,
                                             torch::Device device) {
+  absl::StatusOr<CheckpointFiles> files = CheckpointFiles::Open(dir);
+  if (!files.ok()) return files.status();
   std::string whole = JoinPath(dir, "optimizer.pt");
-  if (!std::filesystem::exists(whole)) return ReadZeroMomentsFiles(dir, TotalElements(params), begin, end);
+  if (!std::filesystem::exists(whole)) return ReadZeroMomentsFiles(*files, dir, TotalElements(params), begin, end);
+  if (absl::Status verified = files->Verify("optimizer.pt"); !verified.ok()) return verified;
   // Written by a run without --zero: loaded whole (for this while, the full moments' memory), then cut.
   std::unique_ptr<torch::optim::AdamW> adamw = MakeAdamW(params, settings);
   try {
@@ -524,7 +526,12 @@ namespace {
 
 absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& model, torch::optim::Optimizer* optimizer,
                                               torch::Device device) {
-  if (absl::StatusOr<int64_t> verified = VerifyCheckpointDirectory(dir); !verified.ok()) return verified.status();
+  // Every file found at its size; the ones this rank reads are verified as it reads them.
+  absl::StatusOr<CheckpointFiles> files = CheckpointFiles::Open(dir);
+  if (!files.ok()) return files.status();
+  for (const char* name : {"state.json", "model.pt", "rng.pt"}) {
+    if (absl::Status verified = files->Verify(name); !verified.ok()) return verified;
+  }
   absl::StatusOr<std::string> text = ReadFile(JoinPath(dir, "state.json"));
   if (!text.ok()) return text.status();
   nlohmann::json s = nlohmann::json::parse(*text, nullptr, false);
@@ -559,10 +566,11 @@ absl::StatusOr<TrainState> LoadCheckpointInto(const std::string& dir, Gpt2& mode
       if (adamw == nullptr) return absl::UnimplementedError("ZeRO-1 checkpoints load into AdamW only");
       std::vector<torch::Tensor> params = model->parameters();
       const int64_t numel = TotalElements(params);
-      absl::StatusOr<FlatMoments> all = ReadZeroMomentsFiles(dir, numel, 0, numel);
+      absl::StatusOr<FlatMoments> all = ReadZeroMomentsFiles(*files, dir, numel, 0, numel);
       if (!all.ok()) return all.status();
       if (absl::Status s = SetAdamWMoments(*adamw, params, *all); !s.ok()) return s;
     } else if (optimizer != nullptr) {
+      if (absl::Status verified = files->Verify("optimizer.pt"); !verified.ok()) return verified;
       torch::serialize::InputArchive a;
       a.load_from(JoinPath(dir, "optimizer.pt"), device);  // moments live beside their parameters
       if (absl::Status loadable = LoadableOptimizerArchive(a, dir); !loadable.ok()) return loadable;

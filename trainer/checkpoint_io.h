@@ -160,8 +160,9 @@ absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArc
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                              const TrainState& state);
 
-// DATA_LOSS when a file does not match manifest.json; FAILED_PRECONDITION when the model shape
-// differs from the checkpoint's.
+// DATA_LOSS when a listed file is missing or of another size, or a file it reads does not match
+// manifest.json (each rank hashes what it reads: CheckpointFiles); FAILED_PRECONDITION when the
+// model shape differs from the checkpoint's.
 // A checkpoint of ZeRO-1 shares loads too: the moments files are regathered into the optimizer.
 absl::StatusOr<TrainState> LoadCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                           torch::Device device = torch::kCPU);
@@ -170,7 +171,7 @@ absl::StatusOr<TrainState> LoadModelCheckpoint(const std::string& dir, Gpt2& mod
 // Elements [begin, end) of the checkpoint's AdamW moments over `params` (the loaded model's), from
 // its ZeRO-1 moments files (written at any world size; only those that overlap are read) or from an
 // unpartitioned optimizer.pt (loaded whole, then cut). FAILED_PRECONDITION when they do not fit the
-// model; DATA_LOSS for a file that is not what it should be.
+// model; DATA_LOSS for a file that is not what it should be (only the files read are hashed).
 absl::StatusOr<FlatMoments> LoadZeroMoments(const std::string& dir, const std::vector<torch::Tensor>& params,
                                             int64_t begin, int64_t end, const AdamWSettings& settings,
                                             torch::Device device = torch::kCPU);
