@@ -594,7 +594,7 @@ int StoreCombiner::pending() const {
   return n;
 }
 
-bool StoreCombiner::NudgeOnePending() {
+void StoreCombiner::NudgeOnePending() {
   // From the slot after this one, so that no slot is always nudged first.
   int used = shared_->slots_used.load();
   for (int k = 1; k <= used; ++k) {
@@ -608,9 +608,8 @@ bool StoreCombiner::NudgeOnePending() {
       continue;
     }
     FutexWake(&shared_->state[i]);
-    return true;
+    return;
   }
-  return false;
 }
 
 }  // namespace dt

@@ -174,8 +174,8 @@ class StoreCombiner {
   StoreCombiner() = default;
   // Carries a batch when a carrier lock ("lane") is free (one whose carrier died included).
   enum class Carry { kCarried, kBusy, kUnrecoverable };
-  // TakeLaneAndCarry, then the ranks' sets left in their slots with nobody waiting (see Set):
-  // carried here while no waiting operation can be nudged to carry them.
+  // TakeLaneAndCarry, then HandOnPending: the sets left in slots meanwhile are carried here in one
+  // final batch, and a waiting owner is nudged to carry the next.
   Carry TryCarry(const SendBatch& send);
   // `final`: the batch is the carrier's last look for left sets (see "Left sets").
   Carry TakeLaneAndCarry(const SendBatch& send, bool final);
@@ -222,9 +222,8 @@ class StoreCombiner {
   // Ends, as UNAVAILABLE, the operations that a carrier which died on `lane` was holding. Holds its
   // lock.
   void FailOrphans(int lane);
-  // A pending operation whose owner waits for it is nudged to carry the next batch; false when
-  // there is none.
-  bool NudgeOnePending();
+  // A pending operation whose owner waits for it (not a left set) is nudged to carry the next batch.
+  void NudgeOnePending();
 
   std::unique_ptr<NodeSegment> segment_;
   Shared* shared_ = nullptr;  // in segment_
