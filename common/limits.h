@@ -24,6 +24,9 @@ inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;               // 1 MiB
 // One QueryMetrics page (a record is ~40 bytes on the wire: ~4 MB, well inside a gRPC message).
 inline constexpr int32_t kMaxMetricRecordsPerQuery = 100'000;
 inline constexpr int64_t kMaxWorldSize = 65'536;
+// Ranks of every run not yet ended together (dtcoord --max-ranks): past it a submission is
+// RESOURCE_EXHAUSTED, so a storm of them cannot take the coordinator from the runs it serves.
+inline constexpr int64_t kDefaultMaxRanks = 131'072;
 inline constexpr size_t kMaxNameChars = 128;  // experiment, barrier, node names
 inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr size_t kMaxMessageBytes = 64 << 10;  // error messages and stacks

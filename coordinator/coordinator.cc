@@ -35,12 +35,22 @@ constexpr char kRunJsonFile[] = "run.json";
 // Runs' file work proceeds in parallel up to this; one run's work is always in order.
 constexpr int kFileWorkThreads = 4;
 
+// What a run holds of --max-ranks: its world, or one rank per node while its nodes have not
+// counted their processes (--nproc-per-node gpu|cpu|auto; the first count takes the rest).
+int64_t RanksToAdmit(int64_t world_size, int32_t nodes) { return std::max<int64_t>(world_size, nodes); }
+
+// How a submission is named when --max-ranks refuses it.
+std::string AdmissionName(const v1::RunSpec& spec) {
+  return absl::StrCat("run ", Quote(spec.experiment_name()), " (", spec.nodes(), " node(s))");
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQueue* timers, StateDb* db)
     : options_(std::move(options)),
       policy_(DerivePolicy(options_.timeouts)),
       store_budget_(options_.store_bytes_total),
+      admission_(options_.max_ranks),
       clock_(clock),
       timers_(timers),
       db_(db),
@@ -152,6 +162,10 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
   absl::Time now = clock_->Now();
   *r.mutable_updated_at() = ToProtoTime(now);
   if (IsTerminal(state)) *r.mutable_ended_at() = ToProtoTime(now);
+  if (IsTerminal(state) && !IsTerminal(old)) {
+    admission_.Release(run.ranks_admitted);
+    run.ranks_admitted = 0;
+  }
   std::string detail;
   if (state == v1::RUNNING) {
     detail = absl::StrCat(" (generation ", r.generation(), ", ", r.world_size(), " ranks)");
@@ -660,6 +674,8 @@ absl::StatusOr<Coordinator::Submission> Coordinator::ReserveSubmission(const v1:
   if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined, ""};
   if (absl::Status s = CheckExperimentDirFree(dir); !s.ok()) return s;
   Submission reserved;
+  reserved.ranks = RanksToAdmit(WorldSize(spec), spec.nodes());
+  if (absl::Status s = admission_.Admit(reserved.ranks, AdmissionName(spec)); !s.ok()) return s;
   // Unique among the runs in memory and those being submitted (64 random bits: a clash is a bug).
   do {
     reserved.run_id = absl::StrCat("r-", RandomHex(8));
@@ -683,6 +699,12 @@ void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir
 // the registry then publishes the run.
 absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
   if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
+  // A storm of submissions past --max-ranks is refused before any makes its directory (a join
+  // costs nothing: ReserveSubmission decides after looking for the run to join).
+  if (request_spec.join_key().empty()) {
+    int64_t ranks = RanksToAdmit(WorldSize(request_spec), request_spec.nodes());
+    if (absl::Status s = admission_.Check(ranks, AdmissionName(request_spec)); !s.ok()) return s;
+  }
   v1::RunSpec spec = request_spec;
   if (spec.scheduler() == v1::SCHEDULER_UNSPECIFIED) spec.set_scheduler(v1::LOCAL);
   if (spec.log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED) spec.set_log_strategy(v1::MAIN);
@@ -699,10 +721,14 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   Deferred deferred;
   absl::MutexLock registry(&registry_mu_);
   ReleaseSubmission(spec, *dir, reserved->run_id);
-  if (!made.ok()) return made.status();
+  if (!made.ok()) {
+    admission_.Release(reserved->ranks);
+    return made.status();
+  }
   RunPtr run = *made;
   // Published even while shutting down: its record is written, and the replacement loads it.
   RunMutexLock lock(&run->mu);
+  run->ranks_admitted = reserved->ranks;
   const v1::Run& r = run->stored.run;
   runs_.emplace(r.run_id(), run);
   token_to_run_.emplace(run->stored.token_sha256, r.run_id());
@@ -948,6 +974,7 @@ Coordinator::Census Coordinator::TakeCensus() const {
     }
   }
   c.metric_batches_unstored = MetricBatchesUnstored();
+  c.admitted_ranks = admission_.admitted();
   return c;
 }
 
@@ -1000,6 +1027,8 @@ absl::Status Coordinator::Load() {
     NewGeneration(*run, r.generation());
     if (!IsTerminal(r.state())) {
       ++active;
+      run->ranks_admitted = RanksToAdmit(r.world_size(), r.spec().nodes());
+      admission_.Readmit(run->ranks_admitted);
       Generation& g = *run->gen;
       bool complete = static_cast<int>(l.ranks.size()) == r.world_size();
       for (const auto& rank : l.ranks) complete = complete && rank.generation() == g.number;

@@ -35,6 +35,7 @@
 #include "coordinator/observers.h"
 #include "coordinator/pending.h"
 #include "coordinator/preflight_judge.h"
+#include "coordinator/rank_admission.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/run_mutex.h"
 #include "coordinator/state_db.h"
@@ -59,6 +60,7 @@ struct CoordinatorOptions {
   int64_t store_bytes_total = kDefaultStoreBytesTotal;       // every run together
   size_t max_barrier_names = kMaxBarrierNames;               // distinct barrier names, one generation
   int64_t metric_bytes_per_run = kDefaultMetricBytesPerRun;  // metric batches held for storage, one run
+  int64_t max_ranks = kDefaultMaxRanks;                      // ranks of every run not yet ended
   PreflightPolicy preflight;                                 // when a rank's device pre-flight makes it unhealthy
   // What a commit checks before publishing: sizes (the writer's digests are recorded and checked
   // by whoever loads the checkpoint), or a full re-read of every byte.
@@ -112,6 +114,7 @@ class Coordinator {
     std::map<v1::RunState, int> runs_by_state;
     int registered_ranks = 0;             // ranks holding an assignment in active runs
     int64_t metric_batches_unstored = 0;  // accepted, not yet stored and delivered
+    int64_t admitted_ranks = 0;           // held against --max-ranks (RankAdmission)
   };
   Census TakeCensus() const;
 
@@ -268,6 +271,8 @@ class Coordinator {
     // the periodic progress flush on the file-work queue (a disk that stalls writes must not
     // stall the heartbeats and store calls that take `mu`).
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
+    // Ranks this run holds of the coordinator's --max-ranks (RankAdmission), until it ends.
+    int64_t ranks_admitted ABSL_GUARDED_BY(mu) = 0;
     // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without
     // `mu`), against CoordinatorOptions::metric_bytes_per_run.
     std::atomic<int64_t> metric_bytes_held{0};
@@ -480,12 +485,13 @@ class Coordinator {
   absl::Status CheckExperimentDirFree(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void IndexExperimentDir(const v1::Run& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   // SubmitRun's phases. A submission either joins the active run of its join key or reserves
-  // its directory, join key and run id (ALREADY_EXISTS, UNAVAILABLE); MakeRunEntry prepares the
-  // directory and writes the record and run.json off every lock (FAILED_PRECONDITION); the
-  // reservation is then released and the run published.
+  // its directory, join key, run id and ranks (ALREADY_EXISTS, RESOURCE_EXHAUSTED, UNAVAILABLE); MakeRunEntry prepares
+  // the directory and writes the record and run.json off every lock (FAILED_PRECONDITION); the reservation is then
+  // released and the run published.
   struct Submission {
     std::optional<v1::SubmitRunResponse> joined;  // set: nothing was reserved
     std::string run_id;
+    int64_t ranks = 0;  // admitted (RankAdmission) for the run
   };
   std::optional<v1::SubmitRunResponse> JoinSubmittedRun(const std::string& join_key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
@@ -499,6 +505,7 @@ class Coordinator {
   const CoordinatorOptions options_;
   const v1::TimeoutPolicy policy_;
   StoreByteBudget store_budget_;
+  RankAdmission admission_;
   const Clock* const clock_;
   TimerQueue* const timers_;
   StateDb* const db_;

@@ -96,6 +96,17 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
                          "): ", spec.nodes(), " nodes x ", counted, " = ", world, " ranks exceed the limit of ",
                          kMaxWorldSize, "; give --nproc-per-node a count");
   }
+  absl::Status admitted = absl::OkStatus();
+  if (wrong.empty() && spec.procs_per_node() == 0) {
+    admitted = admission_.Admit(world - run.ranks_admitted,
+                                absl::StrCat("run ", r.run_id(), " (", spec.nodes(), " nodes x ", counted, ")"));
+    if (admitted.ok()) {
+      run.ranks_admitted = world;
+    } else {
+      wrong = absl::StrCat("node ", Quote(request.node()), " counted ", counted, " processes (", rule,
+                           "): ", admitted.message());
+    }
+  }
   if (!wrong.empty()) {
     v1::Failure failure;
     failure.set_kind(v1::Failure::MISCONFIGURED);
@@ -105,7 +116,8 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
     failure.set_message(wrong);
     failure.set_fatal(true);
     FailGeneration(run, failure, deferred);
-    return absl::FailedPreconditionError(absl::StrCat("run ", r.run_id(), " ended: ", wrong));
+    std::string ended = absl::StrCat("run ", r.run_id(), " ended: ", wrong);
+    return admitted.ok() ? absl::FailedPreconditionError(ended) : absl::ResourceExhaustedError(ended);
   }
   if (spec.procs_per_node() > 0) return absl::OkStatus();
   spec.set_procs_per_node(counted);

@@ -92,6 +92,12 @@ void DeclarePolicy(CLI::App& app, CommandLine& c) {
       ->transform(CLI::AsSizeValue(false))
       ->check(dt::AtLeast(static_cast<int64_t>(dt::kMaxMetricBatchBytes)))
       ->capture_default_str();
+  app.add_option("--max-ranks", c.coordinator.max_ranks,
+                 "most ranks of every run not yet ended together; a submission past it is refused "
+                 "(RESOURCE_EXHAUSTED), so the runs admitted keep the coordinator (docs/guide/operating-dtcoord.md: "
+                 "what a rank costs)")
+      ->check(dt::AtLeast(1))
+      ->capture_default_str();
   app.add_option("--preflight-slowdown", c.coordinator.preflight.slowdown_limit,
                  "a rank whose device pre-flight (a timed matrix multiply before its first step) takes more than "
                  "this many times the median of the run's ranks is unhealthy: on Slurm its node is excluded")

@@ -34,9 +34,19 @@ const Histogram::BucketBoundaries& CheckpointBuckets() {
   return b;
 }
 
+// A family of one unlabelled gauge.
+prometheus::MetricFamily OneGauge(const std::string& name, const std::string& help, double value) {
+  prometheus::MetricFamily family{name, help, prometheus::MetricType::Gauge, {}};
+  prometheus::ClientMetric m;
+  m.gauge.value = value;
+  family.metric.push_back(m);
+  return family;
+}
+
 }  // namespace
 
-// Runs by state, registered ranks and unstored metric batches, counted from the coordinator at scrape time.
+// Runs by state, registered and admitted ranks (and --max-ranks), unstored metric batches, counted from the coordinator
+// at scrape time.
 class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
  public:
   explicit CensusCollectable(const Coordinator* c) : coordinator_(c) {}
@@ -51,22 +61,18 @@ class PrometheusExporter::CensusCollectable : public prometheus::Collectable {
       m.gauge.value = it == census.runs_by_state.end() ? 0 : it->second;
       runs.metric.push_back(m);
     }
-    prometheus::MetricFamily ranks{"dt_coordinator_registered_ranks",
-                                   "Ranks holding an assignment in active runs",
-                                   prometheus::MetricType::Gauge,
-                                   {}};
-    prometheus::ClientMetric m;
-    m.gauge.value = census.registered_ranks;
-    ranks.metric.push_back(m);
-    prometheus::MetricFamily unstored{"dt_coordinator_metric_batches_unstored",
-                                      "Metric batches accepted and not yet stored and delivered (grows while "
-                                      "the disk under --state-dir stalls writes)",
-                                      prometheus::MetricType::Gauge,
-                                      {}};
-    prometheus::ClientMetric u;
-    u.gauge.value = static_cast<double>(census.metric_batches_unstored);
-    unstored.metric.push_back(u);
-    return {runs, ranks, unstored};
+    return {runs,
+            OneGauge("dt_coordinator_registered_ranks", "Ranks holding an assignment in active runs",
+                     census.registered_ranks),
+            OneGauge("dt_coordinator_admitted_ranks",
+                     "Ranks of the runs not yet ended, held against dtcoord --max-ranks from submission to end",
+                     static_cast<double>(census.admitted_ranks)),
+            OneGauge("dt_coordinator_max_ranks", "dtcoord --max-ranks: a submission past it is refused",
+                     static_cast<double>(coordinator_->options().max_ranks)),
+            OneGauge("dt_coordinator_metric_batches_unstored",
+                     "Metric batches accepted and not yet stored and delivered (grows while the disk under "
+                     "--state-dir stalls writes)",
+                     static_cast<double>(census.metric_batches_unstored))};
   }
 
  private:

@@ -66,6 +66,7 @@ class CoordinatorTest : public ::testing::Test {
     options.before_file_work = [this](const std::string& exp_dir) { stall_.Pass(exp_dir); };
     options.before_metric_pass = [this] { stall_.Pass(JoinPath(save_dir_, "(metric storage)")); };
     options.metric_bytes_per_run = metric_bytes_per_run_;
+    options.max_ranks = max_ranks_;
     coord_ = std::make_unique<Coordinator>(options, &clock_, &timers_, db_.get());
     ASSERT_TRUE(coord_->Load().ok());
   }
@@ -150,6 +151,7 @@ class CoordinatorTest : public ::testing::Test {
 
   testing::Stall stall_;  // armed with a save dir ("<save dir>/"): its experiment dirs' file work
   int64_t metric_bytes_per_run_ = kDefaultMetricBytesPerRun;
+  int64_t max_ranks_ = kDefaultMaxRanks;
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
   FakeClock clock_;

@@ -14,6 +14,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -1070,6 +1071,111 @@ TEST(CoordinatorStoreLimitsTest, StoreBytesAndWaitTimeoutsAreBoundedOverTheWire)
     auto waited = Call(*admin, &v1::StoreService::Stub::Wait, admin->store(), wait, absl::Seconds(5));
     EXPECT_EQ(waited.status().code(), absl::StatusCode::kInvalidArgument) << bad << ": " << waited.status();
   }
+}
+
+// dtcoord --max-ranks: a storm of submissions past it is refused with RESOURCE_EXHAUSTED naming
+// the limit and makes nothing, while the admitted run's heartbeats are answered; exactly as many
+// small runs as fit are admitted when they race; an ended run gives its ranks back; a restarted
+// dtcoord counts the runs it loads.
+TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmittedRunIsServed) {
+  testing::TempDir tmp;
+  testing::CoordinatorProcess coord(tmp.path(), {"--max-ranks", "8"});
+  std::string save = tmp.Sub("runs");
+  auto admin = coord.AdminClient();
+  v1::SubmitRunResponse admitted = coord.Submit(testing::MakeSpec("admitted", save, 1, 4));
+  auto agents = testing::RegisterAgents(coord.Client(admitted.run_token()), admitted.run_id(), "n1", 4);
+  ASSERT_EQ(agents.size(), 4u);
+
+  auto submit = [&](const std::string& name, int nodes, int ppn) {
+    v1::SubmitRunRequest req;
+    *req.mutable_spec() = testing::MakeSpec(name, save, nodes, ppn);
+    return Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
+  };
+  // The storm, beside the admitted run's four ranks heartbeating.
+  std::atomic<bool> storming{true};
+  std::atomic<int> heartbeats{0};
+  std::vector<std::string> heartbeat_errors;
+  std::thread heartbeater([&] {
+    auto client = coord.Client(admitted.run_token());
+    while (storming.load()) {
+      for (const auto& agent : agents) {
+        v1::HeartbeatRequest hb;
+        hb.set_run_id(admitted.run_id());
+        hb.set_rank(agent->rank());
+        hb.set_generation(agent->generation());
+        hb.set_incarnation(agent->incarnation());
+        auto answer =
+            Call(*client, &v1::RendezvousService::Stub::Heartbeat, client->rendezvous(), hb, absl::Seconds(5));
+        if (!answer.ok() || answer->directive() != v1::HeartbeatResponse::CONTINUE) {
+          heartbeat_errors.push_back(answer.ok() ? answer->reason() : answer.status().ToString());
+        }
+        ++heartbeats;
+      }
+    }
+  });
+  std::atomic<int> refused{0};
+  std::vector<std::string> wrong;
+  absl::Mutex wrong_mu;
+  std::vector<std::thread> storm;
+  for (int t = 0; t < 8; ++t) {
+    storm.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        auto r = submit(absl::StrCat("storm-", t, "-", i), 2, 4);
+        if (r.status().code() == absl::StatusCode::kResourceExhausted &&
+            absl::StrContains(r.status().message(), "at most 8 ranks at once (dtcoord --max-ranks)") &&
+            absl::StrContains(r.status().message(), "hold 4 and run \"storm-")) {
+          ++refused;
+        } else {
+          absl::MutexLock lock(&wrong_mu);
+          wrong.push_back(r.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& t : storm) t.join();
+  storming = false;
+  heartbeater.join();
+  EXPECT_EQ(refused.load(), 200);
+  EXPECT_TRUE(wrong.empty()) << absl::StrJoin(wrong, "\n");
+  EXPECT_GT(heartbeats.load(), 0);
+  EXPECT_TRUE(heartbeat_errors.empty()) << absl::StrJoin(heartbeat_errors, "\n");
+  // Nothing of a refused run was made.
+  std::vector<std::string> dirs;
+  for (const auto& entry : fs::directory_iterator(save)) dirs.push_back(entry.path().filename().string());
+  EXPECT_EQ(dirs, std::vector<std::string>{"admitted"});
+  EXPECT_EQ(coord.GetRun(admitted.run_id()).state(), v1::RUNNING);
+
+  // Small runs racing for the four ranks left: exactly four get in.
+  std::atomic<int> small_admitted{0};
+  std::vector<std::thread> racers;
+  for (int t = 0; t < 12; ++t) {
+    racers.emplace_back([&, t] {
+      auto r = submit(absl::StrCat("small-", t), 1, 1);
+      if (r.ok()) ++small_admitted;
+      if (!r.ok()) EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    });
+  }
+  for (auto& t : racers) t.join();
+  EXPECT_EQ(small_admitted.load(), 4);
+
+  // Cancelling the four-rank run gives its ranks back.
+  v1::CancelRunRequest cancel;
+  cancel.set_run_id(admitted.run_id());
+  ASSERT_TRUE(Call(*admin, &v1::RunService::Stub::CancelRun, admin->runs(), cancel, absl::Seconds(10)).ok());
+  ASSERT_TRUE(submit("after-cancel", 1, 4).ok());
+
+  // After a restart the loaded runs still hold all eight.
+  coord.KillAndRestart();
+  absl::StatusOr<v1::SubmitRunResponse> after_restart;
+  // UNAVAILABLE until the channel has reconnected to the restarted dtcoord.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        after_restart = submit("after-restart", 1, 1);
+        return after_restart.status().code() != absl::StatusCode::kUnavailable;
+      },
+      absl::Seconds(20)));
+  EXPECT_EQ(after_restart.status().code(), absl::StatusCode::kResourceExhausted) << after_restart.status();
+  EXPECT_TRUE(absl::StrContains(after_restart.status().message(), "hold 8")) << after_restart.status();
 }
 
 // kill -9 of the dtcoord binary: every run is still there after a restart on the same state

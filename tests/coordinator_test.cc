@@ -234,6 +234,35 @@ TEST_F(CoordinatorTest, TheFirstNodesCountFixesACountedRunsShape) {
   EXPECT_EQ(coord_->GetRun(run)->procs_per_node_counted_on(), "n2");
 }
 
+// A --nproc-per-node gpu run holds one rank per node of --max-ranks until its first node counts;
+// a count that would pass the limit ends the run (RESOURCE_EXHAUSTED naming it), and the run's
+// ranks are given back.
+TEST_F(CoordinatorTest, ACountThatWouldPassMaxRanksEndsTheRunAndGivesItsRanksBack) {
+  max_ranks_ = 5;
+  Reopen();
+  v1::RunSpec spec = testing::MakeSpec("counted", save_dir_, 2, 0);
+  spec.set_procs_per_node_rule("gpu");
+  spec.add_exec_command("/bin/true");
+  std::string run = coord_->SubmitRun(spec)->run_id();
+  Submit(1, 1, 0, "other");  // 2 + 1 of 5 held
+  absl::StatusOr<v1::SubmitRunResponse> too_big = coord_->SubmitRun(testing::MakeSpec("too-big", save_dir_, 1, 3));
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  Reply<v1::RegisterResponse> counted;
+  v1::RegisterRequest req = RegisterRequest(run, "n1", 0);
+  req.mutable_expected()->set_procs_per_node(3);  // 6 ranks: 4 more than held, 2 free
+  coord_->Register(req, counted.pending());
+  ASSERT_TRUE(counted.arrived());
+  EXPECT_EQ(counted.value.status().code(), absl::StatusCode::kResourceExhausted) << counted.value.status();
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  EXPECT_EQ(r->state(), v1::FAILED);
+  EXPECT_EQ(r->reason().kind(), v1::Failure::MISCONFIGURED);
+  EXPECT_THAT(r->reason().message(), ::testing::HasSubstr("at most 5 ranks at once (dtcoord --max-ranks)"));
+  EXPECT_THAT(r->reason().message(), ::testing::HasSubstr("asks for 4"));
+  // The failed run's two ranks are free again: 1 + 4 fit in 5.
+  absl::StatusOr<v1::SubmitRunResponse> fits = coord_->SubmitRun(testing::MakeSpec("fits", save_dir_, 1, 4));
+  EXPECT_TRUE(fits.ok()) << fits.status();
+}
+
 // A node that counted another number than the first node ends the run at once, naming both: a
 // restart would count the same again, and a smaller world would train something else.
 TEST_F(CoordinatorTest, ANodeThatCountsDifferentlyEndsTheRunNamingBothCounts) {

@@ -230,11 +230,12 @@ TEST_F(MetricsE2ETest, PrometheusSeriesDuringATwoRankRun) {
                                    run.run_id(), R"("[^}]*\} [0-9.]+)"));
     EXPECT_TRUE(std::regex_search(scrape, series)) << "rank " << rank << "\n" << scrape;
   }
-  for (const char* name : {"dt_train_learning_rate{", "dt_train_grad_norm{", "dt_train_tokens_per_second{",
-                           "dt_train_step_time_seconds_bucket{", "dt_train_tokens_seen_total{", "dt_train_last_step{",
-                           "dt_rank_up{", "dt_coordinator_registered_ranks 2",
-                           "dt_coordinator_runs{state=\"RUNNING\"} 1", "dt_coordinator_rpc_duration_seconds_bucket{",
-                           "dt_coordinator_barrier_wait_seconds_count", "dt_metrics_points_ingested_total"}) {
+  for (const char* name :
+       {"dt_train_learning_rate{", "dt_train_grad_norm{", "dt_train_tokens_per_second{",
+        "dt_train_step_time_seconds_bucket{", "dt_train_tokens_seen_total{", "dt_train_last_step{", "dt_rank_up{",
+        "dt_coordinator_registered_ranks 2", "dt_coordinator_admitted_ranks 2", "dt_coordinator_max_ranks 131072",
+        "dt_coordinator_runs{state=\"RUNNING\"} 1", "dt_coordinator_rpc_duration_seconds_bucket{",
+        "dt_coordinator_barrier_wait_seconds_count", "dt_metrics_points_ingested_total"}) {
     EXPECT_NE(scrape.find(name), std::string::npos) << name;
   }
   EXPECT_NE(scrape.find("node=\"n1\""), std::string::npos);

@@ -480,6 +480,25 @@ void RendezvousRpcs(std::vector<Case>& t) {
                  r.mutable_expected()->set_procs_per_node(4);
                  return reg(e, *e.run_client, r, absl::Seconds(5));
                }});
+  t.push_back({"RendezvousService.Register", Code::RESOURCE_EXHAUSTED, [reg](Env& e) {
+                 // Runs that fill dtcoord's default --max-ranks (131,072) but one rank, and a counted
+                 // run holding its node's one: the node's count of two passes the limit.
+                 for (auto [name, ranks] : {std::pair{"fill-a", 65'536}, std::pair{"fill-b", 65'531}}) {
+                   v1::SubmitRunRequest fill;
+                   *fill.mutable_spec() = testing::MakeSpec(name, e.tmp.Sub("runs"), 1, ranks, 0);
+                   EXPECT_TRUE(Raw(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), fill) == Code::OK);
+                 }
+                 v1::SubmitRunRequest counted;
+                 *counted.mutable_spec() = testing::MakeSpec("counted", e.tmp.Sub("runs"), 1, 0, 0);
+                 counted.mutable_spec()->set_procs_per_node_rule("gpu");
+                 counted.mutable_spec()->add_exec_command("/bin/true");
+                 auto made =
+                     Call(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), counted, absl::Seconds(10));
+                 if (!made.ok()) return Code::UNKNOWN;
+                 v1::RegisterRequest r = RegisterReq(made->run_id(), 0, "i");
+                 r.mutable_expected()->set_procs_per_node(2);
+                 return reg(e, *e.admin, r, absl::Seconds(5));
+               }});
   t.push_back({"RendezvousService.Register", Code::DEADLINE_EXCEEDED,
                [reg](Env& e) {
                  // One of two ranks; the rendezvous timeout (1 s here) passes.

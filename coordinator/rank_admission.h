@@ -1,0 +1,37 @@
+// How many ranks dtcoord serves at once (dtcoord --max-ranks). A run's ranks are admitted when it
+// is submitted and released when it ends, so a storm of submissions past the bound is refused at
+// the door, and the runs already admitted keep the coordinator's time (heartbeats, store calls).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace dt {
+
+class RankAdmission {
+ public:
+  explicit RankAdmission(int64_t limit) : limit_(limit) {}
+  // Admits `ranks` more unless the total would pass the limit: RESOURCE_EXHAUSTED naming the
+  // limit, what is held and what `what` (e.g. "this run") asks for; nothing is taken then.
+  absl::Status Admit(int64_t ranks, const std::string& what);
+  // The answer Admit would give now, taking nothing: a storm past the limit is refused before a
+  // submission makes anything.
+  absl::Status Check(int64_t ranks, const std::string& what) const;
+  // Takes `ranks` whatever the limit: runs admitted before a restart (the limit may have been
+  // lowered since) keep their place.
+  void Readmit(int64_t ranks) { admitted_.fetch_add(ranks, std::memory_order_relaxed); }
+  void Release(int64_t ranks) { admitted_.fetch_sub(ranks, std::memory_order_relaxed); }
+  int64_t admitted() const { return admitted_.load(std::memory_order_relaxed); }
+  int64_t limit() const { return limit_; }
+
+ private:
+  absl::Status Refusal(int64_t held, int64_t ranks, const std::string& what) const;
+
+  const int64_t limit_;
+  std::atomic<int64_t> admitted_{0};
+};
+
+}  // namespace dt
