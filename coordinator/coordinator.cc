@@ -659,8 +659,7 @@ std::optional<v1::SubmitRunResponse> Coordinator::JoinSubmittedRun(const std::st
   return out;  // no run token: the caller's own token already may act on the run
 }
 
-absl::StatusOr<Coordinator::Submission> Coordinator::ReserveSubmission(const v1::RunSpec& spec,
-                                                                       const ExperimentDir& dir) {
+absl::StatusOr<Coordinator::Submission> Coordinator::AdmitSubmission(const v1::RunSpec& spec) {
   absl::MutexLock registry(&registry_mu_);
   if (!spec.join_key().empty()) {
     // A submission of the same join key is making its files: wait for it, then join its run.
@@ -671,20 +670,30 @@ absl::StatusOr<Coordinator::Submission> Coordinator::ReserveSubmission(const v1:
     registry_mu_.Await(absl::Condition(&free));
   }
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined, ""};
+  if (std::optional<v1::SubmitRunResponse> joined = JoinSubmittedRun(spec.join_key())) return Submission{*joined};
+  Submission admitted;
+  admitted.ranks = RanksToAdmit(WorldSize(spec), spec.nodes());
+  if (absl::Status s = admission_.Admit(admitted.ranks, AdmissionName(spec)); !s.ok()) return s;
+  if (!spec.join_key().empty()) submitting_join_keys_.insert(spec.join_key());
+  return admitted;
+}
+
+void Coordinator::WithdrawSubmission(const v1::RunSpec& spec, int64_t ranks) {
+  admission_.Release(ranks);
+  submitting_join_keys_.erase(spec.join_key());
+}
+
+absl::StatusOr<std::string> Coordinator::ReserveSubmission(const ExperimentDir& dir) {
   if (absl::Status s = CheckExperimentDirFree(dir); !s.ok()) return s;
-  Submission reserved;
-  reserved.ranks = RanksToAdmit(WorldSize(spec), spec.nodes());
-  if (absl::Status s = admission_.Admit(reserved.ranks, AdmissionName(spec)); !s.ok()) return s;
+  std::string run_id;
   // Unique among the runs in memory and those being submitted (64 random bits: a clash is a bug).
   do {
-    reserved.run_id = absl::StrCat("r-", RandomHex(8));
-  } while (runs_.contains(reserved.run_id) || submitting_ids_.count(reserved.run_id) > 0);
-  submitting_ids_.insert(reserved.run_id);
+    run_id = absl::StrCat("r-", RandomHex(8));
+  } while (runs_.contains(run_id) || submitting_ids_.count(run_id) > 0);
+  submitting_ids_.insert(run_id);
   submitting_dirs_.insert(dir.path);
   submitting_inodes_.insert({dir.identity.device(), dir.identity.inode()});
-  if (!spec.join_key().empty()) submitting_join_keys_.insert(spec.join_key());
-  return reserved;
+  return run_id;
 }
 
 void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir, const std::string& run_id) {
@@ -694,41 +703,44 @@ void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir
   submitting_join_keys_.erase(spec.join_key());
 }
 
-// Three phases, so that no lock is held across the file system or the database: the registry
-// reserves the directory (and join key), the files and the record are made off every lock, and
-// the registry then publishes the run.
+// Phases, so that no lock is held across the file system or the database: the registry admits
+// the run's ranks (and holds its join key), the directory is resolved, the registry reserves it,
+// the files and the record are made off every lock, and the registry then publishes the run.
 absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
   if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
-  // A storm of submissions past --max-ranks is refused before any makes its directory (a join
-  // costs nothing: ReserveSubmission decides after looking for the run to join).
-  if (request_spec.join_key().empty()) {
-    int64_t ranks = RanksToAdmit(WorldSize(request_spec), request_spec.nodes());
-    if (absl::Status s = admission_.Check(ranks, AdmissionName(request_spec)); !s.ok()) return s;
-  }
   v1::RunSpec spec = request_spec;
   if (spec.scheduler() == v1::SCHEDULER_UNSPECIFIED) spec.set_scheduler(v1::LOCAL);
   if (spec.log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED) spec.set_log_strategy(v1::MAIN);
   if (spec.keep_checkpoints() == 0) spec.set_keep_checkpoints(3);
+  // Before the directory is made: a submission past --max-ranks makes nothing.
+  absl::StatusOr<Submission> admitted = AdmitSubmission(spec);
+  if (!admitted.ok()) return admitted.status();
+  if (admitted->joined) return *admitted->joined;
   // Creating the directory is harmless; nothing inside it is touched before the check below.
   absl::StatusOr<ExperimentDir> dir = ResolveExperimentDir(spec.save_dir(), spec.experiment_name());
-  if (!dir.ok()) return dir.status();
-  absl::StatusOr<Submission> reserved = ReserveSubmission(spec, *dir);
-  if (!reserved.ok()) return reserved.status();
-  if (reserved->joined) return *reserved->joined;
+  absl::StatusOr<std::string> run_id = absl::UnknownError("not reserved");
+  {
+    absl::MutexLock registry(&registry_mu_);
+    run_id = dir.ok() ? ReserveSubmission(*dir) : absl::StatusOr<std::string>(dir.status());
+    if (!run_id.ok()) {
+      WithdrawSubmission(spec, admitted->ranks);
+      return run_id.status();
+    }
+  }
 
   std::string token = absl::StrCat("dt_run_", RandomHex(24));
-  absl::StatusOr<RunPtr> made = MakeRunEntry(spec, *dir, reserved->run_id, token);
+  absl::StatusOr<RunPtr> made = MakeRunEntry(spec, *dir, *run_id, token);
   Deferred deferred;
   absl::MutexLock registry(&registry_mu_);
-  ReleaseSubmission(spec, *dir, reserved->run_id);
+  ReleaseSubmission(spec, *dir, *run_id);
   if (!made.ok()) {
-    admission_.Release(reserved->ranks);
+    admission_.Release(admitted->ranks);
     return made.status();
   }
   RunPtr run = *made;
   // Published even while shutting down: its record is written, and the replacement loads it.
   RunMutexLock lock(&run->mu);
-  run->ranks_admitted = reserved->ranks;
+  run->ranks_admitted = admitted->ranks;
   const v1::Run& r = run->stored.run;
   runs_.emplace(r.run_id(), run);
   token_to_run_.emplace(run->stored.token_sha256, r.run_id());

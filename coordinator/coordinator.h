@@ -484,18 +484,21 @@ class Coordinator {
   // under another spelling: device and inode).
   absl::Status CheckExperimentDirFree(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void IndexExperimentDir(const v1::Run& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
-  // SubmitRun's phases. A submission either joins the active run of its join key or reserves
-  // its directory, join key, run id and ranks (ALREADY_EXISTS, RESOURCE_EXHAUSTED, UNAVAILABLE); MakeRunEntry prepares
+  // SubmitRun's phases. AdmitSubmission either joins the active run of its join key or takes the
+  // run's ranks and holds its join key (RESOURCE_EXHAUSTED, UNAVAILABLE); WithdrawSubmission gives
+  // them back when a later phase refuses. ReserveSubmission reserves the directory and a run id
+  // (ALREADY_EXISTS); MakeRunEntry prepares
   // the directory and writes the record and run.json off every lock (FAILED_PRECONDITION); the reservation is then
   // released and the run published.
   struct Submission {
-    std::optional<v1::SubmitRunResponse> joined;  // set: nothing was reserved
-    std::string run_id;
-    int64_t ranks = 0;  // admitted (RankAdmission) for the run
+    std::optional<v1::SubmitRunResponse> joined;  // set: nothing was admitted
+    int64_t ranks = 0;                            // admitted (RankAdmission) for the run
   };
+  absl::StatusOr<Submission> AdmitSubmission(const v1::RunSpec& spec);
+  void WithdrawSubmission(const v1::RunSpec& spec, int64_t ranks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   std::optional<v1::SubmitRunResponse> JoinSubmittedRun(const std::string& join_key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
-  absl::StatusOr<Submission> ReserveSubmission(const v1::RunSpec& spec, const ExperimentDir& dir);
+  absl::StatusOr<std::string> ReserveSubmission(const ExperimentDir& dir) ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   void ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir& dir, const std::string& run_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
   absl::StatusOr<RunPtr> MakeRunEntry(const v1::RunSpec& spec, ExperimentDir& dir, const std::string& run_id,

@@ -99,12 +99,13 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
   absl::Status admitted = absl::OkStatus();
   if (wrong.empty() && spec.procs_per_node() == 0) {
     admitted = admission_.Admit(world - run.ranks_admitted,
-                                absl::StrCat("run ", r.run_id(), " (", spec.nodes(), " nodes x ", counted, ")"));
+                                absl::StrCat("run ", r.run_id(), " (", spec.nodes(), " nodes x ", counted, " = ", world,
+                                             " ranks, ", run.ranks_admitted, " of them held already)"));
     if (admitted.ok()) {
       run.ranks_admitted = world;
     } else {
       wrong = absl::StrCat("node ", Quote(request.node()), " counted ", counted, " processes (", rule,
-                           "): ", admitted.message());
+                           "): ", admitted.message(), "; then submit the run again");
     }
   }
   if (!wrong.empty()) {

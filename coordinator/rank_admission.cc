@@ -19,9 +19,4 @@ absl::Status RankAdmission::Admit(int64_t ranks, const std::string& what) {
   return absl::OkStatus();
 }
 
-absl::Status RankAdmission::Check(int64_t ranks, const std::string& what) const {
-  int64_t held = admitted();
-  return held + ranks > limit_ ? Refusal(held, ranks, what) : absl::OkStatus();
-}
-
 }  // namespace dt

@@ -17,9 +17,6 @@ class RankAdmission {
   // Admits `ranks` more unless the total would pass the limit: RESOURCE_EXHAUSTED naming the
   // limit, what is held and what `what` (e.g. "this run") asks for; nothing is taken then.
   absl::Status Admit(int64_t ranks, const std::string& what);
-  // The answer Admit would give now, taking nothing: a storm past the limit is refused before a
-  // submission makes anything.
-  absl::Status Check(int64_t ranks, const std::string& what) const;
   // Takes `ranks` whatever the limit: runs admitted before a restart (the limit may have been
   // lowered since) keep their place.
   void Readmit(int64_t ranks) { admitted_.fetch_add(ranks, std::memory_order_relaxed); }

@@ -1146,17 +1146,27 @@ TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmitted
   EXPECT_EQ(coord.GetRun(admitted.run_id()).state(), v1::RUNNING);
 
   // Small runs racing for the four ranks left: exactly four get in.
-  std::atomic<int> small_admitted{0};
+  std::vector<std::string> small_admitted;
+  absl::Mutex small_mu;
   std::vector<std::thread> racers;
   for (int t = 0; t < 12; ++t) {
     racers.emplace_back([&, t] {
-      auto r = submit(absl::StrCat("small-", t), 1, 1);
-      if (r.ok()) ++small_admitted;
+      std::string name = absl::StrCat("small-", t);
+      auto r = submit(name, 1, 1);
       if (!r.ok()) EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+      absl::MutexLock lock(&small_mu);
+      if (r.ok()) small_admitted.push_back(name);
     });
   }
   for (auto& t : racers) t.join();
-  EXPECT_EQ(small_admitted.load(), 4);
+  EXPECT_EQ(small_admitted.size(), 4u);
+  // The racers refused made no directory either.
+  dirs.clear();
+  for (const auto& entry : fs::directory_iterator(save)) dirs.push_back(entry.path().filename().string());
+  small_admitted.push_back("admitted");
+  std::sort(dirs.begin(), dirs.end());
+  std::sort(small_admitted.begin(), small_admitted.end());
+  EXPECT_EQ(dirs, small_admitted);
 
   // Cancelling the four-rank run gives its ranks back.
   v1::CancelRunRequest cancel;
@@ -1175,7 +1185,7 @@ TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmitted
       },
       absl::Seconds(20)));
   EXPECT_EQ(after_restart.status().code(), absl::StatusCode::kResourceExhausted) << after_restart.status();
-  EXPECT_TRUE(absl::StrContains(after_restart.status().message(), "hold 8")) << after_restart.status();
+  EXPECT_TRUE(absl::StrContains(after_restart.status().message(), "hold 8 and")) << after_restart.status();
 }
 
 // kill -9 of the dtcoord binary: every run is still there after a restart on the same state

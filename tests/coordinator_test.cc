@@ -263,6 +263,43 @@ TEST_F(CoordinatorTest, ACountThatWouldPassMaxRanksEndsTheRunAndGivesItsRanksBac
   EXPECT_TRUE(fits.ok()) << fits.status();
 }
 
+// What each run holds of --max-ranks, through its life: its world from submission; a counted
+// run one rank per node, then its whole world once counted; a join nothing; a submission that
+// cannot make its directory nothing once refused; a restarted coordinator what it loaded; an
+// ended run nothing.
+TEST_F(CoordinatorTest, AdmittedRanksFollowEveryRunFromSubmissionToItsEnd) {
+  auto admitted = [this] { return coord_->TakeCensus().admitted_ranks; };
+  std::string plain = Submit(2, 3, 0, "plain");
+  EXPECT_EQ(admitted(), 6);
+  v1::RunSpec counted_spec = testing::MakeSpec("counted", save_dir_, 2, 0);
+  counted_spec.set_procs_per_node_rule("gpu");
+  counted_spec.add_exec_command("/bin/true");
+  std::string counted = coord_->SubmitRun(counted_spec)->run_id();
+  EXPECT_EQ(admitted(), 8);
+  Reply<v1::RegisterResponse> first;
+  v1::RegisterRequest req = RegisterRequest(counted, "n1", 0);
+  req.mutable_expected()->set_procs_per_node(4);
+  coord_->Register(req, first.pending());
+  EXPECT_EQ(admitted(), 14);  // 2 nodes x 4
+  v1::RunSpec joined = testing::MakeSpec("byo", save_dir_, 1, 2);
+  joined.set_scheduler(v1::EXTERNAL);
+  joined.set_join_key("byo@slurm-9");
+  ASSERT_TRUE(coord_->SubmitRun(joined).ok());
+  ASSERT_TRUE(coord_->SubmitRun(joined)->joined());
+  EXPECT_EQ(admitted(), 16);  // the join took nothing
+  std::string file = JoinPath(save_dir_, "a-file");
+  ASSERT_TRUE(WriteFileAtomic(file, "x").ok());
+  EXPECT_FALSE(coord_->SubmitRun(testing::MakeSpec("x", JoinPath(file, "below"), 1, 1)).ok());
+  EXPECT_EQ(admitted(), 16);
+  Reopen();
+  EXPECT_EQ(admitted(), 16);
+  ASSERT_TRUE(coord_->CancelRun(counted, "done").ok());
+  EXPECT_EQ(admitted(), 8);
+  ASSERT_TRUE(coord_->CancelRun(plain, "done").ok());
+  ASSERT_TRUE(coord_->CancelRun(plain, "again").ok());  // an ended run gives nothing twice
+  EXPECT_EQ(admitted(), 2);
+}
+
 // A node that counted another number than the first node ends the run at once, naming both: a
 // restart would count the same again, and a smaller world would train something else.
 TEST_F(CoordinatorTest, ANodeThatCountsDifferentlyEndsTheRunNamingBothCounts) {

@@ -481,12 +481,17 @@ void RendezvousRpcs(std::vector<Case>& t) {
                  return reg(e, *e.run_client, r, absl::Seconds(5));
                }});
   t.push_back({"RendezvousService.Register", Code::RESOURCE_EXHAUSTED, [reg](Env& e) {
-                 // Runs that fill dtcoord's default --max-ranks (131,072) but one rank, and a counted
-                 // run holding its node's one: the node's count of two passes the limit.
-                 for (auto [name, ranks] : {std::pair{"fill-a", 65'536}, std::pair{"fill-b", 65'531}}) {
+                 // Runs that fill dtcoord's default --max-ranks but one rank, and a counted run
+                 // holding its node's one: the node's count of two passes the limit.
+                 for (int fill_run = 0;; ++fill_run) {
+                   int64_t left = kDefaultMaxRanks - e.coord->coordinator().TakeCensus().admitted_ranks;
+                   if (left <= 1) break;
                    v1::SubmitRunRequest fill;
-                   *fill.mutable_spec() = testing::MakeSpec(name, e.tmp.Sub("runs"), 1, ranks, 0);
-                   EXPECT_TRUE(Raw(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), fill) == Code::OK);
+                   *fill.mutable_spec() = testing::MakeSpec(absl::StrCat("fill-", fill_run), e.tmp.Sub("runs"), 1,
+                                                            static_cast<int>(std::min(left - 1, kMaxWorldSize)), 0);
+                   if (Raw(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), fill) != Code::OK) {
+                     return Code::UNKNOWN;
+                   }
                  }
                  v1::SubmitRunRequest counted;
                  *counted.mutable_spec() = testing::MakeSpec("counted", e.tmp.Sub("runs"), 1, 0, 0);
