@@ -55,8 +55,13 @@ class SlurmTest : public ::testing::Test {
     }
     // A heartbeat timeout well beyond the moment srun's account of a failed step arrives (well under
     // a second here), so the test sees the path a cluster relies on, not a race against silence.
+    // The simulated nodes share this machine's two cores, so their pre-flight timings compare
+    // neighbours' noise, not devices: a test not about the pre-flight judge turns it off (a 3x
+    // straggler verdict from a busy moment would spend the run's restart). The judge's own test
+    // starts a coordinator with the default and makes one node slow on purpose.
     coord_ = std::make_unique<testing::CoordinatorProcess>(
-        tmp_.path(), std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s"});
+        tmp_.path(), std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s",
+                                              "--preflight-slowdown", "1000000"});
   }
 
   CommandResult Dtctl(std::vector<std::string> args) { return testing::RunDtctl(*coord_, args); }
@@ -186,8 +191,8 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
   testing::WandbServer wandb(tmp_.Sub("wandb"));
   coord_ = std::make_unique<testing::CoordinatorProcess>(
       tmp_.Sub("coord-wandb"),
-      std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s", "--wandb-post-interval",
-                               "200ms", "--wandb-retry-base", "100ms"},
+      std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s", "--preflight-slowdown",
+                               "1000000", "--wandb-post-interval", "200ms", "--wandb-retry-base", "100ms"},
       std::map<std::string, std::string>{{"WANDB_API_KEY", testing::kWandbApiKey}, {"WANDB_BASE_URL", wandb.url()}});
   std::string run =
       Submit("slurm-preempt", 24, /*max_restarts=*/0, {"--ckpt-freq", "1000"}, {"--wandb-project", "dt-tests"});
@@ -533,6 +538,10 @@ TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWit
       << "exec taskset -c $cpu '" << testing::BinaryPath("dttrainer") << "' \"$@\"\n";
   }
   ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  // The judge at dtcoord's default slowdown limit (3x the median).
+  coord_ = std::make_unique<testing::CoordinatorProcess>(
+      tmp_.Sub("coord-judged"),
+      std::vector<std::string>{"--heartbeat-interval", "200ms", "--heartbeat-timeout", "15s"});
   // Each in a session of its own: with the kernel's autogroup scheduling, processes of one
   // session share one CPU slot between them.
   std::vector<std::unique_ptr<Subprocess>> busy;
