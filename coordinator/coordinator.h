@@ -487,9 +487,8 @@ class Coordinator {
   // SubmitRun's phases. AdmitSubmission either joins the active run of its join key or takes the
   // run's ranks and holds its join key (RESOURCE_EXHAUSTED, UNAVAILABLE); WithdrawSubmission gives
   // them back when a later phase refuses. ReserveSubmission reserves the directory and a run id
-  // (ALREADY_EXISTS); MakeRunEntry prepares
-  // the directory and writes the record and run.json off every lock (FAILED_PRECONDITION); the reservation is then
-  // released and the run published.
+  // (ALREADY_EXISTS); MakeRunEntry prepares the directory and writes the record and run.json off
+  // every lock (FAILED_PRECONDITION); the reservation is then released and the run published.
   struct Submission {
     std::optional<v1::SubmitRunResponse> joined;  // set: nothing was admitted
     int64_t ranks = 0;                            // admitted (RankAdmission) for the run
@@ -507,7 +506,7 @@ class Coordinator {
   CoordinatorStats* stats_ = nullptr;
   const CoordinatorOptions options_;
   const v1::TimeoutPolicy policy_;
-  StoreByteBudget store_budget_;
+  SharedBudget store_budget_;
   RankAdmission admission_;
   const Clock* const clock_;
   TimerQueue* const timers_;

@@ -39,16 +39,6 @@ std::string NameKeys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
-bool StoreByteBudget::TryCharge(int64_t bytes) {
-  int64_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (used + bytes > limit_) return false;
-  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
-  return true;
-}
-
-void StoreByteBudget::Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
-
 KvStore::KvStore(std::string scope, TimerQueue* timers, StoreLimits limits)
     : scope_(std::move(scope)), timers_(timers), limits_(limits) {}
 

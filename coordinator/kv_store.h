@@ -3,7 +3,6 @@
 // they park a Pending that a later set/add/compare-set completes, or a timer expires.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,30 +16,17 @@
 #include "absl/time/time.h"
 #include "common/limits.h"
 #include "coordinator/pending.h"
+#include "coordinator/shared_budget.h"
 #include "coordinator/timer_queue.h"
 
 namespace dt {
 
-// Bytes (keys plus values) held by every store of one coordinator, against one limit: a run's
-// own limit bounds one run, this bounds the process.
-class StoreByteBudget {
- public:
-  explicit StoreByteBudget(int64_t limit) : limit_(limit) {}
-  // Takes `bytes` unless that would pass the limit.
-  bool TryCharge(int64_t bytes);
-  void Release(int64_t bytes);
-  int64_t used() const { return used_.load(std::memory_order_relaxed); }
-  int64_t limit() const { return limit_; }
-
- private:
-  const int64_t limit_;
-  std::atomic<int64_t> used_{0};
-};
-
 struct StoreLimits {
   int64_t max_keys = kMaxKeysPerRun;
   int64_t max_bytes = kDefaultStoreBytesPerRun;  // keys plus values of this store
-  StoreByteBudget* shared = nullptr;             // every store's bytes (may be null)
+  // Bytes (keys plus values) held by every store of one coordinator (may be null): a run's own
+  // limit bounds one run, this bounds the process.
+  SharedBudget* shared = nullptr;
 };
 
 class KvStore : public std::enable_shared_from_this<KvStore> {

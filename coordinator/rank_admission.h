@@ -3,32 +3,29 @@
 // the door, and the runs already admitted keep the coordinator's time (heartbeats, store calls).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "coordinator/shared_budget.h"
 
 namespace dt {
 
 class RankAdmission {
  public:
-  explicit RankAdmission(int64_t limit) : limit_(limit) {}
+  explicit RankAdmission(int64_t limit) : ranks_(limit) {}
   // Admits `ranks` more unless the total would pass the limit: RESOURCE_EXHAUSTED naming the
   // limit, what is held and what `what` (e.g. "this run") asks for; nothing is taken then.
   absl::Status Admit(int64_t ranks, const std::string& what);
   // Takes `ranks` whatever the limit: runs admitted before a restart (the limit may have been
   // lowered since) keep their place.
-  void Readmit(int64_t ranks) { admitted_.fetch_add(ranks, std::memory_order_relaxed); }
-  void Release(int64_t ranks) { admitted_.fetch_sub(ranks, std::memory_order_relaxed); }
-  int64_t admitted() const { return admitted_.load(std::memory_order_relaxed); }
-  int64_t limit() const { return limit_; }
+  void Readmit(int64_t ranks) { ranks_.Charge(ranks); }
+  void Release(int64_t ranks) { ranks_.Release(ranks); }
+  int64_t admitted() const { return ranks_.used(); }
+  int64_t limit() const { return ranks_.limit(); }
 
  private:
-  absl::Status Refusal(int64_t held, int64_t ranks, const std::string& what) const;
-
-  const int64_t limit_;
-  std::atomic<int64_t> admitted_{0};
+  SharedBudget ranks_;
 };
 
 }  // namespace dt

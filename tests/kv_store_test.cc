@@ -10,7 +10,7 @@ class KvStoreTest : public ::testing::Test {
  protected:
   FakeClock clock_;
   TimerQueue timers_{&clock_};
-  StoreByteBudget budget_{16 << 20};
+  SharedBudget budget_{16 << 20};
   std::shared_ptr<KvStore> store_ =
       std::make_shared<KvStore>("run r-test generation 0", &timers_, StoreLimits{5, 1000, &budget_});
 
@@ -214,7 +214,7 @@ TEST_F(KvStoreTest, ARunsBytesAreBoundedAndARefusedSetChangesNothing) {
 }
 
 TEST_F(KvStoreTest, EveryRunTogetherIsBoundedAndAnEndedGenerationGivesItsBytesBack) {
-  StoreByteBudget shared(1500);
+  SharedBudget shared(1500);
   auto first = std::make_shared<KvStore>("run r-1 generation 0", &timers_, StoreLimits{100, 1000, &shared});
   auto second = std::make_shared<KvStore>("run r-2 generation 0", &timers_, StoreLimits{100, 1000, &shared});
   Deferred d;
