@@ -85,14 +85,20 @@ std::shared_ptr<CoordinatorClient> Connect(const Coordinator& c, bool private_co
   return *CoordinatorClient::Connect(o);
 }
 
-v1::SubmitRunResponse Submit(const Coordinator& c, int nodes, int ppn, const std::string& dir) {
-  auto admin = Connect(c, false);
+// A run of nodes x ppn ranks in `dir`, under a fresh name.
+v1::SubmitRunRequest SubmitRequest(int nodes, int ppn, const std::string& dir) {
   v1::SubmitRunRequest req;
-  req.mutable_spec()->set_experiment_name(absl::StrCat("scale-", nodes * ppn, "-", RandomHex(3)));
+  req.mutable_spec()->set_experiment_name(absl::StrCat("scale-", nodes * ppn, "-", RandomHex(4)));
   req.mutable_spec()->set_save_dir(dir);
   req.mutable_spec()->set_nodes(nodes);
   req.mutable_spec()->set_procs_per_node(ppn);
-  auto r = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
+  return req;
+}
+
+v1::SubmitRunResponse Submit(const Coordinator& c, int nodes, int ppn, const std::string& dir) {
+  auto admin = Connect(c, false);
+  auto r =
+      Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), SubmitRequest(nodes, ppn, dir), absl::Seconds(30));
   if (!r.ok()) throw std::runtime_error(r.status().ToString());
   return *r;
 }
@@ -294,16 +300,20 @@ struct LoadRank {
   std::string incarnation;
 };
 
+// Appends the registered ranks of `run` to `ranks`.
+void AddLoadRanks(const v1::SubmitRunResponse& run, const Registered& r, std::vector<LoadRank>& ranks) {
+  for (size_t i = 0; i < r.clients.size(); ++i)
+    ranks.push_back({run.run_id(), r.clients[i], r.seats[i], r.incarnations[i]});
+}
+
 std::vector<LoadRank> RegisterLoad(const Coordinator& c, const std::string& dir, std::vector<std::string>* run_ids) {
   std::vector<LoadRank> ranks;
   std::vector<std::pair<int, int>> shapes = {{125, 8}};  // 1,000 ranks
   for (int i = 0; i < 50; ++i) shapes.push_back({1, 8});
   for (auto [nodes, ppn] : shapes) {
     v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
-    Registered r = RegisterAll(c, run, nodes, ppn);
     run_ids->push_back(run.run_id());
-    for (size_t i = 0; i < r.clients.size(); ++i)
-      ranks.push_back({run.run_id(), r.clients[i], r.seats[i], r.incarnations[i]});
+    AddLoadRanks(run, RegisterAll(c, run, nodes, ppn), ranks);
   }
   return ranks;
 }
@@ -433,9 +443,8 @@ void StormBench(const std::string& dir) {
   const int nodes = 64, ppn = 8, n = nodes * ppn;
   Coordinator c = StartCoordinator(TempDir("storm"), "off", {"--max-ranks", std::to_string(n)});
   v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
-  Registered r = RegisterAll(c, run, nodes, ppn);
   std::vector<LoadRank> ranks;
-  for (int i = 0; i < n; ++i) ranks.push_back({run.run_id(), r.clients[i], r.seats[i], r.incarnations[i]});
+  AddLoadRanks(run, RegisterAll(c, run, nodes, ppn), ranks);
   std::atomic<bool> stop{false};
   std::atomic<int64_t> refused{0}, wrong{0};
   std::vector<std::thread> storm;
@@ -443,12 +452,8 @@ void StormBench(const std::string& dir) {
     storm.emplace_back([&] {
       auto admin = Connect(c, true);
       while (!stop) {
-        v1::SubmitRunRequest req;
-        req.mutable_spec()->set_experiment_name(absl::StrCat("storm-", RandomHex(4)));
-        req.mutable_spec()->set_save_dir(dir);
-        req.mutable_spec()->set_nodes(1);
-        req.mutable_spec()->set_procs_per_node(8);
-        auto answer = Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), req, absl::Seconds(30));
+        auto answer =
+            Call(*admin, &v1::RunService::Stub::SubmitRun, admin->runs(), SubmitRequest(1, 8, dir), absl::Seconds(30));
         bool named = answer.status().code() == absl::StatusCode::kResourceExhausted &&
                      absl::StrContains(answer.status().message(), "--max-ranks");
         ++(named ? refused : wrong);

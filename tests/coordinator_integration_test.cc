@@ -1140,9 +1140,13 @@ TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmitted
   EXPECT_GT(heartbeats.load(), 0);
   EXPECT_TRUE(heartbeat_errors.empty()) << absl::StrJoin(heartbeat_errors, "\n");
   // Nothing of a refused run was made.
-  std::vector<std::string> dirs;
-  for (const auto& entry : fs::directory_iterator(save)) dirs.push_back(entry.path().filename().string());
-  EXPECT_EQ(dirs, std::vector<std::string>{"admitted"});
+  auto experiment_dirs = [&save] {  // sorted
+    std::vector<std::string> dirs;
+    for (const auto& entry : fs::directory_iterator(save)) dirs.push_back(entry.path().filename().string());
+    std::sort(dirs.begin(), dirs.end());
+    return dirs;
+  };
+  EXPECT_EQ(experiment_dirs(), std::vector<std::string>{"admitted"});
   EXPECT_EQ(coord.GetRun(admitted.run_id()).state(), v1::RUNNING);
 
   // Small runs racing for the four ranks left: exactly four get in.
@@ -1153,7 +1157,9 @@ TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmitted
     racers.emplace_back([&, t] {
       std::string name = absl::StrCat("small-", t);
       auto r = submit(name, 1, 1);
-      if (!r.ok()) EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+      }
       absl::MutexLock lock(&small_mu);
       if (r.ok()) small_admitted.push_back(name);
     });
@@ -1161,12 +1167,9 @@ TEST(CoordinatorRankLimitTest, SubmissionsPastMaxRanksAreRefusedWhileTheAdmitted
   for (auto& t : racers) t.join();
   EXPECT_EQ(small_admitted.size(), 4u);
   // The racers refused made no directory either.
-  dirs.clear();
-  for (const auto& entry : fs::directory_iterator(save)) dirs.push_back(entry.path().filename().string());
   small_admitted.push_back("admitted");
-  std::sort(dirs.begin(), dirs.end());
   std::sort(small_admitted.begin(), small_admitted.end());
-  EXPECT_EQ(dirs, small_admitted);
+  EXPECT_EQ(experiment_dirs(), small_admitted);
 
   // Cancelling the four-rank run gives its ranks back.
   v1::CancelRunRequest cancel;
