@@ -1,6 +1,7 @@
 // Metric ingestion by one dtcoord process with Prometheus and the W&B forwarder on (W&B is the
 // project's strict local server, strategy "all": every point is spooled for W&B): many streams,
-// batches of 50 points of 8 values. Goal: >= 100k points/s. A stream ends OK only once its
+// batches of 50 points of 8 values. Goal (#40): >= 1,000,000 points/s. The W&B server runs at
+// nice 19: in production W&B is another machine's CPU, not the coordinator's. A stream ends OK only once its
 // batches are also delivered (Prometheus, the W&B spool, watchers), so the time counted is the
 // time to deliver what was accepted.
 #include <signal.h>
@@ -94,8 +95,8 @@ int main() {
   std::cout << "== metric ingestion: one dtcoord, Prometheus + W&B forwarder on\n";
   std::string dir = TempDir("metrics");
   std::string port_file = JoinPath(dir, "wandb.port");
-  Subprocess wandb({"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "tests/wandb_server.py"), "--port-file", port_file,
-                    "--api-key", "bench-key"},
+  Subprocess wandb({"/usr/bin/nice", "-n", "19", "/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "tests/wandb_server.py"),
+                    "--port-file", port_file, "--api-key", "bench-key"},
                    {}, JoinPath(dir, "wandb.log"));
   for (int i = 0; i < 200 && ReadFile(port_file).value_or("").empty(); ++i) absl::SleepFor(absl::Milliseconds(50));
   std::string state = JoinPath(dir, "state");
@@ -136,8 +137,8 @@ int main() {
   double rate = totals.accepted.load() / wall;
   std::cout << totals.accepted.load() << " points accepted and delivered in " << wall << " s over " << kStreams
             << " streams, " << totals.failures.load() << " failed streams\n";
-  Report({"metric points ingested (Prometheus + W&B spool on)", rate, "points/s", "goal 100k points/s", 100000.0,
-          ">= 1x", true, 1.0});
+  Report({"metric points ingested (Prometheus + W&B spool on)", rate, "points/s", "goal 1M points/s", 1e6, ">= 1x",
+          true, 1.0});
   coord.Signal(SIGTERM);
   coord.Wait(absl::Seconds(20));
   return totals.failures.load() == 0 ? 0 : 1;

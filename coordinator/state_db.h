@@ -60,7 +60,7 @@ class StateDb {
   struct MetricAppend {
     const std::string* run_id;
     int32_t rank;
-    const v1::MetricBatch* batch;  // its points; the other fields are not stored
+    const v1::MetricBatch* batch;  // stored whole; queries read its points
   };
   absl::Status AppendMetricBatches(const std::vector<MetricAppend>& appends);
 

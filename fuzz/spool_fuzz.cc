@@ -87,10 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   CheckOpened(**spool, static_cast<int64_t>(points.size()));
   int64_t before = (*spool)->size();
-  wandb::Point p;
-  p.step = 1;
-  p.values["loss"] = 1.5;
-  Check((*spool)->Append({p}).ok(), "cannot append to a loaded spool");
+  google::protobuf::RepeatedPtrField<v1::MetricPoint> appended;
+  v1::MetricPoint* p = appended.Add();
+  p->set_step(1);
+  (*p->mutable_values())["loss"] = 1.5;
+  Check((*spool)->Append(appended).ok(), "cannot append to a loaded spool");
   Check((*spool)->SaveState().ok(), "cannot save a loaded spool's state");
   spool->reset();
   absl::StatusOr<std::unique_ptr<wandb::Spool>> again = wandb::Spool::Load(Dir());

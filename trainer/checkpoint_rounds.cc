@@ -1,14 +1,11 @@
 #include "trainer/checkpoint_rounds.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/background_thread.h"
 #include "common/log.h"
 
 namespace dt {
@@ -19,9 +16,7 @@ namespace {
 // takes the time training leaves instead of slowing its steps. Training never waits longer for a
 // round than before: a round still writing when the next begins is waited for, and then has the
 // cores to itself.
-void YieldToTraining() {
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), CheckpointRounds::kBackgroundNice);
-}
+void YieldToTraining() { YieldToForegroundWork(); }
 
 }  // namespace
 

@@ -67,10 +67,6 @@ class CheckpointRounds {
 
   bool async() const { return async_; }
 
-  // The nice value of an asynchronous round's threads (see YieldToTraining in the .cc): CFS gives
-  // a thread of nice 10 about a tenth of a core against one of nice 0.
-  static constexpr int kBackgroundNice = 10;
-
  private:
   // Writes (the writer) and commits; runs on the round's thread when asynchronous.
   Outcome Finish(const v1::BeginCheckpointResponse& round, int64_t step, CheckpointArchives* archives, absl::Time start,

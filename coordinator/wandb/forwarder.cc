@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/background_thread.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/log.h"
@@ -387,14 +388,11 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
     t->finished = false;
   }
   if (target == nullptr) return;
-  std::vector<Point> points;
-  points.reserve(batch.points_size());
-  for (const auto& p : batch.points())
-    points.push_back(Point{p.step(), p.time(), {p.values().begin(), p.values().end()}});
+  const auto& points = batch.points();
   {
     absl::MutexLock tl(&target->mu);
     SpoolState& st = target->spool->state();
-    if (!points.empty() && st.start_time == 0) st.start_time = points.front().time;
+    if (!points.empty() && st.start_time == 0) st.start_time = points[0].time();
     for (const auto& [k, v] : batch.summary()) st.summary[k] = v;
     if (!SpoolHasRoom(*target)) {
       if (stats_ != nullptr) stats_->CountDroppedPoints("spool_full", static_cast<int64_t>(points.size()));
@@ -534,6 +532,9 @@ bool Forwarder::ServeDue() {
 }
 
 void Forwarder::WorkerLoop() {
+  // The spool already holds every point: uploading them takes the time that ingest, heartbeats
+  // and the store leave (W&B caps a project's file_stream at 120 MB/s by default anyway).
+  YieldToForegroundWork();
   absl::Time last_stats = absl::InfinitePast();
   while (true) {
     Target* t = nullptr;

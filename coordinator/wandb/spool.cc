@@ -206,22 +206,17 @@ int64_t Spool::unacked_bytes() const {
   return acked == size() ? 0 : file_bytes_ - offsets_[static_cast<size_t>(acked)];
 }
 
-absl::Status Spool::Append(const std::vector<Point>& points) {
+absl::Status Spool::Append(const google::protobuf::RepeatedPtrField<v1::MetricPoint>& points) {
   std::string buf;
   std::vector<int64_t> new_offsets;
-  v1::MetricPoint record;
-  std::string bytes;
-  for (const Point& p : points) {
-    record.Clear();
-    record.set_step(p.step);
-    record.set_time(p.time);
-    record.mutable_values()->insert(p.values.begin(), p.values.end());
-    bytes.clear();
-    record.SerializeToString(&bytes);
-    uint32_t len = static_cast<uint32_t>(bytes.size());
+  new_offsets.reserve(static_cast<size_t>(points.size()));
+  for (const v1::MetricPoint& p : points) {
+    uint32_t len = static_cast<uint32_t>(p.ByteSizeLong());
     new_offsets.push_back(file_bytes_ + static_cast<int64_t>(buf.size()));
     buf.append(reinterpret_cast<const char*>(&len), sizeof(len));
-    buf += bytes;
+    size_t at = buf.size();
+    buf.resize(at + len);
+    p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(buf.data() + at));
   }
   size_t done = 0;
   while (done < buf.size()) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/wandb/wandb_protocol.h"
+#include "dt/v1/metrics.pb.h"
 
 namespace dt::wandb {
 
@@ -55,7 +56,8 @@ class Spool {
   // Bytes of points.bin after the last point W&B has accepted: what waits for W&B.
   int64_t unacked_bytes() const;
 
-  absl::Status Append(const std::vector<Point>& points);
+  // The points are written as they arrived (no copy into Point first): this runs for every batch.
+  absl::Status Append(const google::protobuf::RepeatedPtrField<v1::MetricPoint>& points);
   // Up to `max_points` points starting at point index `from`.
   absl::StatusOr<std::vector<Point>> Read(int64_t from, size_t max_points) const;
   absl::Status SaveState();
