@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/crypto.h"
+#include "common/duration.h"
 #include "common/env.h"
 #include "common/grpc_status.h"
 #include "common/limits.h"
@@ -343,7 +344,7 @@ absl::StatusOr<v1::BeginCheckpointResponse> Agent::BeginCheckpoint(int64_t step,
   request.set_generation(generation());
   request.set_rank(rank());
   request.set_step(step);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  request.set_timeout_ms(TimeoutMillis(timeout));
   request.set_sharded(sharded);
   absl::StatusOr<v1::BeginCheckpointResponse> round =
       RetryUnavailable(absl::Now() + timeout + absl::Seconds(5), [&](absl::Duration left) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/duration.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 
@@ -175,7 +176,7 @@ absl::Status StoreSession::SetNoWait(const std::string& key, std::string value) 
 absl::StatusOr<std::string> StoreSession::Get(const std::string& key, absl::Duration timeout) {
   v1::StoreRequest r;
   r.mutable_get()->set_key(key);
-  r.mutable_get()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  r.mutable_get()->set_timeout_ms(TimeoutMillis(timeout));
   absl::StatusOr<v1::StoreResponse> a = Call(std::move(r));
   if (!a.ok()) return a.status();
   if (absl::Status s = StatusOf(*a); !s.ok()) return s;
@@ -216,7 +217,7 @@ absl::StatusOr<bool> StoreSession::Check(const std::vector<std::string>& keys) {
 absl::Status StoreSession::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
   v1::StoreRequest r;
   for (const auto& k : keys) r.mutable_wait()->add_keys(k);
-  r.mutable_wait()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  r.mutable_wait()->set_timeout_ms(TimeoutMillis(timeout));
   absl::StatusOr<v1::StoreResponse> a = Call(std::move(r));
   return a.ok() ? StatusOf(*a) : a.status();
 }
@@ -252,7 +253,7 @@ v1::StoreRequest StoreSession::BarrierRequest(const std::string& name, uint64_t 
   v1::StoreRequest r;
   r.mutable_barrier()->set_name(name);
   r.mutable_barrier()->set_sequence(sequence);
-  r.mutable_barrier()->set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  r.mutable_barrier()->set_timeout_ms(TimeoutMillis(timeout));
   return r;
 }
 

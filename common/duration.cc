@@ -24,6 +24,10 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, abs
 
 int64_t ToMillis(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
+int64_t TimeoutMillis(absl::Duration timeout) {
+  return absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
+}
+
 int64_t MonotonicNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();

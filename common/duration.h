@@ -17,6 +17,11 @@ absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view flag, abs
 
 int64_t ToMillis(absl::Duration d);
 
+// A timeout as the whole milliseconds a request carries, rounded up: a wait never ends before its
+// timeout. (Truncated, what was left of a 300 ms wait after a 0.3 ms look went as 299 ms, and the
+// wait ended at 299.9 ms.) Infinite stays infinite (INT64_MAX); zero stays zero.
+int64_t TimeoutMillis(absl::Duration timeout);
+
 // Nanoseconds on CLOCK_MONOTONIC (std::chrono::steady_clock), which every process of the machine
 // shares: comparable across processes, never stepped by the wall clock.
 int64_t MonotonicNowNs();

@@ -1,4 +1,6 @@
 // Input validation: names that become directories, run ids, store keys, durations.
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "common/duration.h"
@@ -83,6 +85,16 @@ TEST(Duration, ParsesUnitsAndRefusesBareNumbers) {
   EXPECT_FALSE(ParsePositiveDuration("--x", "-5s").ok());
   EXPECT_FALSE(ParsePositiveDuration("--x", "0s").ok());
   EXPECT_FALSE(ParsePositiveDuration("--x", "soon").ok());
+}
+
+// What is left of a timeout goes on the wire in whole milliseconds, rounded up: a wait sent with
+// 299.7 ms left must not end before the 300 ms the caller asked for.
+TEST(Duration, ATimeoutGoesOnTheWireRoundedUpToWholeMilliseconds) {
+  EXPECT_EQ(TimeoutMillis(absl::Microseconds(299'700)), 300);
+  EXPECT_EQ(TimeoutMillis(absl::Milliseconds(300)), 300);
+  EXPECT_EQ(TimeoutMillis(absl::Nanoseconds(1)), 1);
+  EXPECT_EQ(TimeoutMillis(absl::ZeroDuration()), 0);  // the run's default
+  EXPECT_EQ(TimeoutMillis(absl::InfiniteDuration()), std::numeric_limits<int64_t>::max());
 }
 
 TEST(TimeoutPolicy, OrderSoTheCoordinatorNamesTheCauseFirst) {

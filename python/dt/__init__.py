@@ -30,6 +30,7 @@ import contextlib
 import fnmatch
 import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -387,7 +388,7 @@ def barrier(name, timeout=None):
         s.barrier_sequences[name] = sequence
     pb = s.pb["barrier"]
     request = pb.BarrierRequest(run_id=s.run_id, generation=s.generation, rank=s.rank, name=name,
-                                timeout_ms=int(timeout * 1000) if timeout else 0, sequence=sequence)
+                                timeout_ms=math.ceil(timeout * 1000) if timeout else 0, sequence=sequence)
     try:
         # The server ends the wait with the barrier's own timeout; the RPC deadline stays open.
         _send_unsent(s, retry=True)  # what waited for a restarted coordinator goes first
@@ -508,7 +509,7 @@ def checkpoint(step, timeout=None, sharded=False):
     _send_unsent(s, retry=True)  # a checkpoint at S follows every point up to S
     begun = s.call(s.checkpoints.BeginCheckpoint, pb.BeginCheckpointRequest(
         run_id=s.run_id, generation=s.generation, rank=s.rank, step=step,
-        timeout_ms=int(timeout * 1000) if timeout else 0, sharded=sharded), timeout=None)
+        timeout_ms=math.ceil(timeout * 1000) if timeout else 0, sharded=sharded), timeout=None)
     if sharded and not begun.sharded:
         # A coordinator from before sharded rounds ignores the request and elects one writer.
         reason = "this dtcoord does not offer sharded rounds (it is older than this dt module): upgrade it"
