@@ -25,19 +25,22 @@ namespace {
 constexpr int kRanks = 64;
 constexpr int kStreams = 16;
 
-// A batch of 50 points of 8 values for `rank`, steps after `step`.
+// A batch of 50 points of 8 values for `rank`, steps after `step`, as columns (what MetricsReporter
+// sends once the coordinator says it reads them).
 v1::MetricBatch MakeBatch(const std::string& run_id, int rank, int64_t step) {
   v1::MetricBatch batch;
   batch.set_run_id(run_id);
   batch.set_rank(rank);
+  v1::MetricColumns* c = batch.mutable_columns();
+  for (const char* k :
+       {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen"}) {
+    c->add_names(k);
+  }
+  double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   for (int i = 0; i < 50; ++i) {
-    v1::MetricPoint* p = batch.add_points();
-    p->set_step(step + i + 1);
-    p->set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-    for (const char* k :
-         {"loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen"}) {
-      (*p->mutable_values())[k] = 1.0 + i;
-    }
+    c->add_steps(step + i + 1);
+    c->add_times(now);
+    for (int j = 0; j < c->names_size(); ++j) c->add_values(1.0 + i);
   }
   return batch;
 }

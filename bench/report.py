@@ -113,7 +113,7 @@ HOW_MEASURED = [
     (r"metric points ingested", "metric points ingested",
      "`bench_metrics`: a dtcoord process with the Prometheus exporter and the W&B forwarder on (strategy all, to "
      "the project's test W&B server, tests/wandb_server.py); 16 streams on their own connections for a run of 64 "
-     "ranks, batches of 50 points of 8 values, each stream reopened every second, for 5 s (15 s full); points "
+     "ranks, batches of 50 points of 8 values as columns (what MetricsReporter sends), each stream reopened every second, for 5 s (15 s full); points "
      "accepted over the wall time, a stream ending OK only once its batches are delivered (spooled, not yet "
      "uploaded); the W&B server at nice 19, as W&B is another machine's CPU in production. Anchor: the 1M "
      "points/s goal."),

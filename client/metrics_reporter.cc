@@ -4,6 +4,7 @@
 #include "common/grpc_status.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/metric_points.h"
 
 namespace dt {
 
@@ -81,25 +82,36 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
   {
     absl::MutexLock lock(&mu_);
     if (queue_.empty() && summary_.empty()) return absl::OkStatus();
-    v1::MetricBatch batch;
-    auto start_batch = [&] {
-      batch.Clear();
+    std::vector<const v1::MetricPoint*> group;
+    size_t group_bytes = 0;
+    const bool as_columns = coordinator_reads_columns_;
+    auto close_batch = [&] {
+      v1::MetricBatch& batch = batches.emplace_back();
       batch.set_run_id(run_id_);
       batch.set_generation(generation_);
       batch.set_rank(rank_);
-    };
-    start_batch();
-    for (const auto& p : queue_) {
-      // Stay well under the coordinator's 1 MiB batch limit.
-      if (batch.points_size() > 0 && batch.ByteSizeLong() + p.ByteSizeLong() > kMaxMetricBatchBytes / 2) {
-        batches.push_back(batch);
-        start_batch();
+      // Columns once the coordinator said it reads them (far cheaper for both sides).
+      std::optional<v1::MetricColumns> columns;
+      if (as_columns) columns = ToMetricColumns(group);
+      if (columns) {
+        *batch.mutable_columns() = std::move(*columns);
+      } else {
+        for (const v1::MetricPoint* p : group) *batch.add_points() = *p;
       }
-      *batch.add_points() = p;
+      group.clear();
+      group_bytes = 0;
+    };
+    for (const auto& p : queue_) {
+      // Stay well under the coordinator's 1 MiB batch limit (columns are no larger than points
+      // whose names mostly repeat; ToMetricColumns keeps the others as points).
+      size_t bytes = p.ByteSizeLong() + 8;
+      if (!group.empty() && group_bytes + bytes > kMaxMetricBatchBytes / 2) close_batch();
+      group.push_back(&p);
+      group_bytes += bytes;
       ++taken;
     }
-    batch.mutable_summary()->insert(summary_.begin(), summary_.end());
-    batches.push_back(batch);
+    close_batch();  // the last, perhaps with no points: it carries the summary
+    batches.back().mutable_summary()->insert(summary_.begin(), summary_.end());
     in_flight_ = taken;
   }
   std::unique_ptr<grpc::ClientContext> ctx = client_->Context(timeout);
@@ -113,6 +125,7 @@ absl::Status MetricsReporter::SendQueued(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   in_flight_ = 0;
   if (!status.ok()) return FromCallStatus(status);
+  if (response.accepts_columns()) coordinator_reads_columns_ = true;
   // Only what was sent is dropped; points added meanwhile stay queued.
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(taken));
   delivered_ += static_cast<int64_t>(taken);

@@ -45,6 +45,8 @@ class MetricsReporter {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t delivered_ ABSL_GUARDED_BY(mu_) = 0;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // points at the front of queue_ being sent
+  // The coordinator answered a stream with accepts_columns: later batches go as columns.
+  bool coordinator_reads_columns_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -21,6 +21,11 @@ inline constexpr int64_t kDefaultStoreBytesPerRun = int64_t{256} << 20;  // 256 
 inline constexpr int64_t kDefaultMetricBytesPerRun = int64_t{64} << 20;
 inline constexpr int64_t kDefaultStoreBytesTotal = int64_t{2} << 30;  // 2 GiB
 inline constexpr size_t kMaxMetricBatchBytes = 1 << 20;               // 1 MiB
+// Batches one metric stream may have accepted and not yet stored, and their bytes (one batch is
+// always let in): a stream that waited for each batch's storage before reading the next went at
+// the speed of the hand-off between threads. 64 ranks' streams hold at most 16 MiB.
+inline constexpr int kMetricBatchesInFlightPerStream = 8;
+inline constexpr int64_t kMetricBytesInFlightPerStream = 256 << 10;
 // One QueryMetrics page (a record is ~40 bytes on the wire: ~4 MB, well inside a gRPC message).
 inline constexpr int32_t kMaxMetricRecordsPerQuery = 100'000;
 inline constexpr int64_t kMaxWorldSize = 65'536;

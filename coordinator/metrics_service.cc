@@ -1,12 +1,16 @@
 // MetricsService: the client-streamed metric batches and history queries.
+#include "common/limits.h"
+#include "common/metric_points.h"
 #include "coordinator/services.h"
 
 namespace dt {
 namespace {
 
-// Stores each batch before reading the next, and ends OK once every batch is also delivered
-// (Prometheus, the W&B spool): the client does not send again what an OK stream carried.
-// Storage completes on a file-work thread, which resumes the stream.
+// Reads a stream's batches while up to kMetricBatchesInFlightPerStream of them (and
+// kMetricBytesInFlightPerStream) wait for storage, which runs on the file-work threads; ends OK
+// once every batch is stored and delivered (Prometheus, the W&B spool): the client does not send
+// again what an OK stream carried. The stream finishes only once nothing is in flight, so no
+// storage callback outlives the reactor, and with the first error any batch met.
 class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
  public:
   MetricsReader(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, v1::ReportMetricsResponse* out)
@@ -17,37 +21,96 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
       return;
     }
     who_ = *who;
+    out_->set_accepts_columns(true);
+    absl::MutexLock lock(&mu_);
+    reading_ = true;
     StartRead(&batch_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: every batch was stored, and soon delivered
-      deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); });
+    if (!ok) {  // the client closed its side (or the stream is finishing)
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      closed_ = true;
+      FinishIfIdle();
       return;
     }
-    if (absl::Status s = Coordinator::Authorize(who_, batch_.run_id()); !s.ok()) {
-      Done(s);
-      return;
+    int64_t points = 0;
+    int64_t bytes = 0;
+    absl::Status accepted;
+    {
+      // reading_ stays set until this batch is handed over: batch_ is not free before then.
+      absl::MutexLock lock(&mu_);
+      if (closed_) {  // an error is ending the stream: this batch is not taken
+        reading_ = false;
+        return;
+      }
+      if (accepted = Coordinator::Authorize(who_, batch_.run_id()); !accepted.ok()) {
+        reading_ = false;
+        Fail(accepted);
+        return;
+      }
+      points = MetricPointCount(batch_);
+      bytes = static_cast<int64_t>(batch_.ByteSizeLong());
+      ++in_flight_;
+      in_flight_bytes_ += bytes;
     }
-    int points = batch_.points_size();
-    // The next read waits until this batch is stored; storage runs off this (polling) thread.
-    absl::Status accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points](const absl::Status& s) {
+    accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points, bytes](const absl::Status& s) {
+      absl::MutexLock lock(&mu_);
+      --in_flight_;
+      in_flight_bytes_ -= bytes;
       if (!s.ok()) {
-        Done(s);
+        Fail(s);
         return;
       }
       out_->set_batches_accepted(out_->batches_accepted() + 1);
       out_->set_points_accepted(out_->points_accepted() + points);
-      batch_.Clear();
-      StartRead(&batch_);
+      ReadOnIfRoom();
+      FinishIfIdle();
     });
-    if (!accepted.ok()) Done(accepted);
+    absl::MutexLock lock(&mu_);
+    reading_ = false;
+    if (!accepted.ok()) {
+      --in_flight_;
+      in_flight_bytes_ -= bytes;
+      Fail(accepted);
+      return;
+    }
+    ReadOnIfRoom();
   }
 
   void OnCancel() override {}
   void OnDone() override { delete this; }
 
  private:
+  // The next read starts while the stream has room for another batch in flight.
+  void ReadOnIfRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reading_ || closed_) return;
+    if (in_flight_ >= kMetricBatchesInFlightPerStream || in_flight_bytes_ >= kMetricBytesInFlightPerStream) return;
+    reading_ = true;
+    batch_.Clear();
+    StartRead(&batch_);
+  }
+
+  // The first error ends the stream once the batches already in flight are answered.
+  void Fail(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (error_.ok()) error_ = s;
+    closed_ = true;
+    FinishIfIdle();
+  }
+
+  // With nothing in flight: an error is answered now (a read still outstanding then ends with
+  // OnReadDone(false), which gRPC allows); a closed stream once its batches are delivered.
+  void FinishIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !closed_ || in_flight_ > 0) return;
+    finished_ = true;
+    if (!error_.ok()) {
+      Done(error_);
+      return;
+    }
+    deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); });
+  }
+
   void Done(const absl::Status& s) {
     timer_.Done(s.code());
     Finish(ToGrpcStatus(s));
@@ -58,7 +121,14 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
   v1::ReportMetricsResponse* out_;
   RpcTimer timer_;
   Principal who_;
-  v1::MetricBatch batch_;
+  v1::MetricBatch batch_;  // the read in progress: gRPC's between StartRead and OnReadDone
+  absl::Mutex mu_;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;   // batch_ is being read or handed over
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;    // no more batches taken: the client closed, or an error
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called, or waits behind delivery
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

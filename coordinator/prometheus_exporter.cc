@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/metric_points.h"
 #include "common/run_state.h"
 
 namespace dt {
@@ -280,15 +281,16 @@ void PrometheusExporter::OnRunChanged(const v1::Run& run) {
 }
 
 void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
-  points_ingested_->Increment(batch.points_size());
+  const auto points = static_cast<double>(MetricPointCount(batch));
+  points_ingested_->Increment(points);
   absl::MutexLock lock(&mu_);
   RankSeries* s = SeriesFor(run, batch.rank());
   if (s == nullptr) {
-    series_omitted_->Increment(batch.points_size());
+    series_omitted_->Increment(points);
     return;
   }
-  for (const auto& p : batch.points()) {
-    for (const auto& [name, value] : p.values()) {
+  ForEachMetricPoint(batch, [&](const MetricPointView& p) {
+    for (const auto& [name, value] : p.values) {
       if (name == "loss") {
         s->loss->Set(value);
       } else if (name == "lr") {
@@ -315,8 +317,8 @@ void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& ba
         s->tokens_seen_value = share;
       }
     }
-    if (p.step() > s->last_step->Value()) s->last_step->Set(static_cast<double>(p.step()));
-  }
+    if (p.step > s->last_step->Value()) s->last_step->Set(static_cast<double>(p.step));
+  });
 }
 
 void PrometheusExporter::Prune() {

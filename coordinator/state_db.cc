@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/metric_points.h"
 
 namespace dt {
 namespace {
@@ -350,14 +351,17 @@ absl::Status StateDb::AppendMetricBatches(const std::vector<MetricAppend>& appen
   bool any = false;
   for (size_t i = 0; i < appends.size(); ++i) {
     const v1::MetricBatch& batch = *appends[i].batch;
-    if (batch.points().empty()) continue;
+    if (MetricPointCount(batch) == 0) continue;
     any = true;
     Row& row = rows[i];
-    row.first = row.last = batch.points(0).step();
-    for (const v1::MetricPoint& p : batch.points()) {
-      row.first = std::min(row.first, p.step());
-      row.last = std::max(row.last, p.step());
-    }
+    row.first = std::numeric_limits<int64_t>::max();
+    row.last = std::numeric_limits<int64_t>::min();
+    auto span = [&row](int64_t step) {
+      row.first = std::min(row.first, step);
+      row.last = std::max(row.last, step);
+    };
+    for (const v1::MetricPoint& p : batch.points()) span(p.step());
+    for (int64_t step : batch.columns().steps()) span(step);
     batch.SerializeToString(&row.blob);
   }
   if (!any) return absl::OkStatus();
@@ -484,16 +488,16 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
       if (!batch.ParseFromArray(sqlite3_column_blob(st, 3), sqlite3_column_bytes(st, 3))) {
         return absl::DataLossError(absl::StrCat("a stored metric batch of run ", q.run_id, " is corrupt"));
       }
-      for (const auto& p : batch.points()) {
-        if (p.step() < from_step) continue;
-        for (const auto& [metric, value] : p.values()) {
+      ForEachMetricPoint(batch, [&](const MetricPointView& p) {
+        if (p.step < from_step) return;
+        for (const auto& [metric, value] : p.values) {
           if (!q.name.empty() && metric != q.name) continue;
-          MetricKey key{p.step(), rank, metric};
+          MetricKey key{p.step, rank, std::string(metric)};
           if (after && !(*after < key)) continue;
-          auto [it, inserted] = found.try_emplace(key, StoredValue{rowid, p.time(), value});
-          if (!inserted && it->second.rowid < rowid) it->second = StoredValue{rowid, p.time(), value};
+          auto [it, inserted] = found.try_emplace(std::move(key), StoredValue{rowid, p.time, value});
+          if (!inserted && it->second.rowid < rowid) it->second = StoredValue{rowid, p.time, value};
         }
-      }
+      });
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
       return absl::InternalError(absl::StrCat("state database: query metrics: ", sqlite3_errmsg(read_db_)));

@@ -87,8 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   CheckOpened(**spool, static_cast<int64_t>(points.size()));
   int64_t before = (*spool)->size();
-  google::protobuf::RepeatedPtrField<v1::MetricPoint> appended;
-  v1::MetricPoint* p = appended.Add();
+  v1::MetricBatch appended;
+  v1::MetricPoint* p = appended.add_points();
   p->set_step(1);
   (*p->mutable_values())["loss"] = 1.5;
   Check((*spool)->Append(appended).ok(), "cannot append to a loaded spool");

@@ -812,6 +812,84 @@ TEST_F(IntegrationTest, MetricsAreStoredAndQueryable) {
   EXPECT_NE(st.error_message().find("rank 5"), std::string::npos);
 }
 
+// The coordinator says it reads columns; a batch of columns (a value absent) is stored and read
+// back as the same points; a reporter's later flushes, which go as columns, lose nothing either.
+TEST_F(IntegrationTest, MetricColumnsAreStoredAndQueryableLikePoints) {
+  auto run = Submit("columns", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  v1::MetricBatch batch;
+  batch.set_run_id(run.run_id());
+  v1::MetricColumns* c = batch.mutable_columns();
+  c->add_names("loss");
+  c->add_names("lr");
+  for (int step = 1; step <= 3; ++step) {
+    c->add_steps(step);
+    c->add_times(1000 + step);
+    c->add_values(4.0 - step);
+    c->add_values(0.01 * step);
+  }
+  c->set_absent(std::string(1, '\x08'));  // value 3: step 2's lr
+  auto ctx = admin_->Context(absl::Seconds(5));
+  v1::ReportMetricsResponse resp;
+  auto writer = admin_->metrics().ReportMetrics(ctx.get(), &resp);
+  ASSERT_TRUE(writer->Write(batch));
+  writer->WritesDone();
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_TRUE(resp.accepts_columns());
+  EXPECT_EQ(resp.points_accepted(), 3);
+  {
+    MetricsReporter reporter(coord_.Client(run.run_token()), run.run_id(), 0, 0, absl::Milliseconds(50));
+    for (int step = 4; step <= 40; ++step) {
+      reporter.Add(step, {{"loss", 10.0 / step}, {"lr", 0.001}});
+      if (step % 10 == 0) {
+        ASSERT_TRUE(reporter.Flush(absl::Seconds(5)).ok());  // points, then columns
+      }
+    }
+  }
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run.run_id());
+  auto r = Call(*admin_, &v1::MetricsService::Stub::QueryMetrics, admin_->metrics(), q, absl::Seconds(5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::pair<int64_t, std::string>, double> stored;
+  for (const auto& rec : r->records()) stored[{rec.step(), rec.name()}] = rec.value();
+  EXPECT_EQ(stored.size(), 3u * 2 - 1 + 37u * 2);
+  EXPECT_EQ(stored.count({2, "lr"}), 0u) << "an absent value was stored";
+  EXPECT_DOUBLE_EQ((stored[{3, "lr"}]), 0.03);
+  EXPECT_DOUBLE_EQ((stored[{1, "loss"}]), 3.0);
+  for (int step = 4; step <= 40; ++step) EXPECT_DOUBLE_EQ((stored[{step, "loss"}]), 10.0 / step) << step;
+  // Columns whose sizes disagree are refused with the reason, over the stream.
+  c->add_values(1.0);
+  grpc::Status st = ReportBatch(*admin_, batch, absl::Seconds(5));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("7 values for 3 steps x 2 names"), std::string::npos) << st.error_message();
+}
+
+// A stream reads ahead of storage (several batches in flight): the batches before a malformed one
+// are stored, the stream ends with its reason once they are, and nothing after it is taken.
+TEST_F(IntegrationTest, AMalformedBatchEndsAStreamAfterTheBatchesBeforeItAreStored) {
+  auto run = Submit("read-ahead", 1, 1);
+  auto agents = RegisterAll(run, 1, 1);
+  auto ctx = admin_->Context(absl::Seconds(10));
+  v1::ReportMetricsResponse resp;
+  auto writer = admin_->metrics().ReportMetrics(ctx.get(), &resp);
+  for (int step = 1; step <= 40; ++step) {
+    v1::MetricBatch b = LossBatch(run.run_id(), step, 1.0 * step);
+    if (step == 31) b.mutable_points(0)->set_step(-1);
+    if (!writer->Write(b)) break;  // the stream may end before the last writes
+  }
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("step -1 is negative"), std::string::npos) << st.error_message();
+  // (A stream that fails carries no response message: the history says what was stored.)
+  v1::QueryMetricsRequest q;
+  q.set_run_id(run.run_id());
+  auto r = Call(*admin_, &v1::MetricsService::Stub::QueryMetrics, admin_->metrics(), q, absl::Seconds(5));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->records_size(), 30) << "the batches before the malformed one are stored, none after it";
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(r->records(i).step(), i + 1);
+}
+
 // A stream that ended OK is never sent again (MetricsReporter drops what it delivered): it ends
 // only once W&B's spool and Prometheus have every batch, not when the batches are stored, or a
 // coordinator killed in between would lose those points for W&B.

@@ -19,6 +19,7 @@
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/log.h"
+#include "common/metric_points.h"
 #include "common/run_env.h"
 #include "common/run_state.h"
 
@@ -388,19 +389,21 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
     t->finished = false;
   }
   if (target == nullptr) return;
-  const auto& points = batch.points();
+  const int64_t points = MetricPointCount(batch);
   {
     absl::MutexLock tl(&target->mu);
     SpoolState& st = target->spool->state();
-    if (!points.empty() && st.start_time == 0) st.start_time = points[0].time();
+    if (points > 0 && st.start_time == 0) {
+      st.start_time = batch.points_size() > 0 ? batch.points(0).time() : batch.columns().times(0);
+    }
     for (const auto& [k, v] : batch.summary()) st.summary[k] = v;
     if (!SpoolHasRoom(*target)) {
-      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_full", static_cast<int64_t>(points.size()));
+      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_full", points);
       return;
     }
-    if (absl::Status s = target->spool->Append(points); !s.ok()) {
+    if (absl::Status s = target->spool->Append(batch); !s.ok()) {
       DT_LOG(Error) << s.message();
-      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", static_cast<int64_t>(points.size()));
+      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", points);
       return;
     }
     target->spooled = target->spool->size();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fs.h"
+#include "common/metric_points.h"
 #include "dt/v1/metrics.pb.h"
 
 namespace dt::wandb {
@@ -206,18 +207,18 @@ int64_t Spool::unacked_bytes() const {
   return acked == size() ? 0 : file_bytes_ - offsets_[static_cast<size_t>(acked)];
 }
 
-absl::Status Spool::Append(const google::protobuf::RepeatedPtrField<v1::MetricPoint>& points) {
+absl::Status Spool::Append(const v1::MetricBatch& batch) {
   std::string buf;
   std::vector<int64_t> new_offsets;
-  new_offsets.reserve(static_cast<size_t>(points.size()));
-  for (const v1::MetricPoint& p : points) {
-    uint32_t len = static_cast<uint32_t>(p.ByteSizeLong());
-    new_offsets.push_back(file_bytes_ + static_cast<int64_t>(buf.size()));
-    buf.append(reinterpret_cast<const char*>(&len), sizeof(len));
-    size_t at = buf.size();
-    buf.resize(at + len);
-    p.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(buf.data() + at));
-  }
+  new_offsets.reserve(static_cast<size_t>(MetricPointCount(batch)));
+  ForEachMetricPoint(batch, [&](const MetricPointView& p) {
+    const size_t at = buf.size();
+    new_offsets.push_back(file_bytes_ + static_cast<int64_t>(at));
+    buf.append(sizeof(uint32_t), '\0');  // the record's length, known once it is written
+    AppendMetricPointRecord(p, &buf);
+    const uint32_t len = static_cast<uint32_t>(buf.size() - at - sizeof(uint32_t));
+    std::memcpy(buf.data() + at, &len, sizeof(len));
+  });
   size_t done = 0;
   while (done < buf.size()) {
     ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);

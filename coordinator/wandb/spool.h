@@ -56,8 +56,9 @@ class Spool {
   // Bytes of points.bin after the last point W&B has accepted: what waits for W&B.
   int64_t unacked_bytes() const;
 
-  // The points are written as they arrived (no copy into Point first): this runs for every batch.
-  absl::Status Append(const google::protobuf::RepeatedPtrField<v1::MetricPoint>& points);
+  // The batch's points (either form), each written as a MetricPoint record straight from the batch
+  // (no Point or message built first): this runs for every batch.
+  absl::Status Append(const v1::MetricBatch& batch);
   // Up to `max_points` points starting at point index `from`.
   absl::StatusOr<std::vector<Point>> Read(int64_t from, size_t max_points) const;
   absl::Status SaveState();

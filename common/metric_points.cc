@@ -1,0 +1,149 @@
+#include "common/metric_points.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/names.h"
+
+namespace dt {
+namespace {
+
+bool Absent(const std::string& bitmap, size_t k) {
+  return !bitmap.empty() && ((static_cast<unsigned char>(bitmap[k / 8]) >> (k % 8)) & 1) != 0;
+}
+
+absl::Status CheckStepAndTime(int64_t step, double time) {
+  if (step < 0) return absl::InvalidArgumentError(absl::StrCat("metric step ", step, " is negative"));
+  if (!std::isfinite(time)) return absl::InvalidArgumentError("metric time must be finite");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateColumns(const v1::MetricColumns& c) {
+  std::vector<absl::string_view> names(c.names().begin(), c.names().end());
+  for (absl::string_view name : names) {
+    if (absl::Status s = ValidateMetricName(name); !s.ok()) return s;
+  }
+  std::sort(names.begin(), names.end());
+  if (auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metric columns name \"", *twice, "\" twice; each name is one column"));
+  }
+  if (c.times_size() != c.steps_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("metric columns have ", c.steps_size(), " steps and ",
+                                                   c.times_size(), " times; give one time per step"));
+  }
+  const int64_t cells = int64_t{c.steps_size()} * c.names_size();
+  if (c.values_size() != cells) {
+    return absl::InvalidArgumentError(absl::StrCat("metric columns have ", c.values_size(), " values for ",
+                                                   c.steps_size(), " steps x ", c.names_size(),
+                                                   " names; give steps x names values, point by point"));
+  }
+  if (!c.absent().empty() && static_cast<int64_t>(c.absent().size()) != (cells + 7) / 8) {
+    return absl::InvalidArgumentError(absl::StrCat("the metric columns' absent bitmap has ", c.absent().size(),
+                                                   " bytes; ", cells, " values need ", (cells + 7) / 8,
+                                                   " (one bit each), or none when all are present"));
+  }
+  for (int i = 0; i < c.steps_size(); ++i) {
+    if (absl::Status s = CheckStepAndTime(c.steps(i), c.times(i)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t MetricPointCount(const v1::MetricBatch& batch) {
+  return int64_t{batch.points_size()} + batch.columns().steps_size();
+}
+
+void ForEachMetricPoint(const v1::MetricBatch& batch, absl::FunctionRef<void(const MetricPointView&)> fn) {
+  MetricPointView view;
+  for (const v1::MetricPoint& p : batch.points()) {
+    view.step = p.step();
+    view.time = p.time();
+    view.values.clear();
+    for (const auto& [name, value] : p.values()) view.values.emplace_back(name, value);
+    fn(view);
+  }
+  const v1::MetricColumns& c = batch.columns();
+  const size_t n = static_cast<size_t>(c.names_size());
+  for (int i = 0; i < c.steps_size(); ++i) {
+    view.step = c.steps(i);
+    view.time = c.times(i);
+    view.values.clear();
+    for (size_t j = 0; j < n; ++j) {
+      size_t k = static_cast<size_t>(i) * n + j;
+      if (!Absent(c.absent(), k)) view.values.emplace_back(c.names(static_cast<int>(j)), c.values(static_cast<int>(k)));
+    }
+    fn(view);
+  }
+}
+
+absl::Status ValidateMetricPoints(const v1::MetricBatch& batch) {
+  for (const v1::MetricPoint& p : batch.points()) {
+    if (absl::Status s = CheckStepAndTime(p.step(), p.time()); !s.ok()) return s;
+    for (const auto& [name, value] : p.values()) {
+      if (absl::Status s = ValidateMetricName(name); !s.ok()) return s;
+    }
+  }
+  for (const auto& [name, value] : batch.summary()) {
+    if (absl::Status s = ValidateMetricName(name); !s.ok()) return s;
+  }
+  return ValidateColumns(batch.columns());
+}
+
+std::optional<v1::MetricColumns> ToMetricColumns(const std::vector<const v1::MetricPoint*>& points) {
+  v1::MetricColumns c;
+  std::map<std::string, int, std::less<>> column;
+  size_t present = 0;
+  for (const v1::MetricPoint* p : points) {
+    for (const auto& [name, value] : p->values()) {
+      if (column.emplace(name, c.names_size()).second) c.add_names(name);
+      ++present;
+    }
+  }
+  const size_t n = static_cast<size_t>(c.names_size());
+  const size_t cells = points.size() * n;
+  if (cells > 2 * present + 16) return std::nullopt;  // mostly absent: the map form is smaller
+  c.mutable_values()->Resize(static_cast<int>(cells), 0.0);
+  std::string absent((cells + 7) / 8, '\xff');
+  for (size_t i = 0; i < points.size(); ++i) {
+    c.add_steps(points[i]->step());
+    c.add_times(points[i]->time());
+    for (const auto& [name, value] : points[i]->values()) {
+      size_t k = i * n + static_cast<size_t>(column.find(name)->second);
+      c.set_values(static_cast<int>(k), value);
+      absent[k / 8] = static_cast<char>(static_cast<unsigned char>(absent[k / 8]) & ~(1u << (k % 8)));
+    }
+  }
+  // Bits past the last value stay set; they are never read.
+  if (present < cells) *c.mutable_absent() = std::move(absent);
+  return c;
+}
+
+void AppendMetricPointRecord(const MetricPointView& point, std::string* out) {
+  using google::protobuf::internal::WireFormatLite;
+  using google::protobuf::io::CodedOutputStream;
+  google::protobuf::io::StringOutputStream stream(out);
+  CodedOutputStream coded(&stream);
+  WireFormatLite::WriteInt64(1, point.step, &coded);
+  WireFormatLite::WriteDouble(2, point.time, &coded);
+  for (const auto& [name, value] : point.values) {
+    // A map entry is a message of its own: key (field 1), value (field 2).
+    const uint32_t key_bytes = static_cast<uint32_t>(name.size());
+    const uint32_t entry_bytes = 1 + CodedOutputStream::VarintSize32(key_bytes) + key_bytes + 1 + 8;
+    WireFormatLite::WriteTag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
+    coded.WriteVarint32(entry_bytes);
+    WireFormatLite::WriteTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
+    coded.WriteVarint32(key_bytes);
+    coded.WriteRaw(name.data(), static_cast<int>(key_bytes));
+    WireFormatLite::WriteDouble(2, value, &coded);
+  }
+}
+
+}  // namespace dt
