@@ -15,7 +15,7 @@ namespace dt {
 namespace {
 
 bool Absent(const std::string& bitmap, size_t k) {
-  return !bitmap.empty() && ((static_cast<unsigned char>(bitmap[k / 8]) >> (k % 8)) & 1) != 0;
+  return k / 8 < bitmap.size() && ((static_cast<unsigned char>(bitmap[k / 8]) >> (k % 8)) & 1) != 0;
 }
 
 absl::Status CheckStepAndTime(int64_t step, double time) {
@@ -70,14 +70,19 @@ void ForEachMetricPoint(const v1::MetricBatch& batch, absl::FunctionRef<void(con
     for (const auto& [name, value] : p.values()) view.values.emplace_back(name, value);
     fn(view);
   }
+  // Bounded by what the arrays hold, so a batch read back from a damaged database cannot index
+  // past them; a batch ValidateMetricPoints accepted is read whole.
   const v1::MetricColumns& c = batch.columns();
   const size_t n = static_cast<size_t>(c.names_size());
-  for (int i = 0; i < c.steps_size(); ++i) {
+  const size_t values = static_cast<size_t>(c.values_size());
+  const int rows = std::min(c.steps_size(), c.times_size());
+  for (int i = 0; i < rows; ++i) {
     view.step = c.steps(i);
     view.time = c.times(i);
     view.values.clear();
     for (size_t j = 0; j < n; ++j) {
       size_t k = static_cast<size_t>(i) * n + j;
+      if (k >= values) break;
       if (!Absent(c.absent(), k)) view.values.emplace_back(c.names(static_cast<int>(j)), c.values(static_cast<int>(k)));
     }
     fn(view);

@@ -27,7 +27,8 @@ struct MetricPointView {
 int64_t MetricPointCount(const v1::MetricBatch& batch);
 
 // Calls `fn` for every point, `points` first, then `columns` (in their order). The view is reused
-// between calls. Expects a batch ValidateMetricPoints accepted.
+// between calls. Safe on any batch: columns whose arrays disagree (refused by ValidateMetricPoints,
+// but possible in a damaged database) are read only as far as they go.
 void ForEachMetricPoint(const v1::MetricBatch& batch, absl::FunctionRef<void(const MetricPointView&)> fn);
 
 // INVALID_ARGUMENT naming the first fault: a bad metric name (also in the summary), a name twice in
@@ -38,8 +39,8 @@ absl::Status ValidateMetricPoints(const v1::MetricBatch& batch);
 // columns would be mostly absent values). Names keep their first-seen order.
 std::optional<v1::MetricColumns> ToMetricColumns(const std::vector<const v1::MetricPoint*>& points);
 
-// Appends `point` to `out` in dt.v1.MetricPoint's wire format, as MetricPoint::SerializeToString
-// would (the W&B spool's record), without building a message.
+// Appends `point` to `out` in dt.v1.MetricPoint's wire format (the W&B spool's record; step and time
+// written even when zero), without building a message.
 void AppendMetricPointRecord(const MetricPointView& point, std::string* out);
 
 }  // namespace dt
