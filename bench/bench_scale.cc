@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -177,21 +178,69 @@ void RendezvousBench(const std::string& dir) {
   }
 }
 
-// One asynchronous heartbeat; `done` gets its latency and whether the rank may go on. `in_flight`
-// counts it until then (the caller waits for zero before it tears the clients down).
-void SendHeartbeat(CoordinatorClient& client, const v1::HeartbeatRequest& req, std::atomic<int>& in_flight,
-                   std::function<void(double ms, bool ok)> done) {
+template <typename Request, typename Response>
+using AsyncRendezvousCall = void (v1::RendezvousService::Stub::async::*)(grpc::ClientContext*, const Request*,
+                                                                         Response*, std::function<void(grpc::Status)>);
+
+// One asynchronous RendezvousService call; `done` gets its latency and whether it went well
+// (`ok` judges the answer). `in_flight` counts it until then (the caller waits for zero before it
+// tears the clients down).
+template <typename Request, typename Response>
+void SendAsync(CoordinatorClient& client, AsyncRendezvousCall<Request, Response> method, const Request& req,
+               std::function<bool(const Response&)> ok, std::atomic<int>& in_flight,
+               std::function<void(double ms, bool ok)> done) {
   auto* ctx = client.Context(absl::Seconds(10)).release();
-  auto* resp = new v1::HeartbeatResponse();
+  auto* resp = new Response();
   auto t0 = Clock::now();
   ++in_flight;
-  client.rendezvous().async()->Heartbeat(ctx, &req, resp, [&in_flight, done, ctx, resp, t0](grpc::Status s) {
-    done(std::chrono::duration<double, std::milli>(Clock::now() - t0).count(),
-         s.ok() && resp->directive() == v1::HeartbeatResponse::CONTINUE);
+  (client.rendezvous().async()->*method)(ctx, &req, resp, [&in_flight, ok, done, ctx, resp, t0](grpc::Status s) {
+    done(std::chrono::duration<double, std::milli>(Clock::now() - t0).count(), s.ok() && ok(*resp));
     delete ctx;
     delete resp;
     --in_flight;
   });
+}
+
+// One asynchronous heartbeat; ok when the rank may go on.
+void SendHeartbeat(CoordinatorClient& client, const v1::HeartbeatRequest& req, std::atomic<int>& in_flight,
+                   std::function<void(double ms, bool ok)> done) {
+  SendAsync<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      client, &v1::RendezvousService::Stub::async::Heartbeat, req,
+      [](const v1::HeartbeatResponse& r) { return r.directive() == v1::HeartbeatResponse::CONTINUE; }, in_flight,
+      std::move(done));
+}
+
+// One asynchronous node heartbeat; ok when every rank may go on.
+void SendNodeHeartbeat(CoordinatorClient& client, const v1::NodeHeartbeatRequest& req, std::atomic<int>& in_flight,
+                       std::function<void(double ms, bool ok)> done) {
+  SendAsync<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>(
+      client, &v1::RendezvousService::Stub::async::NodeHeartbeat, req,
+      [n = req.ranks_size()](const v1::NodeHeartbeatResponse& r) {
+        if (r.ranks_size() != n) return false;
+        for (const auto& answer : r.ranks()) {
+          if (answer.code() != 0 || answer.reply().directive() != v1::HeartbeatResponse::CONTINUE) return false;
+        }
+        return true;
+      },
+      in_flight, std::move(done));
+}
+
+// Sends `count` calls evenly over each `interval` for `window` (call i % count at its time),
+// one scheduler thread issuing asynchronous calls; returns how many went out.
+int64_t Paced(int count, absl::Duration interval, absl::Duration window,
+              const std::function<void(int i, int64_t round)>& send) {
+  absl::Time start = absl::Now();
+  int64_t sent = 0;
+  while (absl::Now() - start < window) {
+    absl::Time due = start + interval * (static_cast<double>(sent) / count);
+    if (absl::Now() < due) {
+      absl::SleepFor(due - absl::Now());
+      continue;
+    }
+    send(static_cast<int>(sent % count), sent / count);
+    ++sent;
+  }
+  return sent;
 }
 
 void HeartbeatBench(const std::string& dir) {
@@ -232,22 +281,14 @@ void HeartbeatBench(const std::string& dir) {
     reqs[i].set_incarnation(r.incarnations[i]);
   }
   std::atomic<int> in_flight{0};
-  int64_t sent = 0;
-  while (absl::Now() - start < window) {
-    absl::Time due = start + interval * (static_cast<double>(sent) / n);
-    if (absl::Now() < due) {
-      absl::SleepFor(due - absl::Now());
-      continue;
-    }
-    int i = static_cast<int>(sent % n);
-    reqs[i].set_step(sent / n + 1);
+  int64_t sent = Paced(n, interval, window, [&](int i, int64_t round) {
+    reqs[i].set_step(round + 1);
     SendHeartbeat(*r.clients[i], reqs[i], in_flight, [&](double ms, bool ok) {
       if (!ok) ++errors;
       absl::MutexLock lock(&mu);
       latencies_ms.push_back(ms);
     });
-    ++sent;
-  }
+  });
   double wall = absl::ToDoubleSeconds(absl::Now() - start);
   double cpu = CpuSeconds(c.pid()) - cpu0;
   stop = true;
@@ -345,7 +386,6 @@ void SendBatch(const LoadRank& rank, int64_t step, Calls& calls) {
 // answer is in (the requests and `heartbeats` must outlive the calls).
 void SendHeartbeatsFor(const std::vector<LoadRank>& ranks, absl::Duration window, Calls& heartbeats) {
   const int n = static_cast<int>(ranks.size());
-  absl::Time start = absl::Now();
   std::vector<v1::HeartbeatRequest> reqs(n);
   for (int i = 0; i < n; ++i) {
     reqs[i].set_run_id(ranks[i].run_id);
@@ -353,21 +393,128 @@ void SendHeartbeatsFor(const std::vector<LoadRank>& ranks, absl::Duration window
     reqs[i].set_incarnation(ranks[i].incarnation);
   }
   std::atomic<int> in_flight{0};
-  for (int64_t sent = 0; absl::Now() - start < window;) {
-    absl::Time due = start + absl::Seconds(2) * (static_cast<double>(sent) / n);
-    if (absl::Now() < due) {
-      absl::SleepFor(std::min(due - absl::Now(), absl::Milliseconds(5)));
-      continue;
-    }
-    int i = static_cast<int>(sent % n);
-    reqs[i].set_step(sent / n + 1);
+  Paced(n, absl::Seconds(2), window, [&](int i, int64_t round) {
+    reqs[i].set_step(round + 1);
     SendHeartbeat(*ranks[i].client, reqs[i], in_flight, [&heartbeats](double ms, bool ok) {
       heartbeats.Add(ms);
       if (!ok) ++heartbeats.errors;
     });
-    ++sent;
-  }
+  });
   while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
+}
+
+// ---- Node agents: one connection and one registration per node of 8 ranks -------------------
+
+// `nodes` node agents registered with RegisterNode, each on its own connection (as each node's
+// dtrun would hold one); the time until every agent held its seats, and dtcoord's CPU meanwhile.
+struct NodeAgents {
+  std::vector<std::shared_ptr<CoordinatorClient>> clients;
+  std::vector<v1::RegisterNodeResponse> seats;
+  std::vector<v1::RegisterNodeRequest> requests;
+  double seconds = 0;
+  double cpu_seconds = 0;
+};
+
+NodeAgents RegisterNodes(const Coordinator& c, const v1::SubmitRunResponse& run, int nodes, int ppn) {
+  NodeAgents out;
+  out.seats.resize(nodes);
+  out.requests.resize(nodes);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  for (int i = 0; i < nodes; ++i) {
+    ClientOptions o;
+    o.address = c.address;
+    o.token = run.run_token();
+    o.private_connection = true;
+    out.clients.push_back(*CoordinatorClient::Connect(o));
+    (void)out.clients.back()->WaitConnected(absl::Seconds(30));
+    v1::RegisterNodeRequest& req = out.requests[i];
+    req.set_run_id(run.run_id());
+    req.set_node(absl::StrCat("node", i));
+    req.set_host(absl::StrCat("host", i));
+    for (int s = 0; s < ppn; ++s) {
+      v1::NodeSlot& slot = *req.add_slots();
+      slot.set_local_slot(s);
+      slot.set_incarnation(RandomHex(6));
+      slot.set_pid(1000 + s);
+    }
+    contexts.push_back(out.clients[i]->Context(absl::Minutes(5)));
+  }
+  std::atomic<int> done{0}, failed{0};
+  absl::Notification all;
+  double cpu0 = CpuSeconds(c.pid());
+  auto start = Clock::now();
+  for (int i = 0; i < nodes; ++i) {
+    out.clients[i]->rendezvous().async()->RegisterNode(contexts[i].get(), &out.requests[i], &out.seats[i],
+                                                       [&](grpc::Status s) {
+                                                         if (!s.ok()) ++failed;
+                                                         if (++done == nodes) all.Notify();
+                                                       });
+  }
+  all.WaitForNotification();
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.cpu_seconds = CpuSeconds(c.pid()) - cpu0;
+  if (failed > 0) throw std::runtime_error(absl::StrCat(failed.load(), " node registrations failed"));
+  return out;
+}
+
+// Every node heartbeats its ranks every 2 s (one NodeHeartbeat per node), spread evenly, for
+// `window`; dtcoord's CPU share meanwhile.
+double NodeHeartbeatsFor(const Coordinator& c, const NodeAgents& agents, absl::Duration window, Calls& calls) {
+  const int nodes = static_cast<int>(agents.clients.size());
+  std::vector<v1::NodeHeartbeatRequest> reqs(nodes);
+  for (int i = 0; i < nodes; ++i) {
+    reqs[i].set_run_id(agents.requests[i].run_id());
+    for (int s = 0; s < agents.requests[i].slots_size(); ++s) {
+      v1::RankHeartbeat& beat = *reqs[i].add_ranks();
+      beat.set_rank(agents.seats[i].slots(s).rank());
+      beat.set_incarnation(agents.requests[i].slots(s).incarnation());
+    }
+  }
+  std::atomic<int> in_flight{0};
+  double cpu0 = CpuSeconds(c.pid());
+  absl::Time start = absl::Now();
+  Paced(nodes, absl::Seconds(2), window, [&](int i, int64_t round) {
+    for (v1::RankHeartbeat& beat : *reqs[i].mutable_ranks()) beat.set_step(round + 1);
+    SendNodeHeartbeat(*agents.clients[i], reqs[i], in_flight, [&calls](double ms, bool ok) {
+      calls.Add(ms);
+      if (!ok) ++calls.errors;
+    });
+  });
+  double share = (CpuSeconds(c.pid()) - cpu0) / absl::ToDoubleSeconds(absl::Now() - start);
+  while (in_flight.load() > 0) absl::SleepFor(absl::Milliseconds(10));
+  return share;
+}
+
+// The curve at 1K, 8K, 32K and 98K ranks (nodes of 8): registration time and dtcoord CPU per
+// rank, and heartbeat load; the 98,304-rank rows are the goals.
+void NodeAgentBench(const std::string& dir) {
+  const int ppn = 8;
+  for (int nodes : {128, 1024, 4096, 12288}) {
+    const int n = nodes * ppn;
+    Coordinator c = StartCoordinator(TempDir("nodes"), "off", {"--heartbeat-timeout", "10m"});
+    v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
+    NodeAgents agents = RegisterNodes(c, run, nodes, ppn);
+    const bool goal = nodes == 12288;
+    const std::string shape = absl::StrCat(n, " ranks (", nodes, " node agents x ", ppn, ")");
+    Report({absl::StrCat("node registration, ", shape), agents.seconds, "s", "goal 10 s", 10.0, goal ? "< 1x" : "",
+            false, goal ? 1.0 : 0});
+    Report({absl::StrCat("node registration per rank, ", shape), 1e6 * agents.seconds / n, "us", "", 0, "", false, 0});
+    Report({absl::StrCat("node registration CPU per rank, ", shape), 1e6 * agents.cpu_seconds / n, "us", "", 0, "",
+            false, 0});
+    Calls beats;
+    double share = NodeHeartbeatsFor(c, agents, Quick() ? absl::Seconds(10) : absl::Seconds(30), beats);
+    Summary s = beats.Take();
+    std::cout << "node heartbeats: " << s.n << " answered, " << beats.errors.load() << " failed, p50 " << s.p50
+              << " ms, p99 " << s.p99 << " ms\n";
+    Report({absl::StrCat("coordinator CPU, ", shape, " heartbeating every 2 s"), 100.0 * share, "% core", "goal 50%",
+            50.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+    Report({absl::StrCat("coordinator CPU per 1,000 ranks heartbeating, ", shape), 100.0 * share * 1000 / n, "% core",
+            "", 0, "", false, 0});
+    Report({absl::StrCat("coordinator RSS, ", shape), MemoryMiB(c.pid(), "VmHWM"), "MiB", "goal 2 GiB", 2048.0,
+            goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+    Report({absl::StrCat("failed node heartbeats, ", shape), static_cast<double>(beats.errors.load()), "calls",
+            "goal 0 (of 1)", 1.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+  }
 }
 
 void LoadBench(const std::string& dir) {
@@ -482,7 +629,8 @@ void StormBench(const std::string& dir) {
 }  // namespace
 }  // namespace dt::bench
 
-int main() {
+// Arguments name the parts to run (rendezvous, heartbeat, load, storm, nodes); none: all of them.
+int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
@@ -490,9 +638,14 @@ int main() {
   setrlimit(RLIMIT_NOFILE, &rl);
   std::string dir = dt::bench::TempDir("scale-runs");
   std::cout << "== coordinator scale: rendezvous and heartbeat load (dtcoord process, loopback)\n";
-  dt::bench::RendezvousBench(dir);
-  dt::bench::HeartbeatBench(dir);
-  dt::bench::LoadBench(dir);
-  dt::bench::StormBench(dir);
+  std::vector<std::pair<std::string, void (*)(const std::string&)>> parts = {{"rendezvous", dt::bench::RendezvousBench},
+                                                                             {"heartbeat", dt::bench::HeartbeatBench},
+                                                                             {"load", dt::bench::LoadBench},
+                                                                             {"storm", dt::bench::StormBench},
+                                                                             {"nodes", dt::bench::NodeAgentBench}};
+  std::vector<std::string> asked(argv + 1, argv + argc);
+  for (const auto& [name, part] : parts) {
+    if (asked.empty() || std::find(asked.begin(), asked.end(), name) != asked.end()) part(dir);
+  }
   return 0;
 }

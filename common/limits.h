@@ -14,7 +14,8 @@ inline constexpr size_t kMaxValueBytes = 4 << 20;  // 4 MiB
 inline constexpr int64_t kMaxKeysPerRun = 100'000;
 inline constexpr int kMaxStoreBatchOps = 1024;  // operations in one StoreBatchRequest
 // Store bytes (keys plus values): c10d keeps addresses, counters and NCCL ids there, kilobytes
-// per rank; these leave room for 65,536 ranks and bound what one token can make dtcoord hold.
+// per rank; these leave room for 65,536 ranks (a larger run gives its store more with --store-bytes-per-run) and bound
+// what one token can make dtcoord hold.
 inline constexpr int64_t kDefaultStoreBytesPerRun = int64_t{256} << 20;  // 256 MiB
 // Metric batches of one run accepted and not yet stored and delivered (the coordinator holds them
 // in memory meanwhile): a run that sends faster than its disk stores is told to send again later.
@@ -28,7 +29,8 @@ inline constexpr int kMetricBatchesInFlightPerStream = 8;
 inline constexpr int64_t kMetricBytesInFlightPerStream = 256 << 10;
 // One QueryMetrics page (a record is ~40 bytes on the wire: ~4 MB, well inside a gRPC message).
 inline constexpr int32_t kMaxMetricRecordsPerQuery = 100'000;
-inline constexpr int64_t kMaxWorldSize = 65'536;
+// Ranks of one run. 98,304 (12,288 nodes x 8) is benchmarked (bench_scale's node rows).
+inline constexpr int64_t kMaxWorldSize = 131'072;
 // Ranks of every run not yet ended together (dtcoord --max-ranks): past it a submission is
 // RESOURCE_EXHAUSTED, so a storm of them cannot take the coordinator from the runs it serves.
 inline constexpr int64_t kDefaultMaxRanks = 131'072;
@@ -58,6 +60,8 @@ inline constexpr size_t kMaxListRunsPageBytes = 4 << 20;
 inline constexpr int64_t kMaxWaitMs = int64_t{7} * 24 * 3600 * 1000;
 // Other ranks of its node one barrier arrival may carry (a node's relay).
 inline constexpr size_t kMaxRelayedRanks = 256;
+// Ranks one node agent's call may speak for (RegisterNode's slots, NodeHeartbeat's ranks).
+inline constexpr int kMaxRanksPerNodeCall = 1024;
 // Nodes a run may exclude (ExcludeNodes, and failures that exclude nodes), and per call.
 inline constexpr int kMaxExcludedNodes = 1024;
 inline constexpr int kMaxExcludeNodesPerCall = 64;

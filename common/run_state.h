@@ -9,7 +9,7 @@
 
 namespace dt {
 
-// nodes × processes per node (the spec is validated: the product fits, at most 65,536).
+// nodes × processes per node (the spec is validated: the product fits, at most 131,072).
 int WorldSize(const v1::RunSpec& spec);
 
 // "RUNNING", "SUCCEEDED", …: the enum's own name, as logs, dtctl and the console show it.

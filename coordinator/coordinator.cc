@@ -206,22 +206,57 @@ void Coordinator::PersistRanks(RunEntry& run, Deferred& deferred) {
                      ranks = run.gen->ranks] { WriteRanks(*entry, sequence, run_id, ranks); });
 }
 
+v1::RankProgress Coordinator::TakeProgressRecord(RunEntry& run) {
+  Generation& g = *run.gen;
+  v1::RankProgress out;
+  out.set_generation(g.number);
+  const int n = static_cast<int>(g.ranks.size());
+  out.mutable_steps()->Reserve(n);
+  out.mutable_last_heartbeat_unix_ms()->Reserve(n);
+  out.mutable_pids()->Reserve(n);
+  out.mutable_idle_ms()->Reserve(n);
+  for (const v1::RankStatus& r : g.ranks) {
+    out.add_steps(g.health ? g.health->step(r.rank()) : r.step());
+    out.add_last_heartbeat_unix_ms(
+        absl::ToUnixMillis(g.health ? g.health->last_heartbeat(r.rank()) : FromProtoTime(r.last_heartbeat())));
+    out.add_pids(r.pid());
+    out.add_idle_ms(r.idle_ms());
+  }
+  if (g.health) run.stored.run.set_step(g.health->group_step());
+  g.ranks_dirty = false;
+  g.last_flush = clock_->Now();
+  return out;
+}
+
 void Coordinator::FlushProgress(const RunPtr& run) {
-  TakeRankProgress(*run);
+  // One record for every rank (packed numbers), not a row per rank: at 100,000 ranks a flush
+  // every 2 s of rank rows would keep a core busy.
+  v1::RankProgress progress = TakeProgressRecord(*run);
   *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
   bool task_waiting = run->unwritten_progress != nullptr;
   run->unwritten_progress =
-      std::make_shared<ProgressSnapshot>(ProgressSnapshot{++run->persist_sequence, run->stored, run->gen->ranks});
+      std::make_shared<ProgressSnapshot>(ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress)});
   if (task_waiting) return;
   file_work_->Post(run->stored.run.run_id(), [this, run] {
-    std::shared_ptr<ProgressSnapshot> progress;
+    std::shared_ptr<ProgressSnapshot> snapshot;
     {
       RunMutexLock lock(&run->mu);
-      progress.swap(run->unwritten_progress);
+      snapshot.swap(run->unwritten_progress);
     }
-    WriteRanks(*run, progress->sequence, progress->stored.run.run_id(), progress->ranks);
-    WriteRecord(*run, progress->sequence, progress->stored);
+    WriteProgress(*run, snapshot->sequence, snapshot->stored.run.run_id(), snapshot->progress);
+    WriteRecord(*run, snapshot->sequence, snapshot->stored);
   });
+}
+
+void Coordinator::WriteProgress(RunEntry& run, uint64_t sequence, const std::string& run_id,
+                                const v1::RankProgress& progress) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.progress_written) return;
+  if (absl::Status s = db_->SaveRankProgress(run_id, progress); !s.ok()) {
+    DT_LOG(Error) << "cannot persist the progress of run " << run_id << ": " << s.message();
+    return;
+  }
+  run.progress_written = sequence;
 }
 
 void Coordinator::WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored) {
@@ -1052,7 +1087,7 @@ absl::Status Coordinator::Load() {
                                                    /*steps_expected=*/r.spec().exec_command().empty());
         for (const auto& rank : g.ranks) {
           g.health->Heartbeat(rank.rank(), rank.step(), now);
-          if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank());
+          if (rank.state() == v1::RankStatus::FINISHED) g.health->Finish(rank.rank(), clock_->Now());
           // The signal is not persisted; the stop is (a victim stays a victim across a restart).
           if (rank.state() == v1::RankStatus::STOPPED) g.health->Stop(rank.rank(), SIGTERM, now);
         }

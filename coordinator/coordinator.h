@@ -159,7 +159,14 @@ class Coordinator {
   // Pending (a retry of the same incarnation has another).
   void WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
                             const std::string& incarnation, const void* call);
+  // A node agent's registration of its node's slots: each slot as Register would seat it, one
+  // reply for all (RendezvousService.RegisterNode).
+  void RegisterNode(const v1::RegisterNodeRequest& request, PendingPtr<v1::RegisterNodeResponse> reply);
+  // The caller of a waiting RegisterNode went away: its slots still waiting leave the rendezvous.
+  void WithdrawNodeRegistration(const v1::RegisterNodeRequest& request, const void* call);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+  // Several ranks' heartbeats under one lock; each rank's answer or status in the order asked.
+  absl::StatusOr<v1::NodeHeartbeatResponse> NodeHeartbeat(const v1::NodeHeartbeatRequest& request);
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
   absl::StatusOr<v1::ReportStoppedResponse> ReportStopped(const v1::ReportStoppedRequest& request);
   // Records a rank's device pre-flight; an unhealthy device (an error, or far slower than the
@@ -241,7 +248,7 @@ class Coordinator {
   struct ProgressSnapshot {
     uint64_t sequence = 0;
     StoredRun stored;
-    std::vector<v1::RankStatus> ranks;
+    v1::RankProgress progress;
   };
   // One run's state; every field but the mutex is guarded by it. Defined here (not with the other
   // parts in coordinator_internal.h) so clang's thread-safety analysis sees `mu` in the
@@ -282,6 +289,7 @@ class Coordinator {
     absl::Mutex persist_mu ABSL_ACQUIRED_AFTER(mu);
     uint64_t record_written ABSL_GUARDED_BY(persist_mu) = 0;
     uint64_t ranks_written ABSL_GUARDED_BY(persist_mu) = 0;
+    uint64_t progress_written ABSL_GUARDED_BY(persist_mu) = 0;
   };
 
   // A run's lock and the replies decided under it. The destructor releases the lock first and
@@ -349,12 +357,16 @@ class Coordinator {
   void PersistRanks(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Copies the health tracker's steps and heartbeat times into the rank records.
   void TakeRankProgress(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Saves the run's progress (ranks and record) from a snapshot, off the run's lock.
+  // Every rank's step, heartbeat time, pid and idle time as one record (and the run's step).
+  v1::RankProgress TakeProgressRecord(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Saves the run's progress (its record and the ranks' progress record) from a snapshot, off the
+  // run's lock.
   void FlushProgress(const RunPtr& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   // Write the snapshot numbered `sequence` unless a newer one was written (see RunEntry).
   void WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored);
   void WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
                   const std::vector<v1::RankStatus>& ranks);
+  void WriteProgress(RunEntry& run, uint64_t sequence, const std::string& run_id, const v1::RankProgress& progress);
   v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
@@ -364,6 +376,32 @@ class Coordinator {
   void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Rendezvous helpers.
+  // UNAVAILABLE once the coordinator is shutting down.
+  absl::Status AcceptingRegistrations() const;
+  // CountProcsPerNode, then CheckRunAcceptsRegistration.
+  absl::Status AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  Registrant MakeRegistrant(const v1::RegisterRequest& request, const void* call) const;
+  // A seat's answer once rendezvous completed, made under the run's lock (the generation may
+  // have failed since the seats were handed out: then its status).
+  absl::StatusOr<v1::RegisterResponse> AnswerSeat(const std::weak_ptr<RunEntry>& weak_run, int64_t generation,
+                                                  const absl::StatusOr<Seat>& seat);
+  // Seats a registrant in the current generation's rendezvous: starts its timeout, moves the run
+  // to RENDEZVOUS, and completes the rendezvous when it is full. Join's status otherwise.
+  absl::Status SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // RegisterWithAssignedGeneration for each of a node's slots: the node's answer when every slot
+  // is a retry, nothing when one was restarted (the generation failed; the slots join the next).
+  std::optional<absl::StatusOr<v1::RegisterNodeResponse>> RegisterNodeWithAssignedGeneration(
+      RunEntry& run, const std::vector<v1::RegisterRequest>& slots, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  void JoinRendezvousAsNode(const RunPtr& run, const std::vector<v1::RegisterRequest>& slots,
+                            const PendingPtr<v1::RegisterNodeResponse>& reply, Deferred& deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // One rank's heartbeat (Heartbeat's logic) under the run's lock.
+  absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(RunEntry& run, int64_t generation,
+                                                        const v1::RankHeartbeat& beat, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // A run whose nodes count their own processes (--nproc-per-node gpu|cpu|auto): the first node
   // to register fixes the run's count (and reshapes the generation nobody has joined yet); a node
   // that counted another number ends the run MISCONFIGURED, naming both, since a restart would

@@ -180,6 +180,17 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
   return std::nullopt;  // register with the new generation
 }
 
+absl::Status Coordinator::AcceptingRegistrations() const {
+  absl::MutexLock lock(&registry_mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down; register with its replacement");
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
+  if (absl::Status s = CountProcsPerNode(run, request, deferred); !s.ok()) return s;
+  return CheckRunAcceptsRegistration(run, request);
+}
+
 void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply) {
   if (absl::Status s = ValidateRegisterRequest(request); !s.ok()) {
     reply->Complete(s);
@@ -187,22 +198,13 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
   }
   RunPtr run = FindRunOrReply(request.run_id(), reply);
   if (run == nullptr) return;
-  bool shutting_down;
-  {
-    absl::MutexLock lock(&registry_mu_);
-    shutting_down = shutting_down_;
-  }
-  if (shutting_down) {
-    reply->Complete(absl::UnavailableError("the coordinator is shutting down; register with its replacement"));
+  if (absl::Status s = AcceptingRegistrations(); !s.ok()) {
+    reply->Complete(s);
     return;
   }
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
-  if (absl::Status s = CountProcsPerNode(*run, request, deferred); !s.ok()) {
-    deferred.Complete<v1::RegisterResponse>(reply, s);
-    return;
-  }
-  if (absl::Status s = CheckRunAcceptsRegistration(*run, request); !s.ok()) {
+  if (absl::Status s = AdmitRegistrant(*run, request, deferred); !s.ok()) {
     deferred.Complete<v1::RegisterResponse>(reply, s);
     return;
   }
@@ -215,46 +217,52 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
   JoinRendezvous(run, request, reply, deferred);
 }
 
+Registrant Coordinator::MakeRegistrant(const v1::RegisterRequest& request, const void* call) const {
+  return Registrant{request.node(),
+                    request.local_slot(),
+                    request.incarnation(),
+                    request.host(),
+                    request.pid(),
+                    request.version(),
+                    clock_->Now(),
+                    call,
+                    request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt,
+                    request.captures_stacks()};
+}
+
+absl::StatusOr<v1::RegisterResponse> Coordinator::AnswerSeat(const std::weak_ptr<RunEntry>& weak_run,
+                                                             int64_t generation, const absl::StatusOr<Seat>& seat) {
+  RunPtr run = weak_run.lock();
+  if (!seat.ok()) return seat.status();
+  if (!run) return absl::UnavailableError("the coordinator is shutting down");
+  RunMutexLock lock(&run->mu);
+  // The seats go out after the lock was released: the generation may have failed meanwhile.
+  if (run->gen->number != generation || IsTerminal(run->stored.run.state())) {
+    return LiveGeneration(*run, generation, seat->assignment.rank).status();
+  }
+  return MakeRegisterResponse(*run, *seat);
+}
+
 void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
                                  const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred) {
-  v1::Run& r = run->stored.run;
-  Generation& g = *run->gen;
-  Registrant registrant{request.node(),
-                        request.local_slot(),
-                        request.incarnation(),
-                        request.host(),
-                        request.pid(),
-                        request.version(),
-                        clock_->Now(),
-                        reply.get(),
-                        request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt,
-                        request.captures_stacks()};
   // The seat's reply builds the RegisterResponse once rendezvous completes.
-  int64_t number = g.number;
+  int64_t number = run->gen->number;
   // Weak: the pending lives in the run's own rendezvous; a strong reference would be a cycle.
   std::weak_ptr<RunEntry> weak_run = run;
   PendingPtr<Seat> seat_reply = MakePending<Seat>([this, weak_run, reply, number](absl::StatusOr<Seat> seat) {
-    RunPtr run = weak_run.lock();
-    if (!seat.ok() || !run) {
-      reply->Complete(!seat.ok() ? seat.status() : absl::UnavailableError("the coordinator is shutting down"));
-      return;
-    }
-    absl::StatusOr<v1::RegisterResponse> out;
-    {
-      RunMutexLock lock(&run->mu);
-      // The seats go out after the lock was released: the generation may have failed meanwhile.
-      if (run->gen->number != number || IsTerminal(run->stored.run.state())) {
-        out = LiveGeneration(*run, number, seat->assignment.rank).status();
-      } else {
-        out = MakeRegisterResponse(*run, *seat);
-      }
-    }
-    reply->Complete(std::move(out));
+    reply->Complete(AnswerSeat(weak_run, number, seat));
   });
-  if (absl::Status s = g.rendezvous.Join(registrant, seat_reply, deferred); !s.ok()) {
+  if (absl::Status s = SeatRegistrant(run, MakeRegistrant(request, reply.get()), seat_reply, deferred); !s.ok()) {
     deferred.Complete<v1::RegisterResponse>(reply, s);
-    return;
   }
+}
+
+absl::Status Coordinator::SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply,
+                                         Deferred& deferred) {
+  v1::Run& r = run->stored.run;
+  Generation& g = *run->gen;
+  int64_t number = g.number;
+  if (absl::Status s = g.rendezvous.Join(std::move(registrant), std::move(seat_reply), deferred); !s.ok()) return s;
   if (g.rendezvous_timer == 0) {
     std::string run_id = r.run_id();
     g.rendezvous_timer = timers_->Schedule(clock_->Now() + options_.timeouts.rendezvous_timeout,
@@ -264,6 +272,7 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
     SetState(*run, v1::RENDEZVOUS, deferred);
   }
   if (g.rendezvous.complete()) CompleteRendezvous(*run, deferred);
+  return absl::OkStatus();
 }
 
 void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
@@ -293,7 +302,10 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
     if (seat.registrant.scheduler_task) rs.set_scheduler_task(*seat.registrant.scheduler_task);
     rs.set_captures_stacks(seat.registrant.captures_stacks);
     *rs.mutable_last_heartbeat() = ToProtoTime(now);
-    if (hosts.empty() || hosts.back() != seat.registrant.host) hosts.push_back(seat.registrant.host);
+    // The log names the first hosts; at 10,000 nodes the whole list would be a megabyte line.
+    if ((hosts.empty() || hosts.back() != seat.registrant.host) && hosts.size() <= 16) {
+      hosts.push_back(hosts.size() == 16 ? "…" : seat.registrant.host);
+    }
   }
   g.health = std::make_unique<HealthTracker>(static_cast<int>(seats.size()), start_step, now,
                                              /*steps_expected=*/r.spec().exec_command().empty());
@@ -343,47 +355,77 @@ void Coordinator::WithdrawRegistration(const std::string& run_id, const std::str
 }
 
 absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
-  if (request.step() < 0 || request.total_steps() < 0) {
-    return absl::InvalidArgumentError("step and total steps must not be negative");
-  }
-  if (request.worker_pid() < 0) return absl::InvalidArgumentError("worker pid must not be negative");
-  if (request.idle_ms() < 0) return absl::InvalidArgumentError("idle time must not be negative");
+  v1::RankHeartbeat beat;
+  beat.set_rank(request.rank());
+  beat.set_incarnation(request.incarnation());
+  beat.set_step(request.step());
+  beat.set_total_steps(request.total_steps());
+  beat.set_worker_pid(request.worker_pid());
+  beat.set_idle_ms(request.idle_ms());
+  if (absl::Status s = ValidateRankHeartbeat(beat); !s.ok()) return s;
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   RunPtr run = *found;
   RunMutexLock lock(&run->mu);
-  v1::Run& r = run->stored.run;
-  Generation& g = *run->gen;
+  return HeartbeatLocked(*run, request.generation(), beat, clock_->Now());
+}
+
+absl::StatusOr<v1::NodeHeartbeatResponse> Coordinator::NodeHeartbeat(const v1::NodeHeartbeatRequest& request) {
+  if (absl::Status s = ValidateNodeHeartbeatRequest(request); !s.ok()) return s;
+  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
+  if (!found.ok()) return found.status();
+  RunPtr run = *found;
+  v1::NodeHeartbeatResponse out;
+  RunMutexLock lock(&run->mu);
+  absl::Time now = clock_->Now();
+  for (const v1::RankHeartbeat& beat : request.ranks()) {
+    v1::NodeHeartbeatResponse::RankAnswer& answer = *out.add_ranks();
+    answer.set_rank(beat.rank());
+    absl::StatusOr<v1::HeartbeatResponse> reply = HeartbeatLocked(*run, request.generation(), beat, now);
+    if (reply.ok()) {
+      *answer.mutable_reply() = std::move(*reply);
+    } else {
+      answer.set_code(static_cast<int>(reply.status().code()));
+      answer.set_message(std::string(reply.status().message()));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(RunEntry& run, int64_t generation,
+                                                                   const v1::RankHeartbeat& beat, absl::Time now) {
+  v1::Run& r = run.stored.run;
+  Generation& g = *run.gen;
   v1::HeartbeatResponse out;
   out.set_run_state(r.state());
   out.set_current_generation(g.number);
-  if (request.generation() < g.number || IsTerminal(r.state())) {
-    absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  if (generation < g.number || IsTerminal(r.state())) {
+    absl::StatusOr<Generation*> live = LiveGeneration(run, generation, beat.rank());
     out.set_directive(v1::HeartbeatResponse::STOP);
     out.set_reason(std::string(live.status().message()));
     return out;
   }
-  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> live = LiveGeneration(run, generation, beat.rank());
   if (!live.ok()) return live.status();
   if (!g.assigned) {
     return absl::FailedPreconditionError(
         absl::StrCat("generation ", g.number, " of run ", r.run_id(), " has not completed rendezvous"));
   }
-  v1::RankStatus& rank = g.ranks[request.rank()];
-  if (rank.incarnation() != request.incarnation()) {
-    return absl::AbortedError(absl::StrCat("rank ", request.rank(), " of generation ", g.number,
+  v1::RankStatus& rank = g.ranks[beat.rank()];
+  if (rank.incarnation() != beat.incarnation()) {
+    return absl::AbortedError(absl::StrCat("rank ", beat.rank(), " of generation ", g.number,
                                            " belongs to incarnation ", rank.incarnation(), " (pid ", rank.pid(), " on ",
                                            rank.host(), "); this process was replaced and must exit"));
   }
-  g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
-  g.health->SetIdle(request.rank(), absl::Milliseconds(request.idle_ms()), clock_->Now());
-  if (request.total_steps() > 0) r.set_total_steps(request.total_steps());
-  if (request.worker_pid() > 0) rank.set_pid(request.worker_pid());
-  rank.set_idle_ms(request.idle_ms());
+  g.health->Heartbeat(beat.rank(), beat.step(), now);
+  g.health->SetIdle(beat.rank(), absl::Milliseconds(beat.idle_ms()), now);
+  if (beat.total_steps() > 0) r.set_total_steps(beat.total_steps());
+  if (beat.worker_pid() > 0) rank.set_pid(beat.worker_pid());
+  rank.set_idle_ms(beat.idle_ms());
   g.ranks_dirty = true;
   out.set_directive(v1::HeartbeatResponse::CONTINUE);
   // A capture waits for this rank's stacks: asked in every reply until they arrive.
-  if (g.capture && g.capture->awaited.count(request.rank()) > 0) out.set_capture_id(g.capture->capture.capture_id());
+  if (g.capture && g.capture->awaited.count(beat.rank()) > 0) out.set_capture_id(g.capture->capture.capture_id());
   return out;
 }
 
@@ -614,7 +656,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
   v1::RankStatus& rank = g.ranks[request.rank()];
   if (rank.state() != v1::RankStatus::FINISHED) {
     g.health->Heartbeat(request.rank(), request.final_step(), clock_->Now());
-    g.health->Finish(request.rank());
+    g.health->Finish(request.rank(), clock_->Now());
     rank.set_state(v1::RankStatus::FINISHED);
     g.ranks_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;

@@ -10,7 +10,8 @@ HealthTracker::HealthTracker(int world_size, int64_t start_step, absl::Time now,
       start_step_(start_step),
       group_step_(start_step),
       last_progress_(now),
-      steps_expected_(steps_expected) {
+      steps_expected_(steps_expected),
+      at_group_step_(world_size) {
   for (auto& r : ranks_) {
     r.last_heartbeat = now;
     r.last_step_at = now;
@@ -26,26 +27,35 @@ void HealthTracker::Heartbeat(int rank, int64_t step, absl::Time now) {
   RankHealth& r = ranks_[rank];
   r.last_heartbeat = now;
   if (step > r.step) {
+    const bool left_group_step = r.watched() && r.step == group_step_;
     r.step = step;
     r.last_step_at = now;
     step_reported_ = true;
-    RecomputeGroupStep(now);
+    if (left_group_step) LeaveGroupStep(now);
   }
 }
 
-void HealthTracker::Finish(int rank) {
-  if (ranks_[rank].finished) return;
-  ranks_[rank].finished = true;
+void HealthTracker::LeaveGroupStep(absl::Time now) {
+  if (--at_group_step_ == 0) RecomputeGroupStep(now);
+}
+
+void HealthTracker::Finish(int rank, absl::Time now) {
+  RankHealth& r = ranks_[rank];
+  if (r.finished) return;
+  const bool left_group_step = r.watched() && r.step == group_step_;
+  r.finished = true;
   ++finished_;
+  if (left_group_step) LeaveGroupStep(now);
 }
 
 void HealthTracker::Stop(int rank, int signal, absl::Time now) {
   RankHealth& r = ranks_[rank];
   if (r.stopped || r.finished) return;
+  const bool left_group_step = r.step == group_step_;
   r.stopped = true;
   r.signal = signal;
   r.stopped_at = now;
-  RecomputeGroupStep(now);
+  if (left_group_step) LeaveGroupStep(now);
 }
 
 std::vector<StoppedRank> HealthTracker::StoppedRanks() const {
@@ -87,10 +97,17 @@ std::optional<HealthVerdict> HealthTracker::CheckIdle(absl::Time now, const Heal
 
 void HealthTracker::RecomputeGroupStep(absl::Time now) {
   int64_t lowest = std::numeric_limits<int64_t>::max();
+  int at_lowest = 0;
   for (const auto& r : ranks_) {
-    if (r.watched()) lowest = std::min(lowest, r.step);
+    if (!r.watched()) continue;
+    if (r.step < lowest) {
+      lowest = r.step;
+      at_lowest = 0;
+    }
+    if (r.step == lowest) ++at_lowest;
   }
-  if (lowest == std::numeric_limits<int64_t>::max()) return;
+  if (lowest == std::numeric_limits<int64_t>::max()) return;  // nobody is watched any more
+  at_group_step_ = at_lowest;
   if (lowest > group_step_) {
     group_step_ = lowest;
     last_progress_ = now;

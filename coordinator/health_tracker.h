@@ -63,7 +63,7 @@ class HealthTracker {
   // How long the rank's processes have been idle, as its agent measured it (zero: busy).
   void SetIdle(int rank, absl::Duration idle, absl::Time now);
   // A rank that left with success is no longer watched.
-  void Finish(int rank);
+  void Finish(int rank, absl::Time now);
   // A rank stopped by a signal from outside: no longer watched for silence or progress. The
   // first report counts.
   void Stop(int rank, int signal, absl::Time now);
@@ -98,6 +98,10 @@ class HealthTracker {
     // Neither finished nor stopped: still expected to heartbeat and make progress.
     bool watched() const { return !finished && !stopped; }
   };
+  // The group's step is the lowest of the watched ranks' steps. Steps only grow and ranks only
+  // leave the watched set, so it changes only when the last rank at it moves on or leaves: that
+  // rank's heartbeat rescans (once per group step), every other heartbeat costs O(1).
+  void LeaveGroupStep(absl::Time now);
   void RecomputeGroupStep(absl::Time now);
   std::optional<HealthVerdict> CheckIdle(absl::Time now, const HealthTimeouts& t) const;
 
@@ -108,6 +112,7 @@ class HealthTracker {
   bool steps_expected_;
   bool step_reported_ = false;  // some rank reported a step past start_step_
   int finished_ = 0;
+  int at_group_step_;  // watched ranks whose step is group_step_
 };
 
 }  // namespace dt

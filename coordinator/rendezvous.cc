@@ -8,13 +8,32 @@ namespace dt {
 
 Rendezvous::Rendezvous(int nodes, int procs_per_node) : nodes_(nodes), procs_per_node_(procs_per_node) {}
 
-absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred) {
-  if (registrant.local_slot < 0 || registrant.local_slot >= procs_per_node_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("local slot ", registrant.local_slot, " of node ", Quote(registrant.node), " is outside 0..",
-                     procs_per_node_ - 1, ": the run has ", procs_per_node_,
-                     " processes per node (check --nproc-per-node and SLURM_LOCALID/LOCAL_RANK)"));
+absl::Status Rendezvous::Admits(const std::string& node, int local_slot) const {
+  if (local_slot < 0 || local_slot >= procs_per_node_) {
+    return absl::FailedPreconditionError(absl::StrCat("local slot ", local_slot, " of node ", Quote(node),
+                                                      " is outside 0..", procs_per_node_ - 1, ": the run has ",
+                                                      procs_per_node_,
+                                                      " processes per node (check --nproc-per-node and "
+                                                      "SLURM_LOCALID/LOCAL_RANK)"));
   }
+  if (!node_counts_.count(node) && static_cast<int>(node_counts_.size()) >= nodes_) {
+    std::vector<std::string> names;
+    for (const auto& [name, n] : node_counts_) {
+      if (names.size() == 16) {
+        names.push_back("…");
+        break;
+      }
+      names.push_back(name);
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", Quote(node), " would be node ", node_counts_.size() + 1, " of a ", nodes_, "-node run (nodes so far: ",
+        absl::StrJoin(names, ", "), "); start the run with the right --nodes, or check SLURMD_NODENAME"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred) {
+  if (absl::Status s = Admits(registrant.node, registrant.local_slot); !s.ok()) return s;
   auto key = std::make_pair(registrant.node, registrant.local_slot);
   auto it = slots_.find(key);
   if (it != slots_.end()) {
@@ -29,14 +48,6 @@ absl::Status Rendezvous::Join(Registrant registrant, PendingPtr<Seat> reply, Def
     }
     held = Entry{std::move(registrant), std::move(reply)};
     return absl::OkStatus();
-  }
-  if (!node_counts_.count(registrant.node) && static_cast<int>(node_counts_.size()) >= nodes_) {
-    std::vector<std::string> names;
-    for (const auto& [name, n] : node_counts_) names.push_back(name);
-    return absl::FailedPreconditionError(
-        absl::StrCat("node ", Quote(registrant.node), " would be node ", node_counts_.size() + 1, " of a ", nodes_,
-                     "-node run (nodes so far: ", absl::StrJoin(names, ", "),
-                     "); start the run with the right --nodes, or check SLURMD_NODENAME"));
   }
   ++node_counts_[registrant.node];
   slots_.emplace(key, Entry{std::move(registrant), std::move(reply)});

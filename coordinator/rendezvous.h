@@ -44,6 +44,9 @@ class Rendezvous {
   // claim does not fit the run's shape. A replaced registrant's reply is completed with ABORTED
   // (new incarnation) or CANCELLED (retry of the same incarnation).
   absl::Status Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred);
+  // Join's check alone: FAILED_PRECONDITION when the slot is outside the run's processes per node,
+  // or the node would be one more than the run has.
+  absl::Status Admits(const std::string& node, int local_slot) const;
 
   // Drops a registrant whose call ended (its process is gone). False if that call is no longer
   // the slot's (a retry replaced it) or it was not there.

@@ -22,6 +22,29 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerCo
   return reactor;
 }
 
+grpc::ServerUnaryReactor* RendezvousServiceImpl::RegisterNode(grpc::CallbackServerContext* ctx,
+                                                              const v1::RegisterNodeRequest* req,
+                                                              v1::RegisterNodeResponse* out) {
+  auto* reactor = new PendingUnaryReactor<v1::RegisterNodeResponse>(deps_, "RegisterNode", out);
+  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
+    reactor->pending()->Complete(who.status());
+    return reactor;
+  }
+  Coordinator* coordinator = deps_.coordinator;
+  const void* call = reactor->pending().get();
+  reactor->set_on_cancel([coordinator, request = *req, call] { coordinator->WithdrawNodeRegistration(request, call); });
+  coordinator->RegisterNode(*req, reactor->pending());
+  reactor->HandedOver();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::NodeHeartbeat(grpc::CallbackServerContext* ctx,
+                                                               const v1::NodeHeartbeatRequest* req,
+                                                               v1::NodeHeartbeatResponse* out) {
+  return ReplyForRun(deps_, ctx, "NodeHeartbeat", req->run_id(), out,
+                     [&] { return deps_.coordinator->NodeHeartbeat(*req); });
+}
+
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
                                                            const v1::HeartbeatRequest* req,
                                                            v1::HeartbeatResponse* out) {

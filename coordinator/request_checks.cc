@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
@@ -42,6 +43,66 @@ absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
   if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
     return absl::InvalidArgumentError(
         absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task()));
+  }
+  return absl::OkStatus();
+}
+
+v1::RegisterRequest SlotRegisterRequest(const v1::RegisterNodeRequest& request, int index) {
+  const v1::NodeSlot& slot = request.slots(index);
+  v1::RegisterRequest out;
+  out.set_run_id(request.run_id());
+  out.set_node(request.node());
+  out.set_local_slot(slot.local_slot());
+  out.set_incarnation(slot.incarnation());
+  out.set_host(request.host());
+  out.set_pid(slot.pid());
+  *out.mutable_expected() = request.expected();
+  out.set_version(request.version());
+  if (slot.has_scheduler_task()) out.set_scheduler_task(slot.scheduler_task());
+  out.set_captures_stacks(slot.captures_stacks());
+  return out;
+}
+
+absl::Status ValidateRegisterNodeRequest(const v1::RegisterNodeRequest& request) {
+  if (request.slots().empty() || request.slots_size() > kMaxRanksPerNodeCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a node registers 1..", kMaxRanksPerNodeCall, " slots, not ", request.slots_size()));
+  }
+  absl::flat_hash_set<int> seen;
+  for (int i = 0; i < request.slots_size(); ++i) {
+    if (absl::Status s = ValidateRegisterRequest(SlotRegisterRequest(request, i)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", request.slots(i).local_slot(), ": ", s.message()));
+    }
+    if (!seen.insert(request.slots(i).local_slot()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", request.slots(i).local_slot(), " is given twice; each process has its own slot"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRankHeartbeat(const v1::RankHeartbeat& beat) {
+  if (beat.step() < 0 || beat.total_steps() < 0) {
+    return absl::InvalidArgumentError("step and total steps must not be negative");
+  }
+  if (beat.worker_pid() < 0) return absl::InvalidArgumentError("worker pid must not be negative");
+  if (beat.idle_ms() < 0) return absl::InvalidArgumentError("idle time must not be negative");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNodeHeartbeatRequest(const v1::NodeHeartbeatRequest& request) {
+  if (request.ranks().empty() || request.ranks_size() > kMaxRanksPerNodeCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a node heartbeat carries 1..", kMaxRanksPerNodeCall, " ranks, not ", request.ranks_size()));
+  }
+  absl::flat_hash_set<int> seen;
+  for (const v1::RankHeartbeat& beat : request.ranks()) {
+    if (absl::Status s = ValidateRankHeartbeat(beat); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", beat.rank(), ": ", s.message()));
+    }
+    if (!seen.insert(beat.rank()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", beat.rank(), " is given twice"));
+    }
   }
   return absl::OkStatus();
 }

@@ -49,6 +49,10 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
                                      v1::RegisterResponse* out) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* out) override;
+  grpc::ServerUnaryReactor* RegisterNode(grpc::CallbackServerContext* ctx, const v1::RegisterNodeRequest* req,
+                                         v1::RegisterNodeResponse* out) override;
+  grpc::ServerUnaryReactor* NodeHeartbeat(grpc::CallbackServerContext* ctx, const v1::NodeHeartbeatRequest* req,
+                                          v1::NodeHeartbeatResponse* out) override;
   grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx, const v1::ReportErrorRequest* req,
                                         v1::ReportErrorResponse* out) override;
   grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx, const v1::ReportStoppedRequest* req,

@@ -13,11 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/metric_points.h"
+#include "common/proto_time.h"
 
 namespace dt {
 namespace {
 
-constexpr int kSchemaVersion = 3;
+constexpr int kSchemaVersion = 4;  // 4: rank_progress
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
@@ -33,6 +34,8 @@ CREATE INDEX IF NOT EXISTS runs_by_join_key ON runs(join_key);
 CREATE TABLE IF NOT EXISTS ranks(
   run_id TEXT NOT NULL, rank INTEGER NOT NULL, record TEXT NOT NULL,
   PRIMARY KEY(run_id, rank));
+-- Every rank's progress (a RankProgress), newer than the ranks' rows it was written after.
+CREATE TABLE IF NOT EXISTS rank_progress(run_id TEXT PRIMARY KEY, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS failures(
   run_id TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS failures_by_run ON failures(run_id, seq);
@@ -236,6 +239,38 @@ absl::Status StateDb::SaveRanks(const std::string& run_id, const std::vector<v1:
   return Commit();
 }
 
+absl::Status StateDb::SaveRankProgress(const std::string& run_id, const v1::RankProgress& progress) {
+  std::string record = progress.SerializeAsString();
+  absl::MutexLock lock(&mu_);
+  sqlite3_stmt* st = Prepare(
+      "INSERT INTO rank_progress(run_id, record) VALUES(?1, ?2) "
+      "ON CONFLICT(run_id) DO UPDATE SET record=excluded.record");
+  if (st == nullptr) return Error("prepare SaveRankProgress");
+  StatementReset reset{st};
+  BindText(st, 1, run_id);
+  sqlite3_bind_blob(st, 2, record.data(), static_cast<int>(record.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE) return Error("save rank progress");
+  return absl::OkStatus();
+}
+
+void ApplyRankProgress(const v1::RankProgress& progress, std::vector<v1::RankStatus>& ranks) {
+  const size_t n = ranks.size();
+  if (progress.steps_size() != static_cast<int>(n) || progress.last_heartbeat_unix_ms_size() != static_cast<int>(n) ||
+      progress.pids_size() != static_cast<int>(n) || progress.idle_ms_size() != static_cast<int>(n)) {
+    return;  // another generation's shape
+  }
+  for (size_t i = 0; i < n; ++i) {
+    v1::RankStatus& rank = ranks[i];
+    if (rank.generation() != progress.generation() || rank.rank() != static_cast<int>(i)) continue;
+    // Steps and heartbeat times only grow within a generation: whichever write is newer wins.
+    rank.set_step(std::max(rank.step(), progress.steps(i)));
+    absl::Time heard = absl::FromUnixMillis(progress.last_heartbeat_unix_ms(i));
+    if (heard > FromProtoTime(rank.last_heartbeat())) *rank.mutable_last_heartbeat() = ToProtoTime(heard);
+    if (progress.pids(i) > 0) rank.set_pid(progress.pids(i));
+    rank.set_idle_ms(progress.idle_ms(i));
+  }
+}
+
 absl::Status StateDb::AddFailure(const std::string& run_id, const v1::Failure& failure) {
   absl::MutexLock lock(&mu_);
   sqlite3_stmt* st = Prepare("INSERT INTO failures(run_id, record) VALUES(?1, ?2)");
@@ -426,6 +461,19 @@ absl::StatusOr<std::vector<LoadedRun>> StateDb::LoadRuns() {
       }
       if (!s.ok()) return s;
     }
+  }
+  sqlite3_stmt* st = Prepare("SELECT run_id, record FROM rank_progress");
+  if (st == nullptr) return Error("prepare LoadRuns progress");
+  StatementReset reset{st};
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    auto it = index.find(ColumnText(st, 0));
+    if (it == index.end()) continue;
+    v1::RankProgress progress;
+    const void* blob = sqlite3_column_blob(st, 1);
+    if (blob != nullptr && !progress.ParseFromArray(blob, sqlite3_column_bytes(st, 1))) {
+      return absl::DataLossError(absl::StrCat("state database: the rank progress of run ", it->first, " is damaged"));
+    }
+    ApplyRankProgress(progress, runs[it->second].ranks);
   }
   return runs;
 }

@@ -36,6 +36,11 @@ struct LoadedRun {
   std::vector<v1::CheckpointInfo> checkpoints;  // ordered by step
 };
 
+// Progress over rank rows of the same generation: the higher step and later heartbeat of the two
+// (both only grow), the progress's pid when known and its idle time. Rows of another generation,
+// or a progress record of another size, are left as they are.
+void ApplyRankProgress(const v1::RankProgress& progress, std::vector<v1::RankStatus>& ranks);
+
 class StateDb {
  public:
   // Opens (creating if needed) <path>, in WAL mode with synchronous=NORMAL: a committed
@@ -46,6 +51,9 @@ class StateDb {
   absl::Status SaveRun(const StoredRun& run);
   // Replaces every rank row of the run.
   absl::Status SaveRanks(const std::string& run_id, const std::vector<v1::RankStatus>& ranks);
+  // Replaces the run's progress record (one row, whatever the number of ranks); LoadRuns applies
+  // it over the ranks' rows.
+  absl::Status SaveRankProgress(const std::string& run_id, const v1::RankProgress& progress);
   absl::Status AddFailure(const std::string& run_id, const v1::Failure& failure);
   absl::Status SaveCheckpoint(const std::string& run_id, const v1::CheckpointInfo& info);
   absl::Status DeleteCheckpoint(const std::string& run_id, int64_t step);

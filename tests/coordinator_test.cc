@@ -57,7 +57,7 @@ TEST_F(CoordinatorTest, SubmitValidatesTheSpec) {
   bad(testing::MakeSpec("a/b", save_dir_, 1, 1), absl::StatusCode::kInvalidArgument, "'/'");
   bad(testing::MakeSpec("ok", "relative", 1, 1), absl::StatusCode::kInvalidArgument, "absolute");
   bad(testing::MakeSpec("ok", save_dir_, 0, 1), absl::StatusCode::kInvalidArgument, "nodes");
-  bad(testing::MakeSpec("ok", save_dir_, 300, 300), absl::StatusCode::kResourceExhausted, "65536");
+  bad(testing::MakeSpec("ok", save_dir_, 400, 400), absl::StatusCode::kResourceExhausted, "131072");
   auto spec = testing::MakeSpec("ok", save_dir_, 1, 1);
   spec.mutable_wandb()->set_mode("sometimes");
   bad(spec, absl::StatusCode::kInvalidArgument, "W&B mode");

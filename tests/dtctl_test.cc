@@ -103,8 +103,10 @@ TEST_F(DtctlTest, UsageErrorsExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/'"), std::string::npos) << r.output;
   // Numeric flags say the allowed values in words, not the validator's range to 1.8e308.
-  for (const auto& [flag, value, range] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"--nodes", "-1", "1..65536"}, {"--max-restarts", "-2", "0..1000"}, {"--max-restarts", "5000", "0..1000"}}) {
+  for (const auto& [flag, value, range] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"--nodes", "-1", "1..131072"},
+                                                                      {"--max-restarts", "-2", "0..1000"},
+                                                                      {"--max-restarts", "5000", "0..1000"}}) {
     r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, flag, value, "--", "--dataset", "x"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     std::string want = absl::StrCat(flag, ": must be in ", range, ", got ", value);
@@ -114,7 +116,7 @@ TEST_F(DtctlTest, UsageErrorsExitTwo) {
   // --nproc-per-node also takes torchrun's gpu, cpu and auto: the message lists them.
   r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, "--nproc-per-node", "0", "--", "--dataset", "x"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--nproc-per-node: \"0\" is not a count within 1..65536, gpu (one per visible GPU), cpu"),
+  EXPECT_NE(r.output.find("--nproc-per-node: \"0\" is not a count within 1..131072, gpu (one per visible GPU), cpu"),
             std::string::npos)
       << r.output;
 }

@@ -1,6 +1,9 @@
 // Failure detection with a fake clock: silent ranks, hangs, the init window.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "coordinator/health_tracker.h"
 
 namespace dt {
@@ -130,12 +133,65 @@ TEST(HealthTracker, FinishedRanksAreNotWatched) {
   absl::Time t0 = absl::FromUnixSeconds(0);
   HealthTracker h(2, 0, t0);
   h.Heartbeat(0, 10, t0 + absl::Seconds(1));
-  h.Finish(0);
+  h.Finish(0, t0 + absl::Seconds(1));
   h.Heartbeat(1, 10, t0 + absl::Minutes(1));
   EXPECT_FALSE(h.Check(t0 + absl::Minutes(1), kLimits).has_value());
-  h.Finish(1);
+  h.Finish(1, t0 + absl::Minutes(1));
   EXPECT_TRUE(h.all_finished());
   EXPECT_FALSE(h.Check(t0 + absl::Hours(5), kLimits).has_value());
+}
+
+// The group's step is kept without a scan per heartbeat; whatever order ranks step, stop and
+// finish in, it is the lowest step of the ranks still watched, and its progress time is when it
+// last rose.
+TEST(HealthTracker, TheGroupStepIsTheLowestWatchedStepWhateverTheOrderOfEvents) {
+  absl::Time t0 = absl::FromUnixSeconds(0);
+  const int n = 40;
+  HealthTracker h(n, 5, t0);
+  std::vector<int64_t> steps(n, 5);
+  std::vector<bool> watched(n, true);
+  uint64_t seed = 12345;
+  auto next = [&seed](int bound) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((seed >> 33) % bound);
+  };
+  int64_t group = 5;
+  absl::Time progress = t0;
+  for (int event = 1; event <= 5000; ++event) {
+    absl::Time now = t0 + absl::Seconds(event);
+    int rank = next(n);
+    int what = next(1000);
+    if (what == 0) {
+      h.Stop(rank, 15, now);
+      watched[rank] = false;
+    } else if (what == 1) {
+      h.Finish(rank, now);
+      watched[rank] = false;
+    } else {
+      int64_t step = steps[rank] + next(3);
+      h.Heartbeat(rank, step, now);
+      steps[rank] = std::max(steps[rank], step);
+    }
+    int64_t lowest = -1;
+    for (int r = 0; r < n; ++r) {
+      if (watched[r] && (lowest < 0 || steps[r] < lowest)) lowest = steps[r];
+    }
+    if (lowest > group) {
+      group = lowest;
+      progress = now;
+    }
+    ASSERT_EQ(h.group_step(), group) << "after event " << event;
+    if (lowest < 0) break;  // every rank stopped or finished
+  }
+  EXPECT_GT(group, 5);
+  ASSERT_GT(std::count(watched.begin(), watched.end(), true), 0);
+  // A hang is judged from the last rise of the group step.
+  const HealthTimeouts limits{absl::Hours(10), absl::Minutes(10), absl::Minutes(20)};
+  EXPECT_FALSE(h.Check(progress + absl::Minutes(10), limits).has_value());
+  std::optional<HealthVerdict> hang = h.Check(progress + absl::Minutes(10) + absl::Seconds(1), limits);
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->kind, HealthVerdict::Kind::kHang);
+  EXPECT_EQ(hang->step, group);
 }
 
 // srun ends the step when one task dies: it SIGKILLs that task and SIGTERMs the others. The

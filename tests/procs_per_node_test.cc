@@ -28,7 +28,7 @@ TEST(ProcsPerNodeTest, ParsesACountOrARuleAndRefusesTheRestNamingTheChoices) {
     EXPECT_EQ(p->rule, rule);
     EXPECT_EQ(p->count, 0);
   }
-  for (const char* bad : {"0", "-1", "65537", "GPU", "xpu", "", "4x"}) {
+  for (const char* bad : {"0", "-1", "131073", "GPU", "xpu", "", "4x"}) {
     absl::StatusOr<ProcsPerNode> p = ParseProcsPerNode(bad);
     ASSERT_FALSE(p.ok()) << bad;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);

@@ -103,6 +103,75 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
 // different runs and ranks, each read back under its own run and rank; a batch without points
 // adds nothing.
 // Another program's SQLite database is refused, naming its tables, rather than taken as an empty state.
+// Every rank's progress is one record per run; loading lays it over the ranks' rows of the same
+// generation, keeping whichever step and heartbeat is newer.
+TEST(StateDb, TheProgressRecordIsLaidOverTheRanksOfItsGeneration) {
+  testing::TempDir tmp;
+  std::string path = JoinPath(tmp.path(), "state.db");
+  const std::string id = "r-0000000000000002";
+  {
+    auto db = StateDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    StoredRun run;
+    run.run.set_run_id(id);
+    run.run.set_state(v1::RUNNING);
+    ASSERT_TRUE((*db)->SaveRun(run).ok());
+    std::vector<v1::RankStatus> ranks(3);
+    for (int r = 0; r < 3; ++r) {
+      ranks[r].set_rank(r);
+      ranks[r].set_generation(1);
+      ranks[r].set_step(10);
+      ranks[r].set_pid(100 + r);
+      ranks[r].set_node("n1");
+    }
+    ranks[2].set_step(30);  // its row was written after the progress record below
+    ASSERT_TRUE((*db)->SaveRanks(id, ranks).ok());
+    v1::RankProgress progress;
+    progress.set_generation(1);
+    for (int r = 0; r < 3; ++r) {
+      progress.add_steps(20 + r);
+      progress.add_last_heartbeat_unix_ms(1'700'000'000'000 + r);
+      progress.add_pids(r == 1 ? 555 : 0);
+      progress.add_idle_ms(r == 0 ? 1500 : 0);
+    }
+    ASSERT_TRUE((*db)->SaveRankProgress(id, progress).ok());
+    progress.set_steps(0, 21);  // a later flush replaces the record
+    ASSERT_TRUE((*db)->SaveRankProgress(id, progress).ok());
+  }
+  auto db = StateDb::Open(path);
+  ASSERT_TRUE(db.ok());
+  auto runs = (*db)->LoadRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 1u);
+  const std::vector<v1::RankStatus>& ranks = (*runs)[0].ranks;
+  ASSERT_EQ(ranks.size(), 3u);
+  EXPECT_EQ(ranks[0].step(), 21);
+  EXPECT_EQ(ranks[1].step(), 21);
+  EXPECT_EQ(ranks[2].step(), 30);
+  EXPECT_EQ(ranks[0].pid(), 100);
+  EXPECT_EQ(ranks[1].pid(), 555);
+  EXPECT_EQ(ranks[0].idle_ms(), 1500);
+  EXPECT_EQ(ranks[1].last_heartbeat().seconds(), 1'700'000'000);
+  EXPECT_EQ(ranks[0].node(), "n1");
+
+  // A record of another generation, or of another size, changes nothing.
+  std::vector<v1::RankStatus> next = ranks;
+  v1::RankProgress old;
+  old.set_generation(0);
+  for (int r = 0; r < 3; ++r) {
+    old.add_steps(99);
+    old.add_last_heartbeat_unix_ms(0);
+    old.add_pids(0);
+    old.add_idle_ms(0);
+  }
+  ApplyRankProgress(old, next);
+  EXPECT_EQ(next[0].step(), 21);
+  old.set_generation(1);
+  old.add_steps(99);
+  ApplyRankProgress(old, next);
+  EXPECT_EQ(next[0].step(), 21);
+}
+
 TEST(StateDb, AnotherProgramsDatabaseIsRefused) {
   testing::TempDir tmp;
   std::string path = JoinPath(tmp.path(), "other.db");

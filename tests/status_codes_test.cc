@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -152,6 +153,21 @@ v1::RegisterRequest RegisterReq(const std::string& run, int slot, const std::str
   r.set_incarnation(incarnation);
   r.set_host("host");
   r.set_pid(7);
+  return r;
+}
+
+// A RegisterNode of node n1's `slots`, each with incarnation "i<slot>".
+v1::RegisterNodeRequest NodeReq(const std::string& run, const std::vector<int>& slots) {
+  v1::RegisterNodeRequest r;
+  r.set_run_id(run);
+  r.set_node("n1");
+  r.set_host("host");
+  for (int slot : slots) {
+    v1::NodeSlot& s = *r.add_slots();
+    s.set_local_slot(slot);
+    s.set_incarnation(absl::StrCat("i", slot));
+    s.set_pid(7 + slot);
+  }
   return r;
 }
 
@@ -462,6 +478,102 @@ void RunRpcs(std::vector<Case>& t) {
   RunScoped(t, "RunService.WatchRun", [](Env&, CoordinatorClient& c, const std::string& run) { return Watch(c, run); });
 }
 
+// Runs that fill dtcoord's default --max-ranks but one rank, and a counted run (--nproc-per-node
+// gpu) whose node has not registered yet: a node counting two passes the limit. Its run id.
+std::optional<std::string> CountedRunOneRankShortOfTheLimit(Env& e) {
+  for (int fill_run = 0;; ++fill_run) {
+    int64_t left = kDefaultMaxRanks - e.coord->coordinator().TakeCensus().admitted_ranks;
+    if (left <= 1) break;
+    v1::SubmitRunRequest fill;
+    *fill.mutable_spec() = testing::MakeSpec(absl::StrCat("fill-", fill_run), e.tmp.Sub("runs"), 1,
+                                             static_cast<int>(std::min(left - 1, kMaxWorldSize)), 0);
+    if (Raw(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), fill) != Code::OK) return std::nullopt;
+  }
+  v1::SubmitRunRequest counted;
+  *counted.mutable_spec() = testing::MakeSpec("counted", e.tmp.Sub("runs"), 1, 0, 0);
+  counted.mutable_spec()->set_procs_per_node_rule("gpu");
+  counted.mutable_spec()->add_exec_command("/bin/true");
+  auto made = Call(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), counted, absl::Seconds(10));
+  if (!made.ok()) return std::nullopt;
+  return made->run_id();
+}
+
+void NodeRpcs(std::vector<Case>& t) {
+  auto reg = [](CoordinatorClient& c, const v1::RegisterNodeRequest& r, absl::Duration timeout) {
+    return Raw(c, &v1::RendezvousService::Stub::RegisterNode, c.rendezvous(), r, timeout);
+  };
+  const std::string rpc = "RendezvousService.RegisterNode";
+  t.push_back({rpc, Code::OK, [reg](Env& e) {
+                 return reg(*e.run_client, NodeReq(e.run.run_id(), {1, 0}), absl::Seconds(10));
+               }});
+  t.push_back({rpc, Code::INVALID_ARGUMENT, [reg](Env& e) {
+                 return reg(*e.run_client, NodeReq(e.run.run_id(), {0, 0}), absl::Seconds(5));
+               }});
+  t.push_back({rpc, Code::FAILED_PRECONDITION, [reg](Env& e) {
+                 return reg(*e.run_client, NodeReq(e.run.run_id(), {0, 1, 2}), absl::Seconds(5));
+               }});
+  t.push_back({rpc, Code::RESOURCE_EXHAUSTED, [reg](Env& e) {
+                 std::optional<std::string> counted = CountedRunOneRankShortOfTheLimit(e);
+                 if (!counted) return Code::UNKNOWN;
+                 v1::RegisterNodeRequest r = NodeReq(*counted, {0, 1});
+                 r.mutable_expected()->set_procs_per_node(2);
+                 return reg(*e.admin, r, absl::Seconds(5));
+               }});
+  t.push_back({rpc, Code::DEADLINE_EXCEEDED,
+               [reg](Env& e) { return reg(*e.run_client, NodeReq(e.run.run_id(), {0}), absl::Seconds(10)); },
+               absl::Seconds(1)});
+  t.push_back({rpc, Code::ABORTED, [reg](Env& e) {
+                 return e.WhileWaiting(
+                     [&] { return reg(*e.run_client, NodeReq(e.run.run_id(), {0}), absl::Seconds(10)); },
+                     [&] { e.Cancel(); });
+               }});
+  t.push_back({rpc, Code::CANCELLED, [reg](Env& e) {
+                 // A retry of the same incarnations replaces the waiting call.
+                 return e.WhileWaiting(
+                     [&] { return reg(*e.run_client, NodeReq(e.run.run_id(), {0}), absl::Seconds(10)); },
+                     [&] {
+                       e.background.emplace_back(
+                           [&] { (void)reg(*e.run_client, NodeReq(e.run.run_id(), {0}), absl::Seconds(5)); });
+                     });
+               }});
+  t.push_back({rpc, Code::UNAVAILABLE, [reg](Env& e) {
+                 return e.WhileWaiting(
+                     [&] { return reg(*e.run_client, NodeReq(e.run.run_id(), {0}), absl::Seconds(10)); },
+                     [&] { e.Shutdown(); });
+               }});
+  RunScoped(t, rpc, [reg](Env&, CoordinatorClient& c, const std::string& run) {
+    return reg(c, NodeReq(run, {0}), absl::Seconds(5));
+  });
+
+  auto beat = [](CoordinatorClient& c, const v1::NodeHeartbeatRequest& r) {
+    return Raw(c, &v1::RendezvousService::Stub::NodeHeartbeat, c.rendezvous(), r);
+  };
+  // Both ranks of Env::Register's node.
+  auto both = [](Env& e, const std::string& run) {
+    v1::NodeHeartbeatRequest r;
+    r.set_run_id(run);
+    for (int rank = 0; rank < 2; ++rank) {
+      v1::RankHeartbeat& b = *r.add_ranks();
+      b.set_rank(rank);
+      if (!e.ranks.empty()) b.set_incarnation(e.ranks[rank]->incarnation());
+    }
+    return r;
+  };
+  const std::string hb = "RendezvousService.NodeHeartbeat";
+  t.push_back({hb, Code::OK, [beat, both](Env& e) {
+                 e.Register();
+                 return beat(*e.run_client, both(e, e.run.run_id()));
+               }});
+  t.push_back({hb, Code::INVALID_ARGUMENT, [beat, both](Env& e) {
+                 e.Register();
+                 v1::NodeHeartbeatRequest r = both(e, e.run.run_id());
+                 r.mutable_ranks(1)->set_step(-1);
+                 return beat(*e.run_client, r);
+               }});
+  RunScoped(t, hb,
+            [beat, both](Env& e, CoordinatorClient& c, const std::string& run) { return beat(c, both(e, run)); });
+}
+
 void RendezvousRpcs(std::vector<Case>& t) {
   auto reg = [](Env&, CoordinatorClient& c, const v1::RegisterRequest& r, absl::Duration timeout) {
     return Raw(c, &v1::RendezvousService::Stub::Register, c.rendezvous(), r, timeout);
@@ -481,26 +593,9 @@ void RendezvousRpcs(std::vector<Case>& t) {
                  return reg(e, *e.run_client, r, absl::Seconds(5));
                }});
   t.push_back({"RendezvousService.Register", Code::RESOURCE_EXHAUSTED, [reg](Env& e) {
-                 // Runs that fill dtcoord's default --max-ranks but one rank, and a counted run
-                 // holding its node's one: the node's count of two passes the limit.
-                 for (int fill_run = 0;; ++fill_run) {
-                   int64_t left = kDefaultMaxRanks - e.coord->coordinator().TakeCensus().admitted_ranks;
-                   if (left <= 1) break;
-                   v1::SubmitRunRequest fill;
-                   *fill.mutable_spec() = testing::MakeSpec(absl::StrCat("fill-", fill_run), e.tmp.Sub("runs"), 1,
-                                                            static_cast<int>(std::min(left - 1, kMaxWorldSize)), 0);
-                   if (Raw(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), fill) != Code::OK) {
-                     return Code::UNKNOWN;
-                   }
-                 }
-                 v1::SubmitRunRequest counted;
-                 *counted.mutable_spec() = testing::MakeSpec("counted", e.tmp.Sub("runs"), 1, 0, 0);
-                 counted.mutable_spec()->set_procs_per_node_rule("gpu");
-                 counted.mutable_spec()->add_exec_command("/bin/true");
-                 auto made =
-                     Call(*e.admin, &v1::RunService::Stub::SubmitRun, e.admin->runs(), counted, absl::Seconds(10));
-                 if (!made.ok()) return Code::UNKNOWN;
-                 v1::RegisterRequest r = RegisterReq(made->run_id(), 0, "i");
+                 std::optional<std::string> counted = CountedRunOneRankShortOfTheLimit(e);
+                 if (!counted) return Code::UNKNOWN;
+                 v1::RegisterRequest r = RegisterReq(*counted, 0, "i");
                  r.mutable_expected()->set_procs_per_node(2);
                  return reg(e, *e.admin, r, absl::Seconds(5));
                }});
@@ -1188,6 +1283,7 @@ std::vector<Case> Table() {
   StacksRpcs(t);
   RunRpcs(t);
   RendezvousRpcs(t);
+  NodeRpcs(t);
   BarrierRpcs(t);
   CheckpointRpcs(t);
   MetricsRpcs(t);
