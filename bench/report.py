@@ -76,6 +76,15 @@ HOW_MEASURED = [
      "`bench_scale`: a dtcoord process (the real binary) and a run of N ranks, 8 to a node; N clients, each on "
      "its own connection, send Register at once (asynchronous); time from the first call to the last answer. "
      "64 and 512 ranks (2,048 too, full). Anchor: the 1 s goal."),
+    (r"node agents: ", "node agents: 1K to 98K ranks, one connection per node",
+     "`bench_scale nodes`: a dtcoord process (the real binary, metrics off) and one run each of 128, 1,024, "
+     "4,096 and 12,288 nodes x 8 ranks. One benchmark process simulates every node agent: one connection per "
+     "node (12,288 at the largest), each sending one RegisterNode with its 8 slots at once (asynchronous); "
+     "registration is the time from the first call to the last answer, and dtcoord's CPU (/proc/PID/stat) "
+     "meanwhile, per rank. Then every node heartbeats its 8 ranks every 2 s, spread evenly, for 10 s (30 s full): "
+     "first a NodeHeartbeat call each, then one message each on its NodeHeartbeats stream; dtcoord's CPU over "
+     "each window, its peak RSS (VmHWM), and every answer checked (each rank told to continue). Anchors: the "
+     "goals at 98,304 ranks (10 s, 50% of a core, 2 GiB)."),
     (r"(heartbeat RPC p99|coordinator CPU), ", "heartbeat RPC p99 and coordinator CPU, 1,000 ranks",
      "`bench_scale`: a dtcoord process, 1,000 registered ranks (10 nodes x 100, each its own connection) "
      "heartbeating every 2 s, spread evenly, asynchronous, while 8 store sessions set and get a 128-byte value "

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "common/proto_time.h"
 #include "common/run_state.h"
 #include "coordinator/checkpoint_shards.h"
@@ -64,6 +66,9 @@ struct Coordinator::Generation {
   Rendezvous rendezvous;
   bool assigned = false;
   std::vector<v1::RankStatus> ranks;  // by rank, once assigned
+  // node → (its first rank, its ranks): built from `ranks` on first use, so a registration after
+  // the assignment finds its seat without a scan of every rank.
+  absl::flat_hash_map<std::string, std::pair<int, int>> node_ranks;
   std::unique_ptr<HealthTracker> health;
   std::shared_ptr<KvStore> store;
   std::unique_ptr<BarrierTable> barriers;

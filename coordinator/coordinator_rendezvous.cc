@@ -137,9 +137,20 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
     RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
   Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;
-  auto seat = std::find_if(g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) {
-    return rs.node() == request.node() && rs.local_rank() == request.local_slot();
-  });
+  if (g.node_ranks.empty()) {
+    for (int i = 0; i < static_cast<int>(g.ranks.size()); ++i) {
+      auto [it, added] = g.node_ranks.try_emplace(g.ranks[i].node(), i, 0);
+      ++it->second.second;
+    }
+  }
+  auto seat = g.ranks.end();
+  if (auto node = g.node_ranks.find(request.node()); node != g.node_ranks.end()) {
+    auto [first, count] = node->second;
+    auto begin = g.ranks.begin() + first;
+    seat = std::find_if(begin, begin + count,
+                        [&](const v1::RankStatus& rs) { return rs.local_rank() == request.local_slot(); });
+    if (seat == begin + count) seat = g.ranks.end();
+  }
   if (seat == g.ranks.end()) {
     std::vector<std::string> nodes;
     for (const auto& rs : g.ranks) {
@@ -158,8 +169,7 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
     reg.host = seat->host();
     reg.pid = seat->pid();
     Assignment a{seat->rank(), seat->local_rank(), 0, seat->node_rank(), 0};
-    a.local_world_size = static_cast<int>(std::count_if(
-        g.ranks.begin(), g.ranks.end(), [&](const v1::RankStatus& rs) { return rs.node() == seat->node(); }));
+    a.local_world_size = g.node_ranks.at(seat->node()).second;
     a.nodes = g.ranks.empty() ? 0 : g.ranks.back().node_rank() + 1;
     return MakeRegisterResponse(run, Seat{reg, a});
   }

@@ -1,7 +1,74 @@
 // RendezvousService: gRPC glue over Coordinator's rendezvous and health calls.
+#include "absl/strings/str_cat.h"
 #include "coordinator/services.h"
 
 namespace dt {
+namespace {
+
+// One node agent's heartbeat stream: each message answered, in order, before the next is read
+// (an agent sends one every heartbeat interval). Authorized once, for the first message's run.
+class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse> {
+ public:
+  NodeHeartbeatStream(const ServiceDeps& deps, grpc::CallbackServerContext* ctx)
+      : deps_(deps), ctx_(ctx), timer_(deps, "NodeHeartbeats") {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(absl::OkStatus());  // the agent closed its side
+      return;
+    }
+    if (run_id_.empty()) {
+      if (auto who = AuthorizeRun(deps_, ctx_, request_.run_id()); !who.ok()) {
+        End(who.status());
+        return;
+      }
+      run_id_ = request_.run_id();
+    } else if (request_.run_id() != run_id_) {
+      End(absl::InvalidArgumentError(absl::StrCat("this stream heartbeats for run ", run_id_, ", not ",
+                                                  request_.run_id(), ": open one stream per run")));
+      return;
+    }
+    absl::StatusOr<v1::NodeHeartbeatResponse> answer = deps_.coordinator->NodeHeartbeat(request_);
+    if (!answer.ok()) {
+      End(answer.status());
+      return;
+    }
+    response_ = std::move(*answer);
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the node agent went away"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& status) {
+    timer_.Done(status.code());
+    Finish(ToGrpcStatus(status));
+  }
+
+  const ServiceDeps deps_;
+  grpc::CallbackServerContext* ctx_;
+  RpcTimer timer_;
+  std::string run_id_;  // set by the first message, once authorized
+  v1::NodeHeartbeatRequest request_;
+  v1::NodeHeartbeatResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>* RendezvousServiceImpl::NodeHeartbeats(
+    grpc::CallbackServerContext* ctx) {
+  return new NodeHeartbeatStream(deps_, ctx);
+}
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerContext* ctx,
                                                           const v1::RegisterRequest* req, v1::RegisterResponse* out) {

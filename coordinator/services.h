@@ -53,6 +53,8 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
                                          v1::RegisterNodeResponse* out) override;
   grpc::ServerUnaryReactor* NodeHeartbeat(grpc::CallbackServerContext* ctx, const v1::NodeHeartbeatRequest* req,
                                           v1::NodeHeartbeatResponse* out) override;
+  grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>* NodeHeartbeats(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx, const v1::ReportErrorRequest* req,
                                         v1::ReportErrorResponse* out) override;
   grpc::ServerUnaryReactor* ReportStopped(grpc::CallbackServerContext* ctx, const v1::ReportStoppedRequest* req,

@@ -119,6 +119,10 @@ void Apply(World& w, Call& call) {
       return c.Register(call.register_(), Later<v1::RegisterResponse>("Register"));
     case Call::kHeartbeat:
       return Answered(c.Heartbeat(call.heartbeat()), "Heartbeat");
+    case Call::kRegisterNode:
+      return c.RegisterNode(call.register_node(), Later<v1::RegisterNodeResponse>("RegisterNode"));
+    case Call::kNodeHeartbeat:
+      return Answered(c.NodeHeartbeat(call.node_heartbeat()), "NodeHeartbeat");
     case Call::kReportError:
       return Answered(c.ReportError(call.report_error()), "ReportError");
     case Call::kReportStopped:

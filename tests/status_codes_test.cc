@@ -572,6 +572,36 @@ void NodeRpcs(std::vector<Case>& t) {
                }});
   RunScoped(t, hb,
             [beat, both](Env& e, CoordinatorClient& c, const std::string& run) { return beat(c, both(e, run)); });
+
+  // The stream: each message written and its answer read, then closed; the stream's status
+  // (UNKNOWN when an answer did not tell each rank to go on).
+  auto stream = [](CoordinatorClient& c, const std::vector<v1::NodeHeartbeatRequest>& messages) {
+    std::unique_ptr<grpc::ClientContext> ctx = c.Context(absl::Seconds(10));
+    auto s = c.rendezvous().NodeHeartbeats(ctx.get());
+    bool answered_right = true;
+    for (const v1::NodeHeartbeatRequest& m : messages) {
+      v1::NodeHeartbeatResponse answer;
+      if (!s->Write(m) || !s->Read(&answer)) break;
+      answered_right = answered_right && answer.ranks_size() == m.ranks_size();
+      for (const auto& rank : answer.ranks()) {
+        answered_right = answered_right && rank.reply().directive() == v1::HeartbeatResponse::CONTINUE;
+      }
+    }
+    s->WritesDone();
+    Code code = s->Finish().error_code();
+    return code == Code::OK && !answered_right ? Code::UNKNOWN : code;
+  };
+  const std::string hbs = "RendezvousService.NodeHeartbeats";
+  t.push_back({hbs, Code::OK, [stream, both](Env& e) {
+                 e.Register();
+                 return stream(*e.run_client, {both(e, e.run.run_id()), both(e, e.run.run_id())});
+               }});
+  t.push_back({hbs, Code::INVALID_ARGUMENT, [stream, both](Env& e) {
+                 e.Register();
+                 return stream(*e.admin, {both(e, e.run.run_id()), both(e, e.other.run_id())});
+               }});
+  RunScoped(t, hbs,
+            [stream, both](Env& e, CoordinatorClient& c, const std::string& run) { return stream(c, {both(e, run)}); });
 }
 
 void RendezvousRpcs(std::vector<Case>& t) {
