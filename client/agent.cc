@@ -118,7 +118,7 @@ auto Agent::RetryUnavailable(absl::Time deadline, F call) -> decltype(call(absl:
   }
 }
 
-absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
+v1::RegisterRequest Agent::RegistrationRequest() const {
   v1::RegisterRequest request;
   request.set_run_id(options_.run_id);
   request.set_node(options_.node);
@@ -130,6 +130,11 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
   *request.mutable_expected() = options_.expected;
   if (options_.scheduler_task) request.set_scheduler_task(*options_.scheduler_task);
   request.set_captures_stacks(capturer_ != nullptr);
+  return request;
+}
+
+absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
+  v1::RegisterRequest request = RegistrationRequest();
   absl::StatusOr<v1::RegisterResponse> response = RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
     return Call(*client_, &v1::RendezvousService::Stub::Register, client_->rendezvous(), request, left);
   });
@@ -137,6 +142,60 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
   assignment_ = *response;
   registered_ = true;
   return assignment_;
+}
+
+absl::Status Agent::RegisterNode(const std::vector<Agent*>& agents, absl::Duration timeout) {
+  if (agents.empty()) return absl::InvalidArgumentError("a node registers at least one agent");
+  Agent& first = *agents.front();
+  v1::RegisterRequest shared = first.RegistrationRequest();
+  v1::RegisterNodeRequest request;
+  request.set_run_id(shared.run_id());
+  request.set_node(shared.node());
+  request.set_host(shared.host());
+  *request.mutable_expected() = shared.expected();
+  request.set_version(shared.version());
+  for (Agent* agent : agents) {
+    v1::RegisterRequest own = agent->RegistrationRequest();
+    v1::NodeSlot& slot = *request.add_slots();
+    slot.set_local_slot(own.local_slot());
+    slot.set_incarnation(own.incarnation());
+    slot.set_pid(own.pid());
+    if (own.has_scheduler_task()) slot.set_scheduler_task(own.scheduler_task());
+    slot.set_captures_stacks(own.captures_stacks());
+  }
+  absl::StatusOr<v1::RegisterNodeResponse> response =
+      first.RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
+        return Call(*first.client_, &v1::RendezvousService::Stub::RegisterNode, first.client_->rendezvous(), request,
+                    left);
+      });
+  if (response.status().code() == absl::StatusCode::kUnimplemented) {
+    return absl::UnimplementedError(absl::StrCat("the coordinator at ", first.client_->address(),
+                                                 " does not know RegisterNode: it is older than this dtrun; "
+                                                 "upgrade dtcoord to the same version"));
+  }
+  if (!response.ok()) return response.status();
+  if (response->slots_size() != static_cast<int>(agents.size())) {
+    return absl::InternalError(
+        absl::StrCat("the coordinator answered ", response->slots_size(), " slots for ", agents.size(), " registered"));
+  }
+  for (size_t i = 0; i < agents.size(); ++i) {
+    v1::RegisterResponse& a = agents[i]->assignment_;
+    a.set_rank(response->slots(static_cast<int>(i)).rank());
+    a.set_local_rank(response->slots(static_cast<int>(i)).local_rank());
+    a.set_world_size(response->world_size());
+    a.set_local_world_size(response->local_world_size());
+    a.set_node_rank(response->node_rank());
+    a.set_nodes(response->nodes());
+    a.set_generation(response->generation());
+    a.set_exp_dir(response->exp_dir());
+    if (response->has_resume()) *a.mutable_resume() = response->resume();
+    *a.mutable_spec() = response->spec();
+    *a.mutable_timeouts() = response->timeouts();
+    a.set_restarts(response->restarts());
+    a.set_run_id(response->run_id());
+    agents[i]->registered_ = true;
+  }
+  return absl::OkStatus();
 }
 
 void Agent::StartHeartbeats(std::function<void(const std::string& reason)> on_stop) {

@@ -55,6 +55,11 @@ class Agent {
 
   // Registers with a fresh incarnation and waits for every rank (up to `timeout`).
   absl::StatusOr<v1::RegisterResponse> Register(absl::Duration timeout);
+  // Registers every agent of one node (same client, run and node) in one RegisterNode call, as a
+  // node agent speaks for its ranks: one call and one answer per node for the coordinator. Each
+  // agent then holds its assignment as Register would have given it. UNIMPLEMENTED (saying to
+  // upgrade) from a dtcoord older than RegisterNode.
+  static absl::Status RegisterNode(const std::vector<Agent*>& agents, absl::Duration timeout);
   const v1::RegisterResponse& assignment() const { return assignment_; }
   int rank() const { return assignment_.rank(); }
   int world_size() const { return assignment_.world_size(); }
@@ -136,6 +141,7 @@ class Agent {
   }
   v1::ReportErrorRequest ErrorRequest(const std::string& message, const std::string& exception_type,
                                       const std::string& stack, int64_t step) const;
+  v1::RegisterRequest RegistrationRequest() const;
   absl::Status SendError(const v1::ReportErrorRequest& request);
   void HeartbeatLoop(std::function<void(const std::string&)> on_stop);
   // Starts the capture the coordinator asked for (once per id), on its own thread.

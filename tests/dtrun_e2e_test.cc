@@ -39,8 +39,9 @@ class DtrunTest : public ::testing::Test {
  protected:
   testing::TempDir tmp_;
   std::string save_dir_ = tmp_.Sub("runs");
-  CoordinatorProcess coord_{
-      tmp_.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s", "--rendezvous-timeout", "1m"}};
+  CoordinatorProcess coord_{tmp_.path(),
+                            {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s", "--rendezvous-timeout", "1m",
+                             "--metrics-listen", "127.0.0.1:0"}};
 
   CommandResult Dtctl(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
     env["HOME"] = tmp_.path();
@@ -119,6 +120,16 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   EXPECT_EQ(e0["MASTER_ADDR"], e1["MASTER_ADDR"]);
   EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
   EXPECT_NE(e0["MASTER_PORT"], "0");
+
+  // dtrun registered its node's two ranks in one RegisterNode call, not one Register each (the
+  // coordinator's own count of the calls it answered).
+  absl::StatusOr<CommandResult> scraped =
+      RunCommand({"curl", "-s", absl::StrCat("http://", coord_.metrics_address(), "/metrics")}, absl::Seconds(10));
+  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  EXPECT_NE(scraped->output.find("dt_coordinator_rpc_duration_seconds_count{code=\"OK\",method=\"RegisterNode\"} 1"),
+            std::string::npos)
+      << scraped->output;
+  EXPECT_EQ(scraped->output.find("method=\"Register\""), std::string::npos);
 
   // dtctl status shows the script's processes as the ranks' pids, and never the run token.
   nlohmann::json s = Status(run);

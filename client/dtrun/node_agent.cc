@@ -151,18 +151,13 @@ class NodeAgent {
   }
 
  private:
-  // One agent per local slot, registered side by side: the rendezvous answers when every slot of
-  // every node has registered.
+  // One agent per local slot, registered together in one RegisterNode call (the coordinator's
+  // cost grows per node, not per rank): the rendezvous answers when every slot of every node has
+  // registered.
   absl::Status Register() {
-    std::vector<absl::Status> results(workers_.size());
-    std::vector<std::thread> threads;
-    for (size_t k = 0; k < workers_.size(); ++k) {
-      threads.emplace_back([&, k] { results[k] = workers_[k].agent->Register(config_.rendezvous_timeout).status(); });
-    }
-    for (auto& t : threads) t.join();
-    for (const absl::Status& s : results) {
-      if (!s.ok()) return s;
-    }
+    std::vector<Agent*> agents;
+    for (Worker& w : workers_) agents.push_back(w.agent.get());
+    if (absl::Status s = Agent::RegisterNode(agents, config_.rendezvous_timeout); !s.ok()) return s;
     registered_ = true;
     const v1::RegisterResponse& a = workers_.front().agent->assignment();
     SetLogProgram(absl::StrCat("dtrun ", config_.node));
