@@ -180,6 +180,7 @@ absl::Status Agent::RegisterNode(const std::vector<Agent*>& agents, absl::Durati
   }
   for (size_t i = 0; i < agents.size(); ++i) {
     v1::RegisterResponse& a = agents[i]->assignment_;
+    a.Clear();
     a.set_rank(response->slots(static_cast<int>(i)).rank());
     a.set_local_rank(response->slots(static_cast<int>(i)).local_rank());
     a.set_world_size(response->world_size());

@@ -195,6 +195,7 @@ void Coordinator::TakeRankProgress(RunEntry& run) {
     run.stored.run.set_step(g.health->group_step());
   }
   g.ranks_dirty = false;
+  g.rows_dirty = false;
   g.last_flush = clock_->Now();
 }
 
@@ -231,11 +232,19 @@ v1::RankProgress Coordinator::TakeProgressRecord(RunEntry& run) {
 void Coordinator::FlushProgress(const RunPtr& run) {
   // One record for every rank (packed numbers), not a row per rank: at 100,000 ranks a flush
   // every 2 s of rank rows would keep a core busy.
+  bool task_waiting = run->unwritten_progress != nullptr;
+  std::optional<std::vector<v1::RankStatus>> rows;
+  // A rank finished, was stopped or reported its pre-flight (now, or in a snapshot no task has
+  // taken yet): the rows are written too, as they are now, so a coordinator killed before the
+  // generation ends does not bring such a rank back active.
+  if (run->gen->rows_dirty || (task_waiting && run->unwritten_progress->rows)) {
+    TakeRankProgress(*run);
+    rows = run->gen->ranks;
+  }
   v1::RankProgress progress = TakeProgressRecord(*run);
   *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  bool task_waiting = run->unwritten_progress != nullptr;
-  run->unwritten_progress =
-      std::make_shared<ProgressSnapshot>(ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress)});
+  run->unwritten_progress = std::make_shared<ProgressSnapshot>(
+      ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress), std::move(rows)});
   if (task_waiting) return;
   file_work_->Post(run->stored.run.run_id(), [this, run] {
     std::shared_ptr<ProgressSnapshot> snapshot;
@@ -243,6 +252,7 @@ void Coordinator::FlushProgress(const RunPtr& run) {
       RunMutexLock lock(&run->mu);
       snapshot.swap(run->unwritten_progress);
     }
+    if (snapshot->rows) WriteRanks(*run, snapshot->sequence, snapshot->stored.run.run_id(), *snapshot->rows);
     WriteProgress(*run, snapshot->sequence, snapshot->stored.run.run_id(), snapshot->progress);
     WriteRecord(*run, snapshot->sequence, snapshot->stored);
   });

@@ -249,6 +249,7 @@ class Coordinator {
     uint64_t sequence = 0;
     StoredRun stored;
     v1::RankProgress progress;
+    std::optional<std::vector<v1::RankStatus>> rows;  // when a rank's record changed since the last write
   };
   // One run's state; every field but the mutex is guarded by it. Defined here (not with the other
   // parts in coordinator_internal.h) so clang's thread-safety analysis sees `mu` in the
@@ -386,8 +387,10 @@ class Coordinator {
   // have failed since the seats were handed out: then its status).
   absl::StatusOr<v1::RegisterResponse> AnswerSeat(const std::weak_ptr<RunEntry>& weak_run, int64_t generation,
                                                   const absl::StatusOr<Seat>& seat);
-  // Seats a registrant in the current generation's rendezvous: starts its timeout, moves the run
-  // to RENDEZVOUS, and completes the rendezvous when it is full. Join's status otherwise.
+  // Seats a registrant in the current generation's rendezvous: starts its timeout and moves the run
+  // to RENDEZVOUS. Join's status otherwise. The caller then calls CompleteRendezvousIfFull (after
+  // seating every slot of its call, so a full rendezvous is never assigned halfway through one).
+  void CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   absl::Status SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   // RegisterWithAssignedGeneration for each of a node's slots: the node's answer when every slot
@@ -395,7 +398,8 @@ class Coordinator {
   std::optional<absl::StatusOr<v1::RegisterNodeResponse>> RegisterNodeWithAssignedGeneration(
       RunEntry& run, const std::vector<v1::RegisterRequest>& slots, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void JoinRendezvousAsNode(const RunPtr& run, const std::vector<v1::RegisterRequest>& slots,
+  void JoinRendezvousAsNode(const RunPtr& run, const v1::RegisterNodeRequest& request,
+                            const std::vector<v1::RegisterRequest>& slots,
                             const PendingPtr<v1::RegisterNodeResponse>& reply, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   // One rank's heartbeat (Heartbeat's logic) under the run's lock.

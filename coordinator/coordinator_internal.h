@@ -77,7 +77,8 @@ struct Coordinator::Generation {
   bool arriving_sharded = false;           // whether that arrival asked for a sharded round
   absl::Status stopped;                    // non-OK once the generation ended
   TimerQueue::Id rendezvous_timer = 0;
-  bool ranks_dirty = false;
+  bool ranks_dirty = false;  // progress to flush (steps, heartbeats, pids, idle times)
+  bool rows_dirty = false;   // and a rank's record changed too (finished, stopped, pre-flight)
   absl::Time last_flush;
   int preempted_by = 0;                        // the signal with which a rank left after the preemption checkpoint
   bool time_limit = false;                     // a rank said the signal came with the job's time limit near

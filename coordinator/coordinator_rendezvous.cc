@@ -154,6 +154,10 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
   if (seat == g.ranks.end()) {
     std::vector<std::string> nodes;
     for (const auto& rs : g.ranks) {
+      if (nodes.size() == 16) {
+        nodes.push_back(absl::StrCat("… (", g.node_ranks.size(), " nodes)"));
+        break;
+      }
       if (nodes.empty() || nodes.back() != rs.node()) nodes.push_back(rs.node());
     }
     return absl::FailedPreconditionError(absl::StrCat("node ", Quote(request.node()), " slot ", request.local_slot(),
@@ -264,7 +268,9 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
   });
   if (absl::Status s = SeatRegistrant(run, MakeRegistrant(request, reply.get()), seat_reply, deferred); !s.ok()) {
     deferred.Complete<v1::RegisterResponse>(reply, s);
+    return;
   }
+  CompleteRendezvousIfFull(*run, deferred);
 }
 
 absl::Status Coordinator::SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply,
@@ -281,8 +287,11 @@ absl::Status Coordinator::SeatRegistrant(const RunPtr& run, Registrant registran
   if (r.state() == v1::PENDING || r.state() == v1::RESTARTING || r.state() == v1::REQUEUED) {
     SetState(*run, v1::RENDEZVOUS, deferred);
   }
-  if (g.rendezvous.complete()) CompleteRendezvous(*run, deferred);
   return absl::OkStatus();
+}
+
+void Coordinator::CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) {
+  if (!run.gen->assigned && run.gen->rendezvous.complete()) CompleteRendezvous(run, deferred);
 }
 
 void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
@@ -564,7 +573,7 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
     g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
     g.health->Stop(request.rank(), request.signal(), clock_->Now());
     rank.set_state(v1::RankStatus::STOPPED);
-    g.ranks_dirty = true;
+    g.ranks_dirty = g.rows_dirty = true;
     DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": " << DescribeRank(*run, request.rank())
                  << " was stopped by " << SignalName(request.signal()) << " at step " << request.step();
     Notify(*run, deferred);
@@ -592,7 +601,7 @@ absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v
     kept->set_device(Truncate(result.device()));
     kept->set_error(Truncate(result.error()));
     ++g.preflights_reported;
-    g.ranks_dirty = true;
+    g.ranks_dirty = g.rows_dirty = true;
     bool complete = g.preflights_reported == static_cast<int>(g.ranks.size());
     if (complete || !kept->error().empty()) {
       std::vector<std::optional<v1::DevicePreflight>> reports(g.ranks.size());
@@ -668,7 +677,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     g.health->Heartbeat(request.rank(), request.final_step(), clock_->Now());
     g.health->Finish(request.rank(), clock_->Now());
     rank.set_state(v1::RankStatus::FINISHED);
-    g.ranks_dirty = true;
+    g.ranks_dirty = g.rows_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
     g.time_limit = g.time_limit || (request.preempted() && request.time_limit());
     ExcuseFromCapture(*run, request.rank(), deferred);  // a rank that left has no stacks to give

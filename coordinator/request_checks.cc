@@ -68,6 +68,9 @@ absl::Status ValidateRegisterNodeRequest(const v1::RegisterNodeRequest& request)
     return absl::InvalidArgumentError(
         absl::StrCat("a node registers 1..", kMaxRanksPerNodeCall, " slots, not ", request.slots_size()));
   }
+  // The node's own fields first, so a fault in them is not blamed on a slot.
+  if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
+  if (absl::Status s = ValidateLabel("host", request.host()); !s.ok()) return s;
   absl::flat_hash_set<int> seen;
   for (int i = 0; i < request.slots_size(); ++i) {
     if (absl::Status s = ValidateRegisterRequest(SlotRegisterRequest(request, i)); !s.ok()) {

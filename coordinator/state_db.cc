@@ -265,7 +265,8 @@ void ApplyRankProgress(const v1::RankProgress& progress, std::vector<v1::RankSta
     // Steps and heartbeat times only grow within a generation: whichever write is newer wins.
     rank.set_step(std::max(rank.step(), progress.steps(i)));
     absl::Time heard = absl::FromUnixMillis(progress.last_heartbeat_unix_ms(i));
-    if (heard > FromProtoTime(rank.last_heartbeat())) *rank.mutable_last_heartbeat() = ToProtoTime(heard);
+    if (heard <= FromProtoTime(rank.last_heartbeat())) continue;  // the row is as new: it holds
+    *rank.mutable_last_heartbeat() = ToProtoTime(heard);
     if (progress.pids(i) > 0) rank.set_pid(progress.pids(i));
     rank.set_idle_ms(progress.idle_ms(i));
   }

@@ -36,9 +36,9 @@ struct LoadedRun {
   std::vector<v1::CheckpointInfo> checkpoints;  // ordered by step
 };
 
-// Progress over rank rows of the same generation: the higher step and later heartbeat of the two
-// (both only grow), the progress's pid when known and its idle time. Rows of another generation,
-// or a progress record of another size, are left as they are.
+// Progress over rank rows of the same generation: the higher step of the two (steps only grow),
+// and where the progress heard the rank later than the row did, its heartbeat time, pid (when
+// known) and idle time. Rows of another generation, or a record of another size, stay as they are.
 void ApplyRankProgress(const v1::RankProgress& progress, std::vector<v1::RankStatus>& ranks);
 
 class StateDb {

@@ -691,6 +691,31 @@ TEST_F(CoordinatorTest, ThePeriodicFlushSavesTheRanksProgress) {
   EXPECT_EQ(status->ranks(1).step(), 7);
 }
 
+// A rank that finished (or was stopped) while the others train is written at the next flush, so
+// a coordinator killed before the generation ends brings it back finished, not active (where it
+// would be declared silent).
+TEST_F(CoordinatorTest, AFinishedRankStaysFinishedAcrossAKilledCoordinator) {
+  std::string run = Submit(1, 2);
+  auto a = RegisterAll(run, 1, 2);
+  ASSERT_TRUE(Beat(run, a[0], 9).ok());
+  v1::LeaveRequest leave;
+  leave.set_run_id(run);
+  leave.set_rank(0);
+  leave.set_generation(a[0].generation());
+  leave.set_incarnation("n1-0");
+  leave.set_final_step(9);
+  ASSERT_TRUE(coord_->Leave(leave).ok());
+  Advance(absl::Seconds(3));
+  coord_->AwaitFileWork();
+  Reopen();  // no shutdown write: only what the flushes wrote
+  auto status = coord_->GetRun(run);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->ranks_size(), 2);
+  EXPECT_EQ(status->ranks(0).state(), v1::RankStatus::FINISHED);
+  EXPECT_EQ(status->ranks(0).step(), 9);
+  EXPECT_EQ(status->ranks(1).state(), v1::RankStatus::ACTIVE);
+}
+
 // Metric batches wait in memory for storage: while a stalled disk holds them, a run may keep at
 // most --metric-bytes-per-run of them. The batch past it is refused (RESOURCE_EXHAUSTED naming the
 // limit; its sender keeps it and sends it again), other runs go on, and once the disk answers

@@ -223,18 +223,60 @@ TEST_F(NodeAgentTest, AMalformedOrMisfitNodeRegistrationIsRefusedAndSeatsNothing
   EXPECT_EQ(named.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(named.message().find("slot 1: "), std::string::npos) << named;
   // Slot 2 does not exist in a 2-per-node run: slots 0 and 1 of the same call are not seated
-  // either, so the rendezvous still waits for all four.
+  // either.
   absl::Status outside = refused(NodeRequest(run, "n1", {0, 1, 2}));
   EXPECT_EQ(outside.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(outside.message().find("local slot 2"), std::string::npos) << outside;
+  EXPECT_EQ(coord_->GetRun(run)->ranks_size(), 0) << "a refused call left registrants waiting";
+  // A third node in a two-node run, while two wait: refused, and none of its slots is seated.
   Reply<v1::RegisterNodeResponse> n1;
   coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), n1.pending());
+  Reply<v1::RegisterResponse> n2_first;
+  coord_->Register(RegisterRequest(run, "n2", 0), n2_first.pending());
+  absl::Status third = refused(NodeRequest(run, "n3", {0, 1}));
+  EXPECT_EQ(third.code(), absl::StatusCode::kFailedPrecondition) << third;
+  EXPECT_NE(third.message().find("node 3 of a 2-node run"), std::string::npos) << third;
+  EXPECT_EQ(coord_->GetRun(run)->ranks_size(), 3);
+  Reply<v1::RegisterResponse> n2_second;
+  coord_->Register(RegisterRequest(run, "n2", 1), n2_second.pending());
+  ASSERT_TRUE(n1.arrived() && n2_first.arrived() && n2_second.arrived());
+  EXPECT_TRUE(n1.value.ok() && n2_first.value.ok() && n2_second.value.ok());
+}
+
+// An agent's retry whose later slot is still held by its earlier call: the retry's first slot
+// fills the rendezvous, which is assigned only once the whole call is seated, so every slot of
+// the retry gets its seat (and the earlier call is told it was replaced).
+TEST_F(NodeAgentTest, ARetryThatFillsTheRendezvousGetsEverySlotSeated) {
+  std::string run = Submit(2, 2);
   Reply<v1::RegisterNodeResponse> n2;
   coord_->RegisterNode(NodeRequest(run, "n2", {0, 1}), n2.pending());
-  absl::Status third = refused(NodeRequest(run, "n3", {0}));
-  EXPECT_EQ(third.code(), absl::StatusCode::kFailedPrecondition) << third;
-  ASSERT_TRUE(n1.arrived() && n2.arrived());
-  EXPECT_TRUE(n1.value.ok() && n2.value.ok());
+  Reply<v1::RegisterResponse> held;
+  coord_->Register(RegisterRequest(run, "n1", 1), held.pending());
+  Reply<v1::RegisterNodeResponse> retry;
+  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), retry.pending());
+  ASSERT_TRUE(retry.arrived());
+  ASSERT_TRUE(retry.value.ok()) << retry.value.status();
+  ASSERT_EQ(retry.value->slots_size(), 2);
+  EXPECT_EQ(retry.value->slots(0).rank(), 0);
+  EXPECT_EQ(retry.value->slots(1).rank(), 1);
+  EXPECT_EQ(held.value.status().code(), absl::StatusCode::kCancelled) << held.value.status();
+  ASSERT_TRUE(n2.arrived() && n2.value.ok());
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+// One slot's wait ends (another call took it over): the call ends, and its other slots leave the
+// rendezvous instead of holding seats nobody will answer for.
+TEST_F(NodeAgentTest, WhenOneSlotIsTakenOverTheCallsOtherSlotsLeaveWithIt) {
+  std::string run = Submit(1, 3);
+  Reply<v1::RegisterNodeResponse> first;
+  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), first.pending());
+  Reply<v1::RegisterResponse> newer;
+  coord_->Register(RegisterRequest(run, "n1", 1, "a-restarted-process"), newer.pending());
+  ASSERT_TRUE(first.arrived());
+  EXPECT_EQ(first.value.status().code(), absl::StatusCode::kAborted) << first.value.status();
+  auto status = coord_->GetRun(run);
+  ASSERT_EQ(status->ranks_size(), 1) << status->DebugString();
+  EXPECT_EQ(status->ranks(0).incarnation(), "a-restarted-process");
 }
 
 TEST_F(NodeAgentTest, AnAgentThatWentAwayLeavesTheRendezvousWithAllItsSlots) {

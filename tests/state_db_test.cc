@@ -99,10 +99,6 @@ TEST(StateDb, RoundTripsRunsRanksFailuresCheckpointsAndMetrics) {
   EXPECT_TRUE(query("", 0)->records.empty());
 }
 
-// The coordinator stores what arrived during the previous commit in one transaction: batches of
-// different runs and ranks, each read back under its own run and rank; a batch without points
-// adds nothing.
-// Another program's SQLite database is refused, naming its tables, rather than taken as an empty state.
 // Every rank's progress is one record per run; loading lays it over the ranks' rows of the same
 // generation, keeping whichever step and heartbeat is newer.
 TEST(StateDb, TheProgressRecordIsLaidOverTheRanksOfItsGeneration) {
@@ -125,13 +121,14 @@ TEST(StateDb, TheProgressRecordIsLaidOverTheRanksOfItsGeneration) {
       ranks[r].set_node("n1");
     }
     ranks[2].set_step(30);  // its row was written after the progress record below
+    ranks[2].mutable_last_heartbeat()->set_seconds(1'800'000'000);
     ASSERT_TRUE((*db)->SaveRanks(id, ranks).ok());
     v1::RankProgress progress;
     progress.set_generation(1);
     for (int r = 0; r < 3; ++r) {
       progress.add_steps(20 + r);
       progress.add_last_heartbeat_unix_ms(1'700'000'000'000 + r);
-      progress.add_pids(r == 1 ? 555 : 0);
+      progress.add_pids(r == 1 ? 555 : r == 2 ? 777 : 0);
       progress.add_idle_ms(r == 0 ? 1500 : 0);
     }
     ASSERT_TRUE((*db)->SaveRankProgress(id, progress).ok());
@@ -150,6 +147,8 @@ TEST(StateDb, TheProgressRecordIsLaidOverTheRanksOfItsGeneration) {
   EXPECT_EQ(ranks[2].step(), 30);
   EXPECT_EQ(ranks[0].pid(), 100);
   EXPECT_EQ(ranks[1].pid(), 555);
+  EXPECT_EQ(ranks[2].pid(), 102);  // the row heard rank 2 later than the record did
+  EXPECT_EQ(ranks[2].last_heartbeat().seconds(), 1'800'000'000);
   EXPECT_EQ(ranks[0].idle_ms(), 1500);
   EXPECT_EQ(ranks[1].last_heartbeat().seconds(), 1'700'000'000);
   EXPECT_EQ(ranks[0].node(), "n1");
@@ -172,6 +171,7 @@ TEST(StateDb, TheProgressRecordIsLaidOverTheRanksOfItsGeneration) {
   EXPECT_EQ(next[0].step(), 21);
 }
 
+// Another program's SQLite database is refused, naming its tables, rather than taken as an empty state.
 TEST(StateDb, AnotherProgramsDatabaseIsRefused) {
   testing::TempDir tmp;
   std::string path = JoinPath(tmp.path(), "other.db");
@@ -190,6 +190,9 @@ TEST(StateDb, AnotherProgramsDatabaseIsRefused) {
   EXPECT_TRUE(StateDb::Open(JoinPath(tmp.path(), "ours.db")).ok());  // dtcoord's own opens again
 }
 
+// The coordinator stores what arrived during the previous commit in one transaction: batches of
+// different runs and ranks, each read back under its own run and rank; a batch without points
+// adds nothing.
 TEST(StateDb, BatchesOfManyRunsAndRanksAreStoredTogether) {
   testing::TempDir tmp;
   auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
