@@ -83,10 +83,12 @@ Coordinator StartCoordinator(const std::string& dir, const std::string& metrics_
   return c;
 }
 
-std::shared_ptr<CoordinatorClient> Connect(const Coordinator& c, bool private_connection) {
+// A client with the admin token, or `token` (a run's).
+std::shared_ptr<CoordinatorClient> Connect(const Coordinator& c, bool private_connection,
+                                           const std::string& token = "") {
   ClientOptions o;
   o.address = c.address;
-  o.token = c.token;
+  o.token = token.empty() ? c.token : token;
   o.private_connection = private_connection;
   return *CoordinatorClient::Connect(o);
 }
@@ -138,11 +140,7 @@ Registered RegisterAll(const Coordinator& c, const v1::SubmitRunResponse& run, i
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<v1::RegisterRequest> requests(n);
   for (int i = 0; i < n; ++i) {
-    ClientOptions o;
-    o.address = c.address;
-    o.token = run.run_token();
-    o.private_connection = true;
-    out.clients.push_back(*CoordinatorClient::Connect(o));
+    out.clients.push_back(Connect(c, true, run.run_token()));
     (void)out.clients.back()->WaitConnected(absl::Seconds(30));
     requests[i].set_run_id(run.run_id());
     requests[i].set_node(absl::StrCat("node", i / ppn));
@@ -426,11 +424,7 @@ NodeAgents RegisterNodes(const Coordinator& c, const v1::SubmitRunResponse& run,
   out.requests.resize(nodes);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   for (int i = 0; i < nodes; ++i) {
-    ClientOptions o;
-    o.address = c.address;
-    o.token = run.run_token();
-    o.private_connection = true;
-    out.clients.push_back(*CoordinatorClient::Connect(o));
+    out.clients.push_back(Connect(c, true, run.run_token()));
     (void)out.clients.back()->WaitConnected(absl::Seconds(30));
     v1::RegisterNodeRequest& req = out.requests[i];
     req.set_run_id(run.run_id());

@@ -379,6 +379,23 @@ class Coordinator {
   // Rendezvous helpers.
   // UNAVAILABLE once the coordinator is shutting down.
   absl::Status AcceptingRegistrations() const;
+  // The opening of Register and RegisterNode: the request's own fields (`checked`), the run, and
+  // whether the coordinator still takes registrations. nullptr once `reply` has the refusal.
+  template <typename Response>
+  RunPtr OpenRegistration(const absl::Status& checked, const std::string& run_id,
+                          const PendingPtr<Response>& reply) const {
+    if (!checked.ok()) {
+      reply->Complete(checked);
+      return nullptr;
+    }
+    RunPtr run = FindRunOrReply(run_id, reply);
+    if (run == nullptr) return nullptr;
+    if (absl::Status s = AcceptingRegistrations(); !s.ok()) {
+      reply->Complete(s);
+      return nullptr;
+    }
+    return run;
+  }
   // CountProcsPerNode, then CheckRunAcceptsRegistration.
   absl::Status AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);

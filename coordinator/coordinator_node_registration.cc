@@ -10,16 +10,8 @@
 namespace dt {
 
 void Coordinator::RegisterNode(const v1::RegisterNodeRequest& request, PendingPtr<v1::RegisterNodeResponse> reply) {
-  if (absl::Status s = ValidateRegisterNodeRequest(request); !s.ok()) {
-    reply->Complete(s);
-    return;
-  }
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  RunPtr run = OpenRegistration(ValidateRegisterNodeRequest(request), request.run_id(), reply);
   if (run == nullptr) return;
-  if (absl::Status s = AcceptingRegistrations(); !s.ok()) {
-    reply->Complete(s);
-    return;
-  }
   std::vector<v1::RegisterRequest> slots;
   slots.reserve(request.slots_size());
   for (int i = 0; i < request.slots_size(); ++i) slots.push_back(SlotRegisterRequest(request, i));

@@ -206,16 +206,8 @@ absl::Status Coordinator::AdmitRegistrant(RunEntry& run, const v1::RegisterReque
 }
 
 void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply) {
-  if (absl::Status s = ValidateRegisterRequest(request); !s.ok()) {
-    reply->Complete(s);
-    return;
-  }
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
+  RunPtr run = OpenRegistration(ValidateRegisterRequest(request), request.run_id(), reply);
   if (run == nullptr) return;
-  if (absl::Status s = AcceptingRegistrations(); !s.ok()) {
-    reply->Complete(s);
-    return;
-  }
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   if (absl::Status s = AdmitRegistrant(*run, request, deferred); !s.ok()) {
