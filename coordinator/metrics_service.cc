@@ -1,4 +1,6 @@
 // MetricsService: the client-streamed metric batches and history queries.
+#include <functional>
+
 #include "common/limits.h"
 #include "common/metric_points.h"
 #include "coordinator/services.h"
@@ -29,15 +31,20 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side (or the stream is finishing)
-      absl::MutexLock lock(&mu_);
-      reading_ = false;
-      closed_ = true;
-      FinishIfIdle();
+      Then then;
+      {
+        absl::MutexLock lock(&mu_);
+        reading_ = false;
+        closed_ = true;
+        then = FinishIfIdle();
+      }
+      if (then) then();  // last: finishing may delete this reactor
       return;
     }
     int64_t points = 0;
     int64_t bytes = 0;
     absl::Status accepted;
+    Then then;
     {
       // reading_ stays set until this batch is handed over: batch_ is not free before then.
       absl::MutexLock lock(&mu_);
@@ -47,36 +54,47 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
       }
       if (accepted = Coordinator::Authorize(who_, batch_.run_id()); !accepted.ok()) {
         reading_ = false;
-        Fail(accepted);
-        return;
+        then = Fail(accepted);
+      } else {
+        points = MetricPointCount(batch_);
+        bytes = static_cast<int64_t>(batch_.ByteSizeLong());
+        ++in_flight_;
+        in_flight_bytes_ += bytes;
       }
-      points = MetricPointCount(batch_);
-      bytes = static_cast<int64_t>(batch_.ByteSizeLong());
-      ++in_flight_;
-      in_flight_bytes_ += bytes;
     }
-    accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points, bytes](const absl::Status& s) {
-      absl::MutexLock lock(&mu_);
-      --in_flight_;
-      in_flight_bytes_ -= bytes;
-      if (!s.ok()) {
-        Fail(s);
-        return;
-      }
-      out_->set_batches_accepted(out_->batches_accepted() + 1);
-      out_->set_points_accepted(out_->points_accepted() + points);
-      ReadOnIfRoom();
-      FinishIfIdle();
-    });
-    absl::MutexLock lock(&mu_);
-    reading_ = false;
     if (!accepted.ok()) {
-      --in_flight_;
-      in_flight_bytes_ -= bytes;
-      Fail(accepted);
+      if (then) then();  // last: finishing may delete this reactor
       return;
     }
-    ReadOnIfRoom();
+    accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points, bytes](const absl::Status& s) {
+      Then then;
+      {
+        absl::MutexLock lock(&mu_);
+        --in_flight_;
+        in_flight_bytes_ -= bytes;
+        if (!s.ok()) {
+          then = Fail(s);
+        } else {
+          out_->set_batches_accepted(out_->batches_accepted() + 1);
+          out_->set_points_accepted(out_->points_accepted() + points);
+          ReadOnIfRoom();
+          then = FinishIfIdle();
+        }
+      }
+      if (then) then();  // last: finishing may delete this reactor (never under mu_)
+    });
+    {
+      absl::MutexLock lock(&mu_);
+      reading_ = false;
+      if (!accepted.ok()) {
+        --in_flight_;
+        in_flight_bytes_ -= bytes;
+        then = Fail(accepted);
+      } else {
+        ReadOnIfRoom();
+      }
+    }
+    if (then) then();
   }
 
   void OnCancel() override {}
@@ -92,23 +110,25 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
     StartRead(&batch_);
   }
 
+  // What to do once mu_ is released: finishing the stream may delete this reactor at once (gRPC
+  // calls OnDone from its own thread), so it is never done under mu_, whose unlock would then
+  // touch freed memory.
+  using Then = std::function<void()>;
+
   // The first error ends the stream once the batches already in flight are answered.
-  void Fail(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  Then Fail(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (error_.ok()) error_ = s;
     closed_ = true;
-    FinishIfIdle();
+    return FinishIfIdle();
   }
 
   // With nothing in flight: an error is answered now (a read still outstanding then ends with
   // OnReadDone(false), which gRPC allows); a closed stream once its batches are delivered.
-  void FinishIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || !closed_ || in_flight_ > 0) return;
+  Then FinishIfIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !closed_ || in_flight_ > 0) return nullptr;
     finished_ = true;
-    if (!error_.ok()) {
-      Done(error_);
-      return;
-    }
-    deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); });
+    if (!error_.ok()) return [this, error = error_] { Done(error); };
+    return [this] { deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); }); };
   }
 
   void Done(const absl::Status& s) {
