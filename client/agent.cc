@@ -17,6 +17,7 @@
 #include "common/grpc_status.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/node_registration.h"
 #include "common/proto_time.h"
 #include "common/utf8.h"
 
@@ -147,22 +148,10 @@ absl::StatusOr<v1::RegisterResponse> Agent::Register(absl::Duration timeout) {
 absl::Status Agent::RegisterNode(const std::vector<Agent*>& agents, absl::Duration timeout) {
   if (agents.empty()) return absl::InvalidArgumentError("a node registers at least one agent");
   Agent& first = *agents.front();
-  v1::RegisterRequest shared = first.RegistrationRequest();
-  v1::RegisterNodeRequest request;
-  request.set_run_id(shared.run_id());
-  request.set_node(shared.node());
-  request.set_host(shared.host());
-  *request.mutable_expected() = shared.expected();
-  request.set_version(shared.version());
-  for (Agent* agent : agents) {
-    v1::RegisterRequest own = agent->RegistrationRequest();
-    v1::NodeSlot& slot = *request.add_slots();
-    slot.set_local_slot(own.local_slot());
-    slot.set_incarnation(own.incarnation());
-    slot.set_pid(own.pid());
-    if (own.has_scheduler_task()) slot.set_scheduler_task(own.scheduler_task());
-    slot.set_captures_stacks(own.captures_stacks());
-  }
+  std::vector<v1::RegisterRequest> slots;
+  slots.reserve(agents.size());
+  for (Agent* agent : agents) slots.push_back(agent->RegistrationRequest());
+  const v1::RegisterNodeRequest request = PackNodeRegistration(slots);
   absl::StatusOr<v1::RegisterNodeResponse> response =
       first.RetryUnavailable(absl::Now() + timeout, [&](absl::Duration left) {
         return Call(*first.client_, &v1::RendezvousService::Stub::RegisterNode, first.client_->rendezvous(), request,
@@ -179,21 +168,7 @@ absl::Status Agent::RegisterNode(const std::vector<Agent*>& agents, absl::Durati
         absl::StrCat("the coordinator answered ", response->slots_size(), " slots for ", agents.size(), " registered"));
   }
   for (size_t i = 0; i < agents.size(); ++i) {
-    v1::RegisterResponse& a = agents[i]->assignment_;
-    a.Clear();
-    a.set_rank(response->slots(static_cast<int>(i)).rank());
-    a.set_local_rank(response->slots(static_cast<int>(i)).local_rank());
-    a.set_world_size(response->world_size());
-    a.set_local_world_size(response->local_world_size());
-    a.set_node_rank(response->node_rank());
-    a.set_nodes(response->nodes());
-    a.set_generation(response->generation());
-    a.set_exp_dir(response->exp_dir());
-    if (response->has_resume()) *a.mutable_resume() = response->resume();
-    *a.mutable_spec() = response->spec();
-    *a.mutable_timeouts() = response->timeouts();
-    a.set_restarts(response->restarts());
-    a.set_run_id(response->run_id());
+    agents[i]->assignment_ = SlotAnswer(*response, static_cast<int>(i));
     agents[i]->registered_ = true;
   }
   return absl::OkStatus();

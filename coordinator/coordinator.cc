@@ -192,23 +192,27 @@ void Coordinator::TakeRankProgress(RunEntry& run) {
       r.set_step(g.health->step(r.rank()));
       *r.mutable_last_heartbeat() = ToProtoTime(g.health->last_heartbeat(r.rank()));
     }
-    run.stored.run.set_step(g.health->group_step());
   }
-  g.ranks_dirty = false;
   g.rows_dirty = false;
+}
+
+void Coordinator::MarkProgressTaken(RunEntry& run) {
+  Generation& g = *run.gen;
+  if (g.health) run.stored.run.set_step(g.health->group_step());
+  g.ranks_dirty = false;
   g.last_flush = clock_->Now();
 }
 
 void Coordinator::PersistRanks(RunEntry& run, Deferred& deferred) {
   if (!run.gen) return;
   TakeRankProgress(run);
+  MarkProgressTaken(run);
   deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence,
                      run_id = run.stored.run.run_id(),
                      ranks = run.gen->ranks] { WriteRanks(*entry, sequence, run_id, ranks); });
 }
 
-v1::RankProgress Coordinator::TakeProgressRecord(RunEntry& run) {
-  Generation& g = *run.gen;
+v1::RankProgress Coordinator::ProgressRecord(const Generation& g) {
   v1::RankProgress out;
   out.set_generation(g.number);
   const int n = static_cast<int>(g.ranks.size());
@@ -223,9 +227,6 @@ v1::RankProgress Coordinator::TakeProgressRecord(RunEntry& run) {
     out.add_pids(r.pid());
     out.add_idle_ms(r.idle_ms());
   }
-  if (g.health) run.stored.run.set_step(g.health->group_step());
-  g.ranks_dirty = false;
-  g.last_flush = clock_->Now();
   return out;
 }
 
@@ -241,7 +242,8 @@ void Coordinator::FlushProgress(const RunPtr& run) {
     TakeRankProgress(*run);
     rows = run->gen->ranks;
   }
-  v1::RankProgress progress = TakeProgressRecord(*run);
+  v1::RankProgress progress = ProgressRecord(*run->gen);
+  MarkProgressTaken(*run);
   *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
   run->unwritten_progress = std::make_shared<ProgressSnapshot>(
       ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress), std::move(rows)});

@@ -356,10 +356,14 @@ class Coordinator {
   // Snapshot the record (or the ranks) under the lock; `deferred` writes it once the lock is released.
   void Persist(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void PersistRanks(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Copies the health tracker's steps and heartbeat times into the rank records.
+  // Copies the health tracker's steps and heartbeat times into the rank records (their rows are
+  // then up to date).
   void TakeRankProgress(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Every rank's step, heartbeat time, pid and idle time as one record (and the run's step).
-  v1::RankProgress TakeProgressRecord(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Every rank's step, heartbeat time, pid and idle time as one record.
+  static v1::RankProgress ProgressRecord(const Generation& g);
+  // The run's progress was just taken for writing: the run's step from the health tracker, and
+  // the next flush not before the flush interval.
+  void MarkProgressTaken(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Saves the run's progress (its record and the ranks' progress record) from a snapshot, off the
   // run's lock.
   void FlushProgress(const RunPtr& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);

@@ -10,11 +10,10 @@
 namespace dt {
 
 void Coordinator::RegisterNode(const v1::RegisterNodeRequest& request, PendingPtr<v1::RegisterNodeResponse> reply) {
-  RunPtr run = OpenRegistration(ValidateRegisterNodeRequest(request), request.run_id(), reply);
+  absl::StatusOr<std::vector<v1::RegisterRequest>> checked = NodeSlotRequests(request);
+  RunPtr run = OpenRegistration(checked.status(), request.run_id(), reply);
   if (run == nullptr) return;
-  std::vector<v1::RegisterRequest> slots;
-  slots.reserve(request.slots_size());
-  for (int i = 0; i < request.slots_size(); ++i) slots.push_back(SlotRegisterRequest(request, i));
+  const std::vector<v1::RegisterRequest>& slots = *checked;
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   if (absl::Status s = AdmitRegistrant(*run, slots.front(), deferred); !s.ok()) {
@@ -39,7 +38,7 @@ std::optional<absl::StatusOr<v1::RegisterNodeResponse>> Coordinator::RegisterNod
     if (!answered->ok()) return answered->status();
     answers.push_back(std::move(**answered));
   }
-  return MakeNodeResponse(std::move(answers));
+  return MakeNodeResponse(slots, std::move(answers));
 }
 
 void Coordinator::JoinRendezvousAsNode(const RunPtr& run, const v1::RegisterNodeRequest& request,

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/node_registration.h"
+
 namespace dt {
 
 std::shared_ptr<NodeSeats> NodeSeats::Make(int slots, Done done) {
@@ -36,45 +38,25 @@ void NodeSeats::OnSeat(int index, absl::StatusOr<Seat> seat) {
   done(std::move(result));
 }
 
-namespace {
-
-v1::RegisterNodeResponse SharedFields(v1::RegisterResponse& shared) {
-  v1::RegisterNodeResponse out;
-  out.set_world_size(shared.world_size());
-  out.set_local_world_size(shared.local_world_size());
-  out.set_node_rank(shared.node_rank());
-  out.set_nodes(shared.nodes());
-  out.set_generation(shared.generation());
-  out.set_exp_dir(std::move(*shared.mutable_exp_dir()));
-  if (shared.has_resume()) out.mutable_resume()->Swap(shared.mutable_resume());
-  out.mutable_spec()->Swap(shared.mutable_spec());
-  out.mutable_timeouts()->Swap(shared.mutable_timeouts());
-  out.set_restarts(shared.restarts());
-  out.set_run_id(std::move(*shared.mutable_run_id()));
-  return out;
-}
-
-}  // namespace
-
 v1::RegisterNodeResponse MakeNodeResponse(v1::RegisterResponse shared, const std::vector<Seat>& seats) {
-  v1::RegisterNodeResponse out = SharedFields(shared);
-  for (const Seat& seat : seats) {
-    v1::RegisterNodeResponse::SlotRank& slot = *out.add_slots();
-    slot.set_local_slot(seat.registrant.local_slot);
-    slot.set_rank(seat.assignment.rank);
-    slot.set_local_rank(seat.assignment.local_rank);
+  std::vector<v1::RegisterNodeResponse::SlotRank> slots(seats.size());
+  for (size_t i = 0; i < seats.size(); ++i) {
+    slots[i].set_local_slot(seats[i].registrant.local_slot);
+    slots[i].set_rank(seats[i].assignment.rank);
+    slots[i].set_local_rank(seats[i].assignment.local_rank);
   }
-  return out;
+  return PackNodeAnswer(std::move(shared), std::move(slots));
 }
 
-v1::RegisterNodeResponse MakeNodeResponse(std::vector<v1::RegisterResponse> answers) {
-  std::vector<Seat> seats(answers.size());
+v1::RegisterNodeResponse MakeNodeResponse(const std::vector<v1::RegisterRequest>& requests,
+                                          std::vector<v1::RegisterResponse> answers) {
+  std::vector<v1::RegisterNodeResponse::SlotRank> slots(answers.size());
   for (size_t i = 0; i < answers.size(); ++i) {
-    seats[i].registrant.local_slot = answers[i].local_rank();
-    seats[i].assignment.rank = answers[i].rank();
-    seats[i].assignment.local_rank = answers[i].local_rank();
+    slots[i].set_local_slot(requests[i].local_slot());
+    slots[i].set_rank(answers[i].rank());
+    slots[i].set_local_rank(answers[i].local_rank());
   }
-  return MakeNodeResponse(std::move(answers.front()), seats);
+  return PackNodeAnswer(std::move(answers.front()), std::move(slots));
 }
 
 }  // namespace dt

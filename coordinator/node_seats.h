@@ -42,7 +42,9 @@ class NodeSeats : public std::enable_shared_from_this<NodeSeats> {
 // each slot's rank in the order of `seats`.
 v1::RegisterNodeResponse MakeNodeResponse(v1::RegisterResponse shared, const std::vector<Seat>& seats);
 
-// The same from answers already made for each slot (a retry after the ranks were assigned).
-v1::RegisterNodeResponse MakeNodeResponse(std::vector<v1::RegisterResponse> answers);
+// The same from answers already made for each slot of `requests` (a retry after the ranks were
+// assigned).
+v1::RegisterNodeResponse MakeNodeResponse(const std::vector<v1::RegisterRequest>& requests,
+                                          std::vector<v1::RegisterResponse> answers);
 
 }  // namespace dt

@@ -8,17 +8,30 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/names.h"
+#include "common/node_registration.h"
 #include "common/utf8.h"
 
 namespace dt {
 namespace {
 
-absl::Status ValidateIdentity(const std::string& node, const std::string& incarnation, const std::string& host,
-                              int pid) {
+// What a node's registration shares among its slots.
+absl::Status ValidateNodeAndHost(const std::string& node, const std::string& host) {
   if (absl::Status s = ValidateLabel("node", node); !s.ok()) return s;
-  if (absl::Status s = ValidateLabel("incarnation", incarnation); !s.ok()) return s;
-  if (absl::Status s = ValidateLabel("host", host); !s.ok()) return s;
-  if (pid < 0) return absl::InvalidArgumentError(absl::StrCat("pid must not be negative, not ", pid));
+  return ValidateLabel("host", host);
+}
+
+// What each slot (process) of a registration has of its own.
+absl::Status ValidateSlotFields(const v1::RegisterRequest& request) {
+  if (absl::Status s = ValidateLabel("incarnation", request.incarnation()); !s.ok()) return s;
+  if (request.pid() < 0)
+    return absl::InvalidArgumentError(absl::StrCat("pid must not be negative, not ", request.pid()));
+  if (request.local_slot() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
+  }
+  if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task()));
+  }
   return absl::OkStatus();
 }
 
@@ -33,55 +46,31 @@ absl::Status ValidateTimeoutMs(int64_t timeout_ms) {
 }
 
 absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request) {
-  if (absl::Status s = ValidateIdentity(request.node(), request.incarnation(), request.host(), request.pid());
-      !s.ok()) {
-    return s;
-  }
-  if (request.local_slot() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
-  }
-  if (request.has_scheduler_task() && (request.scheduler_task() < 0 || request.scheduler_task() >= kMaxWorldSize)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scheduler task must be within 0..", kMaxWorldSize - 1, ", not ", request.scheduler_task()));
-  }
-  return absl::OkStatus();
+  if (absl::Status s = ValidateNodeAndHost(request.node(), request.host()); !s.ok()) return s;
+  return ValidateSlotFields(request);
 }
 
-v1::RegisterRequest SlotRegisterRequest(const v1::RegisterNodeRequest& request, int index) {
-  const v1::NodeSlot& slot = request.slots(index);
-  v1::RegisterRequest out;
-  out.set_run_id(request.run_id());
-  out.set_node(request.node());
-  out.set_local_slot(slot.local_slot());
-  out.set_incarnation(slot.incarnation());
-  out.set_host(request.host());
-  out.set_pid(slot.pid());
-  *out.mutable_expected() = request.expected();
-  out.set_version(request.version());
-  if (slot.has_scheduler_task()) out.set_scheduler_task(slot.scheduler_task());
-  out.set_captures_stacks(slot.captures_stacks());
-  return out;
-}
-
-absl::Status ValidateRegisterNodeRequest(const v1::RegisterNodeRequest& request) {
+absl::StatusOr<std::vector<v1::RegisterRequest>> NodeSlotRequests(const v1::RegisterNodeRequest& request) {
   if (request.slots().empty() || request.slots_size() > kMaxRanksPerNodeCall) {
     return absl::InvalidArgumentError(
         absl::StrCat("a node registers 1..", kMaxRanksPerNodeCall, " slots, not ", request.slots_size()));
   }
-  // The node's own fields first, so a fault in them is not blamed on a slot.
-  if (absl::Status s = ValidateLabel("node", request.node()); !s.ok()) return s;
-  if (absl::Status s = ValidateLabel("host", request.host()); !s.ok()) return s;
+  // The node's own fields first, once, so a fault in them is not blamed on a slot.
+  if (absl::Status s = ValidateNodeAndHost(request.node(), request.host()); !s.ok()) return s;
+  std::vector<v1::RegisterRequest> slots;
+  slots.reserve(request.slots_size());
   absl::flat_hash_set<int> seen;
   for (int i = 0; i < request.slots_size(); ++i) {
-    if (absl::Status s = ValidateRegisterRequest(SlotRegisterRequest(request, i)); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("slot ", request.slots(i).local_slot(), ": ", s.message()));
+    v1::RegisterRequest& slot = slots.emplace_back(SlotRegistration(request, i));
+    if (absl::Status s = ValidateSlotFields(slot); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", slot.local_slot(), ": ", s.message()));
     }
-    if (!seen.insert(request.slots(i).local_slot()).second) {
+    if (!seen.insert(slot.local_slot()).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("slot ", request.slots(i).local_slot(), " is given twice; each process has its own slot"));
+          absl::StrCat("slot ", slot.local_slot(), " is given twice; each process has its own slot"));
     }
   }
-  return absl::OkStatus();
+  return slots;
 }
 
 absl::Status ValidateRankHeartbeat(const v1::RankHeartbeat& beat) {

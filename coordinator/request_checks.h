@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dt/v1/barrier.pb.h"
 #include "dt/v1/checkpoint.pb.h"
 #include "dt/v1/rendezvous.pb.h"
@@ -18,15 +20,13 @@ namespace dt {
 // A wait a caller asks for: 0 (the run's default) up to kMaxWaitMs.
 absl::Status ValidateTimeoutMs(int64_t timeout_ms);
 absl::Status ValidateRegisterRequest(const v1::RegisterRequest& request);
-// Every slot as ValidateRegisterRequest checks it (the message names the slot), 1..1,024 slots,
-// none twice.
-absl::Status ValidateRegisterNodeRequest(const v1::RegisterNodeRequest& request);
+// The RegisterRequest each slot of a RegisterNode stands for, in order, checked as
+// ValidateRegisterRequest checks one (the message names the slot): 1..1,024 slots, none twice.
+absl::StatusOr<std::vector<v1::RegisterRequest>> NodeSlotRequests(const v1::RegisterNodeRequest& request);
 // One rank's heartbeat: no negative step, total, pid or idle time.
 absl::Status ValidateRankHeartbeat(const v1::RankHeartbeat& beat);
 // Every rank's heartbeat, 1..1,024 ranks, none twice.
 absl::Status ValidateNodeHeartbeatRequest(const v1::NodeHeartbeatRequest& request);
-// The RegisterRequest a RegisterNode slot stands for.
-v1::RegisterRequest SlotRegisterRequest(const v1::RegisterNodeRequest& request, int index);
 absl::Status ValidateReportErrorRequest(const v1::ReportErrorRequest& request);
 absl::Status ValidateReportPreflightRequest(const v1::ReportPreflightRequest& request);
 absl::Status ValidateBarrierRequest(const v1::BarrierRequest& request);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/node_registration.h"
 #include "coordinator/coordinator.h"
 #include "tests/coordinator_fixture.h"
 #include "tests/test_util.h"
@@ -66,6 +67,58 @@ class NodeAgentTest : public CoordinatorTest {
   }
 };
 
+// The agent packs its slots' Register calls into one; dtcoord unpacks each: every field of every
+// slot must come out as it went in, and each slot's answer as Register would have given it.
+TEST(NodeRegistrationTest, EachSlotsRequestAndAnswerSurviveThePacking) {
+  std::vector<v1::RegisterRequest> slots(3);
+  for (int i = 0; i < 3; ++i) {
+    v1::RegisterRequest& r = slots[i];
+    r.set_run_id("r-1");
+    r.set_node("n7");
+    r.set_host("h7");
+    r.mutable_expected()->set_world_size(24);
+    r.set_version("1.2.3");
+    r.set_local_slot(2 - i);
+    r.set_incarnation(absl::StrCat("inc-", i));
+    r.set_pid(500 + i);
+    if (i != 1) r.set_scheduler_task(40 + i);
+    r.set_captures_stacks(i == 2);
+  }
+  v1::RegisterNodeRequest packed = PackNodeRegistration(slots);
+  ASSERT_EQ(packed.slots_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(SlotRegistration(packed, i).SerializeAsString(), slots[i].SerializeAsString())
+        << "slot " << i << ": " << SlotRegistration(packed, i).ShortDebugString();
+  }
+
+  v1::RegisterResponse shared;
+  shared.set_world_size(24);
+  shared.set_local_world_size(3);
+  shared.set_node_rank(6);
+  shared.set_nodes(8);
+  shared.set_generation(2);
+  shared.set_exp_dir("/exp/r-1");
+  shared.mutable_resume()->set_step(100);
+  shared.mutable_spec()->set_nodes(8);
+  shared.mutable_timeouts()->set_heartbeat_interval_ms(2000);
+  shared.set_restarts(1);
+  shared.set_run_id("r-1");
+  std::vector<v1::RegisterNodeResponse::SlotRank> ranks(3);
+  for (int i = 0; i < 3; ++i) {
+    ranks[i].set_local_slot(2 - i);
+    ranks[i].set_local_rank(2 - i);
+    ranks[i].set_rank(18 + 2 - i);
+  }
+  v1::RegisterNodeResponse answer = PackNodeAnswer(shared, ranks);
+  for (int i = 0; i < 3; ++i) {
+    v1::RegisterResponse expected = shared;
+    expected.set_rank(18 + 2 - i);
+    expected.set_local_rank(2 - i);
+    EXPECT_EQ(SlotAnswer(answer, i).SerializeAsString(), expected.SerializeAsString())
+        << "slot " << i << ": " << SlotAnswer(answer, i).ShortDebugString();
+  }
+}
+
 TEST_F(NodeAgentTest, ANodesAgentGetsTheSeatsItsRanksWouldHaveGotOneByOne) {
   std::string run = Submit(3, 4);
   Reply<v1::RegisterNodeResponse> agent;
@@ -120,7 +173,9 @@ TEST_F(NodeAgentTest, NodeHeartbeatsKeepEveryRankAliveAndASilentNodeFailsTheGene
       ASSERT_TRUE(out.ok()) << out.status();
       ASSERT_EQ(out->ranks_size(), 2);
       for (const auto& answer : out->ranks()) {
-        if (beat <= 2) EXPECT_EQ(answer.code(), 0) << answer.message();
+        if (beat <= 2) {
+          EXPECT_EQ(answer.code(), 0) << answer.message();
+        }
       }
     }
     if (beat <= 2) {
@@ -183,7 +238,9 @@ TEST_F(NodeAgentTest, ARetryGetsTheSameSeatsAndARestartedSlotStartsTheNextGenera
   coord_->RegisterNode(NodeRequest(run, "n2", {1, 0}), retry.pending());
   ASSERT_TRUE(retry.arrived());
   ASSERT_TRUE(retry.value.ok()) << retry.value.status();
+  EXPECT_EQ(retry.value->slots(0).local_slot(), 1);
   EXPECT_EQ(retry.value->slots(0).rank(), 3);
+  EXPECT_EQ(retry.value->slots(1).local_slot(), 0);
   EXPECT_EQ(retry.value->slots(1).rank(), 2);
   EXPECT_EQ(retry.value->generation(), 0);
   EXPECT_EQ(State(run), v1::RUNNING);
