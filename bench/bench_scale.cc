@@ -12,9 +12,11 @@
 //   dtcoord's CPU and memory. The simulated ranks share this machine's two cores with dtcoord.
 //   Node agents: 1K, 8K, 32K and 98,304 ranks, 8 to a node, one connection and one RegisterNode
 //   per node (as each node's dtrun would send), then every node heartbeating every 2 s, first with
-//   a NodeHeartbeat call each, then on its NodeHeartbeats stream. Goals at 98,304: registered in
-//   10 s, heartbeats cost <= 50% of a core, peak RSS <= 2 GiB. The simulator shares one process
-//   (and its gRPC threads) for every node, on this machine's cores beside dtcoord.
+//   a NodeHeartbeat call each, then on its NodeHeartbeats stream (answered each time, then only on
+//   change, as dtrun asks), then one barrier of every rank (two store sessions per node, as the
+//   node relay sends it). Goals at 98,304: registered in 10 s, heartbeats cost <= 50% of a core,
+//   the barrier released within 1 s of the last arrival, peak RSS <= 2 GiB. The simulator shares
+//   one process (and its gRPC threads) for every node, on this machine's cores beside dtcoord.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -492,9 +494,13 @@ double NodeHeartbeatsFor(const Coordinator& c, const NodeAgents& agents, absl::D
 
 // One node agent's heartbeat stream (RendezvousService.NodeHeartbeats): a heartbeat is written
 // and its answer read before the next; one due while the last is unanswered counts as failed.
+// With `changes_only` (NodeHeartbeatRequest.answer_changes_only) only the first heartbeat is
+// answered and a later one is done once written; a read then waits for any other answer, which
+// counts as failed (nothing changes for the ranks here).
 class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse> {
  public:
-  HeartbeatStream(CoordinatorClient& client, Calls& calls) : calls_(calls), context_(client.Context(absl::Hours(1))) {
+  HeartbeatStream(CoordinatorClient& client, Calls& calls, bool changes_only)
+      : calls_(calls), changes_only_(changes_only), context_(client.Context(absl::Hours(1))) {
     client.rendezvous().async()->NodeHeartbeats(context_.get(), this);
     StartCall();
   }
@@ -508,6 +514,7 @@ class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRe
       }
       busy_ = true;
       request_ = request;
+      request_.set_answer_changes_only(changes_only_);
       sent_at_ = Clock::now();
     }
     StartWrite(&request_);
@@ -529,16 +536,28 @@ class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRe
   }
 
   void OnWriteDone(bool ok) override {
-    if (ok) {
-      StartRead(&response_);
-    } else {
+    if (!ok) {
       Answered(false);
+    } else if (changes_only_ && first_answered_) {
+      Answered(true);  // not to be answered; the read for a change is pending
+    } else {
+      StartRead(&response_);
     }
   }
   void OnReadDone(bool ok) override {
+    if (changes_only_ && first_answered_) {
+      if (!ok) return;  // the stream ended
+      ++calls_.errors;  // an answer although nothing changed
+      StartRead(&response_);
+      return;
+    }
     bool right = ok && response_.ranks_size() == request_.ranks_size();
     for (const auto& answer : response_.ranks()) {
       right = right && answer.code() == 0 && answer.reply().directive() == v1::HeartbeatResponse::CONTINUE;
+    }
+    if (changes_only_ && ok) {
+      first_answered_ = true;
+      StartRead(&response_);
     }
     Answered(right);
   }
@@ -561,6 +580,8 @@ class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRe
   }
 
   Calls& calls_;
+  const bool changes_only_;
+  std::atomic<bool> first_answered_{false};
   std::unique_ptr<grpc::ClientContext> context_;
   absl::Mutex mu_;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
@@ -573,11 +594,14 @@ class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRe
 };
 
 // The node heartbeats as NodeHeartbeatsFor sends them, each node on its own stream.
-double NodeHeartbeatStreamsFor(const Coordinator& c, const NodeAgents& agents, absl::Duration window, Calls& calls) {
+double NodeHeartbeatStreamsFor(const Coordinator& c, const NodeAgents& agents, absl::Duration window, Calls& calls,
+                               bool changes_only) {
   const int nodes = static_cast<int>(agents.clients.size());
   std::vector<v1::NodeHeartbeatRequest> reqs = NodeHeartbeatRequests(agents);
   std::vector<std::unique_ptr<HeartbeatStream>> streams;
-  for (int i = 0; i < nodes; ++i) streams.push_back(std::make_unique<HeartbeatStream>(*agents.clients[i], calls));
+  for (int i = 0; i < nodes; ++i) {
+    streams.push_back(std::make_unique<HeartbeatStream>(*agents.clients[i], calls, changes_only));
+  }
   double cpu0 = CpuSeconds(c.pid());
   absl::Time start = absl::Now();
   Paced(nodes, absl::Seconds(2), window, [&](int i, int64_t round) {
@@ -589,6 +613,124 @@ double NodeHeartbeatStreamsFor(const Coordinator& c, const NodeAgents& agents, a
     if (!s->Close()) ++calls.errors;
   }
   return share;
+}
+
+// One rank's store session (StoreService.Session) as a node's barrier needs it: opened, then one
+// arrival. The node's first rank arrives as itself and is answered with the release; its last
+// arrival is a relay member carrying the node's other ranks (relayed_ranks), as the node relay
+// sends it, and is not answered (an answer is an error). Two sessions and two messages per node.
+class BarrierSession final : public grpc::ClientBidiReactor<v1::StoreRequest, v1::StoreResponse> {
+ public:
+  BarrierSession(CoordinatorClient& client, const std::string& run_id, int rank, std::atomic<int>& opened,
+                 std::atomic<int>& released, std::atomic<int>& errors)
+      : opened_(opened), released_(released), errors_(errors), context_(client.Context(absl::Hours(1))) {
+    client.store().async()->Session(context_.get(), this);
+    request_.set_id(1);
+    request_.mutable_open()->set_run_id(run_id);
+    request_.mutable_open()->set_rank(rank);
+    StartWrite(&request_);
+    StartCall();
+  }
+
+  // The node's first arrival (`carried` empty: answered with the release) or its last (a relay
+  // member carrying `carried`).
+  void Arrive(const std::string& name, const std::vector<int>& carried) {
+    request_.Clear();
+    request_.set_id(2);
+    v1::StoreBarrierRequest& b = *request_.mutable_barrier();
+    b.set_name(name);
+    b.set_sequence(1);
+    b.set_timeout_ms(120'000);
+    if (!carried.empty()) {
+      b.set_relay_member(true);
+      for (int r : carried) b.add_relayed_ranks(r);
+    }
+    StartWrite(&request_);
+  }
+
+  void End() {
+    StartWritesDone();
+    done_.WaitForNotification();
+  }
+
+  // The time the release arrived (the first arrival's session).
+  Clock::time_point released_at() const { return released_at_; }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      ++errors_;
+      return;
+    }
+    StartRead(&response_);  // the open's answer, the release, or (a member) only an error
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended
+    if ((response_.has_status() && response_.status().code() != 0) ||
+        (response_.id() == 2 && request_.barrier().relay_member())) {
+      ++errors_;
+    } else if (response_.id() == 1) {
+      ++opened_;
+    } else {
+      released_at_ = Clock::now();
+      ++released_;
+    }
+  }
+  void OnDone(const grpc::Status& status) override {
+    if (!status.ok()) ++errors_;
+    done_.Notify();
+  }
+
+ private:
+  std::atomic<int>& opened_;
+  std::atomic<int>& released_;
+  std::atomic<int>& errors_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  v1::StoreRequest request_;
+  v1::StoreResponse response_;
+  Clock::time_point released_at_;
+  absl::Notification done_;
+};
+
+struct BarrierTimes {
+  double last_arrival_to_release = 0;  // seconds
+  double first_arrival_to_release = 0;
+  int errors = 0;
+};
+
+// One barrier of every rank: each node's first rank arrives on its own session, then its last
+// arrives carrying the other six; from the last message written to the last release read.
+BarrierTimes NodeBarrier(const NodeAgents& agents) {
+  const int nodes = static_cast<int>(agents.clients.size());
+  std::atomic<int> opened{0}, released{0}, errors{0};
+  std::vector<std::unique_ptr<BarrierSession>> first(nodes), last(nodes);
+  std::vector<std::vector<int>> carried(nodes);
+  for (int i = 0; i < nodes; ++i) {
+    const v1::RegisterNodeResponse& seats = agents.seats[i];
+    const std::string& run = agents.requests[i].run_id();
+    first[i] =
+        std::make_unique<BarrierSession>(*agents.clients[i], run, seats.slots(0).rank(), opened, released, errors);
+    const int ppn = seats.slots_size();
+    last[i] = std::make_unique<BarrierSession>(*agents.clients[i], run, seats.slots(ppn - 1).rank(), opened, released,
+                                               errors);
+    for (int s = 1; s + 1 < ppn; ++s) carried[i].push_back(seats.slots(s).rank());
+  }
+  while (opened.load() + errors.load() < 2 * nodes) absl::SleepFor(absl::Milliseconds(5));
+  BarrierTimes out;
+  auto start = Clock::now();
+  for (int i = 0; i < nodes; ++i) first[i]->Arrive("scale", {});
+  for (int i = 0; i < nodes; ++i) last[i]->Arrive("scale", carried[i]);
+  auto last_arrival = Clock::now();
+  while (released.load() + errors.load() < nodes) absl::SleepFor(absl::Milliseconds(1));
+  Clock::time_point end = start;
+  for (auto& s : first) end = std::max(end, s->released_at());
+  for (int i = 0; i < nodes; ++i) {
+    first[i]->End();
+    last[i]->End();
+  }
+  out.last_arrival_to_release = std::chrono::duration<double>(end - last_arrival).count();
+  out.first_arrival_to_release = std::chrono::duration<double>(end - start).count();
+  out.errors = errors.load();
+  return out;
 }
 
 // The curve at 1K, 8K, 32K and 98K ranks (nodes of 8): registration time and dtcoord CPU per
@@ -617,19 +759,37 @@ void NodeAgentBench(const std::string& dir) {
     Report({absl::StrCat("node agents: coordinator CPU, ", shape, ", heartbeating every 2 s (a call each)"),
             100.0 * unary_share, "% core", "", 0, "", false, 0});
     Calls streamed;
-    double share = NodeHeartbeatStreamsFor(c, agents, window, streamed);
+    double share = NodeHeartbeatStreamsFor(c, agents, window, streamed, false);
     Summary s = streamed.Take();
     std::cout << "node heartbeat streams: " << s.n << " answered, " << streamed.errors.load() << " failed, p50 "
               << s.p50 << " ms, p99 " << s.p99 << " ms\n";
     Report({absl::StrCat("node agents: coordinator CPU, ", shape, ", heartbeating every 2 s (node streams)"),
-            100.0 * share, "% core", "goal 50%", 50.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
-    Report({absl::StrCat("node agents: coordinator CPU per 1,000 ranks heartbeating (node streams), ", shape),
-            100.0 * share * 1000 / n, "% core", "", 0, "", false, 0});
+            100.0 * share, "% core", "", 0, "", false, 0});
+    Calls quiet;
+    double quiet_share = NodeHeartbeatStreamsFor(c, agents, window, quiet, true);
+    Summary q = quiet.Take();
+    std::cout << "node heartbeat streams, answers on change: " << q.n << " sent, " << quiet.errors.load()
+              << " failed, p50 " << q.p50 << " ms, p99 " << q.p99 << " ms (first answer, then written)\n";
+    Report({absl::StrCat("node agents: coordinator CPU, ", shape,
+                         ", heartbeating every 2 s (node streams, answers on change)"),
+            100.0 * quiet_share, "% core", "goal 50%", 50.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+    Report({absl::StrCat(
+                "node agents: coordinator CPU per 1,000 ranks heartbeating (node streams, answers on change), ", shape),
+            100.0 * quiet_share * 1000 / n, "% core", "", 0, "", false, 0});
     Report({absl::StrCat("node agents: coordinator peak RSS, ", shape), MemoryMiB(c.pid(), "VmHWM"), "MiB",
             "goal 2 GiB", 2048.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+    BarrierTimes barrier = NodeBarrier(agents);
+    std::cout << "node barrier: released " << barrier.last_arrival_to_release << " s after the last arrival was sent, "
+              << barrier.first_arrival_to_release << " s after the first; " << barrier.errors << " errors\n";
+    Report({absl::StrCat("node agents: barrier of every rank, last arrival to release, ", shape),
+            barrier.last_arrival_to_release, "s", "goal 1 s", 1.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+    Report({absl::StrCat("node agents: barrier of every rank, first arrival to release, ", shape),
+            barrier.first_arrival_to_release, "s", "", 0, "", false, 0});
+    Report({absl::StrCat("node agents: barrier errors, ", shape), static_cast<double>(barrier.errors), "calls",
+            "goal 0 (of 1)", 1.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
     Report({absl::StrCat("node agents: failed heartbeats, ", shape),
-            static_cast<double>(unary.errors.load() + streamed.errors.load()), "calls", "goal 0 (of 1)", 1.0,
-            goal ? "< 1x" : "", false, goal ? 1.0 : 0});
+            static_cast<double>(unary.errors.load() + streamed.errors.load() + quiet.errors.load()), "calls",
+            "goal 0 (of 1)", 1.0, goal ? "< 1x" : "", false, goal ? 1.0 : 0});
   }
 }
 

@@ -82,9 +82,13 @@ HOW_MEASURED = [
      "node (12,288 at the largest), each sending one RegisterNode with its 8 slots at once (asynchronous); "
      "registration is the time from the first call to the last answer, and dtcoord's CPU (/proc/PID/stat) "
      "meanwhile, per rank. Then every node heartbeats its 8 ranks every 2 s, spread evenly, for 10 s (30 s full): "
-     "first a NodeHeartbeat call each, then one message each on its NodeHeartbeats stream; dtcoord's CPU over "
-     "each window, its peak RSS (VmHWM), and every answer checked (each rank told to continue). Anchors: the "
-     "goals at 98,304 ranks (10 s, 50% of a core, 2 GiB)."),
+     "first a NodeHeartbeat call each, then one message each on its NodeHeartbeats stream, then the same "
+     "stream asking for answers on change only (as dtrun heartbeats: the first answered, then none while "
+     "nothing changes; any later answer counts as failed); dtcoord's CPU over each window, its peak RSS "
+     "(VmHWM), and every answer checked (each rank told to continue). Last, one barrier of every rank: each "
+     "node opens two store sessions (its first and last rank's); the first rank arrives as itself, the last as "
+     "a relay member carrying the other six (as the node relay sends them); from the last arrival written to "
+     "the last release read. Anchors: the goals at 98,304 ranks (10 s, 50% of a core, 1 s, 2 GiB)."),
     (r"(heartbeat RPC p99|coordinator CPU), ", "heartbeat RPC p99 and coordinator CPU, 1,000 ranks",
      "`bench_scale`: a dtcoord process, 1,000 registered ranks (10 nodes x 100, each its own connection) "
      "heartbeating every 2 s, spread evenly, asynchronous, while 8 store sessions set and get a 128-byte value "

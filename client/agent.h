@@ -39,6 +39,8 @@ struct AgentOptions {
   bool node_relay = true;
 };
 
+class NodeHeartbeats;
+
 class Agent {
  public:
   Agent(std::shared_ptr<CoordinatorClient> client, AgentOptions options);
@@ -72,6 +74,7 @@ class Agent {
   // Heartbeats every policy interval from a thread. `on_stop(reason)` is called once, on that
   // thread, when the coordinator says stop, refuses this process (replaced, old generation), or
   // cannot be reached for the heartbeat timeout.
+  // A node agent heartbeats all of its node's agents on one stream instead (NodeHeartbeats).
   void StartHeartbeats(std::function<void(const std::string& reason)> on_stop);
   void StopHeartbeats();
   // The last finished step (and the total, when known), sent with the next heartbeat.
@@ -129,6 +132,8 @@ class Agent {
   std::unique_ptr<StoreCombiner> OpenStoreCombiner();
 
  private:
+  friend class NodeHeartbeats;  // heartbeats for this rank as HeartbeatLoop would
+
   // A request about this rank: the run, the generation, the rank and this process's incarnation.
   template <typename Request>
   Request RankRequest() const {
@@ -168,7 +173,7 @@ class Agent {
   std::atomic<int> worker_pid_{0};
   std::atomic<int64_t> idle_ms_{0};
   StackCapturer capturer_;
-  std::string last_capture_;  // heartbeat thread only
+  std::string last_capture_;  // the heartbeat thread only (this agent's, or its NodeHeartbeats')
   std::thread capture_thread_;
   std::atomic<bool> capture_done_{true};
   absl::Mutex barrier_mu_;

@@ -6,7 +6,8 @@ namespace dt {
 namespace {
 
 // One node agent's heartbeat stream: each message answered, in order, before the next is read
-// (an agent sends one every heartbeat interval). Authorized once, for the first message's run.
+// (an agent sends one every heartbeat interval), unless it asks for changes only and its answer is
+// the last one sent. Authorized once, for the first message's run.
 class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse> {
  public:
   NodeHeartbeatStream(const ServiceDeps& deps, grpc::CallbackServerContext* ctx)
@@ -36,6 +37,12 @@ class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbe
       return;
     }
     response_ = std::move(*answer);
+    std::string bytes = response_.SerializeAsString();
+    if (request_.answer_changes_only() && bytes == last_answer_) {
+      StartRead(&request_);  // nothing new for the agent: no write
+      return;
+    }
+    last_answer_ = std::move(bytes);
     StartWrite(&response_);
   }
 
@@ -61,6 +68,7 @@ class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbe
   std::string run_id_;  // set by the first message, once authorized
   v1::NodeHeartbeatRequest request_;
   v1::NodeHeartbeatResponse response_;
+  std::string last_answer_;  // the last answer written, serialized
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,10 +22,12 @@
 #include "absl/synchronization/notification.h"
 #include "client/agent.h"
 #include "client/metrics_reporter.h"
+#include "client/node_heartbeats.h"
 #include "client/node_relay.h"
 #include "client/store_session.h"
 #include "common/fs.h"
 #include "common/limits.h"
+#include "common/proto_time.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -357,6 +360,122 @@ TEST_F(IntegrationTest, ARankThatStopsHeartbeatingFailsTheOthersBarrier) {
   EXPECT_EQ(status.state(), v1::FAILED);
   EXPECT_EQ(status.reason().rank(), 2);
   EXPECT_EQ(status.reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+}
+
+// A node agent's stream asking for changes only: its first heartbeat is answered, then nothing
+// until an answer changes. The answers come in order, so the answer read after the run's
+// cancellation is the STOP only if no unchanged heartbeat before it was answered.
+TEST_F(IntegrationTest, ANodeStreamAskingForChangesOnlyHearsOnlyWhatChanged) {
+  auto run = Submit("changes-only", 1, 2);
+  auto agents = RegisterAll(run, 1, 2);
+  auto client = coord_.Client(run.run_token());
+  std::unique_ptr<grpc::ClientContext> ctx = client->Context(absl::Seconds(30));
+  auto stream = client->rendezvous().NodeHeartbeats(ctx.get());
+  auto beat = [&](int64_t step, bool changes_only) {
+    v1::NodeHeartbeatRequest m;
+    m.set_run_id(run.run_id());
+    m.set_answer_changes_only(changes_only);
+    for (int r = 0; r < 2; ++r) {
+      v1::RankHeartbeat& b = *m.add_ranks();
+      b.set_rank(agents[r]->rank());
+      b.set_incarnation(agents[r]->incarnation());
+      b.set_step(step);
+    }
+    return stream->Write(m);
+  };
+  auto directives = [](const v1::NodeHeartbeatResponse& answer) {
+    std::vector<std::string> out;
+    for (const auto& rank : answer.ranks()) {
+      out.push_back(rank.code() != 0 ? absl::StrCat("code ", rank.code())
+                                     : v1::HeartbeatResponse::Directive_Name(rank.reply().directive()));
+    }
+    return absl::StrJoin(out, ",");
+  };
+  v1::NodeHeartbeatResponse answer;
+  ASSERT_TRUE(beat(1, true));
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(directives(answer), "CONTINUE,CONTINUE");
+  ASSERT_TRUE(beat(2, true) && beat(3, true));
+  ASSERT_TRUE(beat(4, false));  // answered although unchanged: it did not ask for changes only
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(directives(answer), "CONTINUE,CONTINUE");
+  v1::Run status = GetRun(run.run_id());
+  ASSERT_EQ(status.ranks_size(), 2);
+  EXPECT_EQ(status.step(), 4) << "every heartbeat counts, answered or not";
+
+  v1::CancelRunRequest cancel;
+  cancel.set_run_id(run.run_id());
+  ASSERT_TRUE(Call(*admin_, &v1::RunService::Stub::CancelRun, admin_->runs(), cancel, absl::Seconds(10)).ok());
+  ASSERT_TRUE(beat(5, true));
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(directives(answer), "STOP,STOP");
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// dtrun's heartbeats: one stream for the node's ranks. It alone keeps them alive past the
+// heartbeat timeout, carries a stack capture to each of them, lets a rank that ended leave, and
+// tells the rest to stop when the run is cancelled.
+TEST_F(IntegrationTest, ANodesHeartbeatStreamKeepsItsRanksAliveCapturesTheirStacksAndStopsThem) {
+  auto run = Submit("node-stream", 1, 2);
+  std::vector<std::unique_ptr<Agent>> owned;
+  std::vector<Agent*> agents;
+  for (int s = 0; s < 2; ++s) {
+    owned.push_back(MakeAgent(run, "node0", s));
+    owned.back()->SetStackCapturer([s] {
+      v1::RankStacks stacks;
+      v1::ThreadStack& thread = *stacks.add_processes()->add_threads();
+      thread.set_main(true);
+      thread.add_frames()->set_function(absl::StrCat("captured_in_slot_", s));
+      return stacks;
+    });
+    agents.push_back(owned.back().get());
+  }
+  ASSERT_TRUE(Agent::RegisterNode(agents, absl::Seconds(20)).ok());
+  absl::Mutex mu;
+  std::vector<std::string> reasons;
+  absl::Notification stopped;
+  const absl::Time start = absl::Now();
+  NodeHeartbeats heartbeats(agents, [&](const std::string& reason) {
+    absl::MutexLock lock(&mu);
+    reasons.push_back(reason);
+    stopped.Notify();
+  });
+
+  // Heard from well after the heartbeat timeout (1 s) of their registration: the stream's doing.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        v1::Run now = GetRun(run.run_id());
+        if (now.ranks_size() != 2) return false;
+        for (const v1::RankStatus& r : now.ranks()) {
+          if (FromProtoTime(r.last_heartbeat()) < start + absl::Milliseconds(1500)) return false;
+        }
+        return true;
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(GetRun(run.run_id()).state(), v1::RUNNING);
+
+  v1::CaptureStacksRequest capture;
+  capture.set_run_id(run.run_id());
+  auto captured = Call(*admin_, &v1::StacksService::Stub::CaptureStacks, admin_->stacks(), capture, absl::Seconds(30));
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  ASSERT_EQ(captured->ranks_size(), 2) << captured->ShortDebugString();
+  for (const v1::RankStacks& rank : captured->ranks()) {
+    ASSERT_EQ(rank.processes_size(), 1) << rank.ShortDebugString();
+    const int slot = rank.rank() == agents[0]->rank() ? 0 : 1;
+    EXPECT_EQ(rank.processes(0).threads(0).frames(0).function(), absl::StrCat("captured_in_slot_", slot));
+  }
+
+  heartbeats.Drop(agents[1]);
+  ASSERT_TRUE(agents[1]->Leave(0).ok());
+  v1::CancelRunRequest cancel;
+  cancel.set_run_id(run.run_id());
+  ASSERT_TRUE(Call(*admin_, &v1::RunService::Stub::CancelRun, admin_->runs(), cancel, absl::Seconds(10)).ok());
+  ASSERT_TRUE(stopped.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  heartbeats.Stop();
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(absl::AsciiStrToLower(reasons[0]), "cancel")) << reasons[0];
 }
 
 TEST_F(IntegrationTest, AKilledCheckpointWriterLeavesLatestUnchangedAndNoPartialDirectory) {
@@ -1421,35 +1540,72 @@ namespace {
 // find its ranks heartbeating again well within a short heartbeat timeout: their channels
 // reconnect as soon as it listens. (They used to notice only when gRPC's backup poller ran, every
 // 5 s: no thread waited on the channel while it was failing; found by scripts/chaos.sh.)
+// Heartbeats of a node's agents: each rank its own (dttrainer), or one stream for the node (dtrun).
+class Heartbeating {
+ public:
+  Heartbeating(const std::vector<std::unique_ptr<Agent>>& agents, bool node_stream, std::atomic<int>& stops) {
+    if (node_stream) {
+      std::vector<Agent*> raw;
+      for (const auto& a : agents) raw.push_back(a.get());
+      node_ = std::make_unique<NodeHeartbeats>(raw, [&stops](const std::string&) { ++stops; });
+      return;
+    }
+    for (const auto& a : agents) {
+      a->StartHeartbeats([&stops](const std::string&) { ++stops; });
+      ranks_.push_back(a.get());
+    }
+  }
+  ~Heartbeating() {
+    if (node_) node_->Stop();
+    for (Agent* a : ranks_) a->StopHeartbeats();
+  }
+
+ private:
+  std::unique_ptr<NodeHeartbeats> node_;
+  std::vector<Agent*> ranks_;
+};
+
 TEST(CoordinatorRestartTest, RanksReconnectWithinAShortHeartbeatTimeout) {
-  for (int sig : {SIGKILL, SIGTERM}) {
-    testing::TempDir tmp;
-    testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"});
-    v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("reconnect", tmp.Sub("runs"), 1, 2));
-    auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 2);
-    std::atomic<int> stops{0};
-    for (auto& a : agents) a->StartHeartbeats([&](const std::string&) { ++stops; });
-    ASSERT_TRUE(testing::WaitFor([&] { return coord.GetRun(run.run_id()).state() == v1::RUNNING; }, absl::Seconds(5)));
-    coord.StopAndRestart(sig, absl::Milliseconds(1500));
-    // Longer than the heartbeat timeout the restarted coordinator allows its ranks to come back in.
-    absl::SleepFor(absl::Seconds(5));
-    v1::Run now = coord.GetRun(run.run_id());
-    EXPECT_EQ(now.state(), v1::RUNNING) << "after " << strsignal(sig) << ": " << now.reason().message();
-    EXPECT_EQ(stops.load(), 0);
-    for (auto& a : agents) a->StopHeartbeats();
+  for (bool node_stream : {false, true}) {
+    for (int sig : {SIGKILL, SIGTERM}) {
+      testing::TempDir tmp;
+      testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"});
+      v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("reconnect", tmp.Sub("runs"), 1, 2));
+      auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 2);
+      std::atomic<int> stops{0};
+      Heartbeating heartbeating(agents, node_stream, stops);
+      ASSERT_TRUE(
+          testing::WaitFor([&] { return coord.GetRun(run.run_id()).state() == v1::RUNNING; }, absl::Seconds(5)));
+      coord.StopAndRestart(sig, absl::Milliseconds(1500));
+      // Longer than the heartbeat timeout the restarted coordinator allows its ranks to come back in.
+      absl::SleepFor(absl::Seconds(5));
+      v1::Run now = coord.GetRun(run.run_id());
+      EXPECT_EQ(now.state(), v1::RUNNING) << (node_stream ? "node stream" : "per rank") << ", after " << strsignal(sig)
+                                          << ": " << now.reason().message();
+      EXPECT_EQ(stops.load(), 0);
+    }
   }
 }
 
 // Ranks of one node share barrier outcomes through the node relay: the coordinator answers the
 // node's first arrival only. A kill -9 of the coordinator while two of three ranks wait must not
 // strand the member waiting in shared memory: both arrive again and every rank is released.
+void RelayedBarrierAcrossAKillNine(bool node_stream);
+
 TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
+  for (bool node_stream : {false, true}) {
+    SCOPED_TRACE(node_stream ? "node stream" : "per rank");
+    RelayedBarrierAcrossAKillNine(node_stream);
+  }
+}
+
+void RelayedBarrierAcrossAKillNine(bool node_stream) {
   testing::TempDir tmp;
   testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s"});
   v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("relay-restart", tmp.Sub("runs"), 1, 3));
   auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 3);
   std::atomic<int> stops{0};
-  for (auto& a : agents) a->StartHeartbeats([&](const std::string&) { ++stops; });
+  Heartbeating heartbeating(agents, node_stream, stops);
   std::vector<absl::Status> results(3);
   std::vector<std::thread> waiting;
   for (int r = 0; r < 2; ++r) {
@@ -1470,7 +1626,6 @@ TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
   EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "released by arriving again, not by a timeout";
   EXPECT_EQ(stops.load(), 0);
-  for (auto& a : agents) a->StopHeartbeats();
 }
 
 }  // namespace

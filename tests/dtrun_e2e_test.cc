@@ -121,15 +121,23 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
   EXPECT_NE(e0["MASTER_PORT"], "0");
 
-  // dtrun registered its node's two ranks in one RegisterNode call, not one Register each (the
-  // coordinator's own count of the calls it answered).
-  absl::StatusOr<CommandResult> scraped =
-      RunCommand({"curl", "-s", absl::StrCat("http://", coord_.metrics_address(), "/metrics")}, absl::Seconds(10));
-  ASSERT_TRUE(scraped.ok()) << scraped.status();
+  // dtrun registered its node's two ranks in one RegisterNode call, not one Register each, and
+  // heartbeat them on one NodeHeartbeats stream, not one Heartbeat call each (the coordinator's
+  // own count of the calls it answered; a stream is counted when it ends, soon after dtrun's exit).
+  absl::StatusOr<CommandResult> scraped;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        scraped = RunCommand({"curl", "-s", absl::StrCat("http://", coord_.metrics_address(), "/metrics")},
+                             absl::Seconds(10));
+        return scraped.ok() && scraped->output.find("method=\"NodeHeartbeats\"}") != std::string::npos;
+      },
+      absl::Seconds(20)))
+      << (scraped.ok() ? scraped->output : scraped.status().ToString());
   EXPECT_NE(scraped->output.find("dt_coordinator_rpc_duration_seconds_count{code=\"OK\",method=\"RegisterNode\"} 1"),
             std::string::npos)
       << scraped->output;
   EXPECT_EQ(scraped->output.find("method=\"Register\""), std::string::npos);
+  EXPECT_EQ(scraped->output.find("method=\"Heartbeat\""), std::string::npos);
 
   // dtctl status shows the script's processes as the ranks' pids, and never the run token.
   nlohmann::json s = Status(run);

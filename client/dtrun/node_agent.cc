@@ -23,6 +23,7 @@
 #include "client/dtrun/agent_store.h"
 #include "client/dtrun/child_failure.h"
 #include "client/dtrun/worker_env.h"
+#include "client/node_heartbeats.h"
 #include "common/blas_core.h"
 #include "common/data_dir.h"
 #include "common/fs.h"
@@ -97,6 +98,7 @@ std::string Tail(const std::string& path, size_t bytes) {
 class NodeAgent {
  public:
   ~NodeAgent() {
+    if (heartbeats_) heartbeats_->Stop();  // it acts on the agents, which go below
     // Each watcher ends with its child, and every path out of Run() leaves no child running.
     for (Worker& w : workers_) {
       if (w.watcher.joinable()) w.watcher.join();
@@ -140,9 +142,10 @@ class NodeAgent {
                  ? kExitUsage
                  : kExitFailed;
     }
-    for (Worker& w : workers_) {
-      w.agent->StartHeartbeats([this](const std::string& reason) { OnToldToStop(reason); });
-    }
+    // One stream for the node's ranks: one message per node and interval for the coordinator.
+    std::vector<Agent*> agents;
+    for (Worker& w : workers_) agents.push_back(w.agent.get());
+    heartbeats_ = std::make_unique<NodeHeartbeats>(agents, [this](const std::string& reason) { OnToldToStop(reason); });
     EndEarlierGenerations();
     absl::StatusOr<Endpoint> master = AgreeOnMaster();
     if (!master.ok()) return ReportSetupFailure(absl::StrCat("MASTER_ADDR/MASTER_PORT: ", master.status().message()));
@@ -336,7 +339,7 @@ class NodeAgent {
         if (failed != nullptr) stopping_ = true;
       }
       for (auto [w, preempted_by] : leaving) {
-        w->agent->StopHeartbeats();
+        heartbeats_->Drop(w->agent.get());
         if (absl::Status s = w->agent->Leave(0, preempted_by); !s.ok()) {
           DT_LOG(Warning) << "rank " << w->agent->rank() << " ended but could not tell the coordinator: " << s;
         }
@@ -522,7 +525,8 @@ class NodeAgent {
 
   std::shared_ptr<CoordinatorClient> client_;
   NodeAgentConfig config_;
-  std::vector<Worker> workers_;  // one per local slot, fixed at construction
+  std::vector<Worker> workers_;                 // one per local slot, fixed at construction
+  std::unique_ptr<NodeHeartbeats> heartbeats_;  // from registration on
   std::atomic<bool> registered_{false};
   absl::Time last_tended_;                   // main thread only
   bool programs_known_ = false;              // every worker's program pid was seen (main thread only)

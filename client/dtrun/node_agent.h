@@ -1,8 +1,8 @@
 // dtrun's work on one node (torchrun's agent, with the coordinator deciding): register the node's
 // local slots with the run in one call (the same rendezvous, generations and incarnations as
-// dttrainer), agree on
-// MASTER_ADDR/MASTER_PORT through the run's store, start the user's program once per slot with
-// torchrun's environment, heartbeat for each child while it lives, report a child that fails
+// dttrainer), agree on MASTER_ADDR/MASTER_PORT through the run's store, start the user's program
+// once per slot with torchrun's environment, heartbeat for the children on one stream while they
+// live (client/node_heartbeats.h), report a child that fails
 // (rank, exit code or signal, the exception it left) and stop the others, forward a stop signal.
 // One generation per process: the local launcher or the batch script starts dtrun again when the
 // coordinator restarts the run.
