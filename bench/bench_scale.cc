@@ -500,7 +500,7 @@ double NodeHeartbeatsFor(const Coordinator& c, const NodeAgents& agents, absl::D
 class HeartbeatStream final : public grpc::ClientBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse> {
  public:
   HeartbeatStream(CoordinatorClient& client, Calls& calls, bool changes_only)
-      : calls_(calls), changes_only_(changes_only), context_(client.Context(absl::Hours(1))) {
+      : calls_(calls), changes_only_(changes_only), context_(client.Context(absl::InfiniteDuration())) {
     client.rendezvous().async()->NodeHeartbeats(context_.get(), this);
     StartCall();
   }
@@ -623,7 +623,7 @@ class BarrierSession final : public grpc::ClientBidiReactor<v1::StoreRequest, v1
  public:
   BarrierSession(CoordinatorClient& client, const std::string& run_id, int rank, std::atomic<int>& opened,
                  std::atomic<int>& released, std::atomic<int>& errors)
-      : opened_(opened), released_(released), errors_(errors), context_(client.Context(absl::Hours(1))) {
+      : opened_(opened), released_(released), errors_(errors), context_(client.Context(absl::InfiniteDuration())) {
     client.store().async()->Session(context_.get(), this);
     request_.set_id(1);
     request_.mutable_open()->set_run_id(run_id);
