@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/node_registration.h"
 #include "common/proto_time.h"
+#include "common/timeout_policy.h"
 #include "common/utf8.h"
 
 namespace dt {
@@ -201,9 +202,7 @@ void Agent::ReportProgress(int64_t step, int64_t total_steps) {
 
 void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
   absl::Duration interval = absl::Milliseconds(timeouts().heartbeat_interval_ms());
-  // Patience with an unreachable coordinator: long enough to ride out its restart.
-  absl::Duration limit =
-      absl::Milliseconds(std::max(timeouts().reconnect_timeout_ms(), timeouts().heartbeat_timeout_ms()));
+  absl::Duration limit = HeartbeatPatience(timeouts());
   absl::Time last_ok = absl::Now();
   v1::HeartbeatRequest request = RankRequest<v1::HeartbeatRequest>();
   bool reconnecting = false;

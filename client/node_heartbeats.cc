@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "common/timeout_policy.h"
 
 namespace dt {
 namespace {
@@ -156,9 +157,7 @@ void NodeHeartbeats::StopAll(const std::string& reason) {
 void NodeHeartbeats::Loop() {
   Agent& first = *agents_.front();
   const absl::Duration interval = absl::Milliseconds(first.timeouts().heartbeat_interval_ms());
-  // Patience with an unreachable coordinator: long enough to ride out its restart.
-  const absl::Duration patience =
-      absl::Milliseconds(std::max(first.timeouts().reconnect_timeout_ms(), first.timeouts().heartbeat_timeout_ms()));
+  const absl::Duration patience = HeartbeatPatience(first.timeouts());
   std::unique_ptr<Stream> stream;
   absl::Time last_answer = absl::Now();          // the registration was just answered
   absl::Time asked_at = absl::InfiniteFuture();  // an answer asked for and not given yet

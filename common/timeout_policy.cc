@@ -1,5 +1,7 @@
 #include "common/timeout_policy.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/duration.h"
 
@@ -37,6 +39,10 @@ v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t) {
   p.set_checkpoint_lease_ms(ToMillis(t.hang_timeout));
   p.set_reconnect_timeout_ms(ToMillis(t.heartbeat_timeout + kCoordinatorRestartAllowance));
   return p;
+}
+
+absl::Duration HeartbeatPatience(const v1::TimeoutPolicy& policy) {
+  return absl::Milliseconds(std::max(policy.reconnect_timeout_ms(), policy.heartbeat_timeout_ms()));
 }
 
 }  // namespace dt

@@ -33,4 +33,8 @@ absl::Status ValidateTimeouts(const CoordinatorTimeouts& t);
 //   (a hang's stacks are captured while the collective still waits, before the group stops).
 v1::TimeoutPolicy DerivePolicy(const CoordinatorTimeouts& t);
 
+// How long whoever heartbeats for a rank goes on trying to reach the coordinator before it stops
+// the rank: the longer of the reconnect and heartbeat timeouts, to ride out a coordinator restart.
+absl::Duration HeartbeatPatience(const v1::TimeoutPolicy& policy);
+
 }  // namespace dt

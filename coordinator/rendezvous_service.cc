@@ -1,4 +1,6 @@
 // RendezvousService: gRPC glue over Coordinator's rendezvous and health calls.
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/services.h"
 
@@ -36,13 +38,19 @@ class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbe
       End(answer.status());
       return;
     }
-    response_ = std::move(*answer);
-    std::string bytes = response_.SerializeAsString();
-    if (request_.answer_changes_only() && bytes == last_answer_) {
-      StartRead(&request_);  // nothing new for the agent: no write
-      return;
+    if (request_.answer_changes_only()) {
+      // response_ still holds the answer last written (a write ends before the next read starts).
+      if (!last_answer_) last_answer_ = response_.SerializeAsString();
+      std::string bytes = answer->SerializeAsString();
+      if (bytes == *last_answer_) {
+        StartRead(&request_);  // nothing new for the agent: no write
+        return;
+      }
+      last_answer_ = std::move(bytes);
+    } else {
+      last_answer_.reset();  // compared only when a message asks for changes only
     }
-    last_answer_ = std::move(bytes);
+    response_ = std::move(*answer);
     StartWrite(&response_);
   }
 
@@ -68,7 +76,7 @@ class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbe
   std::string run_id_;  // set by the first message, once authorized
   v1::NodeHeartbeatRequest request_;
   v1::NodeHeartbeatResponse response_;
-  std::string last_answer_;  // the last answer written, serialized
+  std::optional<std::string> last_answer_;  // response_ serialized, once a message compared with it
 };
 
 }  // namespace

@@ -23,8 +23,9 @@ absl::Status ValidateNodeAndHost(const std::string& node, const std::string& hos
 // What each slot (process) of a registration has of its own.
 absl::Status ValidateSlotFields(const v1::RegisterRequest& request) {
   if (absl::Status s = ValidateLabel("incarnation", request.incarnation()); !s.ok()) return s;
-  if (request.pid() < 0)
+  if (request.pid() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("pid must not be negative, not ", request.pid()));
+  }
   if (request.local_slot() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("local slot must not be negative, not ", request.local_slot()));
   }

@@ -1540,40 +1540,44 @@ namespace {
 // find its ranks heartbeating again well within a short heartbeat timeout: their channels
 // reconnect as soon as it listens. (They used to notice only when gRPC's backup poller ran, every
 // 5 s: no thread waited on the channel while it was failing; found by scripts/chaos.sh.)
-// Heartbeats of a node's agents: each rank its own (dttrainer), or one stream for the node (dtrun).
-class Heartbeating {
+// A dtcoord process (heartbeat every 200 ms) and a one-node run of `ppn` registered agents that
+// heartbeat each for its rank (dttrainer) or on one stream for the node (dtrun), counting how
+// often they were told to stop.
+class HeartbeatingRun {
  public:
-  Heartbeating(const std::vector<std::unique_ptr<Agent>>& agents, bool node_stream, std::atomic<int>& stops) {
+  HeartbeatingRun(const std::string& name, int ppn, const std::string& heartbeat_timeout, bool node_stream)
+      : coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", heartbeat_timeout}),
+        run(coord.Submit(testing::MakeSpec(name, tmp.Sub("runs"), 1, ppn))),
+        agents(testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", ppn)) {
+    auto on_stop = [this](const std::string&) { ++stops; };
     if (node_stream) {
       std::vector<Agent*> raw;
       for (const auto& a : agents) raw.push_back(a.get());
-      node_ = std::make_unique<NodeHeartbeats>(raw, [&stops](const std::string&) { ++stops; });
+      node_ = std::make_unique<NodeHeartbeats>(raw, on_stop);
       return;
     }
-    for (const auto& a : agents) {
-      a->StartHeartbeats([&stops](const std::string&) { ++stops; });
-      ranks_.push_back(a.get());
-    }
+    for (const auto& a : agents) a->StartHeartbeats(on_stop);
   }
-  ~Heartbeating() {
+  ~HeartbeatingRun() {
     if (node_) node_->Stop();
-    for (Agent* a : ranks_) a->StopHeartbeats();
+    for (const auto& a : agents) a->StopHeartbeats();
   }
+
+  testing::TempDir tmp;
+  testing::CoordinatorProcess coord;
+  v1::SubmitRunResponse run;
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::atomic<int> stops{0};
 
  private:
   std::unique_ptr<NodeHeartbeats> node_;
-  std::vector<Agent*> ranks_;
 };
 
 TEST(CoordinatorRestartTest, RanksReconnectWithinAShortHeartbeatTimeout) {
   for (bool node_stream : {false, true}) {
     for (int sig : {SIGKILL, SIGTERM}) {
-      testing::TempDir tmp;
-      testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"});
-      v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("reconnect", tmp.Sub("runs"), 1, 2));
-      auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 2);
-      std::atomic<int> stops{0};
-      Heartbeating heartbeating(agents, node_stream, stops);
+      HeartbeatingRun r("reconnect", 2, "3s", node_stream);
+      auto [coord, run, stops] = std::tie(r.coord, r.run, r.stops);
       ASSERT_TRUE(
           testing::WaitFor([&] { return coord.GetRun(run.run_id()).state() == v1::RUNNING; }, absl::Seconds(5)));
       coord.StopAndRestart(sig, absl::Milliseconds(1500));
@@ -1600,12 +1604,8 @@ TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
 }
 
 void RelayedBarrierAcrossAKillNine(bool node_stream) {
-  testing::TempDir tmp;
-  testing::CoordinatorProcess coord(tmp.path(), {"--heartbeat-interval", "200ms", "--heartbeat-timeout", "5s"});
-  v1::SubmitRunResponse run = coord.Submit(testing::MakeSpec("relay-restart", tmp.Sub("runs"), 1, 3));
-  auto agents = testing::RegisterAgents(coord.Client(run.run_token()), run.run_id(), "n1", 3);
-  std::atomic<int> stops{0};
-  Heartbeating heartbeating(agents, node_stream, stops);
+  HeartbeatingRun r("relay-restart", 3, "5s", node_stream);
+  auto [coord, run, agents, stops] = std::tie(r.coord, r.run, r.agents, r.stops);
   std::vector<absl::Status> results(3);
   std::vector<std::thread> waiting;
   for (int r = 0; r < 2; ++r) {
