@@ -1577,7 +1577,9 @@ TEST(CoordinatorRestartTest, RanksReconnectWithinAShortHeartbeatTimeout) {
   for (bool node_stream : {false, true}) {
     for (int sig : {SIGKILL, SIGTERM}) {
       HeartbeatingRun r("reconnect", 2, "3s", node_stream);
-      auto [coord, run, stops] = std::tie(r.coord, r.run, r.stops);
+      auto& coord = r.coord;
+      auto& run = r.run;
+      auto& stops = r.stops;
       ASSERT_TRUE(
           testing::WaitFor([&] { return coord.GetRun(run.run_id()).state() == v1::RUNNING; }, absl::Seconds(5)));
       coord.StopAndRestart(sig, absl::Milliseconds(1500));
@@ -1605,7 +1607,10 @@ TEST(CoordinatorRestartTest, RelayedBarrierWaitersArriveAgainAfterAKillNine) {
 
 void RelayedBarrierAcrossAKillNine(bool node_stream) {
   HeartbeatingRun r("relay-restart", 3, "5s", node_stream);
-  auto [coord, run, agents, stops] = std::tie(r.coord, r.run, r.agents, r.stops);
+  auto& coord = r.coord;
+  auto& run = r.run;
+  auto& agents = r.agents;
+  auto& stops = r.stops;
   std::vector<absl::Status> results(3);
   std::vector<std::thread> waiting;
   for (int r = 0; r < 2; ++r) {
