@@ -410,9 +410,13 @@ TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   EXPECT_LT(eval.back().value(), eval.front().value() - 0.8);
   auto ppl = coord_.Metrics(run.run_id(), "perplexity");
   EXPECT_NEAR(ppl.back().value(), std::exp(eval.back().value()), 1e-6 * ppl.back().value());
-  for (const char* metric : {"lr", "grad_norm", "tokens_per_s", "step_time_s", "data_time_s", "epoch", "tokens_seen",
-                             "rss_bytes", "peak_rss_bytes", "optimizer_state_bytes"}) {
+  for (const char* metric : {"lr", "grad_norm", "tokens_per_s", "step_time_s", "cpu_time_s", "data_time_s", "epoch",
+                             "tokens_seen", "rss_bytes", "peak_rss_bytes", "optimizer_state_bytes"}) {
     EXPECT_FALSE(coord_.Metrics(run.run_id(), metric).empty()) << metric;
+  }
+  // Each logged step's process CPU is the whole step's: a forward and backward pass take some.
+  for (const auto& point : coord_.Metrics(run.run_id(), "cpu_time_s")) {
+    EXPECT_GT(point.value(), 0) << "step " << point.step();
   }
   v1::Run status = coord_.GetRun(run.run_id());
   EXPECT_EQ(status.state(), v1::SUCCEEDED);

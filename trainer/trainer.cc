@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -148,6 +149,14 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
 }
 
+// CPU this process has used so far, on every thread: the step's own compute and what runs beside
+// it (the metrics reporter, gRPC, a checkpoint's writer). On a busy node that is what a step costs.
+double ProcessCpuSeconds() {
+  timespec t{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
 torch::Tensor Gather(const TokenCache& tokens, const std::vector<int64_t>& samples, int seq_len) {
   torch::Tensor out = torch::empty({static_cast<int64_t>(samples.size()), seq_len + 1}, torch::kLong);
@@ -222,6 +231,8 @@ class Trainer {
       rounds_->PrepareStaging(StagingShapes(model_));
     }
     model_->train();
+    cpu_at_log_ = ProcessCpuSeconds();
+    step_at_log_ = state_.step;
     while (state_.step < total_steps_) {
       TrainStep();
       if (state_.step < total_steps_ && PreemptionAgreed()) return LeaveForPreemption();
@@ -507,6 +518,11 @@ class Trainer {
 
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
       last_loss_ = AllReduceMean(loss_sum / grad_accum_);
+      // Since the last logged step: everything the loop did, logging and reporting included.
+      const double cpu_now = ProcessCpuSeconds();
+      const double cpu_per_step = (cpu_now - cpu_at_log_) / static_cast<double>(step - step_at_log_);
+      cpu_at_log_ = cpu_now;
+      step_at_log_ = step;
       double epoch = static_cast<double>(state_.epoch) +
                      static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
       step_metrics_.insert({{"loss", last_loss_},
@@ -514,6 +530,7 @@ class Trainer {
                             {"grad_norm", grad_norm},
                             {"tokens_per_s", tokens_per_step / step_seconds},
                             {"step_time_s", step_seconds},
+                            {"cpu_time_s", cpu_per_step},
                             {"data_time_s", absl::ToDoubleSeconds(data_time)},
                             {"epoch", epoch},
                             {"tokens_seen", static_cast<double>(state_.tokens_seen)},
@@ -521,9 +538,9 @@ class Trainer {
                             {"rss_bytes", static_cast<double>(RssBytes())},
                             {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
                             {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
-      Log(absl::StrFormat("step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f", step,
-                          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds,
-                          epoch));
+      Log(absl::StrFormat(
+          "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f cpu %.3fs", step,
+          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds, epoch, cpu_per_step));
     }
     if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
       double eval_loss = EvaluateLoss();
@@ -695,6 +712,9 @@ class Trainer {
   int64_t last_checkpoint_ = 0;     // the step of the last round committed
   const HangForTests hang_for_tests_ = HangForTestsFromEnvironment();
   double last_loss_ = std::nan("");
+  // Process CPU and step at the last logged step: a logged step's CPU is per step since then.
+  double cpu_at_log_ = 0;
+  int64_t step_at_log_ = 0;
   double best_eval_ = std::numeric_limits<double>::infinity();
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it
 };
