@@ -159,6 +159,12 @@ HOW_MEASURED = [
     (r"2-rank scaling efficiency", "2-rank scaling efficiency",
      "From the throughput rows: tokens/s at 2 ranks over twice that at 1, each side. Anchor: PyTorch DDP's; the "
      "goal is absolute (>= 0.80)."),
+    (r"step-time cost of metric reporting", "step-time cost of metric reporting every step",
+     "`bench_metrics reporter-cost`, after the metrics-cost runs below: one MetricsReporter alone in a process, "
+     "adding dttrainer's 13 values every step at dttrainer's median step time with reporting off, to a dtcoord with "
+     "Prometheus and the W&B forwarder on; the process's CPU over 60 steps (150 full), last batch delivered, less "
+     "its CPU over as many steps without adds. Value: that step time plus the added CPU per step (what reporting "
+     "costs a step on a busy node). Anchor: that step time."),
     (r"step time with metric reporting on", "step time with metric reporting on",
      "`trainer_bench.py metrics-cost`: 1-rank dttrainer runs (tiny GPT-2, batch 4 x 64, 30 steps, 100 full, "
      "logging every step), rank 0's step times from its log after the first 5; 4 pairs (6 full) alternating "
