@@ -1,6 +1,8 @@
 // Per-run state of the Coordinator, shared by its coordinator_*.cc files.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,5 +94,12 @@ absl::Duration IdleTimeout(const v1::RunSpec& spec);
 
 // FAILED_PRECONDITION for a call that needs run `r` going: names the run and the state it ended in.
 absl::Status RunEndedError(const v1::Run& r);
+
+// The run's record in its experiment directory (for people and tools reading the directory).
+inline constexpr char kRunJsonFile[] = "run.json";
+
+// What a run holds of --max-ranks: its world, or one rank per node while its nodes have not
+// counted their processes (--nproc-per-node gpu|cpu|auto; the first count takes the rest).
+inline int64_t RanksToAdmit(int64_t world_size, int32_t nodes) { return std::max<int64_t>(world_size, nodes); }
 
 }  // namespace dt

@@ -1,0 +1,453 @@
+// Run lifecycle and persistence: generations, the run's states, failures and restarts, the
+// progress flush, the records in the state database and run.json.
+#include <set>
+#include <string>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/run_state.h"
+#include "common/stop_signals.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_internal.h"
+#include "coordinator/experiment_dir.h"
+
+namespace dt {
+
+void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
+  const v1::RunSpec& spec = run.stored.run.spec();
+  auto gen = std::make_unique<Generation>(number, spec.nodes(), spec.procs_per_node());
+  std::string run_id = run.stored.run.run_id();
+  std::string scope = absl::StrCat("run ", run_id, " generation ", number);
+  gen->store = std::make_shared<KvStore>(
+      scope, timers_, StoreLimits{options_.max_keys_per_run, options_.store_bytes_per_run, &store_budget_});
+  RunEntry* entry = &run;
+  // Barrier timeouts arrive on the timer thread: the hook finds the run and takes its lock first.
+  gen->barriers = std::make_unique<BarrierTable>(
+      scope, WorldSize(spec), clock_, timers_,
+      [this, entry](int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeRank(*entry, rank); },
+      [this, run_id, number](absl::Time when, const std::string& name, uint64_t sequence) {
+        return timers_->Schedule(when, [this, run_id, number, name, sequence] {
+          absl::StatusOr<RunPtr> found = FindRun(run_id);
+          if (!found.ok()) return;
+          RunPtr r = *found;
+          LockedRun locked(*r);
+          Deferred& deferred = locked.deferred();
+          if (r->gen && r->gen->number == number) r->gen->barriers->Expire(name, sequence, deferred);
+        });
+      },
+      options_.max_barrier_names);
+  run.gen = std::move(gen);
+  run.stored.run.set_generation(number);
+}
+
+std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
+  if (run.gen && run.gen->assigned && rank >= 0 && rank < static_cast<int>(run.gen->ranks.size())) {
+    const v1::RankStatus& r = run.gen->ranks[rank];
+    return absl::StrCat("rank ", rank, " (node ", r.node(), ", host ", r.host(), ")");
+  }
+  return absl::StrCat("rank ", rank);
+}
+
+void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  if (r.state() == state) return;
+  v1::RunState old = r.state();
+  r.set_state(state);
+  absl::Time now = clock_->Now();
+  *r.mutable_updated_at() = ToProtoTime(now);
+  if (IsTerminal(state)) *r.mutable_ended_at() = ToProtoTime(now);
+  if (IsTerminal(state) && !IsTerminal(old)) {
+    admission_.Release(run.ranks_admitted);
+    run.ranks_admitted = 0;
+  }
+  std::string detail;
+  if (state == v1::RUNNING) {
+    detail = absl::StrCat(" (generation ", r.generation(), ", ", r.world_size(), " ranks)");
+  } else if (state == v1::RESTARTING || state == v1::REQUEUED || state == v1::FAILED || state == v1::CANCELLED) {
+    detail = absl::StrCat(": ", DescribeFailure(r.reason()));
+  }
+  DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") " << StateName(old) << " -> "
+               << StateName(state) << detail;
+  Persist(run, deferred);
+  Notify(run, deferred);
+}
+
+void Coordinator::Persist(RunEntry& run, Deferred& deferred) {
+  *run.stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
+  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence, stored = run.stored] {
+    WriteRecord(*entry, sequence, stored);
+  });
+}
+
+void Coordinator::TakeRankProgress(RunEntry& run) {
+  Generation& g = *run.gen;
+  if (g.health) {
+    for (auto& r : g.ranks) {
+      r.set_step(g.health->step(r.rank()));
+      *r.mutable_last_heartbeat() = ToProtoTime(g.health->last_heartbeat(r.rank()));
+    }
+  }
+  g.rows_dirty = false;
+}
+
+void Coordinator::MarkProgressTaken(RunEntry& run) {
+  Generation& g = *run.gen;
+  if (g.health) run.stored.run.set_step(g.health->group_step());
+  g.ranks_dirty = false;
+  g.last_flush = clock_->Now();
+}
+
+void Coordinator::PersistRanks(RunEntry& run, Deferred& deferred) {
+  if (!run.gen) return;
+  TakeRankProgress(run);
+  MarkProgressTaken(run);
+  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence,
+                     run_id = run.stored.run.run_id(),
+                     ranks = run.gen->ranks] { WriteRanks(*entry, sequence, run_id, ranks); });
+}
+
+v1::RankProgress Coordinator::ProgressRecord(const Generation& g) {
+  v1::RankProgress out;
+  out.set_generation(g.number);
+  const int n = static_cast<int>(g.ranks.size());
+  out.mutable_steps()->Reserve(n);
+  out.mutable_last_heartbeat_unix_ms()->Reserve(n);
+  out.mutable_pids()->Reserve(n);
+  out.mutable_idle_ms()->Reserve(n);
+  for (const v1::RankStatus& r : g.ranks) {
+    out.add_steps(g.health ? g.health->step(r.rank()) : r.step());
+    out.add_last_heartbeat_unix_ms(
+        absl::ToUnixMillis(g.health ? g.health->last_heartbeat(r.rank()) : FromProtoTime(r.last_heartbeat())));
+    out.add_pids(r.pid());
+    out.add_idle_ms(r.idle_ms());
+  }
+  return out;
+}
+
+void Coordinator::FlushProgress(const RunPtr& run) {
+  // One record for every rank (packed numbers), not a row per rank: at 100,000 ranks a flush
+  // every 2 s of rank rows would keep a core busy.
+  bool task_waiting = run->unwritten_progress != nullptr;
+  std::optional<std::vector<v1::RankStatus>> rows;
+  // A rank finished, was stopped or reported its pre-flight (now, or in a snapshot no task has
+  // taken yet): the rows are written too, as they are now, so a coordinator killed before the
+  // generation ends does not bring such a rank back active.
+  if (run->gen->rows_dirty || (task_waiting && run->unwritten_progress->rows)) {
+    TakeRankProgress(*run);
+    rows = run->gen->ranks;
+  }
+  v1::RankProgress progress = ProgressRecord(*run->gen);
+  MarkProgressTaken(*run);
+  *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
+  run->unwritten_progress = std::make_shared<ProgressSnapshot>(
+      ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress), std::move(rows)});
+  if (task_waiting) return;
+  file_work_->Post(run->stored.run.run_id(), [this, run] {
+    std::shared_ptr<ProgressSnapshot> snapshot;
+    {
+      RunMutexLock lock(&run->mu);
+      snapshot.swap(run->unwritten_progress);
+    }
+    if (snapshot->rows) WriteRanks(*run, snapshot->sequence, snapshot->stored.run.run_id(), *snapshot->rows);
+    WriteProgress(*run, snapshot->sequence, snapshot->stored.run.run_id(), snapshot->progress);
+    WriteRecord(*run, snapshot->sequence, snapshot->stored);
+  });
+}
+
+void Coordinator::WriteProgress(RunEntry& run, uint64_t sequence, const std::string& run_id,
+                                const v1::RankProgress& progress) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.progress_written) return;
+  if (absl::Status s = db_->SaveRankProgress(run_id, progress); !s.ok()) {
+    DT_LOG(Error) << "cannot persist the progress of run " << run_id << ": " << s.message();
+    return;
+  }
+  run.progress_written = sequence;
+}
+
+void Coordinator::WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.record_written) return;
+  if (absl::Status s = db_->SaveRun(stored); !s.ok()) {
+    DT_LOG(Error) << "cannot persist run " << stored.run.run_id() << ": " << s.message();
+    return;
+  }
+  run.record_written = sequence;
+}
+
+void Coordinator::WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
+                             const std::vector<v1::RankStatus>& ranks) {
+  absl::MutexLock lock(&run.persist_mu);
+  if (sequence <= run.ranks_written) return;
+  if (absl::Status s = db_->SaveRanks(run_id, ranks); !s.ok()) {
+    DT_LOG(Error) << "cannot persist ranks of run " << run_id << ": " << s.message();
+    return;
+  }
+  run.ranks_written = sequence;
+}
+
+v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
+  v1::Run r = run.stored.run;
+  r.set_revision(run.revision);
+  const Generation* g = run.gen.get();
+  if (g != nullptr && g->health) r.set_step(g->health->group_step());
+  std::optional<v1::CheckpointInfo> latest = Latest(run);
+  r.set_latest_checkpoint_step(latest ? latest->step() : -1);
+  if (!with_ranks) return r;
+  for (const auto& f : run.failures) *r.add_failures() = f;
+  if (g == nullptr) return r;
+  if (g->barriers) {
+    for (v1::OpenBarrier& b : g->barriers->Open()) *r.add_open_barriers() = std::move(b);
+  }
+  if (g->assigned) {
+    for (const auto& rank : g->ranks) {
+      v1::RankStatus* out = r.add_ranks();
+      *out = rank;
+      if (g->health) {
+        out->set_step(g->health->step(rank.rank()));
+        *out->mutable_last_heartbeat() = ToProtoTime(g->health->last_heartbeat(rank.rank()));
+      }
+    }
+  } else {
+    for (const Registrant& reg : g->rendezvous.registrants()) {
+      v1::RankStatus* out = r.add_ranks();
+      out->set_rank(-1);
+      out->set_local_rank(reg.local_slot);
+      out->set_node(reg.node);
+      out->set_host(reg.host);
+      out->set_pid(reg.pid);
+      out->set_state(v1::RankStatus::WAITING);
+      out->set_incarnation(reg.incarnation);
+      out->set_generation(g->number);
+    }
+  }
+  return r;
+}
+
+void Coordinator::Notify(RunEntry& run, Deferred& deferred) {
+  ++run.revision;
+  auto snapshot = std::make_shared<const v1::Run>(Snapshot(run, /*with_ranks=*/true));
+  run.observed = snapshot;
+  bool done = IsTerminal(run.stored.run.state());
+  for (auto& [id, watcher] : run.watchers) {
+    WatchCallback cb = watcher.callback;
+    deferred.Add([cb, snapshot, done] {
+      WatchUpdate update;
+      update.event.emplace();
+      *update.event->mutable_snapshot() = *snapshot;
+      update.done = done;
+      cb(update);
+    });
+  }
+  if (done) run.watchers.clear();
+  absl::MutexLock lock(&observers_mu_);
+  for (RunObserver* o : observers_list_) {
+    deferred.Add([o, snapshot] { o->OnRunChanged(*snapshot); });
+  }
+}
+
+void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred) {
+  Generation& g = *run.gen;
+  if (!g.stopped.ok()) return;
+  g.stopped = cause;
+  if (g.capture) CompleteCapture(run, deferred);  // what arrived is kept; the hang it was for is moot
+  if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
+  g.rendezvous.FailAll(cause, deferred);
+  g.store->Abort(cause, deferred);
+  g.barriers->Abort(cause, deferred);
+  if (g.round && g.round->state == CheckpointRound::State::kOpen) {
+    AbortRound(run, *g.round, cause, deferred);
+  }
+}
+
+void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
+                                 std::optional<absl::Status> waiter_status) {
+  Generation& g = *run.gen;
+  v1::Run& r = run.stored.run;
+  if (!g.stopped.ok() || IsTerminal(r.state())) return;  // the first failure is the root cause
+  failure.set_generation(g.number);
+  *failure.mutable_time() = ToProtoTime(clock_->Now());
+  if (failure.kind() == v1::Failure::REPORTED_ERROR || failure.kind() == v1::Failure::PROCESS_EXITED) {
+    CheckRepeatedEarlyFailure(run, failure);
+  }
+  if (failure.kind() == v1::Failure::HANG) CheckRepeatedHang(run, failure);
+  bool cancelled = failure.kind() == v1::Failure::CANCELLED;
+  AddStoppedRanks(run, failure);
+  std::string cause = DescribeFailure(failure);
+  DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;
+  if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT && stats_ != nullptr) {
+    CoordinatorStats* stats = stats_;
+    deferred.Add([stats] { stats->CountHeartbeatMiss(); });
+  }
+  absl::Status status = waiter_status.value_or(absl::AbortedError(
+      cancelled ? absl::StrCat("run ", r.run_id(), " was cancelled: ", failure.message())
+                : absl::StrCat("generation ", g.number, " of run ", r.run_id(), " failed: ", cause)));
+  for (auto& rank : g.ranks) {
+    bool culprit = rank.rank() == failure.rank() && !cancelled;
+    bool was_stopped = rank.state() == v1::RankStatus::STOPPED;
+    if (rank.state() != v1::RankStatus::ACTIVE && !(culprit && was_stopped)) continue;
+    rank.set_state(culprit ? v1::RankStatus::FAILED : v1::RankStatus::STOPPED);
+  }
+  EndGeneration(run, failure, status, deferred);
+  if (cancelled) {
+    SetState(run, v1::CANCELLED, deferred);
+  } else if (failure.fatal()) {
+    DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of " << r.spec().max_restarts()
+                 << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
+    SetState(run, v1::FAILED, deferred);
+  } else if (r.restarts() < r.spec().max_restarts()) {
+    r.set_restarts(r.restarts() + 1);
+    DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
+                 << " as generation " << g.number + 1;
+    NewGeneration(run, g.number + 1);  // destroys `g`
+    if (r.state() == v1::RESTARTING) {
+      // Already restarting (the next generation failed before it formed): SetState would not
+      // save or announce the new generation and the spent restart.
+      Persist(run, deferred);
+      Notify(run, deferred);
+    }
+    SetState(run, v1::RESTARTING, deferred);
+  } else {
+    SetState(run, v1::FAILED, deferred);
+  }
+}
+
+void Coordinator::EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status,
+                                Deferred& deferred) {
+  StopGeneration(run, status, deferred);
+  PersistRanks(run, deferred);
+  RecordFailure(run, failure, deferred);
+  run.ended_generations[run.gen->number] = DescribeFailure(failure);
+}
+
+void Coordinator::RecordFailure(RunEntry& run, const v1::Failure& failure, Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  run.failures.push_back(failure);
+  deferred.AddWrite([this, run_id = r.run_id(), failure] {
+    if (absl::Status s = db_->AddFailure(run_id, failure); !s.ok()) {
+      DT_LOG(Error) << "cannot persist failure of run " << run_id << ": " << s.message();
+    }
+  });
+  *r.mutable_reason() = failure;
+}
+
+void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) {
+  Generation& g = *run.gen;
+  v1::Run& r = run.stored.run;
+  int64_t step = r.step();
+  v1::Failure f;
+  f.set_kind(g.time_limit ? v1::Failure::TIME_LIMIT : v1::Failure::PREEMPTED);
+  f.set_rank(-1);
+  f.set_generation(g.number);
+  f.set_step(step);
+  *f.mutable_time() = ToProtoTime(clock_->Now());
+  bool spent = r.preemptions() >= r.spec().max_requeues();
+  std::string why = g.time_limit
+                        ? absl::StrCat("the job reached its time limit (", SignalName(signal), " ahead of it)")
+                        : absl::StrCat("the scheduler asked the job to stop (", SignalName(signal), ": a preemption)");
+  std::string saved = step > 0 ? absl::StrCat("every rank checkpointed at step ", step) : "every rank stopped";
+  std::string next =
+      spent ? absl::StrCat(", but the run's ", r.spec().max_requeues(), " requeue(s) are spent (--max-requeues)")
+            : absl::StrCat(" and the job is requeued (requeue ", r.preemptions() + 1, " of ", r.spec().max_requeues(),
+                           ")");
+  f.set_message(absl::StrCat(why, "; ", saved, next));
+  EndGeneration(run, f, absl::AbortedError(absl::StrCat("run ", r.run_id(), " was preempted")), deferred);
+  if (spent) {
+    SetState(run, v1::FAILED, deferred);
+    return;
+  }
+  r.set_preemptions(r.preemptions() + 1);
+  NewGeneration(run, g.number + 1);  // destroys `g`
+  SetState(run, v1::REQUEUED, deferred);
+}
+
+void Coordinator::AddStoppedRanks(const RunEntry& run, v1::Failure& failure) const {
+  const Generation& g = *run.gen;
+  if (!g.health) return;
+  std::vector<StoppedRank> victims;
+  for (const StoppedRank& s : g.health->StoppedRanks()) {
+    if (s.rank == failure.rank()) continue;
+    victims.push_back(s);
+    failure.add_stopped_ranks(s.rank);
+  }
+  // A TERMINATED failure's message already tells who was stopped.
+  if (!victims.empty() && failure.kind() != v1::Failure::TERMINATED) {
+    failure.set_message(absl::StrCat(
+        failure.message(), "; stopped by a signal meanwhile (victims, not causes): ", DescribeStopped(run, victims)));
+  }
+}
+
+absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& run, int64_t generation, int rank,
+                                                                     RankUse use) {
+  const v1::Run& r = run.stored.run;
+  Generation& g = *run.gen;
+  if (generation < g.number) {
+    auto it = run.ended_generations.find(generation);
+    return absl::AbortedError(absl::StrCat("generation ", generation, " of run ", r.run_id(), " has ended",
+                                           it == run.ended_generations.end() ? "" : absl::StrCat(": ", it->second),
+                                           "; the run is at generation ", g.number, " (", StateName(r.state()), ")"));
+  }
+  if (IsTerminal(r.state())) {
+    return absl::AbortedError(absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()),
+                                           r.has_reason() ? absl::StrCat(": ", DescribeFailure(r.reason())) : ""));
+  }
+  if (generation > g.number) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
+  }
+  if (!g.stopped.ok()) return g.stopped;
+  int world = WorldSize(r.spec());
+  bool tool = use == RankUse::kToolAllowed && rank == -1;
+  if (!tool && (rank < 0 || rank >= world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside 0..", world - 1, " of run ", r.run_id()));
+  }
+  return &g;
+}
+
+std::function<void()> Coordinator::RunJsonWriter(const RunEntry& run) const {
+  const v1::Run& r = run.stored.run;
+  std::string spec_json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(r.spec(), &spec_json, options);
+  nlohmann::json doc;
+  doc["run_id"] = r.run_id();
+  doc["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
+  doc["world_size"] = WorldSize(r.spec());
+  doc["generation"] = r.generation();
+  doc["restarts"] = r.restarts();
+  doc["created_at"] = absl::FormatTime(absl::RFC3339_sec, FromProtoTime(r.created_at()), absl::UTCTimeZone());
+  doc["resumed_from_step"] = r.resumed_from_step();
+  doc["coordinator_version"] = options_.version;
+  nlohmann::json hosts = nlohmann::json::array();
+  std::set<std::string> versions;
+  if (run.gen && run.gen->assigned) {
+    for (const auto& rank : run.gen->ranks) {
+      hosts.push_back({{"rank", rank.rank()},
+                       {"node", rank.node()},
+                       {"host", rank.host()},
+                       {"local_rank", rank.local_rank()},
+                       {"pid", rank.pid()}});
+    }
+  }
+  doc["ranks"] = hosts;
+  return [hook = options_.before_file_work, run_id = r.run_id(), exp_dir = r.exp_dir(), identity = r.exp_dir_identity(),
+          text = doc.dump(2) + "\n"] {
+    if (hook) hook(exp_dir);
+    absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
+    absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, text) : exp.status();
+    if (!written.ok()) {
+      DT_LOG(Warning) << "run " << run_id << ": cannot write " << kRunJsonFile << ": " << written.message();
+    }
+  };
+}
+
+void Coordinator::WriteRunJson(const RunEntry& run) const {
+  file_work_->Post(run.stored.run.run_id(), RunJsonWriter(run));
+}
+
+}  // namespace dt
