@@ -10,7 +10,6 @@
 // this process's CPU over those steps, less its CPU over as long a time without adds, per step.
 // trainer_bench.py metrics-cost passes dttrainer's step time with reporting off.
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +28,7 @@
 #include "client/coordinator_client.h"
 #include "client/metrics_reporter.h"
 #include "common/fs.h"
+#include "common/process_tree.h"
 #include "common/subprocess.h"
 
 namespace dt::bench {
@@ -172,12 +172,6 @@ int Ingest() {
   Report({"metric points ingested (Prometheus + W&B spool on)", rate, "points/s", "goal 1M points/s", 1e6, ">= 1x",
           true, 1.0});
   return totals.failures.load() == 0 ? 0 : 1;
-}
-
-double ProcessCpuSeconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return absl::ToDoubleSeconds(absl::DurationFromTimeval(u.ru_utime) + absl::DurationFromTimeval(u.ru_stime));
 }
 
 // This process's CPU over `steps` steps of `step` each, adding dttrainer's values at every step

@@ -43,6 +43,7 @@
 #include "common/duration.h"
 #include "common/env.h"
 #include "common/fs.h"
+#include "common/process_tree.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
 
@@ -68,11 +69,7 @@ struct ClientRound {
 };
 
 // CPU time (user + system) this process has used, all threads.
-double ProcessCpuMicros() {
-  struct rusage u;
-  ::getrusage(RUSAGE_SELF, &u);
-  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 + u.ru_utime.tv_usec + u.ru_stime.tv_usec;
-}
+double ProcessCpuMicros() { return 1e6 * ProcessCpuSeconds(); }
 
 // Times a thread of this process went to sleep (voluntary context switches): the wake-ups a
 // store operation costs the node, beside its CPU.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -136,6 +137,12 @@ std::vector<pid_t> ProcessesWithMarker(const MarkerMatch& match) {
     if (marker && match(*marker)) out.push_back(p.pid);
   }
   return out;
+}
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 uint64_t CpuTicks(const std::vector<pid_t>& pids) {

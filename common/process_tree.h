@@ -64,6 +64,9 @@ std::vector<pid_t> ProcessesWithMarker(const MarkerMatch& match);
 uint64_t CpuTicks(const std::vector<pid_t>& pids);
 // Ticks per second (sysconf(_SC_CLK_TCK)).
 int64_t ClockTicksPerSecond();
+// CPU time this process has used so far, every thread, in seconds (nanosecond resolution, where
+// CpuTicks counts in ticks of 10 ms).
+double ProcessCpuSeconds();
 
 // Sends `signal` to each pid that is still alive (and SIGCONT after it for SIGTERM, so a stopped
 // process takes its SIGTERM now).

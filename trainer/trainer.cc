@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +35,7 @@
 #include "common/env.h"
 #include "common/fs.h"
 #include "common/log.h"
+#include "common/process_tree.h"
 #include "common/stack_capture.h"
 #include "common/stop_signals.h"
 #include "common/version.h"
@@ -147,14 +147,6 @@ int64_t PeakRssBytes() {
   struct rusage usage {};
   if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // kilobytes on Linux
-}
-
-// CPU this process has used so far, on every thread: the step's own compute and what runs beside
-// it (the metrics reporter, gRPC, a checkpoint's writer). On a busy node that is what a step costs.
-double ProcessCpuSeconds() {
-  timespec t{};
-  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0;
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
@@ -518,7 +510,8 @@ class Trainer {
 
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
       last_loss_ = AllReduceMean(loss_sum / grad_accum_);
-      // Since the last logged step: everything the loop did, logging and reporting included.
+      // Since the last logged step: everything the loop did, logging and reporting included, on
+      // every thread (the metrics reporter, gRPC, a checkpoint's writer): on a busy node, the step's cost.
       const double cpu_now = ProcessCpuSeconds();
       const double cpu_per_step = (cpu_now - cpu_at_log_) / static_cast<double>(step - step_at_log_);
       cpu_at_log_ = cpu_now;
