@@ -69,6 +69,12 @@ inline constexpr size_t kMaxNodeEvidenceBytes = 4096;  // why a node is excluded
 // A device pre-flight's report: its timings, and the matmul size it ran.
 inline constexpr absl::Duration kMaxPreflightTime = absl::Hours(24);
 inline constexpr int64_t kMaxPreflightMatmulSize = 1 << 20;
+// A run's policy counts (RunSpec): requeues, restarts, identical hangs, checkpoints kept.
+inline constexpr int kMaxPolicyCount = 1000;
+// Stack captures one GetStacks answer lists at the most.
+inline constexpr int kMaxStackCapturesPerQuery = 1000;
+// The highest signal number a rank may report (Linux's, the real-time signals included).
+inline constexpr int kMaxSignal = 64;
 // A run's run.json, read back from its experiment directory.
 inline constexpr size_t kMaxRunJsonBytes = 4 << 20;
 // gRPC messages carry a value of up to kMaxValueBytes plus framing.

@@ -47,9 +47,7 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
     reply->Complete(s);
     return;
   }
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
-  if (run == nullptr) return;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
@@ -251,9 +249,7 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
 
 void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
                                    PendingPtr<v1::CommitCheckpointResponse> reply) {
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
-  if (run == nullptr) return;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   std::shared_ptr<CheckpointRound> round = g.round;
@@ -532,10 +528,7 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
 }
 
 void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& round_id) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return;
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
   if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
@@ -550,9 +543,7 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
 
 void Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request,
                                   PendingPtr<v1::AbortCheckpointResponse> reply) {
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
-  if (run == nullptr) return;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
@@ -587,10 +578,8 @@ void Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request,
 }
 
 absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return found.status();
-  RunMutexLock lock(&(*found)->mu);
-  std::optional<v1::CheckpointInfo> latest = Latest(**found);
+  DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
+  std::optional<v1::CheckpointInfo> latest = Latest(*run);
   if (!latest) return absl::NotFoundError(absl::StrCat("run ", run_id, " has no committed checkpoint"));
   return *latest;
 }

@@ -37,20 +37,14 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   beat.set_worker_pid(request.worker_pid());
   beat.set_idle_ms(request.idle_ms());
   if (absl::Status s = ValidateRankHeartbeat(beat); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  RunMutexLock lock(&run->mu);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   return HeartbeatLocked(*run, request.generation(), beat, clock_->Now());
 }
 
 absl::StatusOr<v1::NodeHeartbeatResponse> Coordinator::NodeHeartbeat(const v1::NodeHeartbeatRequest& request) {
   if (absl::Status s = ValidateNodeHeartbeatRequest(request); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   v1::NodeHeartbeatResponse out;
-  RunMutexLock lock(&run->mu);
   absl::Time now = clock_->Now();
   for (const v1::RankHeartbeat& beat : request.ranks()) {
     v1::NodeHeartbeatResponse::RankAnswer& answer = *out.add_ranks();
@@ -106,10 +100,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(RunEntry& run
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::ReportErrorRequest& request) {
   if (absl::Status s = ValidateReportErrorRequest(request); !s.ok()) return s;
   const bool by_task = request.has_scheduler_task();
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::ReportErrorResponse out;
@@ -205,14 +196,8 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::AssignedRank(RunEntry& run
 }
 
 absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::ReportStoppedRequest& request) {
-  if (request.signal() < 1 || request.signal() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("signal must be within 1..64, not ", request.signal()));
-  }
-  if (request.step() < 0) return absl::InvalidArgumentError("step must not be negative");
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  if (absl::Status s = ValidateReportStoppedRequest(request); !s.ok()) return s;
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::ReportStoppedResponse out;
@@ -239,10 +224,7 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
 absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v1::ReportPreflightRequest& request) {
   if (absl::Status s = ValidateReportPreflightRequest(request); !s.ok()) return s;
   const v1::DevicePreflight& result = request.result();
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) return RunEndedError(r);
@@ -309,14 +291,8 @@ void Coordinator::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>&
 }
 
 absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& request) {
-  if (request.final_step() < 0) return absl::InvalidArgumentError("final step must not be negative");
-  if (request.signal() < 0 || request.signal() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("signal must be within 0..64, not ", request.signal()));
-  }
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  if (absl::Status s = ValidateLeaveRequest(request); !s.ok()) return s;
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   v1::LeaveResponse out;

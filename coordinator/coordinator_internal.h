@@ -103,3 +103,25 @@ inline constexpr char kRunJsonFile[] = "run.json";
 inline int64_t RanksToAdmit(int64_t world_size, int32_t nodes) { return std::max<int64_t>(world_size, nodes); }
 
 }  // namespace dt
+
+// The per-run opening of a Coordinator call: finds the run `run_id` names as `run` and holds its
+// lock to the end of the enclosing scope as `locked` (replies decided under it go to
+// locked.deferred() and are delivered once the lock is released). Where there is no such run, the
+// enclosing function returns FindRun's error (NOT_FOUND, or INVALID_ARGUMENT for a malformed id).
+// A macro rather than a function: clang's -Wthread-safety sees a lock as held only in the scope
+// whose object took it.
+#define DT_OPEN_RUN_OR_RETURN(run, locked, run_id) DT_OPEN_RUN_OR_(run, locked, run_id, return dt_found_##run.status())
+// The same in a function that returns nothing: a timer's or a withdrawn call's follow-up, for
+// which a run that has gone needs no answer.
+#define DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id) DT_OPEN_RUN_OR_(run, locked, run_id, return )
+// The same in a call answered through `reply`, a PendingPtr: FindRun's error goes to it.
+#define DT_OPEN_RUN_OR_REPLY(run, locked, run_id, reply) \
+  DT_OPEN_RUN_OR_(run, locked, run_id, {                 \
+    (reply)->Complete(dt_found_##run.status());          \
+    return;                                              \
+  })
+#define DT_OPEN_RUN_OR_(run, locked, run_id, on_missing)                      \
+  absl::StatusOr<::dt::Coordinator::RunPtr> dt_found_##run = FindRun(run_id); \
+  if (!dt_found_##run.ok()) on_missing;                                       \
+  const ::dt::Coordinator::RunPtr run = *std::move(dt_found_##run);           \
+  ::dt::Coordinator::LockedRun locked(*run)

@@ -8,6 +8,7 @@
 #include "common/names.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
@@ -157,17 +158,7 @@ void Coordinator::DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch,
 }
 
 absl::StatusOr<v1::QueryMetricsResponse> Coordinator::QueryMetrics(const v1::QueryMetricsRequest& request) {
-  if (request.limit() < 0 || request.limit() > kMaxMetricRecordsPerQuery) {
-    return absl::InvalidArgumentError(absl::StrCat("limit ", request.limit(), " is outside 0..",
-                                                   kMaxMetricRecordsPerQuery,
-                                                   " (0: one full page); page through longer histories with `after`"));
-  }
-  if (!request.name().empty()) {
-    if (absl::Status s = ValidateMetricName(request.name()); !s.ok()) return s;
-  }
-  if (request.has_after() && !request.after().name().empty()) {
-    if (absl::Status s = ValidateMetricName(request.after().name()); !s.ok()) return s;
-  }
+  if (absl::Status s = ValidateQueryMetricsRequest(request); !s.ok()) return s;
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();
   StateDb::MetricQuery query;

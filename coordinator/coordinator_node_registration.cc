@@ -86,10 +86,8 @@ void Coordinator::JoinRendezvousAsNode(const RunPtr& run, const v1::RegisterNode
 }
 
 void Coordinator::WithdrawNodeRegistration(const v1::RegisterNodeRequest& request, const void* call) {
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return;
-  RunPtr run = *found;
-  RunMutexLock lock(&run->mu);  // all of the call's slots at once: a retry cannot land between them
+  // All of the call's slots under one lock: a retry cannot land between them.
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, request.run_id());
   if (!run->gen || run->gen->assigned) return;
   int withdrawn = 0;
   for (const v1::NodeSlot& slot : request.slots()) {

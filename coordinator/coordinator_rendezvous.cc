@@ -317,10 +317,7 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
 }
 
 void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generation) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return;
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   if (g.number != generation || g.assigned || !g.stopped.ok() || IsTerminal(run->stored.run.state())) {
@@ -339,10 +336,7 @@ void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generat
 
 void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
                                        const std::string& incarnation, const void* call) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return;
-  RunPtr run = *found;
-  RunMutexLock lock(&run->mu);
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   if (!run->gen || run->gen->assigned) return;
   if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation, call)) {
     DT_LOG(Info) << "run " << run_id << ": registration of " << node << "/" << local_slot

@@ -30,10 +30,7 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
       [this, entry](int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeRank(*entry, rank); },
       [this, run_id, number](absl::Time when, const std::string& name, uint64_t sequence) {
         return timers_->Schedule(when, [this, run_id, number, name, sequence] {
-          absl::StatusOr<RunPtr> found = FindRun(run_id);
-          if (!found.ok()) return;
-          RunPtr r = *found;
-          LockedRun locked(*r);
+          DT_OPEN_RUN_OR_RETURN_VOID(r, locked, run_id);
           Deferred& deferred = locked.deferred();
           if (r->gen && r->gen->number == number) r->gen->barriers->Expire(name, sequence, deferred);
         });

@@ -32,110 +32,6 @@ std::string AdmissionName(const v1::RunSpec& spec) {
 
 }  // namespace
 
-namespace {
-
-absl::Status ValidateSpec(const v1::RunSpec& spec) {
-  if (absl::Status s = ValidateExperimentName(spec.experiment_name()); !s.ok()) return s;
-  if (absl::Status s = ValidateAbsolutePath("save dir", spec.save_dir()); !s.ok()) return s;
-  if (spec.nodes() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("nodes must be at least 1, not ", spec.nodes()));
-  }
-  if (absl::Status s = ValidateProcsPerNodeRule(spec.procs_per_node_rule()); !s.ok()) return s;
-  bool counted_on_nodes = spec.procs_per_node() == 0 && !spec.procs_per_node_rule().empty();
-  if (counted_on_nodes && spec.exec_command_size() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("processes per node ", Quote(spec.procs_per_node_rule()),
-                     " can be counted on the nodes only by dtrun (an --exec run); a dttrainer run takes a count"));
-  }
-  if (!counted_on_nodes && spec.procs_per_node() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
-  }
-  int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();
-  if (world > kMaxWorldSize) {
-    return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ", spec.procs_per_node(), " = ",
-                                                     world, " exceeds the limit of ", kMaxWorldSize));
-  }
-  if (spec.max_requeues() < 0 || spec.max_requeues() > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("max requeues must be within 0..1000, not ", spec.max_requeues()));
-  }
-  if (spec.max_restarts() < 0 || spec.max_restarts() > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("max restarts must be within 0..1000, not ", spec.max_restarts()));
-  }
-  if (spec.has_idle_timeout_ms() &&
-      (spec.idle_timeout_ms() < 0 || spec.idle_timeout_ms() > absl::ToInt64Milliseconds(kMaxIdleTimeout))) {
-    return absl::InvalidArgumentError(absl::StrCat("idle timeout must be within 0 (off) and ",
-                                                   absl::FormatDuration(kMaxIdleTimeout), ", not ",
-                                                   spec.idle_timeout_ms(), " ms"));
-  }
-  if (spec.has_max_identical_hangs() && (spec.max_identical_hangs() < 1 || spec.max_identical_hangs() > 1000)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max identical hangs must be within 1..1000, not ", spec.max_identical_hangs()));
-  }
-  if (spec.keep_checkpoints() < 0 || spec.keep_checkpoints() > 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("keep checkpoints must be within 0..1000, not ", spec.keep_checkpoints()));
-  }
-  if (static_cast<size_t>(spec.trainer_args_size()) > kMaxTrainerArgs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("", spec.trainer_args_size(), " trainer arguments exceed the limit of ", kMaxTrainerArgs));
-  }
-  for (const auto& arg : spec.trainer_args()) {
-    if (arg.size() > kMaxPathBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("trainer argument ", Quote(arg), " is longer than ", kMaxPathBytes, " bytes"));
-    }
-  }
-  if (static_cast<size_t>(spec.exec_command_size()) > kMaxTrainerArgs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec.exec_command_size(), " words in the --exec command exceed the limit of ", kMaxTrainerArgs));
-  }
-  if (spec.exec_command_size() > 0 && spec.exec_command(0).empty()) {
-    return absl::InvalidArgumentError("the --exec command's program is empty");
-  }
-  for (const auto& arg : spec.exec_command()) {
-    if (arg.size() > kMaxPathBytes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--exec command word ", Quote(arg), " is longer than ", kMaxPathBytes, " bytes"));
-    }
-  }
-  for (const auto& arg : spec.sbatch_args()) {
-    if (arg.size() > kMaxPathBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("sbatch argument ", Quote(arg), " is too long"));
-    }
-  }
-  if (absl::Status s = ValidateRunEnv(spec.env()); !s.ok()) return s;
-  if (!spec.wandb().base_url().empty()) {
-    return absl::InvalidArgumentError(
-        "a run cannot choose the W&B server: the coordinator's API key goes only where its operator points it "
-        "(dtcoord's WANDB_BASE_URL); leave wandb.base_url empty");
-  }
-  const std::string& mode = spec.wandb().mode();
-  if (!mode.empty() && mode != "online" && mode != "offline" && mode != "disabled") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("W&B mode ", Quote(mode), " is not one of online, offline, disabled"));
-  }
-  if (!spec.join_key().empty()) {
-    if (absl::Status s = ValidateLabel("join key", spec.join_key()); !s.ok()) return s;
-  }
-  if (!spec.trainer_path().empty()) {
-    if (absl::Status s = ValidateAbsolutePath("trainer path", spec.trainer_path()); !s.ok()) return s;
-  }
-  if (spec.labels_size() > kMaxLabels) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a run has at most ", kMaxLabels, " labels, not ", spec.labels_size()));
-  }
-  for (const auto& [k, v] : spec.labels()) {
-    if (absl::Status s = ValidateLabel("label name", k); !s.ok()) return s;
-    if (v.size() > kMaxLabelValueBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", Quote(k), " is ", v.size(),
-                                                     " bytes long; a label's value has at most ", kMaxLabelValueBytes));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status Coordinator::CheckExperimentDirFree(const ExperimentDir& dir) {
   if (submitting_dirs_.count(dir.path) > 0 ||
       submitting_inodes_.count({dir.identity.device(), dir.identity.inode()}) > 0) {
@@ -231,7 +127,7 @@ void Coordinator::ReleaseSubmission(const v1::RunSpec& spec, const ExperimentDir
 // the run's ranks (and holds its join key), the directory is resolved, the registry reserves it,
 // the files and the record are made off every lock, and the registry then publishes the run.
 absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& request_spec) {
-  if (absl::Status s = ValidateSpec(request_spec); !s.ok()) return s;
+  if (absl::Status s = ValidateRunSpec(request_spec); !s.ok()) return s;
   v1::RunSpec spec = request_spec;
   if (spec.scheduler() == v1::SCHEDULER_UNSPECIFIED) spec.set_scheduler(v1::LOCAL);
   if (spec.log_strategy() == v1::LOG_STRATEGY_UNSPECIFIED) spec.set_log_strategy(v1::MAIN);
@@ -318,10 +214,8 @@ absl::StatusOr<Coordinator::RunPtr> Coordinator::MakeRunEntry(const v1::RunSpec&
 }
 
 absl::StatusOr<v1::Run> Coordinator::GetRun(const std::string& run_id) {
-  absl::StatusOr<RunPtr> run = FindRun(run_id);
-  if (!run.ok()) return run.status();
-  RunMutexLock lock(&(*run)->mu);
-  return Snapshot(**run, /*with_ranks=*/true);
+  DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
+  return Snapshot(*run, /*with_ranks=*/true);
 }
 
 namespace {
@@ -383,10 +277,7 @@ absl::StatusOr<Coordinator::RunPage> Coordinator::ListRuns(int limit, const std:
 
 absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const std::string& reason) {
   if (absl::Status s = ValidateCancelReason(reason); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   if (!IsTerminal(run->stored.run.state())) {
     v1::Failure failure;
@@ -400,10 +291,7 @@ absl::StatusOr<v1::Run> Coordinator::CancelRun(const std::string& run_id, const 
 
 absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest& request) {
   if (absl::Status s = ValidateAttachLaunchRequest(request); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   // The admin's dtctl passes this id to scancel/squeue: only the scheduler's own form is taken.
@@ -432,10 +320,7 @@ std::vector<std::string> Coordinator::AddExcludedNodes(RunEntry& run, const std:
 
 absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest& request) {
   if (absl::Status s = ValidateExcludeNodesRequest(request); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) return RunEndedError(r);
@@ -536,10 +421,8 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const std::string& run_id, bool incl
 }
 
 void Coordinator::Unwatch(const std::string& run_id, uint64_t watch_id) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return;
-  RunMutexLock lock(&(*found)->mu);
-  (*found)->watchers.erase(watch_id);
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
+  run->watchers.erase(watch_id);
 }
 
 }  // namespace dt

@@ -15,6 +15,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/hang_verdict.h"
+#include "coordinator/request_checks.h"
 
 namespace dt {
 namespace {
@@ -168,10 +169,7 @@ void Coordinator::CompleteCapture(RunEntry& run, Deferred& deferred) {
 }
 
 void Coordinator::OnCaptureDeadline(const std::string& run_id, const std::string& capture_id) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return;
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   if (!run->gen || !run->gen->capture || run->gen->capture->capture.capture_id() != capture_id) return;
   run->gen->capture->deadline_timer = 0;
   CompleteCapture(*run, locked.deferred());
@@ -186,21 +184,8 @@ void Coordinator::ExcuseFromCapture(RunEntry& run, int rank, Deferred& deferred)
 }
 
 absl::StatusOr<v1::ReportStacksResponse> Coordinator::ReportStacks(const v1::ReportStacksRequest& request) {
-  if (request.capture_id().empty() || request.capture_id().size() > kMaxNameChars) {
-    return absl::InvalidArgumentError("capture id must be 1..128 characters");
-  }
-  if (request.stacks().processes_size() > kMaxCaptureProcesses) {
-    return absl::InvalidArgumentError(absl::StrCat("a rank's capture holds at most ", kMaxCaptureProcesses,
-                                                   " processes, not ", request.stacks().processes_size()));
-  }
-  if (request.stacks().ByteSizeLong() > kMaxCaptureBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a rank's capture holds at most ", kMaxCaptureBytes,
-                                                   " bytes of stacks, not ", request.stacks().ByteSizeLong()));
-  }
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  if (absl::Status s = ValidateReportStacksRequest(request); !s.ok()) return s;
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   absl::StatusOr<Generation*> g = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!g.ok()) return g.status();
   CaptureInProgress* c = (*g)->capture.get();
@@ -218,9 +203,7 @@ absl::StatusOr<v1::ReportStacksResponse> Coordinator::ReportStacks(const v1::Rep
 }
 
 void Coordinator::CaptureStacks(const v1::CaptureStacksRequest& request, PendingPtr<v1::StackCapture> reply) {
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
-  if (!run) return;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   const v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) {
     locked.deferred().Complete(reply, absl::StatusOr<v1::StackCapture>(absl::FailedPreconditionError(
@@ -246,12 +229,7 @@ void Coordinator::CaptureStacks(const v1::CaptureStacksRequest& request, Pending
 }
 
 absl::StatusOr<v1::GetStacksResponse> Coordinator::GetStacks(const v1::GetStacksRequest& request) {
-  if (request.has_generation() && request.generation() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("generation must not be negative, not ", request.generation()));
-  }
-  if (request.limit() < 0 || request.limit() > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("limit must be within 0..1000, not ", request.limit()));
-  }
+  if (absl::Status s = ValidateGetStacksRequest(request); !s.ok()) return s;
   int limit = request.limit() == 0 ? 10 : request.limit();
   absl::StatusOr<RunPtr> found = FindRun(request.run_id());
   if (!found.ok()) return found.status();

@@ -55,10 +55,7 @@ absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int 
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<KvStore>> Coordinator::OpenStore(const v1::StoreScope& scope) {
-  absl::StatusOr<RunPtr> found = FindRun(scope.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  RunMutexLock lock(&run->mu);
+  DT_OPEN_RUN_OR_RETURN(run, locked, scope.run_id());
   absl::StatusOr<Generation*> g = LiveGeneration(*run, scope.generation(), scope.rank(), RankUse::kToolAllowed);
   if (!g.ok()) return g.status();
   return (*g)->store;
@@ -75,9 +72,7 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
     reply->Complete(s);
     return;
   }
-  RunPtr run = FindRunOrReply(request.run_id(), reply);
-  if (run == nullptr) return;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) {
@@ -102,10 +97,7 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
 
 absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks) {
   if (absl::Status s = ValidateBarrierRequest(request); !s.ok()) return s;
-  absl::StatusOr<RunPtr> found = FindRun(request.run_id());
-  if (!found.ok()) return found.status();
-  RunPtr run = *found;
-  LockedRun locked(*run);
+  DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) return g.status();
   if (!(*g)->assigned) {

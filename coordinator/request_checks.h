@@ -12,8 +12,10 @@
 #include "absl/status/statusor.h"
 #include "dt/v1/barrier.pb.h"
 #include "dt/v1/checkpoint.pb.h"
+#include "dt/v1/metrics.pb.h"
 #include "dt/v1/rendezvous.pb.h"
 #include "dt/v1/runs.pb.h"
+#include "dt/v1/stacks.pb.h"
 
 namespace dt {
 
@@ -34,5 +36,17 @@ absl::Status ValidateBeginCheckpointRequest(const v1::BeginCheckpointRequest& re
 absl::Status ValidateExcludeNodesRequest(const v1::ExcludeNodesRequest& request);
 absl::Status ValidateAttachLaunchRequest(const v1::AttachLaunchRequest& request);
 absl::Status ValidateCancelReason(const std::string& reason);
+// A submission's spec: names, paths, the run's size (the world at most kMaxWorldSize, else
+// RESOURCE_EXHAUSTED), its policies, its command and environment, W&B settings and labels.
+absl::Status ValidateRunSpec(const v1::RunSpec& spec);
+// A stop's signal (1..kMaxSignal) and step; a leaving rank's final step and signal (0: none).
+absl::Status ValidateReportStoppedRequest(const v1::ReportStoppedRequest& request);
+absl::Status ValidateLeaveRequest(const v1::LeaveRequest& request);
+// One rank's stacks (a capture id, at most kMaxCaptureProcesses processes and kMaxCaptureBytes);
+// a query of captures (generation not negative, up to kMaxStackCapturesPerQuery).
+absl::Status ValidateReportStacksRequest(const v1::ReportStacksRequest& request);
+absl::Status ValidateGetStacksRequest(const v1::GetStacksRequest& request);
+// A metrics query: up to kMaxMetricRecordsPerQuery records, metric names well formed.
+absl::Status ValidateQueryMetricsRequest(const v1::QueryMetricsRequest& request);
 
 }  // namespace dt

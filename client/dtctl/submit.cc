@@ -199,9 +199,9 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
       r.Number(doc, "nodes", 1, kMaxWorldSize, &o->nodes),
       r.Text(doc, "scheduler", &o->scheduler),
       r.Text(doc, "log_strategy", &o->log_strategy),
-      r.Number(doc, "max_restarts", 0, 1000, &o->max_restarts),
-      r.Number(doc, "keep_checkpoints", 1, 1000, &o->keep_checkpoints),
-      r.Number(doc, "max_requeues", 0, 1000, &o->max_requeues),
+      r.Number(doc, "max_restarts", 0, kMaxPolicyCount, &o->max_restarts),
+      r.Number(doc, "keep_checkpoints", 1, kMaxPolicyCount, &o->keep_checkpoints),
+      r.Number(doc, "max_requeues", 0, kMaxPolicyCount, &o->max_requeues),
       r.Number(doc, "preempt_grace", 10, 86400, &o->preempt_grace_s),
       r.Number(doc, "gpus_per_node", 0, 1024, &o->gpus_per_node),
       r.Number(doc, "omp_threads", 1, 1024, &o->omp_threads),
@@ -210,7 +210,7 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
       r.List(doc, "trainer_args", &o->trainer_args),
       r.List(doc, "exec", &o->exec_command),
       r.Text(doc, "idle_timeout", &o->idle_timeout),
-      r.Number(doc, "max_identical_hangs", 1, 1000, &o->max_identical_hangs),
+      r.Number(doc, "max_identical_hangs", 1, kMaxPolicyCount, &o->max_identical_hangs),
   };
   for (const absl::Status& s : checks) {
     if (!s.ok()) return s;

@@ -80,12 +80,12 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
   f.Add("--wandb-mode", &SubmitOptions::wandb_mode, "online, offline or disabled")
       ->check(CLI::IsMember({"online", "offline", "disabled"}));
   f.Add("--max-restarts", &SubmitOptions::max_restarts, "restarts of the whole group the run may use")
-      ->check(dt::InRange(0, 1000));
+      ->check(dt::InRange(0, dt::kMaxPolicyCount));
   f.Add("--keep-checkpoints", &SubmitOptions::keep_checkpoints, "committed checkpoints to keep")
-      ->check(dt::InRange(1, 1000));
+      ->check(dt::InRange(1, dt::kMaxPolicyCount));
   f.Add("--max-requeues", &SubmitOptions::max_requeues,
         "Slurm: requeues after a preemption or the time limit the run may use (apart from --max-restarts)")
-      ->check(dt::InRange(0, 1000));
+      ->check(dt::InRange(0, dt::kMaxPolicyCount));
   f.Add("--preempt-grace", &SubmitOptions::preempt_grace_s,
         "Slurm: seconds before a preemption or the time limit at which Slurm sends SIGUSR2 "
         "(#SBATCH --signal=USR2@N): the trainers checkpoint at a step they agree on and the job is "
@@ -107,7 +107,7 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
         "timeout; 0 turns it off)");
   f.Add("--max-identical-hangs", &SubmitOptions::max_identical_hangs,
         "a hang whose odd stack repeats this many generations in a row ends the run (HUNG_REPEATEDLY; default 1)")
-      ->check(dt::InRange(1, 1000));
+      ->check(dt::InRange(1, dt::kMaxPolicyCount));
   cli.command->add_option("-f,--file", cli.run_file, "YAML run file; flags override it");
   cli.command
       ->add_option("--env", cli.env,
