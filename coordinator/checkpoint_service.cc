@@ -6,40 +6,22 @@ namespace dt {
 grpc::ServerUnaryReactor* CheckpointServiceImpl::BeginCheckpoint(grpc::CallbackServerContext* ctx,
                                                                  const v1::BeginCheckpointRequest* req,
                                                                  v1::BeginCheckpointResponse* out) {
-  auto* reactor = new PendingUnaryReactor<v1::BeginCheckpointResponse>(deps_, "BeginCheckpoint", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  deps_.coordinator->BeginCheckpoint(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
+  return WaitForRun(deps_, ctx, "BeginCheckpoint", req->run_id(), out,
+                    [&](auto& reactor) { deps_.coordinator->BeginCheckpoint(*req, reactor.pending()); });
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::CommitCheckpoint(grpc::CallbackServerContext* ctx,
                                                                   const v1::CommitCheckpointRequest* req,
                                                                   v1::CommitCheckpointResponse* out) {
-  auto* reactor = new PendingUnaryReactor<v1::CommitCheckpointResponse>(deps_, "CommitCheckpoint", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  deps_.coordinator->CommitCheckpoint(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
+  return WaitForRun(deps_, ctx, "CommitCheckpoint", req->run_id(), out,
+                    [&](auto& reactor) { deps_.coordinator->CommitCheckpoint(*req, reactor.pending()); });
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::AbortCheckpoint(grpc::CallbackServerContext* ctx,
                                                                  const v1::AbortCheckpointRequest* req,
                                                                  v1::AbortCheckpointResponse* out) {
-  auto* reactor = new PendingUnaryReactor<v1::AbortCheckpointResponse>(deps_, "AbortCheckpoint", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  deps_.coordinator->AbortCheckpoint(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
+  return WaitForRun(deps_, ctx, "AbortCheckpoint", req->run_id(), out,
+                    [&](auto& reactor) { deps_.coordinator->AbortCheckpoint(*req, reactor.pending()); });
 }
 
 grpc::ServerUnaryReactor* CheckpointServiceImpl::LatestCheckpoint(grpc::CallbackServerContext* ctx,
@@ -52,15 +34,14 @@ grpc::ServerUnaryReactor* CheckpointServiceImpl::LatestCheckpoint(grpc::Callback
 grpc::ServerUnaryReactor* CheckpointServiceImpl::ListCheckpoints(grpc::CallbackServerContext* ctx,
                                                                  const v1::ListCheckpointsRequest* req,
                                                                  v1::ListCheckpointsResponse* out) {
-  RpcTimer timer(deps_, "ListCheckpoints");
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    return Reply<v1::ListCheckpointsResponse>(ctx, timer, out, who.status());
-  }
-  absl::StatusOr<std::vector<v1::CheckpointInfo>> list = deps_.coordinator->ListCheckpoints(req->run_id());
-  if (!list.ok()) return Reply<v1::ListCheckpointsResponse>(ctx, timer, out, list.status());
-  v1::ListCheckpointsResponse response;
-  for (auto& c : *list) *response.add_checkpoints() = std::move(c);
-  return Reply<v1::ListCheckpointsResponse>(ctx, timer, out, response);
+  return ReplyForRun(
+      deps_, ctx, "ListCheckpoints", req->run_id(), out, [&]() -> absl::StatusOr<v1::ListCheckpointsResponse> {
+        absl::StatusOr<std::vector<v1::CheckpointInfo>> list = deps_.coordinator->ListCheckpoints(req->run_id());
+        if (!list.ok()) return list.status();
+        v1::ListCheckpointsResponse response;
+        for (auto& c : *list) *response.add_checkpoints() = std::move(c);
+        return response;
+      });
 }
 
 }  // namespace dt

@@ -80,6 +80,15 @@ inline absl::Status AuthorizeAdmin(const ServiceDeps& deps, grpc::CallbackServer
   return Coordinator::RequireAdmin(*who, what);
 }
 
+// A unary call only the admin may make, answered now by `call` (the coordinator's method).
+template <typename Response, typename Call>
+grpc::ServerUnaryReactor* ReplyForAdmin(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, const char* method,
+                                        Response* out, Call&& call) {
+  RpcTimer timer(deps, method);
+  if (absl::Status s = AuthorizeAdmin(deps, ctx, method); !s.ok()) return Reply<Response>(ctx, timer, out, s);
+  return Reply<Response>(ctx, timer, out, call());
+}
+
 // A unary call answered later: the coordinator completes the Pending; a cancelled call completes
 // it with CANCELLED and runs `on_cancel` (e.g. to withdraw a registration).
 template <typename Response>
@@ -118,5 +127,23 @@ class PendingUnaryReactor : public grpc::ServerUnaryReactor {
   PendingPtr<Response> pending_;
   std::function<void()> on_cancel_;
 };
+
+// A unary call on one run that may wait (for the other ranks, a verification, a capture): the
+// caller must be the admin or `run_id`'s token, then `start(reactor)` hands reactor.pending() to
+// the coordinator, which completes it now or later (and may first set what a cancellation does).
+// The call counts as waiting from then until it is answered. The other common shape of the
+// services' handlers, beside ReplyForRun.
+template <typename Response, typename Start>
+grpc::ServerUnaryReactor* WaitForRun(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, const char* method,
+                                     const std::string& run_id, Response* out, Start&& start) {
+  auto* reactor = new PendingUnaryReactor<Response>(deps, method, out);
+  if (auto who = AuthorizeRun(deps, ctx, run_id); !who.ok()) {
+    reactor->pending()->Complete(who.status());
+    return reactor;
+  }
+  start(*reactor);
+  reactor->HandedOver();
+  return reactor;
+}
 
 }  // namespace dt

@@ -88,37 +88,28 @@ grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>* Re
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerContext* ctx,
                                                           const v1::RegisterRequest* req, v1::RegisterResponse* out) {
-  auto* reactor = new PendingUnaryReactor<v1::RegisterResponse>(deps_, "Register", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  Coordinator* coordinator = deps_.coordinator;
-  std::string run_id = req->run_id(), node = req->node(), incarnation = req->incarnation();
-  int slot = req->local_slot();
-  const void* call = reactor->pending().get();
-  reactor->set_on_cancel([coordinator, run_id, node, slot, incarnation, call] {
-    coordinator->WithdrawRegistration(run_id, node, slot, incarnation, call);
+  return WaitForRun(deps_, ctx, "Register", req->run_id(), out, [&](auto& reactor) {
+    Coordinator* coordinator = deps_.coordinator;
+    std::string run_id = req->run_id(), node = req->node(), incarnation = req->incarnation();
+    int slot = req->local_slot();
+    const void* call = reactor.pending().get();
+    reactor.set_on_cancel([coordinator, run_id, node, slot, incarnation, call] {
+      coordinator->WithdrawRegistration(run_id, node, slot, incarnation, call);
+    });
+    coordinator->Register(*req, reactor.pending());
   });
-  coordinator->Register(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::RegisterNode(grpc::CallbackServerContext* ctx,
                                                               const v1::RegisterNodeRequest* req,
                                                               v1::RegisterNodeResponse* out) {
-  auto* reactor = new PendingUnaryReactor<v1::RegisterNodeResponse>(deps_, "RegisterNode", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  Coordinator* coordinator = deps_.coordinator;
-  const void* call = reactor->pending().get();
-  reactor->set_on_cancel([coordinator, request = *req, call] { coordinator->WithdrawNodeRegistration(request, call); });
-  coordinator->RegisterNode(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
+  return WaitForRun(deps_, ctx, "RegisterNode", req->run_id(), out, [&](auto& reactor) {
+    Coordinator* coordinator = deps_.coordinator;
+    const void* call = reactor.pending().get();
+    reactor.set_on_cancel(
+        [coordinator, request = *req, call] { coordinator->WithdrawNodeRegistration(request, call); });
+    coordinator->RegisterNode(*req, reactor.pending());
+  });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::NodeHeartbeat(grpc::CallbackServerContext* ctx,

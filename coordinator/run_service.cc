@@ -132,11 +132,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::RunEvent> {
 
 grpc::ServerUnaryReactor* RunServiceImpl::SubmitRun(grpc::CallbackServerContext* ctx, const v1::SubmitRunRequest* req,
                                                     v1::SubmitRunResponse* out) {
-  RpcTimer timer(deps_, "SubmitRun");
-  if (absl::Status s = AuthorizeAdmin(deps_, ctx, "SubmitRun"); !s.ok()) {
-    return Reply<v1::SubmitRunResponse>(ctx, timer, out, s);
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->SubmitRun(req->spec()));
+  return ReplyForAdmin(deps_, ctx, "SubmitRun", out, [&] { return deps_.coordinator->SubmitRun(req->spec()); });
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ctx, const v1::GetRunRequest* req,
@@ -147,27 +143,22 @@ grpc::ServerUnaryReactor* RunServiceImpl::GetRun(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* RunServiceImpl::ListRuns(grpc::CallbackServerContext* ctx, const v1::ListRunsRequest* req,
                                                    v1::ListRunsResponse* out) {
-  RpcTimer timer(deps_, "ListRuns");
-  if (absl::Status s = AuthorizeAdmin(deps_, ctx, "ListRuns"); !s.ok()) {
-    return Reply<v1::ListRunsResponse>(ctx, timer, out, s);
-  }
-  std::vector<v1::RunState> states;
-  for (int s : req->states()) states.push_back(static_cast<v1::RunState>(s));
-  absl::StatusOr<Coordinator::RunPage> page = deps_.coordinator->ListRuns(req->limit(), states, req->page_token());
-  if (!page.ok()) return Reply<v1::ListRunsResponse>(ctx, timer, out, page.status());
-  v1::ListRunsResponse response;
-  for (auto& r : page->runs) *response.add_runs() = std::move(r);
-  response.set_next_page_token(page->next_page_token);
-  return Reply<v1::ListRunsResponse>(ctx, timer, out, response);
+  return ReplyForAdmin(deps_, ctx, "ListRuns", out, [&]() -> absl::StatusOr<v1::ListRunsResponse> {
+    std::vector<v1::RunState> states;
+    for (int s : req->states()) states.push_back(static_cast<v1::RunState>(s));
+    absl::StatusOr<Coordinator::RunPage> page = deps_.coordinator->ListRuns(req->limit(), states, req->page_token());
+    if (!page.ok()) return page.status();
+    v1::ListRunsResponse response;
+    for (auto& r : page->runs) *response.add_runs() = std::move(r);
+    response.set_next_page_token(page->next_page_token);
+    return response;
+  });
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::CancelRun(grpc::CallbackServerContext* ctx, const v1::CancelRunRequest* req,
                                                     v1::Run* out) {
-  RpcTimer timer(deps_, "CancelRun");
-  if (absl::Status s = AuthorizeAdmin(deps_, ctx, "CancelRun"); !s.ok()) {
-    return Reply<v1::Run>(ctx, timer, out, s);
-  }
-  return Reply(ctx, timer, out, deps_.coordinator->CancelRun(req->run_id(), req->reason()));
+  return ReplyForAdmin(deps_, ctx, "CancelRun", out,
+                       [&] { return deps_.coordinator->CancelRun(req->run_id(), req->reason()); });
 }
 
 grpc::ServerUnaryReactor* RunServiceImpl::AttachLaunch(grpc::CallbackServerContext* ctx,

@@ -12,14 +12,8 @@ grpc::ServerUnaryReactor* StacksServiceImpl::ReportStacks(grpc::CallbackServerCo
 
 grpc::ServerUnaryReactor* StacksServiceImpl::CaptureStacks(grpc::CallbackServerContext* ctx,
                                                            const v1::CaptureStacksRequest* req, v1::StackCapture* out) {
-  auto* reactor = new PendingUnaryReactor<v1::StackCapture>(deps_, "CaptureStacks", out);
-  if (auto who = AuthorizeRun(deps_, ctx, req->run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  deps_.coordinator->CaptureStacks(*req, reactor->pending());
-  reactor->HandedOver();
-  return reactor;
+  return WaitForRun(deps_, ctx, "CaptureStacks", req->run_id(), out,
+                    [&](auto& reactor) { deps_.coordinator->CaptureStacks(*req, reactor.pending()); });
 }
 
 grpc::ServerUnaryReactor* StacksServiceImpl::GetStacks(grpc::CallbackServerContext* ctx,

@@ -243,18 +243,13 @@ template <typename Response>
 grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackServerContext* ctx, const char* method,
                                        const v1::StoreScope& scope, v1::StoreRequest request, Response* out,
                                        void (*fill)(const v1::StoreResponse&, Response&)) {
-  auto* reactor = new PendingUnaryReactor<Response>(deps, method, out);
-  if (auto who = AuthorizeRun(deps, ctx, scope.run_id()); !who.ok()) {
-    reactor->pending()->Complete(who.status());
-    return reactor;
-  }
-  absl::StatusOr<std::shared_ptr<KvStore>> store = deps.coordinator->OpenStore(scope);
-  if (!store.ok()) {
-    reactor->pending()->Complete(store.status());
-    return reactor;
-  }
-  PendingPtr<Response> reply = reactor->pending();
-  {
+  return WaitForRun(deps, ctx, method, scope.run_id(), out, [&](PendingUnaryReactor<Response>& reactor) {
+    absl::StatusOr<std::shared_ptr<KvStore>> store = deps.coordinator->OpenStore(scope);
+    if (!store.ok()) {
+      reactor.pending()->Complete(store.status());
+      return;
+    }
+    PendingPtr<Response> reply = reactor.pending();
     Deferred deferred;  // an answer known now is delivered before the call counts as waiting
     ApplyStoreOp(
         **store, *deps.coordinator, request,
@@ -268,9 +263,7 @@ grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackSe
           reply->Complete(std::move(response));
         },
         deferred);
-  }
-  reactor->HandedOver();
-  return reactor;
+  });
 }
 
 }  // namespace
