@@ -14,6 +14,7 @@
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/metric_pipeline.h"
 
 namespace dt {
 namespace {
@@ -32,7 +33,9 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       timers_(timers),
       db_(db),
       file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)),
-      health_work_(std::make_unique<FileWorkQueue>(1)) {}
+      health_work_(std::make_unique<FileWorkQueue>(1)) {
+  metrics_ = std::make_unique<MetricPipeline>(*this);
+}
 
 Coordinator::~Coordinator() {
   {
@@ -47,6 +50,11 @@ Coordinator::~Coordinator() {
 void Coordinator::AddObserver(RunObserver* observer) {
   absl::MutexLock lock(&observers_mu_);
   observers_list_.push_back(observer);
+}
+
+std::vector<RunObserver*> Coordinator::Observers() const {
+  absl::MutexLock lock(&observers_mu_);
+  return observers_list_;
 }
 
 // ---- Auth ----------------------------------------------------------------------------------

@@ -592,22 +592,13 @@ class Coordinator {
   // Observers are a leaf lock: notified under run locks.
   mutable absl::Mutex observers_mu_;
   std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
-  // Metric batches accepted and waiting for the next storage pass (StoreMetricBatches), which is
-  // posted to the file work once per pass.
-  struct UnstoredMetrics {
-    RunPtr run;
-    v1::MetricBatch batch;
-    MetricsStored stored;
-    int64_t bytes = 0;  // charged to the run's metric_bytes_held until delivered
-  };
-  void StoreMetricBatches();
+  std::vector<RunObserver*> Observers() const;
   // Hands a stored batch to the run's metric watchers and to `observers` (Prometheus, W&B).
   void DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch, const std::vector<RunObserver*>& observers);
-  mutable absl::Mutex metrics_mu_;
-  std::vector<UnstoredMetrics> unstored_metrics_ ABSL_GUARDED_BY(metrics_mu_);
-  bool metrics_pass_posted_ ABSL_GUARDED_BY(metrics_mu_) = false;
-  int64_t metric_batches_unstored_ ABSL_GUARDED_BY(metrics_mu_) = 0;     // accepted, not yet delivered
-  int64_t metric_batches_undelivered_ ABSL_GUARDED_BY(metrics_mu_) = 0;  // stored, not yet delivered
+  // Accepted metric batches on their way to the state database and the observers
+  // (metric_pipeline.h). Its passes run on the file work, which is destroyed first.
+  class MetricPipeline;
+  std::unique_ptr<MetricPipeline> metrics_;
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted

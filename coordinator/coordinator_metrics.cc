@@ -8,16 +8,10 @@
 #include "common/names.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/request_checks.h"
 
 namespace dt {
-namespace {
-
-// Deliveries run one at a time, in the order their passes were stored.
-constexpr char kMetricDeliveryKey[] = "metric delivery";
-
-}  // namespace
-
 absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored stored) {
   size_t bytes = batch.ByteSizeLong();
   if (bytes > kMaxMetricBatchBytes) {
@@ -59,78 +53,13 @@ absl::Status Coordinator::IngestMetrics(v1::MetricBatch batch, MetricsStored sto
         charge, " would pass the limit of ", options_.metric_bytes_per_run,
         " per run (dtcoord --metric-bytes-per-run): the coordinator's disk is behind, send it again shortly"));
   }
-  absl::MutexLock lock(&metrics_mu_);
-  unstored_metrics_.push_back(UnstoredMetrics{std::move(run), std::move(batch), std::move(stored), charge});
-  ++metric_batches_unstored_;
-  if (!metrics_pass_posted_) {
-    metrics_pass_posted_ = true;
-    // One key: passes run one at a time, in order, beside other runs' checkpoint work.
-    file_work_->Post("metric storage", [this] { StoreMetricBatches(); });
-  }
+  metrics_->Accept(std::move(run), std::move(batch), std::move(stored), charge);
   return absl::OkStatus();
 }
 
-int64_t Coordinator::MetricBatchesUnstored() const {
-  absl::MutexLock lock(&metrics_mu_);
-  return metric_batches_unstored_;
-}
+int64_t Coordinator::MetricBatchesUnstored() const { return metrics_->Unstored(); }
 
-void Coordinator::StoreMetricBatches() {
-  if (options_.before_metric_pass) options_.before_metric_pass();
-  std::vector<UnstoredMetrics> pass;
-  {
-    absl::MutexLock lock(&metrics_mu_);
-    pass.swap(unstored_metrics_);
-    metrics_pass_posted_ = false;  // what arrives from now on waits for the next pass
-  }
-  std::vector<StateDb::MetricAppend> appends;
-  appends.reserve(pass.size());
-  for (const UnstoredMetrics& u : pass) {
-    appends.push_back(StateDb::MetricAppend{&u.batch.run_id(), u.batch.rank(), &u.batch});
-  }
-  absl::Status status = db_->AppendMetricBatches(appends);
-  // A stream's batch leaves its window of batches in flight once stored, so storage and delivery
-  // overlap: waiting for delivery as well left each stream one whole hand-over behind (metric
-  // ingest 41k -> 51k points/s here). While more than kMaxUndeliveredMetricBatches wait for
-  // delivery, the streams wait for it too, which bounds the memory a slow observer (a W&B spool
-  // on a busy disk) can make batches hold. (A stream still ends OK only after delivery.)
-  bool resume_now;
-  {
-    absl::MutexLock lock(&metrics_mu_);
-    if (status.ok()) metric_batches_undelivered_ += static_cast<int64_t>(pass.size());
-    resume_now = !status.ok() || metric_batches_undelivered_ <= kMaxUndeliveredMetricBatches;
-  }
-  std::vector<MetricsStored> resumed;
-  if (resume_now) {
-    for (UnstoredMetrics& u : pass) resumed.push_back(std::exchange(u.stored, nullptr));
-  }
-  // Delivery is a second stage, so the next pass commits while this one reaches Prometheus, W&B
-  // (a spool append) and the streams; one key keeps the passes in order. Posted before the
-  // streams resume: a stream that then ends waits for it (WhenMetricsDelivered).
-  auto delivered = std::make_shared<std::vector<UnstoredMetrics>>(std::move(pass));
-  file_work_->Post(kMetricDeliveryKey, [this, delivered, status] {
-    std::vector<RunObserver*> observers;
-    if (status.ok()) {
-      absl::MutexLock lock(&observers_mu_);
-      observers = observers_list_;
-    }
-    for (UnstoredMetrics& u : *delivered) {
-      if (status.ok()) DeliverMetrics(*u.run, u.batch, observers);
-      u.run->metric_bytes_held.fetch_sub(u.bytes);
-      {
-        absl::MutexLock lock(&metrics_mu_);
-        --metric_batches_unstored_;
-        if (status.ok()) --metric_batches_undelivered_;
-      }
-      if (u.stored) u.stored(status);
-    }
-  });
-  for (MetricsStored& stored : resumed) stored(status);
-}
-
-void Coordinator::WhenMetricsDelivered(std::function<void()> then) {
-  file_work_->Post(kMetricDeliveryKey, std::move(then));
-}
+void Coordinator::WhenMetricsDelivered(std::function<void()> then) { metrics_->WhenDelivered(std::move(then)); }
 
 void Coordinator::DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch,
                                  const std::vector<RunObserver*>& observers) {
