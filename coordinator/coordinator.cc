@@ -15,6 +15,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/metric_pipeline.h"
+#include "coordinator/stack_captures.h"
 
 namespace dt {
 namespace {
@@ -35,6 +36,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)),
       health_work_(std::make_unique<FileWorkQueue>(1)) {
   metrics_ = std::make_unique<MetricPipeline>(*this);
+  stacks_ = std::make_unique<StackCaptures>(*this);
 }
 
 Coordinator::~Coordinator() {

@@ -193,18 +193,9 @@ class Coordinator {
   absl::Status ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks);
 
   // ---- Stacks -----------------------------------------------------------------------------
-  // One rank's answer to a capture (StacksService.ReportStacks); codes as the proto lists.
-  absl::StatusOr<v1::ReportStacksResponse> ReportStacks(const v1::ReportStacksRequest& request);
-  // Captures every rank's stacks of the running generation without stopping it; `reply` gets
-  // the capture once every rank answered or the capture's deadline passed.
-  void CaptureStacks(const v1::CaptureStacksRequest& request, PendingPtr<v1::StackCapture> reply);
-  // The captures kept for a run, newest first.
-  absl::StatusOr<v1::GetStacksResponse> GetStacks(const v1::GetStacksRequest& request);
-  // How long a capture waits for the ranks: a heartbeat interval to ask, their capture's bound,
-  // and the reply's way back.
-  absl::Duration CaptureWindow() const;
-  // On-demand captures kept per run (hang captures are all kept).
-  static constexpr int kLiveCapturesKept = 5;
+  // Hang evidence and on-demand captures (stack_captures.h): StacksService calls it directly.
+  class StackCaptures;
+  StackCaptures& stacks() { return *stacks_; }
 
   // ---- Checkpoints ------------------------------------------------------------------------
   void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
@@ -315,13 +306,6 @@ class Coordinator {
   using RunPtr = std::shared_ptr<RunEntry>;
 
   absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const;
-  // FindRun for a call answered through `reply`: nullptr once `reply` has FindRun's error.
-  template <typename Response>
-  RunPtr FindRunOrReply(const std::string& run_id, const PendingPtr<Response>& reply) const {
-    absl::StatusOr<RunPtr> found = FindRun(run_id);
-    if (!found.ok()) reply->Complete(found.status());
-    return found.ok() ? *found : nullptr;
-  }
   std::vector<RunPtr> AllRuns() const;
 
   // State machine (run lock held).
@@ -388,17 +372,15 @@ class Coordinator {
   template <typename Response>
   RunPtr OpenRegistration(const absl::Status& checked, const std::string& run_id,
                           const PendingPtr<Response>& reply) const {
-    if (!checked.ok()) {
-      reply->Complete(checked);
+    absl::StatusOr<RunPtr> run = checked.ok() ? FindRun(run_id) : absl::StatusOr<RunPtr>(checked);
+    if (run.ok()) {
+      if (absl::Status s = AcceptingRegistrations(); !s.ok()) run = s;
+    }
+    if (!run.ok()) {
+      reply->Complete(run.status());
       return nullptr;
     }
-    RunPtr run = FindRunOrReply(run_id, reply);
-    if (run == nullptr) return nullptr;
-    if (absl::Status s = AcceptingRegistrations(); !s.ok()) {
-      reply->Complete(s);
-      return nullptr;
-    }
-    return run;
+    return *std::move(run);
   }
   // CountProcsPerNode, then CheckRunAcceptsRegistration.
   absl::Status AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
@@ -475,24 +457,9 @@ class Coordinator {
   std::string DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
-  // Stack capture helpers (coordinator_stacks.cc).
-  // Starts a capture of the running generation's ranks (or joins the one in progress): `hang`, when
-  // set, is the failure the generation ends with once the capture completes (a hang's evidence is
-  // taken before the group is stopped); `waiter` gets the capture. False when no rank captures
-  // stacks (nothing started; the caller acts without the evidence).
-  bool BeginCapture(RunEntry& run, const std::string& reason, std::optional<v1::Failure> hang,
-                    PendingPtr<v1::StackCapture> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Completes the generation's capture with what arrived: judges it, answers its waiters, stores it
-  // (off the lock) and, for a hang, fails the generation with the verdict.
-  void CompleteCapture(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void OnCaptureDeadline(const std::string& run_id, const std::string& capture_id);
-  // Rank `rank` left (its work done): the capture in progress no longer waits for it.
-  void ExcuseFromCapture(RunEntry& run, int rank, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // A hang whose odd stack repeats the previous generations' ends the run: HUNG_REPEATEDLY.
-  void CheckRepeatedHang(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  // The same exception from the same rank before its first step, as in the generation before:
-  // restarting cannot help; the failure is made fatal, saying so.
-  void CheckRepeatedEarlyFailure(const RunEntry& run, v1::Failure& failure) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
+  // Whether rank `rank` of the current generation has not yet made a step: before the rendezvous
+  // completed, at its start step, or (a program that reports no steps) within a minute of it.
+  bool BeforeFirstStep(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // Checkpoint helpers.
   // Called as each rank is released from the arrival barrier; the first opens the round. A rank
@@ -599,6 +566,8 @@ class Coordinator {
   // (metric_pipeline.h). Its passes run on the file work, which is destroyed first.
   class MetricPipeline;
   std::unique_ptr<MetricPipeline> metrics_;
+  // Before the file work too: a capture's storage runs there.
+  std::unique_ptr<StackCaptures> stacks_;
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted

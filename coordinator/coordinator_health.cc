@@ -17,8 +17,15 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/hang_verdict.h"
 #include "coordinator/request_checks.h"
+#include "coordinator/stack_captures.h"
 
 namespace dt {
+
+absl::Duration IdleTimeout(const v1::RunSpec& spec) {
+  if (spec.exec_command().empty()) return absl::ZeroDuration();  // dttrainer: the step watchdog
+  return spec.has_idle_timeout_ms() ? absl::Milliseconds(spec.idle_timeout_ms()) : kDefaultIdleTimeout;
+}
+
 namespace {
 
 std::string Truncate(const std::string& text) {
@@ -311,7 +318,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     g.ranks_dirty = g.rows_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
     g.time_limit = g.time_limit || (request.preempted() && request.time_limit());
-    ExcuseFromCapture(*run, request.rank(), deferred);  // a rank that left has no stacks to give
+    stacks_->Excuse(*run, request.rank(), deferred);  // a rank that left has no stacks to give
   }
   if (g.health->all_finished()) {
     int64_t final_step = 0;
@@ -425,7 +432,7 @@ void Coordinator::CheckHealth() {
       v1::Failure failure = VerdictFailure(*run, *verdict);
       bool hang = verdict->kind == HealthVerdict::Kind::kHang || verdict->kind == HealthVerdict::Kind::kIdle;
       // Evidence before the kill: every rank's stacks, captured while every process still lives.
-      if (!hang || !BeginCapture(*run, failure.message(), failure, nullptr, deferred)) {
+      if (!hang || !stacks_->Begin(*run, failure.message(), failure, nullptr, deferred)) {
         FailGeneration(*run, failure, deferred);
       }
       continue;

@@ -16,6 +16,7 @@
 #include "common/run_state.h"
 #include "coordinator/checkpoint_shards.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/stack_captures.h"
 
 namespace dt {
 
@@ -49,17 +50,6 @@ struct Coordinator::CheckpointRound {
   ShardCollector shards;    // sharded rounds: each committed rank's manifest and the layout
   absl::Status outcome;     // when aborted
   v1::CheckpointInfo info;  // when committed
-};
-
-// A stack capture waiting for the ranks' answers (coordinator_stacks.cc).
-struct Coordinator::CaptureInProgress {
-  v1::StackCapture capture;               // id, run, generation, requested_at, reason, live
-  std::set<int> awaited;                  // ranks that capture stacks and have not answered
-  std::map<int, v1::RankStacks> answers;  // by rank
-  std::vector<int> left;                  // ranks that left (finished) before answering
-  TimerQueue::Id deadline_timer = 0;
-  std::optional<v1::Failure> hang;  // the generation fails with this once complete
-  std::vector<PendingPtr<v1::StackCapture>> waiting;
 };
 
 struct Coordinator::Generation {

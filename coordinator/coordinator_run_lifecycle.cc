@@ -13,8 +13,25 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/repeated_failures.h"
+#include "coordinator/stack_captures.h"
 
 namespace dt {
+namespace {
+
+// A program that reports no steps: a failure this soon after the generation formed counts as
+// before its first step.
+constexpr absl::Duration kEarlyFailureWindow = absl::Minutes(1);
+
+}  // namespace
+
+bool Coordinator::BeforeFirstStep(const RunEntry& run, int rank) const {
+  const Generation& g = *run.gen;
+  if (!g.assigned || !g.health) return true;  // the rendezvous has not completed
+  bool steps_expected = run.stored.run.spec().exec_command().empty();
+  if (steps_expected || g.health->step_reported()) return g.health->step(rank) <= g.health->start_step();
+  return clock_->Now() - g.assigned_at <= kEarlyFailureWindow;
+}
 
 void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
   const v1::RunSpec& spec = run.stored.run.spec();
@@ -250,7 +267,7 @@ void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Defer
   Generation& g = *run.gen;
   if (!g.stopped.ok()) return;
   g.stopped = cause;
-  if (g.capture) CompleteCapture(run, deferred);  // what arrived is kept; the hang it was for is moot
+  if (g.capture) stacks_->Complete(run, deferred);  // what arrived is kept; the hang it was for is moot
   if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
   g.rendezvous.FailAll(cause, deferred);
   g.store->Abort(cause, deferred);
@@ -267,10 +284,15 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   if (!g.stopped.ok() || IsTerminal(r.state())) return;  // the first failure is the root cause
   failure.set_generation(g.number);
   *failure.mutable_time() = ToProtoTime(clock_->Now());
-  if (failure.kind() == v1::Failure::REPORTED_ERROR || failure.kind() == v1::Failure::PROCESS_EXITED) {
-    CheckRepeatedEarlyFailure(run, failure);
+  bool exited = failure.kind() == v1::Failure::REPORTED_ERROR || failure.kind() == v1::Failure::PROCESS_EXITED;
+  if (exited && failure.rank() >= 0 && !failure.exception_type().empty()) {
+    failure.set_before_first_step(BeforeFirstStep(run, failure.rank()));
+    MarkRepeatedEarlyFailure(run.failures, failure);
   }
-  if (failure.kind() == v1::Failure::HANG) CheckRepeatedHang(run, failure);
+  if (failure.kind() == v1::Failure::HANG) {
+    const v1::RunSpec& spec = r.spec();
+    MarkRepeatedHang(run.failures, spec.has_max_identical_hangs() ? spec.max_identical_hangs() : 1, failure);
+  }
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   AddStoppedRanks(run, failure);
   std::string cause = DescribeFailure(failure);

@@ -1,5 +1,6 @@
 // StacksService: gRPC glue over Coordinator's stack captures.
 #include "coordinator/services.h"
+#include "coordinator/stack_captures.h"
 
 namespace dt {
 
@@ -7,18 +8,19 @@ grpc::ServerUnaryReactor* StacksServiceImpl::ReportStacks(grpc::CallbackServerCo
                                                           const v1::ReportStacksRequest* req,
                                                           v1::ReportStacksResponse* out) {
   return ReplyForRun(deps_, ctx, "ReportStacks", req->run_id(), out,
-                     [&] { return deps_.coordinator->ReportStacks(*req); });
+                     [&] { return deps_.coordinator->stacks().Report(*req); });
 }
 
 grpc::ServerUnaryReactor* StacksServiceImpl::CaptureStacks(grpc::CallbackServerContext* ctx,
                                                            const v1::CaptureStacksRequest* req, v1::StackCapture* out) {
   return WaitForRun(deps_, ctx, "CaptureStacks", req->run_id(), out,
-                    [&](auto& reactor) { deps_.coordinator->CaptureStacks(*req, reactor.pending()); });
+                    [&](auto& reactor) { deps_.coordinator->stacks().Capture(*req, reactor.pending()); });
 }
 
 grpc::ServerUnaryReactor* StacksServiceImpl::GetStacks(grpc::CallbackServerContext* ctx,
                                                        const v1::GetStacksRequest* req, v1::GetStacksResponse* out) {
-  return ReplyForRun(deps_, ctx, "GetStacks", req->run_id(), out, [&] { return deps_.coordinator->GetStacks(*req); });
+  return ReplyForRun(deps_, ctx, "GetStacks", req->run_id(), out,
+                     [&] { return deps_.coordinator->stacks().Get(*req); });
 }
 
 }  // namespace dt

@@ -19,6 +19,7 @@
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/prometheus_exporter.h"
+#include "coordinator/stack_captures.h"
 #include "tests/http_test_client.h"
 #include "tests/test_util.h"
 
@@ -1733,9 +1734,9 @@ TEST_F(StacksTest, AHangIsCapturedBeforeTheGenerationFailsAndTheVerdictNamesTheO
   std::string capture = HangUntilCaptured(run, ranks);
   // Until the ranks answer, the generation lives: the processes the evidence comes from do too.
   EXPECT_EQ(State(run), v1::RUNNING);
-  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+  ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
   EXPECT_EQ(State(run), v1::RUNNING);
-  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "load_batch")).ok());
+  ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[1], capture, "load_batch")).ok());
   v1::Run r = *coord_->GetRun(run);
   EXPECT_EQ(r.state(), v1::RESTARTING);
   EXPECT_EQ(r.reason().kind(), v1::Failure::HANG);
@@ -1744,12 +1745,12 @@ TEST_F(StacksTest, AHangIsCapturedBeforeTheGenerationFailsAndTheVerdictNamesTheO
   EXPECT_EQ(r.reason().verdict().odd_ranks(0), 1);
   EXPECT_NE(r.reason().message().find("load_batch"), std::string::npos) << r.reason().message();
   // A late answer is refused, naming the capture.
-  EXPECT_EQ(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "x")).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coord_->stacks().Report(StacksOf(run, ranks[1], capture, "x")).status().code(), absl::StatusCode::kAborted);
   // The capture is kept: in GetStacks and in the experiment directory.
   coord_->AwaitFileWork();
   v1::GetStacksRequest get;
   get.set_run_id(run);
-  absl::StatusOr<v1::GetStacksResponse> kept = coord_->GetStacks(get);
+  absl::StatusOr<v1::GetStacksResponse> kept = coord_->stacks().Get(get);
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_EQ(kept->captures_size(), 1);
   EXPECT_EQ(kept->captures(0).capture_id(), capture);
@@ -1764,8 +1765,8 @@ TEST_F(StacksTest, RanksThatDoNotAnswerAreNamedAtTheDeadline) {
   std::string run = Submit(1, 2);
   auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
   std::string capture = HangUntilCaptured(run, ranks);
-  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
-  Advance(coord_->CaptureWindow() + absl::Seconds(1));
+  ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+  Advance(coord_->stacks().Window() + absl::Seconds(1));
   v1::Run r = *coord_->GetRun(run);
   EXPECT_EQ(r.state(), v1::FAILED);
   EXPECT_EQ(r.reason().kind(), v1::Failure::HANG);
@@ -1795,8 +1796,8 @@ TEST_F(StacksTest, TheSameHangTwiceEndsTheRunHungRepeatedly) {
   for (int generation = 0; generation < 2; ++generation) {
     auto ranks = RegisterAll(run, 1, 2, /*captures=*/true);
     std::string capture = HangUntilCaptured(run, ranks);
-    ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
-    ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "load_batch")).ok());
+    ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[0], capture, "all_reduce")).ok());
+    ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[1], capture, "load_batch")).ok());
   }
   v1::Run r = *coord_->GetRun(run);
   EXPECT_EQ(r.state(), v1::FAILED);
@@ -1850,17 +1851,17 @@ TEST_F(StacksTest, ALiveCaptureLeavesTheRunTrainingAndIsKept) {
   Reply<v1::StackCapture> live;
   v1::CaptureStacksRequest req;
   req.set_run_id(run);
-  coord_->CaptureStacks(req, live.pending());
+  coord_->stacks().Capture(req, live.pending());
   EXPECT_FALSE(live.arrived());
   std::string capture = Beat(run, ranks[0], 1)->capture_id();
   ASSERT_FALSE(capture.empty());
   EXPECT_EQ(Beat(run, ranks[1], 1)->capture_id(), capture);
   // An answer to a capture that does not exist is refused, naming it.
-  absl::StatusOr<v1::ReportStacksResponse> stray = coord_->ReportStacks(StacksOf(run, ranks[0], "cap-other", "f"));
+  absl::StatusOr<v1::ReportStacksResponse> stray = coord_->stacks().Report(StacksOf(run, ranks[0], "cap-other", "f"));
   EXPECT_EQ(stray.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(stray.status().message().find("cap-other"), std::string::npos);
-  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[0], capture, "train_step")).ok());
-  ASSERT_TRUE(coord_->ReportStacks(StacksOf(run, ranks[1], capture, "train_step")).ok());
+  ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[0], capture, "train_step")).ok());
+  ASSERT_TRUE(coord_->stacks().Report(StacksOf(run, ranks[1], capture, "train_step")).ok());
   ASSERT_TRUE(live.arrived());
   ASSERT_TRUE(live.value.ok()) << live.value.status();
   EXPECT_TRUE(live.value->live());
@@ -1871,17 +1872,17 @@ TEST_F(StacksTest, ALiveCaptureLeavesTheRunTrainingAndIsKept) {
   // An ended run has nothing to capture; asking says where its captures are.
   ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
   Reply<v1::StackCapture> ended;
-  coord_->CaptureStacks(req, ended.pending());
+  coord_->stacks().Capture(req, ended.pending());
   ASSERT_TRUE(ended.arrived());
   EXPECT_EQ(ended.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(ended.value.status().message().find("GetStacks"), std::string::npos);
   v1::GetStacksRequest get;
   get.set_run_id(run);
-  EXPECT_EQ(coord_->GetStacks(get)->captures_size(), 1);
+  EXPECT_EQ(coord_->stacks().Get(get)->captures_size(), 1);
   get.set_generation(7);
-  EXPECT_EQ(coord_->GetStacks(get)->captures_size(), 0);
+  EXPECT_EQ(coord_->stacks().Get(get)->captures_size(), 0);
   get.set_generation(-1);
-  EXPECT_EQ(coord_->GetStacks(get).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->stacks().Get(get).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(StacksTest, AnIdleRankIsAHangOnceTheIdleTimeoutPasses) {

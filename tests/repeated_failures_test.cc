@@ -1,0 +1,114 @@
+// When a failure is one a restart cannot mend: a hang with the odd stack of the generations just
+// before it, or the same exception from the same rank before its first step, twice in a row.
+#include "coordinator/repeated_failures.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace dt {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::Failure Hang(int64_t generation, const std::string& odd_signature) {
+  v1::Failure f;
+  f.set_kind(v1::Failure::HANG);
+  f.set_generation(generation);
+  f.set_message("no step for 30s");
+  f.mutable_verdict()->set_odd_signature(odd_signature);
+  return f;
+}
+
+v1::Failure EarlyError(int64_t generation, int rank, const std::string& type, const std::string& message) {
+  v1::Failure f;
+  f.set_kind(v1::Failure::REPORTED_ERROR);
+  f.set_generation(generation);
+  f.set_rank(rank);
+  f.set_exception_type(type);
+  f.set_message(message);
+  f.set_before_first_step(true);
+  return f;
+}
+
+TEST(RepeatedHang, TheSameOddStackAsTheGenerationBeforeEndsTheRun) {
+  v1::Failure now = Hang(2, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a")}, 1, now);
+  EXPECT_EQ(now.kind(), v1::Failure::HUNG_REPEATEDLY);
+  EXPECT_TRUE(now.fatal());
+  EXPECT_THAT(now.message(), HasSubstr("generation 2 hung the way generation 1 did"));
+  EXPECT_THAT(now.message(), HasSubstr("--max-identical-hangs 1"));
+  EXPECT_THAT(now.message(), HasSubstr("no step for 30s"));  // the hang's own message is kept
+}
+
+TEST(RepeatedHang, AnotherOddStackOrNoneIsAnotherHang) {
+  v1::Failure other = Hang(2, "sig-b");
+  MarkRepeatedHang({Hang(1, "sig-a")}, 1, other);
+  EXPECT_EQ(other.kind(), v1::Failure::HANG);
+  EXPECT_FALSE(other.fatal());
+
+  v1::Failure unjudged = Hang(2, "");  // no odd stack: nothing to compare
+  MarkRepeatedHang({Hang(1, "")}, 1, unjudged);
+  EXPECT_EQ(unjudged.kind(), v1::Failure::HANG);
+}
+
+TEST(RepeatedHang, OnlyAnUnbrokenRunOfGenerationsCounts) {
+  // Generation 2 ended by a crash between two identical hangs: generation 3's hang follows no hang.
+  v1::Failure crash;
+  crash.set_kind(v1::Failure::PROCESS_EXITED);
+  crash.set_generation(2);
+  v1::Failure now = Hang(3, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a"), crash}, 1, now);
+  EXPECT_EQ(now.kind(), v1::Failure::HANG);
+
+  // A missing generation (it never failed) breaks the run too.
+  v1::Failure gap = Hang(3, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a")}, 1, gap);
+  EXPECT_EQ(gap.kind(), v1::Failure::HANG);
+}
+
+TEST(RepeatedHang, AllowedCountsTheIdenticalHangsBeforeTheRunEnds) {
+  v1::Failure second = Hang(2, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a")}, 2, second);
+  EXPECT_EQ(second.kind(), v1::Failure::HANG);  // one earlier hang, two allowed
+
+  v1::Failure third = Hang(3, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a"), Hang(2, "sig-a")}, 2, third);
+  EXPECT_EQ(third.kind(), v1::Failure::HUNG_REPEATEDLY);
+  EXPECT_THAT(third.message(), HasSubstr("the way generations 1, 2 did"));
+}
+
+TEST(RepeatedEarlyFailure, TheSameErrorBeforeTheFirstStepTwiceEndsTheRun) {
+  v1::Failure now = EarlyError(4, 1, "OSError", "cannot open /data/shard-0017 (pid 4242)");
+  MarkRepeatedEarlyFailure({EarlyError(3, 1, "OSError", "cannot open /data/shard-0017 (pid 3131)")}, now);
+  EXPECT_TRUE(now.fatal());  // the pid differs, the failure is the same
+  EXPECT_THAT(now.message(), HasSubstr("the same OSError from rank 1 ended generation 3 before its first step too"));
+}
+
+TEST(RepeatedEarlyFailure, AnotherRankTypeMessageOrGenerationIsNotRepeated) {
+  const v1::Failure before = EarlyError(3, 1, "OSError", "cannot open /data/a");
+  for (v1::Failure now :
+       {EarlyError(4, 0, "OSError", "cannot open /data/a"), EarlyError(4, 1, "ValueError", "cannot open /data/a"),
+        EarlyError(4, 1, "OSError", "cannot open /data/b"), EarlyError(5, 1, "OSError", "cannot open /data/a")}) {
+    MarkRepeatedEarlyFailure({before}, now);
+    EXPECT_FALSE(now.fatal()) << now.ShortDebugString();
+  }
+}
+
+TEST(RepeatedEarlyFailure, AFailureAfterTrainingBeganIsNeverRepeated) {
+  v1::Failure later = EarlyError(4, 1, "OSError", "cannot open /data/a");
+  later.set_before_first_step(false);
+  MarkRepeatedEarlyFailure({EarlyError(3, 1, "OSError", "cannot open /data/a")}, later);
+  EXPECT_FALSE(later.fatal());
+
+  v1::Failure now = EarlyError(4, 1, "OSError", "cannot open /data/a");
+  v1::Failure trained = EarlyError(3, 1, "OSError", "cannot open /data/a");
+  trained.set_before_first_step(false);  // the generation before had trained
+  MarkRepeatedEarlyFailure({trained}, now);
+  EXPECT_FALSE(now.fatal());
+}
+
+}  // namespace
+}  // namespace dt
