@@ -1,8 +1,9 @@
 // The run registry: construction, authorization, lookup, loading the runs at start-up, shutdown.
 // The rest of Coordinator: coordinator_run_lifecycle.cc (states, generations, failures,
 // persistence), coordinator_runs.cc (the runs API and watchers), coordinator_rendezvous.cc,
-// coordinator_health.cc, coordinator_checkpoint.cc, coordinator_metrics.cc, coordinator_stacks.cc,
-// coordinator_store_barriers.cc, coordinator_node_registration.cc.
+// coordinator_health.cc, coordinator_metrics.cc, coordinator_store_barriers.cc,
+// coordinator_node_registration.cc; and the managers it owns, one per concern: metric_pipeline,
+// stack_captures, checkpoint_leadership.
 #include "coordinator/coordinator.h"
 
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/run_state.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
@@ -37,6 +39,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       health_work_(std::make_unique<FileWorkQueue>(1)) {
   metrics_ = std::make_unique<MetricPipeline>(*this);
   stacks_ = std::make_unique<StackCaptures>(*this);
+  checkpoints_ = std::make_unique<CheckpointLeadership>(*this);
 }
 
 Coordinator::~Coordinator() {
@@ -197,18 +200,8 @@ void Coordinator::Shutdown() {
       g.rendezvous.FailAll(unavailable, deferred);
       g.store->Abort(unavailable, deferred);
       g.barriers->Abort(unavailable, deferred);
-      if (g.round && (g.round->state == CheckpointRound::State::kOpen)) {
-        for (auto& [rank, reply] : g.round->waiting)
-          deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(unavailable));
-        g.round->waiting.clear();
-        for (auto& reply : g.round->begin_waiting)
-          deferred.Complete(reply, absl::StatusOr<v1::BeginCheckpointResponse>(unavailable));
-        g.round->begin_waiting.clear();
-      }
-      if (g.capture) {
-        for (auto& reply : g.capture->waiting) deferred.Complete(reply, absl::StatusOr<v1::StackCapture>(unavailable));
-        g.capture->waiting.clear();
-      }
+      checkpoints_->FailWaiting(*run, unavailable, deferred);
+      stacks_->FailWaiting(*run, unavailable, deferred);
       PersistRanks(*run, deferred);
     }
     for (auto& [id, watcher] : run->watchers) {

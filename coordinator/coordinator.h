@@ -198,13 +198,9 @@ class Coordinator {
   StackCaptures& stacks() { return *stacks_; }
 
   // ---- Checkpoints ------------------------------------------------------------------------
-  void BeginCheckpoint(const v1::BeginCheckpointRequest& request, PendingPtr<v1::BeginCheckpointResponse> reply);
-  void CommitCheckpoint(const v1::CommitCheckpointRequest& request, PendingPtr<v1::CommitCheckpointResponse> reply);
-  // The reply comes behind the removal of the round's directory (ReplyBehindRemoval), whether this
-  // call ended the round or another had: a rank told of the abort finds nothing of it left.
-  void AbortCheckpoint(const v1::AbortCheckpointRequest& request, PendingPtr<v1::AbortCheckpointResponse> reply);
-  absl::StatusOr<v1::CheckpointInfo> LatestCheckpoint(const std::string& run_id);
-  absl::StatusOr<std::vector<v1::CheckpointInfo>> ListCheckpoints(const std::string& run_id);
+  // Rounds, their commit and retention (checkpoint_leadership.h): CheckpointService calls it directly.
+  class CheckpointLeadership;
+  CheckpointLeadership& checkpoints() { return *checkpoints_; }
 
   // ---- Metrics ----------------------------------------------------------------------------
   // Validates `batch` and queues it for storage, which runs on the file-work threads, many
@@ -461,51 +457,7 @@ class Coordinator {
   // completed, at its start step, or (a program that reports no steps) within a minute of it.
   bool BeforeFirstStep(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
-  // Checkpoint helpers.
-  // Called as each rank is released from the arrival barrier; the first opens the round. A rank
-  // released with ranks that asked for another step or kind aborts it (FAILED_PRECONDITION).
-  void OpenCheckpointRound(const RunPtr& run, int64_t generation, int rank, int64_t step, bool sharded,
-                           uint64_t sequence, const PendingPtr<v1::BeginCheckpointResponse>& reply);
-  // A rank's commit in a sharded round: its manifest joins the round (or, refused, aborts it), and
-  // the round is published once every rank's is in.
-  void CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                   const v1::CommitCheckpointRequest& request, const PendingPtr<v1::CommitCheckpointResponse>& reply,
-                   Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  // Holds a rank's commit until its round is published or aborted (a retry of the rank replaces it,
-  // the earlier call hears CANCELLED) and publishes once every rank is in and the files are known.
-  void AwaitPublication(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round, int rank,
-                        const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  // A single-writer round's commit from `request.rank()`: the writer's manifest and layout are
-  // taken; INVALID_ARGUMENT for a bad one, or for a manifest or layout from another rank.
-  absl::Status TakeSingleWriterCommit(CheckpointRound& round, const v1::CommitCheckpointRequest& request);
-  // A refused commit aborts its open round (the other ranks would wait out the lease); the rank
-  // hears `cause` once the round's directory is gone.
-  void RefuseCommit(const RunPtr& run, CheckpointRound& round, const absl::Status& cause,
-                    const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Answers `reply` on the run's file work, behind an aborted round's removal of its partial
-  // directory (queued there first): a rank told "aborted" finds nothing of the round left.
-  template <typename T>
-  void ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
-                          typename std::common_type<absl::StatusOr<T>>::type result);
-  // Answers a rank's Begin for `round`: the round, its abort, or later, once its directory exists.
-  void ReplyToBegin(const std::string& run_id, CheckpointRound& round,
-                    const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred);
-  // The file work made (or failed to make) `round`'s partial directory: the round opens or aborts.
-  void PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                      std::shared_ptr<const DirFd> checkpoints, const absl::Status& made);
-  // Every rank committed and the writer's manifest is in: verify and publish on the file work.
-  void StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                     absl::StatusOr<v1::CheckpointInfo> result);
-  void OnLeaseExpired(const std::string& run_id, const std::string& round_id);
-  // Forgets all but the newest keep_checkpoints committed checkpoints and returns the steps
-  // whose directories stay (the caller removes the others, outside the lock).
-  std::vector<int64_t> RetireCheckpoints(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // The newest committed checkpoint of the run, or the one it resumed from.
   std::optional<v1::CheckpointInfo> Latest(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   void ScheduleHealthCheck();
@@ -568,6 +520,7 @@ class Coordinator {
   std::unique_ptr<MetricPipeline> metrics_;
   // Before the file work too: a capture's storage runs there.
   std::unique_ptr<StackCaptures> stacks_;
+  std::unique_ptr<CheckpointLeadership> checkpoints_;  // a round's directory and publication too
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted

@@ -14,43 +14,11 @@
 
 #include "common/proto_time.h"
 #include "common/run_state.h"
-#include "coordinator/checkpoint_shards.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/stack_captures.h"
 
 namespace dt {
-
-struct Coordinator::CheckpointRound {
-  enum class State { kOpen, kVerifying, kCommitted, kAborted };
-  std::string id;
-  int64_t generation = 0;
-  uint64_t sequence = 0;  // the arrival barrier instance that opened it
-  int64_t step = 0;
-  int writer = 0;  // -1 in a sharded round
-  std::string writer_desc;
-  bool sharded = false;  // every rank writes its own files
-  int world = 0;         // ranks of the generation
-  // checkpoints/ held open for the round: every file operation is relative to it, so a link or
-  // a rename planted meanwhile cannot redirect the commit, the clean-up or the retention. Set once
-  // the file work has made the round's partial directory; until then the ranks' Begin replies
-  // wait in `begin_waiting`.
-  std::shared_ptr<const DirFd> checkpoints;
-  std::string partial_name;
-  std::string partial_dir;  // paths as the writer is told them
-  std::string final_dir;
-  State state = State::kOpen;
-  std::vector<PendingPtr<v1::BeginCheckpointResponse>> begin_waiting;
-  TimerQueue::Id lease_timer = 0;
-  absl::Time opened;
-  std::map<int, PendingPtr<v1::CommitCheckpointResponse>> waiting;  // rank → commit reply
-  // The writer's manifest, kept until every rank has committed: a rank's exception in its block
-  // (AbortCheckpoint) aborts the round until then.
-  std::optional<v1::Manifest> manifest;
-  std::string layout_json;  // the single writer's layout document, if it sent one
-  ShardCollector shards;    // sharded rounds: each committed rank's manifest and the layout
-  absl::Status outcome;     // when aborted
-  v1::CheckpointInfo info;  // when committed
-};
 
 struct Coordinator::Generation {
   Generation(int64_t n, int nodes, int procs_per_node) : number(n), rendezvous(nodes, procs_per_node) {}

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/run_state.h"
 #include "common/stop_signals.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
@@ -24,6 +25,11 @@ namespace {
 constexpr absl::Duration kEarlyFailureWindow = absl::Minutes(1);
 
 }  // namespace
+
+std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
+  if (!run.checkpoints.empty()) return run.checkpoints.back();
+  return run.stored.resume_from;
+}
 
 bool Coordinator::BeforeFirstStep(const RunEntry& run, int rank) const {
   const Generation& g = *run.gen;
@@ -272,9 +278,7 @@ void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Defer
   g.rendezvous.FailAll(cause, deferred);
   g.store->Abort(cause, deferred);
   g.barriers->Abort(cause, deferred);
-  if (g.round && g.round->state == CheckpointRound::State::kOpen) {
-    AbortRound(run, *g.round, cause, deferred);
-  }
+  checkpoints_->AbortOpenRound(run, cause, deferred);
 }
 
 void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,

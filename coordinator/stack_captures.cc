@@ -215,6 +215,13 @@ void Coordinator::StackCaptures::Capture(const v1::CaptureStacksRequest& request
   }
 }
 
+void Coordinator::StackCaptures::FailWaiting(RunEntry& run, const absl::Status& status, Deferred& deferred) {
+  CaptureInProgress* c = run.gen ? run.gen->capture.get() : nullptr;
+  if (c == nullptr) return;
+  for (auto& reply : c->waiting) deferred.Complete(reply, absl::StatusOr<v1::StackCapture>(status));
+  c->waiting.clear();
+}
+
 absl::StatusOr<v1::GetStacksResponse> Coordinator::StackCaptures::Get(const v1::GetStacksRequest& request) {
   if (absl::Status s = ValidateGetStacksRequest(request); !s.ok()) return s;
   int limit = request.limit() == 0 ? 10 : request.limit();

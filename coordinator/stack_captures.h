@@ -62,6 +62,8 @@ class Coordinator::StackCaptures {
   void Complete(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Rank `rank` left (its work done): the capture in progress no longer waits for it.
   void Excuse(RunEntry& run, int rank, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // The coordinator is going away: whoever waits for the capture in progress hears `status`.
+  void FailWaiting(RunEntry& run, const absl::Status& status, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
 
  private:
   void OnDeadline(const std::string& run_id, const std::string& capture_id);

@@ -11,6 +11,7 @@
 
 #include "common/fs.h"
 #include "common/log.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/state_db.h"
@@ -153,15 +154,15 @@ void Apply(World& w, Call& call) {
     case Call::kBarrier:
       return c.Barrier(call.barrier(), Later<v1::BarrierResponse>("Barrier"));
     case Call::kBeginCheckpoint:
-      return c.BeginCheckpoint(call.begin_checkpoint(), Later<v1::BeginCheckpointResponse>("BeginCheckpoint"));
+      return c.checkpoints().Begin(call.begin_checkpoint(), Later<v1::BeginCheckpointResponse>("BeginCheckpoint"));
     case Call::kCommitCheckpoint:
-      return c.CommitCheckpoint(call.commit_checkpoint(), Later<v1::CommitCheckpointResponse>("CommitCheckpoint"));
+      return c.checkpoints().Commit(call.commit_checkpoint(), Later<v1::CommitCheckpointResponse>("CommitCheckpoint"));
     case Call::kAbortCheckpoint:
-      return c.AbortCheckpoint(call.abort_checkpoint(), Later<v1::AbortCheckpointResponse>("AbortCheckpoint"));
+      return c.checkpoints().Abort(call.abort_checkpoint(), Later<v1::AbortCheckpointResponse>("AbortCheckpoint"));
     case Call::kLatestCheckpoint:
-      return Answered(c.LatestCheckpoint(call.latest_checkpoint().run_id()), "LatestCheckpoint");
+      return Answered(c.checkpoints().Latest(call.latest_checkpoint().run_id()), "LatestCheckpoint");
     case Call::kListCheckpoints:
-      return Answered(c.ListCheckpoints(call.list_checkpoints().run_id()).status(), "ListCheckpoints");
+      return Answered(c.checkpoints().List(call.list_checkpoints().run_id()).status(), "ListCheckpoints");
     case Call::kReportMetrics:
       return Answered(c.IngestMetrics(call.report_metrics(), [](const absl::Status&) {}), "ReportMetrics");
     case Call::kQueryMetrics:

@@ -16,6 +16,7 @@
 #include "common/fs.h"
 #include "common/run_env.h"
 #include "common/utf8.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/prometheus_exporter.h"
@@ -1237,7 +1238,7 @@ class CheckpointRoundTest : public CoordinatorTest {
       req.set_generation(0);
       req.set_rank(r);
       req.set_step(step);
-      coord_->BeginCheckpoint(req, r == 0 ? r0.pending() : r1.pending());
+      coord_->checkpoints().Begin(req, r == 0 ? r0.pending() : r1.pending());
     }
     EXPECT_TRUE(r0.WaitFor() && r1.WaitFor());  // the partial directory is made on the file work
     EXPECT_TRUE(r0.value.ok()) << r0.value.status();
@@ -1263,7 +1264,7 @@ class CheckpointRoundTest : public CoordinatorTest {
     req.set_rank(rank);
     req.set_round_id(round.round_id());
     if (m != nullptr) *req.mutable_manifest() = *m;
-    coord_->CommitCheckpoint(req, out->pending());
+    coord_->checkpoints().Commit(req, out->pending());
   }
 
   // A whole successful round at `step`: rank 1 waits, rank 0 writes `payload` and commits.
@@ -1301,7 +1302,7 @@ TEST_F(CheckpointRoundTest, OneWriterCommitsAndEveryRankIsReleased) {
   EXPECT_EQ(c1.value->checkpoint().step(), 10);
   EXPECT_EQ(Latest(), "step-10");
   EXPECT_FALSE(AnyPartial());
-  EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
+  EXPECT_EQ(coord_->checkpoints().Latest(run_)->step(), 10);
   EXPECT_EQ(coord_->GetRun(run_)->latest_checkpoint_step(), 10);
 }
 
@@ -1324,7 +1325,7 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   abort.set_round_id(round.round_id());
   abort.set_reason("ValueError: a bad batch");
   Reply<v1::AbortCheckpointResponse> first;
-  coord_->AbortCheckpoint(abort, first.pending());
+  coord_->checkpoints().Abort(abort, first.pending());
   ASSERT_TRUE(first.WaitFor());
   ASSERT_TRUE(first.value.ok()) << first.value.status();
   EXPECT_EQ(first.value->already_ended(), "");  // this call ended the round
@@ -1332,7 +1333,7 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   // A later abort (the writer, whose files the first abort removed) learns why the round ended,
   // also behind the removal: a rank that exits on it leaves nothing of the round behind.
   Reply<v1::AbortCheckpointResponse> again;
-  coord_->AbortCheckpoint(abort, again.pending());
+  coord_->checkpoints().Abort(abort, again.pending());
   ASSERT_TRUE(again.WaitFor());
   ASSERT_TRUE(again.value.ok()) << again.value.status();
   EXPECT_NE(again.value->already_ended().find("rank 1 aborted the checkpoint at step 10"), std::string::npos)
@@ -1350,7 +1351,7 @@ TEST_F(CheckpointRoundTest, ANonWritersAbortBeforeItsCommitAbortsTheRound) {
   CommitStep(15, "weights-at-15");
   abort.set_round_id("gone");
   Reply<v1::AbortCheckpointResponse> unknown;
-  coord_->AbortCheckpoint(abort, unknown.pending());
+  coord_->checkpoints().Abort(abort, unknown.pending());
   ASSERT_TRUE(unknown.WaitFor());
   EXPECT_EQ(unknown.value.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Latest(), "step-15");
@@ -1362,7 +1363,7 @@ TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
   EXPECT_FALSE(fs::exists(ckpt_dir() + "/step-10"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-20"));
   EXPECT_TRUE(fs::exists(ckpt_dir() + "/step-30"));
-  auto list = coord_->ListCheckpoints(run_);
+  auto list = coord_->checkpoints().List(run_);
   ASSERT_EQ(list->size(), 2u);
   EXPECT_EQ((*list)[0].step(), 20);
 }
@@ -1448,10 +1449,10 @@ TEST_F(CheckpointRoundTest, RanksMustAgreeOnTheStep) {
   req.set_generation(0);
   req.set_rank(0);
   req.set_step(10);
-  coord_->BeginCheckpoint(req, r0.pending());
+  coord_->checkpoints().Begin(req, r0.pending());
   req.set_rank(1);
   req.set_step(11);
-  coord_->BeginCheckpoint(req, r1.pending());
+  coord_->checkpoints().Begin(req, r1.pending());
   EXPECT_EQ(r1.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r1.value.status().message().find("disagree"), std::string::npos);
 }
@@ -1495,9 +1496,9 @@ TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedForALinkToAnotherExperimentIsN
   req.set_generation(0);
   req.set_step(20);
   req.set_rank(0);
-  coord_->BeginCheckpoint(req, b0.pending());
+  coord_->checkpoints().Begin(req, b0.pending());
   req.set_rank(1);
-  coord_->BeginCheckpoint(req, b1.pending());
+  coord_->checkpoints().Begin(req, b1.pending());
   ASSERT_TRUE(b0.WaitFor() && b1.WaitFor());
   EXPECT_EQ(b0.value.status().code(), absl::StatusCode::kAborted) << b0.value.status();
   EXPECT_NE(b0.value.status().message().find("symbolic link"), std::string::npos) << b0.value.status();
@@ -1523,7 +1524,7 @@ TEST_F(CheckpointRoundTest, ACheckpointsDirSwappedDuringARoundAbortsItsCommit) {
   ASSERT_TRUE(c0.WaitFor() && c1.WaitFor());
   EXPECT_EQ(c0.value.status().code(), absl::StatusCode::kAborted) << c0.value.status();
   EXPECT_NE(c0.value.status().message().find("moved, removed or replaced"), std::string::npos) << c0.value.status();
-  EXPECT_EQ(coord_->LatestCheckpoint(run_)->step(), 10);
+  EXPECT_EQ(coord_->checkpoints().Latest(run_)->step(), 10);
   EXPECT_TRUE(fs::is_empty(elsewhere));
 }
 
@@ -1596,7 +1597,7 @@ TEST_F(CoordinatorTest, AStalledSaveDirSlowsNoOtherRunAndNoOtherCall) {
     req.set_generation(0);
     req.set_rank(r);
     req.set_step(5);
-    coord_->BeginCheckpoint(req, r == 0 ? begin0.pending() : begin1.pending());
+    coord_->checkpoints().Begin(req, r == 0 ? begin0.pending() : begin1.pending());
   }
   absl::Notification stalled_submit_done;
   absl::StatusOr<v1::SubmitRunResponse> stalled_submit;

@@ -9,6 +9,7 @@
 
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_shards.h"
 #include "tests/coordinator_fixture.h"
 
@@ -44,7 +45,7 @@ class ShardedRoundTest : public CoordinatorTest {
     std::vector<std::unique_ptr<Reply<v1::BeginCheckpointResponse>>> replies;
     for (int r = 0; r < kWorld; ++r) {
       replies.push_back(std::make_unique<Reply<v1::BeginCheckpointResponse>>());
-      coord_->BeginCheckpoint(BeginRequest(r, step, true), replies.back()->pending());
+      coord_->checkpoints().Begin(BeginRequest(r, step, true), replies.back()->pending());
     }
     for (auto& r : replies) {
       EXPECT_TRUE(r->WaitFor());
@@ -75,7 +76,7 @@ class ShardedRoundTest : public CoordinatorTest {
     req.set_round_id(round.round_id());
     *req.mutable_manifest() = m;
     req.set_layout_json(layout);
-    coord_->CommitCheckpoint(req, out->pending());
+    coord_->checkpoints().Commit(req, out->pending());
   }
 
   // A whole round at `step` where rank r writes shard-r.pt.
@@ -144,7 +145,7 @@ TEST_F(ShardedRoundTest, EveryRanksFilesArePublishedInOneCheckpointWithTheirRank
   EXPECT_EQ(ranks,
             (std::map<std::string, int>{{".metadata", 0}, {"optim-0.pt", 0}, {"optim-1.pt", 1}, {"optim-2.pt", 2}}));
 
-  auto list = coord_->ListCheckpoints(run_);
+  auto list = coord_->checkpoints().List(run_);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].shards_size(), 3);
@@ -229,7 +230,7 @@ TEST_F(ShardedRoundTest, AnyRanksAbortEndsTheRound) {
   abort.set_round_id(round.round_id());
   abort.set_reason("RuntimeError: out of memory");
   Reply<v1::AbortCheckpointResponse> aborted;
-  coord_->AbortCheckpoint(abort, aborted.pending());
+  coord_->checkpoints().Abort(abort, aborted.pending());
   ASSERT_TRUE(aborted.WaitFor());
   ASSERT_TRUE(aborted.value.ok()) << aborted.value.status();
   ASSERT_TRUE(c0.WaitFor());
@@ -301,7 +302,7 @@ TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused)
     std::vector<std::unique_ptr<Reply<v1::BeginCheckpointResponse>>> begun;
     for (int r = 0; r < kWorld; ++r) {
       begun.push_back(std::make_unique<Reply<v1::BeginCheckpointResponse>>());
-      coord_->BeginCheckpoint(BeginRequest(r, step, false), begun.back()->pending());
+      coord_->checkpoints().Begin(BeginRequest(r, step, false), begun.back()->pending());
     }
     for (auto& b : begun) EXPECT_TRUE(b->WaitFor() && b->value.ok());
     return begun[0]->value.value_or(v1::BeginCheckpointResponse());
@@ -327,7 +328,7 @@ TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused)
   ASSERT_EQ(round.writer_rank(), 0);
   EXPECT_FALSE(round.sharded());
   Reply<v1::BeginCheckpointResponse> other_kind;  // a retry of rank 2's Begin, asking otherwise
-  coord_->BeginCheckpoint(BeginRequest(2, 10, true), other_kind.pending());
+  coord_->checkpoints().Begin(BeginRequest(2, 10, true), other_kind.pending());
   ASSERT_TRUE(other_kind.WaitFor());
   EXPECT_NE(other_kind.value.status().message().find(
                 "rank 2 asked for a sharded round at step 10 but the open round is a single-writer round"),
@@ -351,8 +352,8 @@ TEST_F(ShardedRoundTest, ASingleWritersLayoutIsPublishedAndANonWritersIsRefused)
 
 TEST_F(ShardedRoundTest, RanksMustAskAlikeAndLayoutsMustBeJsonAndAgree) {
   Reply<v1::BeginCheckpointResponse> b0, b1;
-  coord_->BeginCheckpoint(BeginRequest(0, 10, true), b0.pending());
-  coord_->BeginCheckpoint(BeginRequest(1, 10, false), b1.pending());
+  coord_->checkpoints().Begin(BeginRequest(0, 10, true), b0.pending());
+  coord_->checkpoints().Begin(BeginRequest(1, 10, false), b1.pending());
   ASSERT_TRUE(b1.WaitFor());
   EXPECT_EQ(b1.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(b1.value.status().message().find(

@@ -16,6 +16,7 @@
 #include "common/run_json.h"
 #include "common/run_state.h"
 #include "common/utf8.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/experiment_dir.h"
 
 namespace dt {
@@ -268,7 +269,7 @@ nlohmann::json ConsoleApi::RankStepTimes(const v1::Run& run) const {
 }
 
 absl::StatusOr<nlohmann::json> ConsoleApi::Checkpoints(const std::string& run_id) const {
-  absl::StatusOr<std::vector<v1::CheckpointInfo>> list = coordinator_->ListCheckpoints(run_id);
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> list = coordinator_->checkpoints().List(run_id);
   if (!list.ok()) return list.status();
   nlohmann::json out = nlohmann::json::array();
   for (const auto& c : *list) out.push_back(CheckpointJson(c));

@@ -1,4 +1,5 @@
-// Checkpoint leadership: rounds with one elected writer, a lease, verification and atomic commit.
+// Checkpoint rounds (checkpoint_leadership.h): the round under the run's lock, its directory and publication on the
+// file work.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -10,9 +11,9 @@
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/checkpoint_shards.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/request_checks.h"
@@ -36,20 +37,15 @@ std::string RanksNotIn(int world, const std::map<int, PendingPtr<v1::CommitCheck
 
 }  // namespace
 
-std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
-  if (!run.checkpoints.empty()) return run.checkpoints.back();
-  return run.stored.resume_from;
-}
-
-void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
-                                  PendingPtr<v1::BeginCheckpointResponse> reply) {
+void Coordinator::CheckpointLeadership::Begin(const v1::BeginCheckpointRequest& request,
+                                              PendingPtr<v1::BeginCheckpointResponse> reply) {
   if (absl::Status s = ValidateBeginCheckpointRequest(request); !s.ok()) {
     reply->Complete(s);
     return;
   }
   DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
-  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
     deferred.Complete<v1::BeginCheckpointResponse>(reply, live.status());
     return;
@@ -97,7 +93,7 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
   g.arriving_step = request.step();
   g.arriving_sharded = request.sharded();
   absl::Duration timeout = request.timeout_ms() > 0 ? absl::Milliseconds(request.timeout_ms())
-                                                    : absl::Milliseconds(policy_.barrier_timeout_ms());
+                                                    : absl::Milliseconds(coordinator_.policy_.barrier_timeout_ms());
   int64_t generation = g.number;
   int64_t step = request.step();
   int rank = request.rank();
@@ -124,13 +120,14 @@ void Coordinator::BeginCheckpoint(const v1::BeginCheckpointRequest& request,
           reply->Complete(r.status());
           return;
         }
-        OpenCheckpointRound(run, generation, rank, step, sharded, r->sequence, reply);
+        OpenRound(run, generation, rank, step, sharded, r->sequence, reply);
       });
   g.barriers->Arrive(request.rank(), kCheckpointBarrier, 0, timeout, arrived, deferred);
 }
 
-void Coordinator::ReplyToBegin(const std::string& run_id, CheckpointRound& round,
-                               const PendingPtr<v1::BeginCheckpointResponse>& reply, Deferred& deferred) {
+void Coordinator::CheckpointLeadership::ReplyToBegin(const std::string& run_id, CheckpointRound& round,
+                                                     const PendingPtr<v1::BeginCheckpointResponse>& reply,
+                                                     Deferred& deferred) {
   if (round.state == CheckpointRound::State::kAborted) {
     ReplyBehindRemoval(run_id, reply, round.outcome);
   } else if (round.checkpoints == nullptr) {
@@ -141,15 +138,16 @@ void Coordinator::ReplyToBegin(const std::string& run_id, CheckpointRound& round
     out.set_writer_rank(round.writer);
     out.set_partial_dir(round.partial_dir);
     out.set_final_dir(round.final_dir);
-    out.set_lease_ms(policy_.checkpoint_lease_ms());
+    out.set_lease_ms(coordinator_.policy_.checkpoint_lease_ms());
     out.set_sharded(round.sharded);
     out.set_world_size(round.world);
     deferred.Complete<v1::BeginCheckpointResponse>(reply, out);
   }
 }
 
-void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int rank, int64_t step, bool sharded,
-                                      uint64_t sequence, const PendingPtr<v1::BeginCheckpointResponse>& reply) {
+void Coordinator::CheckpointLeadership::OpenRound(const RunPtr& run, int64_t generation, int rank, int64_t step,
+                                                  bool sharded, uint64_t sequence,
+                                                  const PendingPtr<v1::BeginCheckpointResponse>& reply) {
   LockedRun locked(*run);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
@@ -178,25 +176,27 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
       }
     }
     if (sharded) round->writer = -1;
-    round->writer_desc = sharded ? std::string("every rank") : DescribeRank(*run, round->writer);
+    round->writer_desc = sharded ? std::string("every rank") : coordinator_.DescribeRank(*run, round->writer);
     std::string checkpoints_dir = ExperimentPaths(r.exp_dir()).checkpoints_dir;
     round->partial_name = PartialDirName(step, nonce);
     round->partial_dir = JoinPath(checkpoints_dir, round->partial_name);
     round->final_dir = JoinPath(checkpoints_dir, CheckpointDirName(step));
-    round->opened = clock_->Now();
+    round->opened = coordinator_.clock_->Now();
     g.round = round;
     g.arriving_step = 0;
     // The directory is made on the run's file work, off this lock: on a stalled file system the
     // ranks' Begin calls wait there, and every other call of the run goes on.
-    file_work_->Post(r.run_id(), [this, run, round, exp_dir = r.exp_dir(), identity = r.exp_dir_identity()] {
-      if (options_.before_file_work) options_.before_file_work(exp_dir);
-      absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(exp_dir, identity);
-      absl::Status made = checkpoints.status();
-      if (checkpoints.ok()) made = checkpoints->MakeSub(round->partial_name).status();
-      std::shared_ptr<const DirFd> dir;
-      if (checkpoints.ok()) dir = std::make_shared<const DirFd>(std::move(*checkpoints));
-      PartialDirMade(run, round, std::move(dir), made);
-    });
+    coordinator_.file_work_->Post(r.run_id(),
+                                  [this, run, round, exp_dir = r.exp_dir(), identity = r.exp_dir_identity()] {
+                                    if (coordinator_.options_.before_file_work)
+                                      coordinator_.options_.before_file_work(exp_dir);
+                                    absl::StatusOr<DirFd> checkpoints = OpenCheckpointsDir(exp_dir, identity);
+                                    absl::Status made = checkpoints.status();
+                                    if (checkpoints.ok()) made = checkpoints->MakeSub(round->partial_name).status();
+                                    std::shared_ptr<const DirFd> dir;
+                                    if (checkpoints.ok()) dir = std::make_shared<const DirFd>(std::move(*checkpoints));
+                                    PartialDirMade(run, round, std::move(dir), made);
+                                  });
   }
   CheckpointRound& round = *g.round;
   if (round.step != step || round.sharded != sharded) {
@@ -214,13 +214,14 @@ void Coordinator::OpenCheckpointRound(const RunPtr& run, int64_t generation, int
 }
 
 template <typename T>
-void Coordinator::ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
-                                     typename std::common_type<absl::StatusOr<T>>::type result) {
-  file_work_->Post(run_id, [reply, result = std::move(result)] { reply->Complete(result); });
+void Coordinator::CheckpointLeadership::ReplyBehindRemoval(const std::string& run_id, const PendingPtr<T>& reply,
+                                                           typename std::common_type<absl::StatusOr<T>>::type result) {
+  coordinator_.file_work_->Post(run_id, [reply, result = std::move(result)] { reply->Complete(result); });
 }
 
-void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                                 std::shared_ptr<const DirFd> checkpoints, const absl::Status& made) {
+void Coordinator::CheckpointLeadership::PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                                                       std::shared_ptr<const DirFd> checkpoints,
+                                                       const absl::Status& made) {
   bool orphaned = false;
   {
     LockedRun locked(*run);
@@ -234,9 +235,9 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
       AbortRound(*run, *round, made, deferred);
     } else {
       std::string run_id = run->stored.run.run_id();
-      round->lease_timer =
-          timers_->Schedule(clock_->Now() + absl::Milliseconds(policy_.checkpoint_lease_ms()),
-                            [this, run_id, round_id = round->id] { OnLeaseExpired(run_id, round_id); });
+      round->lease_timer = coordinator_.timers_->Schedule(
+          coordinator_.clock_->Now() + absl::Milliseconds(coordinator_.policy_.checkpoint_lease_ms()),
+          [this, run_id, round_id = round->id] { OnLeaseExpired(run_id, round_id); });
     }
     for (const auto& reply : waiting) ReplyToBegin(run->stored.run.run_id(), *round, reply, deferred);
   }
@@ -247,14 +248,14 @@ void Coordinator::PartialDirMade(const RunPtr& run, const std::shared_ptr<Checkp
   }
 }
 
-void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
-                                   PendingPtr<v1::CommitCheckpointResponse> reply) {
+void Coordinator::CheckpointLeadership::Commit(const v1::CommitCheckpointRequest& request,
+                                               PendingPtr<v1::CommitCheckpointResponse> reply) {
   DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
   std::shared_ptr<CheckpointRound> round = g.round;
   if (request.generation() != g.number || !round || round->id != request.round_id()) {
-    absl::Status live = LiveGeneration(*run, request.generation(), request.rank()).status();
+    absl::Status live = coordinator_.LiveGeneration(*run, request.generation(), request.rank()).status();
     deferred.Complete<v1::CommitCheckpointResponse>(
         reply, !live.ok() ? live
                           : absl::InvalidArgumentError(
@@ -292,7 +293,8 @@ void Coordinator::CommitCheckpoint(const v1::CommitCheckpointRequest& request,
   AwaitPublication(run, round, request.rank(), reply, deferred);
 }
 
-absl::Status Coordinator::TakeSingleWriterCommit(CheckpointRound& round, const v1::CommitCheckpointRequest& request) {
+absl::Status Coordinator::CheckpointLeadership::TakeSingleWriterCommit(CheckpointRound& round,
+                                                                       const v1::CommitCheckpointRequest& request) {
   bool is_writer = request.rank() == round.writer;
   if (!is_writer && request.has_manifest() && request.manifest().files_size() > 0) {
     return absl::InvalidArgumentError(
@@ -315,8 +317,10 @@ absl::Status Coordinator::TakeSingleWriterCommit(CheckpointRound& round, const v
   return absl::OkStatus();
 }
 
-void Coordinator::RefuseCommit(const RunPtr& run, CheckpointRound& round, const absl::Status& cause,
-                               const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+void Coordinator::CheckpointLeadership::RefuseCommit(const RunPtr& run, CheckpointRound& round,
+                                                     const absl::Status& cause,
+                                                     const PendingPtr<v1::CommitCheckpointResponse>& reply,
+                                                     Deferred& deferred) {
   // A commit that cannot be part of the checkpoint ends an open round for every rank, saying why:
   // left open, the other ranks would wait out the lease. (Once every rank is in, the round is
   // being published and the refusal is this call's alone.) The refused rank hears after the
@@ -325,9 +329,10 @@ void Coordinator::RefuseCommit(const RunPtr& run, CheckpointRound& round, const 
   ReplyBehindRemoval(run->stored.run.run_id(), reply, cause);
 }
 
-void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                              const v1::CommitCheckpointRequest& request,
-                              const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+void Coordinator::CheckpointLeadership::CommitShard(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                                                    const v1::CommitCheckpointRequest& request,
+                                                    const PendingPtr<v1::CommitCheckpointResponse>& reply,
+                                                    Deferred& deferred) {
   if (round->state == CheckpointRound::State::kOpen) {
     if (absl::Status s = round->shards.Accept(request.rank(), request.manifest(), request.layout_json()); !s.ok()) {
       RefuseCommit(run, *round, s, reply, deferred);
@@ -337,8 +342,10 @@ void Coordinator::CommitShard(const RunPtr& run, const std::shared_ptr<Checkpoin
   AwaitPublication(run, round, request.rank(), reply, deferred);
 }
 
-void Coordinator::AwaitPublication(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round, int rank,
-                                   const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred) {
+void Coordinator::CheckpointLeadership::AwaitPublication(const RunPtr& run,
+                                                         const std::shared_ptr<CheckpointRound>& round, int rank,
+                                                         const PendingPtr<v1::CommitCheckpointResponse>& reply,
+                                                         Deferred& deferred) {
   auto [it, inserted] = round->waiting.try_emplace(rank, reply);
   if (!inserted) {
     deferred.Complete(it->second, absl::StatusOr<v1::CommitCheckpointResponse>(
@@ -372,9 +379,9 @@ absl::StatusOr<v1::CheckpointInfo> StillTheRoundsCheckpointsDir(const std::strin
 
 }  // namespace
 
-void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round) {
+void Coordinator::CheckpointLeadership::StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round) {
   round->state = CheckpointRound::State::kVerifying;
-  if (round->lease_timer != 0) timers_->Cancel(round->lease_timer);
+  if (round->lease_timer != 0) coordinator_.timers_->Cancel(round->lease_timer);
   RoundWriters writers;
   writers.sharded = round->sharded;
   writers.world_size = round->world;
@@ -390,31 +397,32 @@ void Coordinator::StartPublish(const RunPtr& run, const std::shared_ptr<Checkpoi
     writers.layout_json = round->layout_json;
   }
   const std::string run_id = run->stored.run.run_id();
-  file_work_->Post(run_id, [this, run, run_id, round, manifest, writers = std::move(writers),
-                            exp_dir = run->stored.run.exp_dir(), identity = run->stored.run.exp_dir_identity()] {
-    absl::Time start = absl::Now();
-    absl::StatusOr<v1::CheckpointInfo> result =
-        StillTheRoundsCheckpointsDir(exp_dir, identity, *round->checkpoints, round->step);
-    if (result.ok()) {
-      result = VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest, writers,
-                                options_.checkpoint_verification);
-    }
-    if (result.ok() && writers.sharded) {
-      std::vector<std::pair<int, int64_t>> files;
-      for (int i = 0; i < manifest.files_size(); ++i)
-        files.emplace_back(writers.file_ranks[i], manifest.files(i).size());
-      SetShards(*result, files);
-    }
-    if (result.ok()) {
-      DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
-                   << result->bytes() << " bytes, " << absl::FormatDuration(absl::Now() - start) << ")";
-    }
-    FinishPublish(run, round, std::move(result));
-  });
+  coordinator_.file_work_->Post(
+      run_id, [this, run, run_id, round, manifest, writers = std::move(writers), exp_dir = run->stored.run.exp_dir(),
+               identity = run->stored.run.exp_dir_identity()] {
+        absl::Time start = absl::Now();
+        absl::StatusOr<v1::CheckpointInfo> result =
+            StillTheRoundsCheckpointsDir(exp_dir, identity, *round->checkpoints, round->step);
+        if (result.ok()) {
+          result = VerifyAndPublish(*round->checkpoints, round->partial_name, round->step, manifest, writers,
+                                    coordinator_.options_.checkpoint_verification);
+        }
+        if (result.ok() && writers.sharded) {
+          std::vector<std::pair<int, int64_t>> files;
+          for (int i = 0; i < manifest.files_size(); ++i)
+            files.emplace_back(writers.file_ranks[i], manifest.files(i).size());
+          SetShards(*result, files);
+        }
+        if (result.ok()) {
+          DT_LOG(Info) << "run " << run_id << ": checkpoint step " << round->step << " verified and published ("
+                       << result->bytes() << " bytes, " << absl::FormatDuration(absl::Now() - start) << ")";
+        }
+        FinishPublish(run, round, std::move(result));
+      });
 }
 
-void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
-                                absl::StatusOr<v1::CheckpointInfo> result) {
+void Coordinator::CheckpointLeadership::FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
+                                                      absl::StatusOr<v1::CheckpointInfo> result) {
   Deferred deferred;  // runs last, after the replies and the retention pass
   Deferred writes;    // the database's record of the commit, written before the ranks hear of it
   std::vector<int64_t> keep;
@@ -437,18 +445,18 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
         list.end());
     list.push_back(info);
     writes.AddWrite([this, run_id, info] {
-      if (absl::Status s = db_->SaveCheckpoint(run_id, info); !s.ok()) {
+      if (absl::Status s = coordinator_.db_->SaveCheckpoint(run_id, info); !s.ok()) {
         DT_LOG(Error) << "cannot record checkpoint of run " << run_id << ": " << s.message();
       }
     });
     run->stored.run.set_latest_checkpoint_step(info.step());
-    keep = RetireCheckpoints(*run, writes);
+    keep = Retire(*run, writes);
     *out.mutable_checkpoint() = info;
     for (auto& [rank, reply] : round->waiting) replies.push_back(reply);
     round->waiting.clear();
-    if (stats_ != nullptr) {
-      CoordinatorStats* stats = stats_;
-      absl::Duration took = clock_->Now() - round->opened;
+    if (coordinator_.stats_ != nullptr) {
+      CoordinatorStats* stats = coordinator_.stats_;
+      absl::Duration took = coordinator_.clock_->Now() - round->opened;
       int64_t bytes = info.bytes();
       deferred.Add([stats, took, bytes] { stats->ObserveCheckpointRound(true, took, bytes); });
     }
@@ -456,11 +464,12 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
     if (run->gen && run->gen->number == round->generation && run->gen->health) {
       Generation& g = *run->gen;
       for (const auto& rs : g.ranks) {
-        if (!g.health->finished(rs.rank())) g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), clock_->Now());
+        if (!g.health->finished(rs.rank()))
+          g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), coordinator_.clock_->Now());
       }
     }
-    Persist(*run, writes);
-    Notify(*run, deferred);
+    coordinator_.Persist(*run, writes);
+    coordinator_.Notify(*run, deferred);
   }
   writes.RunNow();
   // The ranks hear of the commit first: removing the checkpoints it retires (tens of milliseconds
@@ -472,12 +481,12 @@ void Coordinator::FinishPublish(const RunPtr& run, const std::shared_ptr<Checkpo
   }
 }
 
-std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run, Deferred& deferred) {
+std::vector<int64_t> Coordinator::CheckpointLeadership::Retire(RunEntry& run, Deferred& deferred) {
   auto keep_count = static_cast<size_t>(std::max(1, run.stored.run.spec().keep_checkpoints()));
   auto& list = run.checkpoints;
   while (list.size() > keep_count) {
     deferred.AddWrite([this, run_id = run.stored.run.run_id(), step = list.front().step()] {
-      if (absl::Status s = db_->DeleteCheckpoint(run_id, step); !s.ok()) DT_LOG(Error) << s.message();
+      if (absl::Status s = coordinator_.db_->DeleteCheckpoint(run_id, step); !s.ok()) DT_LOG(Error) << s.message();
     });
     list.erase(list.begin());
   }
@@ -488,7 +497,8 @@ std::vector<int64_t> Coordinator::RetireCheckpoints(RunEntry& run, Deferred& def
   return keep;
 }
 
-void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred) {
+void Coordinator::CheckpointLeadership::AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause,
+                                                   Deferred& deferred) {
   if (round.state == CheckpointRound::State::kAborted || round.state == CheckpointRound::State::kCommitted) {
     return;
   }
@@ -498,7 +508,7 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
               cause.code() == absl::StatusCode::kUnavailable
           ? cause
           : absl::AbortedError(absl::StrCat("checkpoint round for step ", round.step, " aborted: ", cause.message()));
-  if (round.lease_timer != 0) timers_->Cancel(round.lease_timer);
+  if (round.lease_timer != 0) coordinator_.timers_->Cancel(round.lease_timer);
   DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": checkpoint round for step " << round.step
                   << " aborted: " << round.outcome.message();
   // Ranks still waiting for the partial directory hear from PartialDirMade, which always follows
@@ -511,28 +521,34 @@ void Coordinator::AbortRound(RunEntry& run, CheckpointRound& round, const absl::
   round.waiting.clear();
   // Off this lock (and off the timer thread, for a lapsed lease): the partial directory goes
   // first, then the ranks hear of the abort, so a rank told "aborted" finds nothing left behind.
-  file_work_->Post(run.stored.run.run_id(),
-                   [dir = round.checkpoints, name = round.partial_name, replies, outcome = round.outcome] {
-                     if (dir) {
-                       if (absl::Status s = RemoveAbortedPartial(*dir, name); !s.ok()) {
-                         DT_LOG(Error) << s.message();
-                       }
-                     }
-                     for (const auto& reply : replies) reply->Complete(outcome);
-                   });
-  if (stats_ != nullptr) {
-    CoordinatorStats* stats = stats_;
-    absl::Duration took = clock_->Now() - round.opened;
+  coordinator_.file_work_->Post(run.stored.run.run_id(),
+                                [dir = round.checkpoints, name = round.partial_name, replies, outcome = round.outcome] {
+                                  if (dir) {
+                                    if (absl::Status s = RemoveAbortedPartial(*dir, name); !s.ok()) {
+                                      DT_LOG(Error) << s.message();
+                                    }
+                                  }
+                                  for (const auto& reply : replies) reply->Complete(outcome);
+                                });
+  if (coordinator_.stats_ != nullptr) {
+    CoordinatorStats* stats = coordinator_.stats_;
+    absl::Duration took = coordinator_.clock_->Now() - round.opened;
     deferred.Add([stats, took] { stats->ObserveCheckpointRound(false, took, 0); });
   }
 }
 
-void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& round_id) {
+void Coordinator::CheckpointLeadership::AbortOpenRound(RunEntry& run, const absl::Status& cause, Deferred& deferred) {
+  if (run.gen && run.gen->round && run.gen->round->state == CheckpointRound::State::kOpen) {
+    AbortRound(run, *run.gen->round, cause, deferred);
+  }
+}
+
+void Coordinator::CheckpointLeadership::OnLeaseExpired(const std::string& run_id, const std::string& round_id) {
   DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   std::shared_ptr<CheckpointRound> round = run->gen ? run->gen->round : nullptr;
   if (!round || round->id != round_id || round->state != CheckpointRound::State::kOpen) return;
-  std::string lease = absl::FormatDuration(absl::Milliseconds(policy_.checkpoint_lease_ms()));
+  std::string lease = absl::FormatDuration(absl::Milliseconds(coordinator_.policy_.checkpoint_lease_ms()));
   std::string late = round->sharded ? absl::StrCat(RanksNotIn(round->world, round->waiting), " of the sharded round")
                                     : absl::StrCat("the writer ", round->writer_desc);
   AbortRound(*run, *round,
@@ -541,11 +557,11 @@ void Coordinator::OnLeaseExpired(const std::string& run_id, const std::string& r
              deferred);
 }
 
-void Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request,
-                                  PendingPtr<v1::AbortCheckpointResponse> reply) {
+void Coordinator::CheckpointLeadership::Abort(const v1::AbortCheckpointRequest& request,
+                                              PendingPtr<v1::AbortCheckpointResponse> reply) {
   DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
-  absl::StatusOr<Generation*> live = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(*run, request.generation(), request.rank());
   if (!live.ok()) {
     deferred.Complete<v1::AbortCheckpointResponse>(reply, live.status());
     return;
@@ -577,30 +593,38 @@ void Coordinator::AbortCheckpoint(const v1::AbortCheckpointRequest& request,
   ReplyBehindRemoval(run->stored.run.run_id(), reply, out);
 }
 
-absl::StatusOr<v1::CheckpointInfo> Coordinator::LatestCheckpoint(const std::string& run_id) {
+absl::StatusOr<v1::CheckpointInfo> Coordinator::CheckpointLeadership::Latest(const std::string& run_id) {
   DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
-  std::optional<v1::CheckpointInfo> latest = Latest(*run);
+  std::optional<v1::CheckpointInfo> latest = coordinator_.Latest(*run);
   if (!latest) return absl::NotFoundError(absl::StrCat("run ", run_id, " has no committed checkpoint"));
   return *latest;
 }
 
-absl::StatusOr<std::vector<v1::CheckpointInfo>> Coordinator::ListCheckpoints(const std::string& run_id) {
-  absl::StatusOr<RunPtr> found = FindRun(run_id);
-  if (!found.ok()) return found.status();
-  RunEntry& run = **found;
-  RunMutexLock lock(&run.mu);
+absl::StatusOr<std::vector<v1::CheckpointInfo>> Coordinator::CheckpointLeadership::List(const std::string& run_id) {
+  DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
   std::vector<v1::CheckpointInfo> out;
+  const std::optional<v1::CheckpointInfo>& resume = run->stored.resume_from;
   bool resume_listed = false;
-  if (run.stored.resume_from) {
-    for (const auto& c : run.checkpoints) resume_listed = resume_listed || c.step() == run.stored.resume_from->step();
+  if (resume) {
+    for (const auto& c : run->checkpoints) resume_listed = resume_listed || c.step() == resume->step();
     // Listed while it is still on disk (retention may have removed it).
     struct stat st;
-    if (!resume_listed && ::stat(run.stored.resume_from->path().c_str(), &st) == 0) {
-      out.push_back(*run.stored.resume_from);
-    }
+    if (!resume_listed && ::stat(resume->path().c_str(), &st) == 0) out.push_back(*resume);
   }
-  out.insert(out.end(), run.checkpoints.begin(), run.checkpoints.end());
+  out.insert(out.end(), run->checkpoints.begin(), run->checkpoints.end());
   return out;
+}
+
+void Coordinator::CheckpointLeadership::FailWaiting(RunEntry& run, const absl::Status& status, Deferred& deferred) {
+  CheckpointRound* round = run.gen ? run.gen->round.get() : nullptr;
+  if (round == nullptr || round->state != CheckpointRound::State::kOpen) return;
+  for (auto& [rank, reply] : round->waiting) {
+    deferred.Complete(reply, absl::StatusOr<v1::CommitCheckpointResponse>(status));
+  }
+  round->waiting.clear();
+  for (auto& reply : round->begin_waiting)
+    deferred.Complete(reply, absl::StatusOr<v1::BeginCheckpointResponse>(status));
+  round->begin_waiting.clear();
 }
 
 }  // namespace dt
