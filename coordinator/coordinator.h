@@ -523,8 +523,8 @@ class Coordinator {
   std::unique_ptr<CheckpointLeadership> checkpoints_;  // a round's directory and publication too
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
-  // locks, the RPC threads and the timer thread, in order per run. Declared last: destroyed first, finishing posted
-  // work while everything it uses still exists.
+  // locks, the RPC threads and the timer thread, in order per run. Declared after everything its
+  // work uses (the managers above): destroyed before them, finishing posted work first.
   std::unique_ptr<FileWorkQueue> file_work_;
   // The health check's own thread: it takes every run's lock in turn and writes what it decides,
   // so it runs neither on the timer thread (whose timers it would delay) nor behind file work.

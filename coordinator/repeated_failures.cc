@@ -32,7 +32,8 @@ void MarkRepeatedHang(const std::vector<v1::Failure>& earlier, int allowed, v1::
   const std::string& signature = failure.verdict().odd_signature();
   if (signature.empty()) return;
   // The generations just before this one, newest first, each ended by a hang with the same odd
-  // stack; a generation's other failures (newer than its first) are passed over.
+  // stack. Each generation's newest failure is the one compared; its older ones are passed over,
+  // as are failures of this generation or later.
   std::vector<int64_t> generations;
   int64_t expect = failure.generation() - 1;
   for (auto it = earlier.rbegin(); it != earlier.rend(); ++it) {

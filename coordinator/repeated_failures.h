@@ -6,19 +6,20 @@
 
 #include <vector>
 
-#include "dt/v1/runs.pb.h"
+#include "dt/v1/common.pb.h"
 
 namespace dt {
 
 // `failure` is a HANG of generation G. When the `allowed` generations before G (--max-identical-hangs)
 // each ended by a hang with the same odd stack (verdict.odd_signature), `failure` becomes
 // HUNG_REPEATEDLY and fatal, naming those generations. `earlier` is the run's failure record, oldest
-// first; a hang without an odd stack is never called repeated.
+// first; each generation is judged by its newest failure there. A hang without an odd stack is never
+// called repeated. `allowed` is at least 1 (ValidateRunSpec refuses 0).
 void MarkRepeatedHang(const std::vector<v1::Failure>& earlier, int allowed, v1::Failure& failure);
 
 // `failure` (REPORTED_ERROR or PROCESS_EXITED, its before_first_step set by the caller) becomes fatal
-// when generation G-1 ended before its first step by the same rank, with the same exception type and
-// the same message but for its digits (pids, ports and times differ from one try to the next).
+// when generation G-1's newest failure ended it before its first step by the same rank, with the same
+// exception type and the same message but for its digits (pids, ports and times differ each try).
 void MarkRepeatedEarlyFailure(const std::vector<v1::Failure>& earlier, v1::Failure& failure);
 
 }  // namespace dt

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -55,10 +56,10 @@ TEST(RepeatedHang, AnotherOddStackOrNoneIsAnotherHang) {
 }
 
 TEST(RepeatedHang, OnlyAnUnbrokenRunOfGenerationsCounts) {
-  // Generation 2 ended by a crash between two identical hangs: generation 3's hang follows no hang.
-  v1::Failure crash;
+  // Generation 2 ended by a crash between two identical hangs: generation 3's hang follows no hang
+  // (the crash carries the same signature, so only its kind tells it apart).
+  v1::Failure crash = Hang(2, "sig-a");
   crash.set_kind(v1::Failure::PROCESS_EXITED);
-  crash.set_generation(2);
   v1::Failure now = Hang(3, "sig-a");
   MarkRepeatedHang({Hang(1, "sig-a"), crash}, 1, now);
   EXPECT_EQ(now.kind(), v1::Failure::HANG);
@@ -67,6 +68,30 @@ TEST(RepeatedHang, OnlyAnUnbrokenRunOfGenerationsCounts) {
   v1::Failure gap = Hang(3, "sig-a");
   MarkRepeatedHang({Hang(1, "sig-a")}, 1, gap);
   EXPECT_EQ(gap.kind(), v1::Failure::HANG);
+}
+
+TEST(RepeatedHang, EachGenerationIsJudgedByItsNewestFailure) {
+  v1::Failure node_lost;
+  node_lost.set_kind(v1::Failure::NODE_FAILED);
+  node_lost.set_generation(1);
+
+  // Generation 1 hung, and a node failure was recorded for it afterwards: it ended otherwise.
+  v1::Failure after_node = Hang(2, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a"), node_lost}, 1, after_node);
+  EXPECT_EQ(after_node.kind(), v1::Failure::HANG);
+
+  // The node failure came first and the hang last: generation 1 ended by the hang.
+  v1::Failure after_hang = Hang(2, "sig-a");
+  MarkRepeatedHang({node_lost, Hang(1, "sig-a")}, 1, after_hang);
+  EXPECT_EQ(after_hang.kind(), v1::Failure::HUNG_REPEATEDLY);
+
+  // Failures already recorded for this generation (or a later one) are not the ones before it.
+  v1::Failure with_own = Hang(2, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a"), node_lost, Hang(2, "sig-b")}, 1, with_own);
+  EXPECT_EQ(with_own.kind(), v1::Failure::HANG);  // node_lost is generation 1's newest
+  v1::Failure skipped = Hang(2, "sig-a");
+  MarkRepeatedHang({Hang(1, "sig-a"), Hang(2, "sig-b"), Hang(3, "sig-c")}, 1, skipped);
+  EXPECT_EQ(skipped.kind(), v1::Failure::HUNG_REPEATEDLY);
 }
 
 TEST(RepeatedHang, AllowedCountsTheIdenticalHangsBeforeTheRunEnds) {
@@ -95,6 +120,21 @@ TEST(RepeatedEarlyFailure, AnotherRankTypeMessageOrGenerationIsNotRepeated) {
     MarkRepeatedEarlyFailure({before}, now);
     EXPECT_FALSE(now.fatal()) << now.ShortDebugString();
   }
+}
+
+TEST(RepeatedEarlyFailure, OnlyAnErrorOrAnExitBeforeCountsAsTheSameFailure) {
+  v1::Failure exited = EarlyError(3, 1, "OSError", "cannot open /data/a");
+  exited.set_kind(v1::Failure::PROCESS_EXITED);
+  v1::Failure after_exit = EarlyError(4, 1, "OSError", "cannot open /data/a");
+  MarkRepeatedEarlyFailure({exited}, after_exit);
+  EXPECT_TRUE(after_exit.fatal());
+
+  // Generation 3 was ended by something else that happened to carry the same fields.
+  v1::Failure hung = EarlyError(3, 1, "OSError", "cannot open /data/a");
+  hung.set_kind(v1::Failure::HANG);
+  v1::Failure after_hang = EarlyError(4, 1, "OSError", "cannot open /data/a");
+  MarkRepeatedEarlyFailure({hung}, after_hang);
+  EXPECT_FALSE(after_hang.fatal());
 }
 
 TEST(RepeatedEarlyFailure, AFailureAfterTrainingBeganIsNeverRepeated) {
