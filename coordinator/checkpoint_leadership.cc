@@ -601,17 +601,20 @@ absl::StatusOr<v1::CheckpointInfo> Coordinator::CheckpointLeadership::Latest(con
 }
 
 absl::StatusOr<std::vector<v1::CheckpointInfo>> Coordinator::CheckpointLeadership::List(const std::string& run_id) {
-  DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
   std::vector<v1::CheckpointInfo> out;
-  const std::optional<v1::CheckpointInfo>& resume = run->stored.resume_from;
-  bool resume_listed = false;
-  if (resume) {
-    for (const auto& c : run->checkpoints) resume_listed = resume_listed || c.step() == resume->step();
-    // Listed while it is still on disk (retention may have removed it).
-    struct stat st;
-    if (!resume_listed && ::stat(resume->path().c_str(), &st) == 0) out.push_back(*resume);
+  std::optional<v1::CheckpointInfo> resume;  // the one the run resumed from, when none of its own
+  {
+    DT_OPEN_RUN_OR_RETURN(run, locked, run_id);
+    resume = run->stored.resume_from;
+    for (const auto& c : run->checkpoints) {
+      if (resume && c.step() == resume->step()) resume.reset();
+    }
+    out.assign(run->checkpoints.begin(), run->checkpoints.end());
   }
-  out.insert(out.end(), run->checkpoints.begin(), run->checkpoints.end());
+  // Listed while it is still on disk (retention may have removed it); looked at off the run's
+  // lock, which heartbeats take.
+  struct stat st;
+  if (resume && ::stat(resume->path().c_str(), &st) == 0) out.insert(out.begin(), *resume);
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include "coordinator/checkpoint_shards.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/manager_base.h"
 
 namespace dt {
 
@@ -51,11 +52,9 @@ struct Coordinator::CheckpointRound {
   v1::CheckpointInfo info;  // when committed
 };
 
-class Coordinator::CheckpointLeadership {
+class Coordinator::CheckpointLeadership : private ManagerBase {
  public:
-  explicit CheckpointLeadership(Coordinator& coordinator) : coordinator_(coordinator) {}
-  CheckpointLeadership(const CheckpointLeadership&) = delete;
-  CheckpointLeadership& operator=(const CheckpointLeadership&) = delete;
+  explicit CheckpointLeadership(Coordinator& coordinator) : ManagerBase(coordinator) {}
 
   // ---- CheckpointService (codes as checkpoint.proto lists them) ----
   // A rank arrives at the round for `request.step()`; `reply` gets the round once every rank
@@ -125,10 +124,6 @@ class Coordinator::CheckpointLeadership {
   // Forgets all but the newest keep_checkpoints committed checkpoints and returns the steps
   // whose directories stay (the caller removes the others, outside the lock).
   std::vector<int64_t> Retire(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // The coordinator's lookup, under the name DT_OPEN_RUN_OR_* use.
-  absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const { return coordinator_.FindRun(run_id); }
-
-  Coordinator& coordinator_;
 };
 
 }  // namespace dt

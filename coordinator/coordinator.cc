@@ -1,9 +1,8 @@
 // The run registry: construction, authorization, lookup, loading the runs at start-up, shutdown.
 // The rest of Coordinator: coordinator_run_lifecycle.cc (states, generations, failures,
-// persistence), coordinator_runs.cc (the runs API and watchers), coordinator_rendezvous.cc,
-// coordinator_health.cc, coordinator_metrics.cc, coordinator_store_barriers.cc,
-// coordinator_node_registration.cc; and the managers it owns, one per concern: metric_pipeline,
-// stack_captures, checkpoint_leadership.
+// persistence), coordinator_runs.cc (the runs API and watchers), coordinator_health.cc,
+// coordinator_metrics.cc; and the managers it owns, one per concern (manager_base.h):
+// rank_registration, store_barriers, metric_pipeline, stack_captures, checkpoint_leadership.
 #include "coordinator/coordinator.h"
 
 #include <signal.h>
@@ -17,7 +16,9 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/metric_pipeline.h"
+#include "coordinator/rank_registration.h"
 #include "coordinator/stack_captures.h"
+#include "coordinator/store_barriers.h"
 
 namespace dt {
 namespace {
@@ -38,6 +39,8 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)),
       health_work_(std::make_unique<FileWorkQueue>(1)) {
   metrics_ = std::make_unique<MetricPipeline>(*this);
+  registration_ = std::make_unique<RankRegistration>(*this);
+  store_barriers_ = std::make_unique<StoreAndBarriers>(*this);
   stacks_ = std::make_unique<StackCaptures>(*this);
   checkpoints_ = std::make_unique<CheckpointLeadership>(*this);
 }

@@ -153,17 +153,13 @@ class Coordinator {
   absl::StatusOr<uint64_t> Watch(const std::string& run_id, bool include_metrics, WatchCallback callback);
   void Unwatch(const std::string& run_id, uint64_t watch_id);
 
-  // ---- Rendezvous and health --------------------------------------------------------------
-  void Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply);
-  // The caller of a waiting Register went away; `call` is the address of that call's reply
-  // Pending (a retry of the same incarnation has another).
-  void WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
-                            const std::string& incarnation, const void* call);
-  // A node agent's registration of its node's slots: each slot as Register would seat it, one
-  // reply for all (RendezvousService.RegisterNode).
-  void RegisterNode(const v1::RegisterNodeRequest& request, PendingPtr<v1::RegisterNodeResponse> reply);
-  // The caller of a waiting RegisterNode went away: its slots still waiting leave the rendezvous.
-  void WithdrawNodeRegistration(const v1::RegisterNodeRequest& request, const void* call);
+  // ---- Rendezvous ---------------------------------------------------------------------------
+  // Register, RegisterNode and their withdrawals (rank_registration.h): RendezvousService calls it
+  // directly.
+  class RankRegistration;
+  RankRegistration& registration() { return *registration_; }
+
+  // ---- Health -----------------------------------------------------------------------------
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   // Several ranks' heartbeats under one lock; each rank's answer or status in the order asked.
   absl::StatusOr<v1::NodeHeartbeatResponse> NodeHeartbeat(const v1::NodeHeartbeatRequest& request);
@@ -178,19 +174,11 @@ class Coordinator {
   void CheckHealth();
 
   // ---- Store and barriers -----------------------------------------------------------------
-  // The store of a run's current generation (ABORTED for an old one).
-  absl::StatusOr<std::shared_ptr<KvStore>> OpenStore(const v1::StoreScope& scope);
-  // A Get or Wait timeout: 0 is the run's default; INVALID_ARGUMENT outside 0..a week (the
-  // bound Barrier has too).
-  absl::StatusOr<absl::Duration> StoreTimeout(int64_t timeout_ms) const;
-  void Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply);
-  // Arrivals at `request`'s barrier instance that the sender's node relay carries for `ranks`,
-  // other ranks of the sender's node (StoreBarrierRequest.relayed_ranks): counted, never answered;
-  // a rank that already arrived keeps its own arrival. INVALID_ARGUMENT, counting none, for a rank
-  // outside the generation, on another node, the sender itself, a repeat, more than 256, or a
-  // request without a sequence (0); FAILED_PRECONDITION before the generation's rendezvous
-  // completed; the codes of Barrier for the request itself.
-  absl::Status ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks);
+  // A generation's key-value store and barriers (store_barriers.h): StoreService, BarrierService
+  // and the store's operations call it directly.
+  class StoreAndBarriers;
+  StoreAndBarriers& store_barriers() { return *store_barriers_; }
+  const StoreAndBarriers& store_barriers() const { return *store_barriers_; }
 
   // ---- Stacks -----------------------------------------------------------------------------
   // Hang evidence and on-demand captures (stack_captures.h): StacksService calls it directly.
@@ -228,6 +216,8 @@ class Coordinator {
   absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(const v1::QueryMetricsRequest& request);
 
  private:
+  // The coordinator and its run lookup, which every manager starts from (manager_base.h).
+  class ManagerBase;
   struct CheckpointRound;
   struct Generation;
   struct CaptureInProgress;
@@ -360,75 +350,10 @@ class Coordinator {
   // Posts RunJsonWriter's work to the run's file work.
   void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
-  // Rendezvous helpers.
-  // UNAVAILABLE once the coordinator is shutting down.
-  absl::Status AcceptingRegistrations() const;
-  // The opening of Register and RegisterNode: the request's own fields (`checked`), the run, and
-  // whether the coordinator still takes registrations. nullptr once `reply` has the refusal.
-  template <typename Response>
-  RunPtr OpenRegistration(const absl::Status& checked, const std::string& run_id,
-                          const PendingPtr<Response>& reply) const {
-    absl::StatusOr<RunPtr> run = checked.ok() ? FindRun(run_id) : absl::StatusOr<RunPtr>(checked);
-    if (run.ok()) {
-      if (absl::Status s = AcceptingRegistrations(); !s.ok()) run = s;
-    }
-    if (!run.ok()) {
-      reply->Complete(run.status());
-      return nullptr;
-    }
-    return *std::move(run);
-  }
-  // CountProcsPerNode, then CheckRunAcceptsRegistration.
-  absl::Status AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  Registrant MakeRegistrant(const v1::RegisterRequest& request, const void* call) const;
-  // A seat's answer once rendezvous completed, made under the run's lock (the generation may
-  // have failed since the seats were handed out: then its status).
-  absl::StatusOr<v1::RegisterResponse> AnswerSeat(const std::weak_ptr<RunEntry>& weak_run, int64_t generation,
-                                                  const absl::StatusOr<Seat>& seat);
-  // Seats a registrant in the current generation's rendezvous: starts its timeout and moves the run
-  // to RENDEZVOUS. Join's status otherwise. The caller then calls CompleteRendezvousIfFull (after
-  // seating every slot of its call, so a full rendezvous is never assigned halfway through one).
-  void CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  absl::Status SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  // RegisterWithAssignedGeneration for each of a node's slots: the node's answer when every slot
-  // is a retry, nothing when one was restarted (the generation failed; the slots join the next).
-  std::optional<absl::StatusOr<v1::RegisterNodeResponse>> RegisterNodeWithAssignedGeneration(
-      RunEntry& run, const std::vector<v1::RegisterRequest>& slots, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void JoinRendezvousAsNode(const RunPtr& run, const v1::RegisterNodeRequest& request,
-                            const std::vector<v1::RegisterRequest>& slots,
-                            const PendingPtr<v1::RegisterNodeResponse>& reply, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   // One rank's heartbeat (Heartbeat's logic) under the run's lock.
   absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(RunEntry& run, int64_t generation,
                                                         const v1::RankHeartbeat& beat, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // A run whose nodes count their own processes (--nproc-per-node gpu|cpu|auto): the first node
-  // to register fixes the run's count (and reshapes the generation nobody has joined yet); a node
-  // that counted another number ends the run MISCONFIGURED, naming both, since a restart would
-  // count the same again. FAILED_PRECONDITION for a refused registrant; OK for every other run.
-  absl::Status CountProcsPerNode(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // FAILED_PRECONDITION when the run has ended or the trainer expects another world shape.
-  absl::Status CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const
-      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  // A registration while the ranks are assigned: the answer for a retry (the same seat) or an
-  // unknown slot; for a new incarnation of a seated slot, the generation fails (REPLACED) and
-  // nothing is returned, so the caller joins the next generation's rendezvous.
-  std::optional<absl::StatusOr<v1::RegisterResponse>> RegisterWithAssignedGeneration(RunEntry& run,
-                                                                                     const v1::RegisterRequest& request,
-                                                                                     Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Seats the registrant in the current generation's rendezvous; completes it when it is full.
-  void JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
-                      const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  void CompleteRendezvous(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void OnRendezvousTimeout(const std::string& run_id, int64_t generation);
-  v1::RegisterResponse MakeRegisterResponse(const RunEntry& run, const Seat& seat) const
-      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   // The generation a trainer call names, checked: ABORTED for an old one (naming why it ended),
   // FAILED_PRECONDITION for one not yet assigned or from the future, INVALID_ARGUMENT for a rank
   // out of range.
@@ -518,6 +443,8 @@ class Coordinator {
   // (metric_pipeline.h). Its passes run on the file work, which is destroyed first.
   class MetricPipeline;
   std::unique_ptr<MetricPipeline> metrics_;
+  std::unique_ptr<RankRegistration> registration_;
+  std::unique_ptr<StoreAndBarriers> store_barriers_;
   // Before the file work too: a capture's storage runs there.
   std::unique_ptr<StackCaptures> stacks_;
   std::unique_ptr<CheckpointLeadership> checkpoints_;  // a round's directory and publication too

@@ -1,4 +1,4 @@
-// Per-run state of the Coordinator, shared by its coordinator_*.cc files.
+// Per-run state of the Coordinator, shared by its coordinator_*.cc files and its managers' files.
 #pragma once
 
 #include <algorithm>

@@ -273,7 +273,7 @@ void Coordinator::StopGeneration(RunEntry& run, const absl::Status& cause, Defer
   Generation& g = *run.gen;
   if (!g.stopped.ok()) return;
   g.stopped = cause;
-  if (g.capture) stacks_->Complete(run, deferred);  // what arrived is kept; the hang it was for is moot
+  stacks_->Complete(run, deferred);  // a capture in progress keeps what arrived; the hang it was for is moot
   if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
   g.rendezvous.FailAll(cause, deferred);
   g.store->Abort(cause, deferred);

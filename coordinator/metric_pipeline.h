@@ -11,14 +11,13 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/manager_base.h"
 
 namespace dt {
 
-class Coordinator::MetricPipeline {
+class Coordinator::MetricPipeline : private ManagerBase {
  public:
-  explicit MetricPipeline(Coordinator& coordinator) : coordinator_(coordinator) {}
-  MetricPipeline(const MetricPipeline&) = delete;
-  MetricPipeline& operator=(const MetricPipeline&) = delete;
+  explicit MetricPipeline(Coordinator& coordinator) : ManagerBase(coordinator) {}
 
   // Queues a batch IngestMetrics has checked, charged `bytes` to its run's metric_bytes_held
   // until it is delivered, and posts a storage pass unless one is waiting. `stored` runs as
@@ -41,7 +40,6 @@ class Coordinator::MetricPipeline {
   // The pass's delivery, after `status` of its storage; releases each batch's charge and counts.
   void DeliverPass(std::vector<Waiting>& pass, const absl::Status& status);
 
-  Coordinator& coordinator_;
   mutable absl::Mutex mu_;
   std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool pass_posted_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/rank_registration.h"
 #include "coordinator/services.h"
 
 namespace dt {
@@ -89,14 +90,14 @@ grpc::ServerBidiReactor<v1::NodeHeartbeatRequest, v1::NodeHeartbeatResponse>* Re
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Register(grpc::CallbackServerContext* ctx,
                                                           const v1::RegisterRequest* req, v1::RegisterResponse* out) {
   return WaitForRun(deps_, ctx, "Register", req->run_id(), out, [&](auto& reactor) {
-    Coordinator* coordinator = deps_.coordinator;
+    Coordinator::RankRegistration* registration = &deps_.coordinator->registration();
     std::string run_id = req->run_id(), node = req->node(), incarnation = req->incarnation();
     int slot = req->local_slot();
     const void* call = reactor.pending().get();
-    reactor.set_on_cancel([coordinator, run_id, node, slot, incarnation, call] {
-      coordinator->WithdrawRegistration(run_id, node, slot, incarnation, call);
+    reactor.set_on_cancel([registration, run_id, node, slot, incarnation, call] {
+      registration->WithdrawRegistration(run_id, node, slot, incarnation, call);
     });
-    coordinator->Register(*req, reactor.pending());
+    registration->Register(*req, reactor.pending());
   });
 }
 
@@ -104,11 +105,11 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::RegisterNode(grpc::CallbackServ
                                                               const v1::RegisterNodeRequest* req,
                                                               v1::RegisterNodeResponse* out) {
   return WaitForRun(deps_, ctx, "RegisterNode", req->run_id(), out, [&](auto& reactor) {
-    Coordinator* coordinator = deps_.coordinator;
+    Coordinator::RankRegistration* registration = &deps_.coordinator->registration();
     const void* call = reactor.pending().get();
     reactor.set_on_cancel(
-        [coordinator, request = *req, call] { coordinator->WithdrawNodeRegistration(request, call); });
-    coordinator->RegisterNode(*req, reactor.pending());
+        [registration, request = *req, call] { registration->WithdrawNodeRegistration(request, call); });
+    registration->RegisterNode(*req, reactor.pending());
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/manager_base.h"
 
 namespace dt {
 
@@ -27,11 +28,9 @@ struct Coordinator::CaptureInProgress {
   std::vector<PendingPtr<v1::StackCapture>> waiting;
 };
 
-class Coordinator::StackCaptures {
+class Coordinator::StackCaptures : private ManagerBase {
  public:
-  explicit StackCaptures(Coordinator& coordinator) : coordinator_(coordinator) {}
-  StackCaptures(const StackCaptures&) = delete;
-  StackCaptures& operator=(const StackCaptures&) = delete;
+  explicit StackCaptures(Coordinator& coordinator) : ManagerBase(coordinator) {}
 
   // ---- StacksService ----
   // One rank's answer to a capture (ReportStacks). INVALID_ARGUMENT (the request's fields),
@@ -57,8 +56,8 @@ class Coordinator::StackCaptures {
   // stacks (nothing started; the caller acts without the evidence).
   bool Begin(RunEntry& run, const std::string& reason, std::optional<v1::Failure> hang,
              PendingPtr<v1::StackCapture> waiter, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Completes the generation's capture with what arrived: judges it, answers its waiters, stores it
-  // (off the lock) and, for a hang whose generation still runs, fails the generation with the verdict.
+  // Completes the generation's capture in progress, if any, with what arrived: judges it, answers its waiters, stores
+  // it (off the lock) and, for a hang whose generation still runs, fails the generation with the verdict.
   void Complete(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Rank `rank` left (its work done): the capture in progress no longer waits for it.
   void Excuse(RunEntry& run, int rank, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
@@ -73,10 +72,6 @@ class Coordinator::StackCaptures {
   // A hang's generation fails with the capture's verdict, naming the odd rank when there is one.
   void FailWithEvidence(RunEntry& run, v1::Failure failure, const v1::StackCapture& capture, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // The coordinator's lookup, under the name DT_OPEN_RUN_OR_* use.
-  absl::StatusOr<RunPtr> FindRun(const std::string& run_id) const { return coordinator_.FindRun(run_id); }
-
-  Coordinator& coordinator_;
 };
 
 }  // namespace dt

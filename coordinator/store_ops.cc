@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "coordinator/store_barriers.h"
 
 namespace dt {
 
@@ -81,7 +82,7 @@ Answer GetIfPresentOp(OpCall& c) {
 
 Answer GetOp(OpCall& c) {
   if (c.request.get().if_present()) return GetIfPresentOp(c);
-  absl::StatusOr<absl::Duration> timeout = c.coordinator.StoreTimeout(c.request.get().timeout_ms());
+  absl::StatusOr<absl::Duration> timeout = c.coordinator.store_barriers().StoreTimeout(c.request.get().timeout_ms());
   if (!timeout.ok()) return Refusal(timeout.status());
   c.store.Get(c.request.get().key(), *timeout, MakePending<std::string>([done = c.done](absl::StatusOr<std::string> v) {
                 done(Result(std::move(v), [](v1::StoreResponse& r, std::string value) {
@@ -94,7 +95,7 @@ Answer GetOp(OpCall& c) {
 }
 
 Answer WaitOp(OpCall& c) {
-  absl::StatusOr<absl::Duration> timeout = c.coordinator.StoreTimeout(c.request.wait().timeout_ms());
+  absl::StatusOr<absl::Duration> timeout = c.coordinator.store_barriers().StoreTimeout(c.request.wait().timeout_ms());
   if (!timeout.ok()) return Refusal(timeout.status());
   std::vector<std::string> keys(c.request.wait().keys().begin(), c.request.wait().keys().end());
   c.store.Wait(keys, *timeout, MakePending<Unit>([done = c.done](absl::StatusOr<Unit> v) {

@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "coordinator/services.h"
+#include "coordinator/store_barriers.h"
 #include "coordinator/store_ops.h"
 
 namespace dt {
@@ -109,7 +110,7 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     const v1::StoreScope& scope = request_.open();
     if (absl::Status s = Coordinator::Authorize(who_, scope.run_id()); !s.ok()) return s;
     scope_ = scope;
-    absl::StatusOr<std::shared_ptr<KvStore>> store = deps_.coordinator->OpenStore(scope);
+    absl::StatusOr<std::shared_ptr<KvStore>> store = deps_.coordinator->store_barriers().OpenStore(scope);
     if (!store.ok()) return store.status();
     store_ = *store;
     v1::StoreResponse ok;
@@ -164,14 +165,15 @@ class SessionReactor : public grpc::ServerBidiReactor<v1::StoreRequest, v1::Stor
     if (b.relay_member()) {
       // Its node's first arrival learns the outcome, this one and publishes it (answering the
       // member too would cost the write the relay exists to save).
-      deps_.coordinator->Barrier(req, MakePending<v1::BarrierResponse>([](absl::StatusOr<v1::BarrierResponse>) {}));
+      deps_.coordinator->store_barriers().Barrier(
+          req, MakePending<v1::BarrierResponse>([](absl::StatusOr<v1::BarrierResponse>) {}));
       if (b.relayed_ranks_size() > 0) {
         std::vector<int32_t> relayed(b.relayed_ranks().begin(), b.relayed_ranks().end());
-        if (absl::Status s = deps_.coordinator->ArriveRelayed(req, relayed); !s.ok()) answer_error(s);
+        if (absl::Status s = deps_.coordinator->store_barriers().ArriveRelayed(req, relayed); !s.ok()) answer_error(s);
       }
       return;
     }
-    deps_.coordinator->Barrier(
+    deps_.coordinator->store_barriers().Barrier(
         req, MakePending<v1::BarrierResponse>([weak, id, answer_error](absl::StatusOr<v1::BarrierResponse> r) {
           if (!r.ok()) {
             answer_error(r.status());
@@ -244,7 +246,7 @@ grpc::ServerUnaryReactor* UnaryStoreOp(const ServiceDeps& deps, grpc::CallbackSe
                                        const v1::StoreScope& scope, v1::StoreRequest request, Response* out,
                                        void (*fill)(const v1::StoreResponse&, Response&)) {
   return WaitForRun(deps, ctx, method, scope.run_id(), out, [&](PendingUnaryReactor<Response>& reactor) {
-    absl::StatusOr<std::shared_ptr<KvStore>> store = deps.coordinator->OpenStore(scope);
+    absl::StatusOr<std::shared_ptr<KvStore>> store = deps.coordinator->store_barriers().OpenStore(scope);
     if (!store.ok()) {
       reactor.pending()->Complete(store.status());
       return;

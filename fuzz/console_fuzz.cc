@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "coordinator/console/console_api.h"
+#include "coordinator/rank_registration.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_coordinator.h"
 
@@ -54,7 +55,8 @@ std::string SubmitWithRanks(World& w, const std::string& name) {
     req.set_incarnation(absl::StrCat("i", slot));
     req.set_host("host-1");
     req.set_pid(100 + slot);
-    w.coordinator->Register(req, MakePending<v1::RegisterResponse>([](absl::StatusOr<v1::RegisterResponse>) {}));
+    w.coordinator->registration().Register(
+        req, MakePending<v1::RegisterResponse>([](absl::StatusOr<v1::RegisterResponse>) {}));
   }
   for (int rank = 0; rank < 2; ++rank) {
     v1::MetricBatch batch;

@@ -14,7 +14,9 @@
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/rank_registration.h"
 #include "coordinator/state_db.h"
+#include "coordinator/store_barriers.h"
 #include "coordinator/store_ops.h"
 #include "coordinator/timer_queue.h"
 #include "fuzz/fuzz_check.h"
@@ -117,11 +119,11 @@ void Apply(World& w, Call& call) {
     case Call::kGetExperiment:
       return Answered(c.GetExperiment(call.get_experiment().run_id()), "GetExperiment");
     case Call::kRegister:
-      return c.Register(call.register_(), Later<v1::RegisterResponse>("Register"));
+      return c.registration().Register(call.register_(), Later<v1::RegisterResponse>("Register"));
     case Call::kHeartbeat:
       return Answered(c.Heartbeat(call.heartbeat()), "Heartbeat");
     case Call::kRegisterNode:
-      return c.RegisterNode(call.register_node(), Later<v1::RegisterNodeResponse>("RegisterNode"));
+      return c.registration().RegisterNode(call.register_node(), Later<v1::RegisterNodeResponse>("RegisterNode"));
     case Call::kNodeHeartbeat:
       return Answered(c.NodeHeartbeat(call.node_heartbeat()), "NodeHeartbeat");
     case Call::kReportError:
@@ -135,7 +137,7 @@ void Apply(World& w, Call& call) {
     case Call::kStore: {
       v1::StoreRequest& req = *call.mutable_store();
       if (req.has_open()) {
-        absl::StatusOr<std::shared_ptr<KvStore>> store = c.OpenStore(req.open());
+        absl::StatusOr<std::shared_ptr<KvStore>> store = c.store_barriers().OpenStore(req.open());
         Answered(store.status(), "Store open");
         if (store.ok()) w.store = *store;
         return;
@@ -152,7 +154,7 @@ void Apply(World& w, Call& call) {
       return;
     }
     case Call::kBarrier:
-      return c.Barrier(call.barrier(), Later<v1::BarrierResponse>("Barrier"));
+      return c.store_barriers().Barrier(call.barrier(), Later<v1::BarrierResponse>("Barrier"));
     case Call::kBeginCheckpoint:
       return c.checkpoints().Begin(call.begin_checkpoint(), Later<v1::BeginCheckpointResponse>("BeginCheckpoint"));
     case Call::kCommitCheckpoint:

@@ -14,6 +14,7 @@
 #include "common/fs.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/pending.h"
+#include "coordinator/rank_registration.h"
 #include "coordinator/state_db.h"
 #include "coordinator/timer_queue.h"
 #include "tests/test_util.h"
@@ -115,7 +116,7 @@ class CoordinatorTest : public ::testing::Test {
         replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
         v1::RegisterRequest req = RegisterRequest(run, "n" + std::to_string(n + 1), s);
         req.set_captures_stacks(captures);
-        coord_->Register(req, replies.back()->pending());
+        coord_->registration().Register(req, replies.back()->pending());
       }
     }
     std::vector<v1::RegisterResponse> out(nodes * ppn);

@@ -20,7 +20,9 @@
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/prometheus_exporter.h"
+#include "coordinator/rank_registration.h"
 #include "coordinator/stack_captures.h"
+#include "coordinator/store_barriers.h"
 #include "tests/http_test_client.h"
 #include "tests/test_util.h"
 
@@ -150,12 +152,12 @@ TEST_F(CoordinatorTest, JoinKeyMakesSubmitCreateOrJoin) {
 TEST_F(CoordinatorTest, RendezvousWaitsForEveryRankThenAssignsNodeContiguousRanks) {
   std::string run = Submit(2, 2);
   Reply<v1::RegisterResponse> a, b, c, d;
-  coord_->Register(RegisterRequest(run, "n2", 1), a.pending());
-  coord_->Register(RegisterRequest(run, "n1", 0), b.pending());
-  coord_->Register(RegisterRequest(run, "n2", 0), c.pending());
+  coord_->registration().Register(RegisterRequest(run, "n2", 1), a.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0), b.pending());
+  coord_->registration().Register(RegisterRequest(run, "n2", 0), c.pending());
   EXPECT_FALSE(a.arrived() || b.arrived() || c.arrived());
   EXPECT_EQ(State(run), v1::RENDEZVOUS);
-  coord_->Register(RegisterRequest(run, "n1", 1), d.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1), d.pending());
   ASSERT_TRUE(a.arrived() && b.arrived() && c.arrived() && d.arrived());
   EXPECT_EQ(a.value->rank(), 3);
   EXPECT_EQ(b.value->rank(), 0);
@@ -184,17 +186,17 @@ TEST_F(CoordinatorTest, WorldViewMismatchIsRefusedInsteadOfFormingASmallerWorld)
   req.mutable_expected()->set_nodes(1);
   req.mutable_expected()->set_procs_per_node(1);
   Reply<v1::RegisterResponse> r;
-  coord_->Register(req, r.pending());
+  coord_->registration().Register(req, r.pending());
   EXPECT_EQ(r.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.value.status().message().find("world size 4"), std::string::npos) << r.value.status();
   // A slot beyond procs per node, and a third node in a two-node run.
   Reply<v1::RegisterResponse> slot;
-  coord_->Register(RegisterRequest(run, "n1", 2), slot.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 2), slot.pending());
   EXPECT_EQ(slot.value.status().code(), absl::StatusCode::kFailedPrecondition);
   Reply<v1::RegisterResponse> x, y, z;
-  coord_->Register(RegisterRequest(run, "a", 0), x.pending());
-  coord_->Register(RegisterRequest(run, "b", 0), y.pending());
-  coord_->Register(RegisterRequest(run, "c", 0), z.pending());
+  coord_->registration().Register(RegisterRequest(run, "a", 0), x.pending());
+  coord_->registration().Register(RegisterRequest(run, "b", 0), y.pending());
+  coord_->registration().Register(RegisterRequest(run, "c", 0), z.pending());
   EXPECT_EQ(z.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(z.value.status().message().find("node 3 of a 2-node run"), std::string::npos);
 }
@@ -215,7 +217,7 @@ TEST_F(CoordinatorTest, TheFirstNodesCountFixesACountedRunsShape) {
       v1::RegisterRequest req = RegisterRequest(run, node, slot);
       req.mutable_expected()->set_procs_per_node(3);
       replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-      coord_->Register(req, replies.back()->pending());
+      coord_->registration().Register(req, replies.back()->pending());
     }
   }
   for (const auto& reply : replies) {
@@ -252,7 +254,7 @@ TEST_F(CoordinatorTest, ACountThatWouldPassMaxRanksEndsTheRunAndGivesItsRanksBac
   Reply<v1::RegisterResponse> counted;
   v1::RegisterRequest req = RegisterRequest(run, "n1", 0);
   req.mutable_expected()->set_procs_per_node(3);  // 6 ranks: 4 more than held, 2 free
-  coord_->Register(req, counted.pending());
+  coord_->registration().Register(req, counted.pending());
   ASSERT_TRUE(counted.arrived());
   EXPECT_EQ(counted.value.status().code(), absl::StatusCode::kResourceExhausted) << counted.value.status();
   absl::StatusOr<v1::Run> r = coord_->GetRun(run);
@@ -281,7 +283,7 @@ TEST_F(CoordinatorTest, AdmittedRanksFollowEveryRunFromSubmissionToItsEnd) {
   Reply<v1::RegisterResponse> first;
   v1::RegisterRequest req = RegisterRequest(counted, "n1", 0);
   req.mutable_expected()->set_procs_per_node(4);
-  coord_->Register(req, first.pending());
+  coord_->registration().Register(req, first.pending());
   EXPECT_EQ(admitted(), 14);  // 2 nodes x 4
   v1::RunSpec joined = testing::MakeSpec("byo", save_dir_, 1, 2);
   joined.set_scheduler(v1::EXTERNAL);
@@ -312,11 +314,11 @@ TEST_F(CoordinatorTest, ANodeThatCountsDifferentlyEndsTheRunNamingBothCounts) {
   Reply<v1::RegisterResponse> first, second;
   v1::RegisterRequest a = RegisterRequest(run, "big", 0);
   a.mutable_expected()->set_procs_per_node(2);
-  coord_->Register(a, first.pending());
+  coord_->registration().Register(a, first.pending());
   EXPECT_FALSE(first.arrived());
   v1::RegisterRequest b = RegisterRequest(run, "small", 0);
   b.mutable_expected()->set_procs_per_node(1);
-  coord_->Register(b, second.pending());
+  coord_->registration().Register(b, second.pending());
   ASSERT_TRUE(second.arrived() && first.arrived());
   EXPECT_EQ(second.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(first.value.ok());
@@ -354,7 +356,7 @@ TEST_F(CoordinatorTest, ACountedRunNeedsDtrunAndAKnownRule) {
   counted.add_exec_command("/bin/true");
   std::string run = coord_->SubmitRun(counted)->run_id();
   Reply<v1::RegisterResponse> silent;
-  coord_->Register(RegisterRequest(run, "n1", 0), silent.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0), silent.pending());
   EXPECT_EQ(silent.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(silent.value.status().message().find("did not say its node's count"), std::string::npos)
       << silent.value.status();
@@ -364,8 +366,8 @@ TEST_F(CoordinatorTest, ACountedRunNeedsDtrunAndAKnownRule) {
 TEST_F(CoordinatorTest, RendezvousTimeoutNamesWhoCameAndWhoDidNot) {
   std::string run = Submit(2, 2);
   Reply<v1::RegisterResponse> a, b;
-  coord_->Register(RegisterRequest(run, "n1", 0), a.pending());
-  coord_->Register(RegisterRequest(run, "n1", 1), b.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0), a.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1), b.pending());
   Advance(absl::Minutes(5) + absl::Seconds(1));
   ASSERT_TRUE(a.arrived());
   EXPECT_EQ(a.value.status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -381,7 +383,7 @@ TEST_F(CoordinatorTest, RetryWithTheSameIncarnationGetsTheSameAssignment) {
   std::string run = Submit(1, 2);
   auto ranks = RegisterAll(run, 1, 2);
   Reply<v1::RegisterResponse> again;
-  coord_->Register(RegisterRequest(run, "n1", 1), again.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1), again.pending());
   ASSERT_TRUE(again.value.ok());
   EXPECT_EQ(again.value->rank(), 1);
   EXPECT_EQ(State(run), v1::RUNNING);
@@ -393,9 +395,9 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   Reply<v1::BarrierResponse> b0, b1;
   v1::BarrierRequest req = BarrierRequest(run, "data-ready", 3'600'000);
   req.set_rank(0);
-  coord_->Barrier(req, b0.pending());
+  coord_->store_barriers().Barrier(req, b0.pending());
   req.set_rank(1);
-  coord_->Barrier(req, b1.pending());
+  coord_->store_barriers().Barrier(req, b1.pending());
   // Ranks 0 and 1 heartbeat; rank 2 went silent.
   for (int i = 0; i < 16; ++i) {
     Advance(absl::Seconds(2));
@@ -421,8 +423,8 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   EXPECT_EQ(hb->directive(), v1::HeartbeatResponse::STOP);
   EXPECT_NE(hb->reason().find("rank 2"), std::string::npos) << hb->reason();
   // Old-generation calls are ABORTED.
-  EXPECT_EQ(coord_
-                ->OpenStore([&] {
+  EXPECT_EQ(coord_->store_barriers()
+                .OpenStore([&] {
                   v1::StoreScope s;
                   s.set_run_id(run);
                   s.set_generation(0);
@@ -436,7 +438,7 @@ TEST_F(CoordinatorTest, SilentRankFailsTheGenerationAndEveryOpenBarrierAtOnce) {
   std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> again;
   for (int s = 0; s < 3; ++s) {
     again.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-    coord_->Register(RegisterRequest(run, "n1", s, "new-" + std::to_string(s)), again.back()->pending());
+    coord_->registration().Register(RegisterRequest(run, "n1", s, "new-" + std::to_string(s)), again.back()->pending());
   }
   ASSERT_TRUE(again[2]->value.ok());
   EXPECT_EQ(again[2]->value->generation(), 1);
@@ -454,7 +456,7 @@ TEST_F(CoordinatorTest, DtBarrierNamesAreReservedExceptDataReady) {
   req.set_timeout_ms(60'000);
   req.set_name("dt.checkpoint/100");
   Reply<v1::BarrierResponse> reserved;
-  coord_->Barrier(req, reserved.pending());
+  coord_->store_barriers().Barrier(req, reserved.pending());
   ASSERT_TRUE(reserved.arrived());
   EXPECT_EQ(reserved.value.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(reserved.value.status().message().find("reserved"), std::string::npos) << reserved.value.status();
@@ -462,7 +464,7 @@ TEST_F(CoordinatorTest, DtBarrierNamesAreReservedExceptDataReady) {
   for (const char* name : {"dt.data-ready", "my-dt.sync"}) {
     req.set_name(name);
     Reply<v1::BarrierResponse> ok;
-    coord_->Barrier(req, ok.pending());
+    coord_->store_barriers().Barrier(req, ok.pending());
     ASSERT_TRUE(ok.arrived()) << name;
     EXPECT_TRUE(ok.value.ok()) << name << ": " << ok.value.status();
   }
@@ -505,7 +507,7 @@ TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   EXPECT_EQ(coord_->GetRun(run)->reason().message(), "CUDA out of memory");
   // Registering into an ended run is refused with the cause.
   Reply<v1::RegisterResponse> late;
-  coord_->Register(RegisterRequest(run, "n1", 0, "late"), late.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0, "late"), late.pending());
   EXPECT_EQ(late.value.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(late.value.status().message().find("CUDA out of memory"), std::string::npos);
 }
@@ -576,7 +578,7 @@ TEST_F(CoordinatorTest, AStopNothingElseExplainsEndsTheGenerationAsTerminated) {
 TEST_F(CoordinatorTest, ReportStoppedValidatesItsFields) {
   std::string run = Submit(1, 2);
   Reply<v1::RegisterResponse> first;
-  coord_->Register(RegisterRequest(run, "n1", 0), first.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0), first.pending());
   v1::RegisterResponse fake;  // rank 0 of generation 0, before the rendezvous completed
   EXPECT_EQ(coord_->ReportStopped(StopReport(run, fake, 15, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
   auto ranks = RegisterAll(run, 1, 2);
@@ -605,7 +607,7 @@ TEST_F(CoordinatorTest, ALaunchersReportByTaskNamesTheRankThatHeldIt) {
     v1::RegisterRequest req = RegisterRequest(run, "n" + std::to_string(task + 1), 0);
     req.set_scheduler_task(task);
     replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-    coord_->Register(req, replies.back()->pending());
+    coord_->registration().Register(req, replies.back()->pending());
   }
   ASSERT_TRUE(replies[0]->value.ok()) << replies[0]->value.status();
   ASSERT_TRUE(replies[1]->value.ok());
@@ -959,7 +961,7 @@ TEST_F(CoordinatorTest, ReplacedIncarnationRestartsTheGroup) {
   std::string run = Submit(1, 2, /*max_restarts=*/2);
   RegisterAll(run, 1, 2);
   Reply<v1::RegisterResponse> restarted;
-  coord_->Register(RegisterRequest(run, "n1", 1, "fresh-process"), restarted.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1, "fresh-process"), restarted.pending());
   EXPECT_FALSE(restarted.arrived());  // waits in generation 1
   auto status = coord_->GetRun(run);
   EXPECT_EQ(status->generation(), 1);
@@ -1023,7 +1025,8 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
   std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
   for (int s = 0; s < 2; ++s) {
     replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-    coord_->Register(RegisterRequest(run, "n1", s, "again-" + std::to_string(s)), replies.back()->pending());
+    coord_->registration().Register(RegisterRequest(run, "n1", s, "again-" + std::to_string(s)),
+                                    replies.back()->pending());
   }
   for (auto& reply : replies) ASSERT_TRUE(reply->arrived() && reply->value.ok());
   EXPECT_EQ(State(run), v1::RUNNING);
@@ -1169,13 +1172,13 @@ TEST_F(CoordinatorTest, ReportPreflightValidatesItsFields) {
   std::string run = Submit(1, 2);
   std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> waiting;
   waiting.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-  coord_->Register(RegisterRequest(run, "n1", 0), waiting.back()->pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 0), waiting.back()->pending());
   v1::RegisterResponse fake;
   fake.set_rank(0);
   auto early = coord_->ReportPreflight(PreflightReport(run, fake, 9));
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
   waiting.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-  coord_->Register(RegisterRequest(run, "n1", 1), waiting.back()->pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1), waiting.back()->pending());
   ASSERT_TRUE(waiting[0]->arrived() && waiting[0]->value.ok());
   v1::RegisterResponse a = *waiting[0]->value;
   for (double bad : {-1.0, std::nan(""), 1e9}) {
@@ -1626,9 +1629,9 @@ TEST_F(CoordinatorTest, AStalledSaveDirSlowsNoOtherRunAndNoOtherCall) {
       Reply<v1::BarrierResponse> b0, b1;
       v1::BarrierRequest req = BarrierRequest(busy, "sync", 60'000);
       req.set_rank(0);
-      coord_->Barrier(req, b0.pending());
+      coord_->store_barriers().Barrier(req, b0.pending());
       req.set_rank(1);
-      coord_->Barrier(req, b1.pending());
+      coord_->store_barriers().Barrier(req, b1.pending());
       ASSERT_TRUE(b0.WaitFor() && b1.WaitFor());
       ASSERT_TRUE(b0.value.ok()) << b0.value.status();
     });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/node_registration.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/rank_registration.h"
 #include "tests/coordinator_fixture.h"
 #include "tests/test_util.h"
 
@@ -55,7 +56,7 @@ class NodeAgentTest : public CoordinatorTest {
     for (int s = 0; s < ppn; ++s) slots.push_back(s);
     for (int n = 0; n < nodes; ++n) {
       replies.push_back(std::make_unique<Reply<v1::RegisterNodeResponse>>());
-      coord_->RegisterNode(NodeRequest(run, absl::StrCat("n", n + 1), slots), replies.back()->pending());
+      coord_->registration().RegisterNode(NodeRequest(run, absl::StrCat("n", n + 1), slots), replies.back()->pending());
     }
     std::vector<v1::RegisterNodeResponse> out;
     for (auto& r : replies) {
@@ -122,12 +123,12 @@ TEST(NodeRegistrationTest, EachSlotsRequestAndAnswerSurviveThePacking) {
 TEST_F(NodeAgentTest, ANodesAgentGetsTheSeatsItsRanksWouldHaveGotOneByOne) {
   std::string run = Submit(3, 4);
   Reply<v1::RegisterNodeResponse> agent;
-  coord_->RegisterNode(NodeRequest(run, "n2", {3, 1, 0, 2}), agent.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n2", {3, 1, 0, 2}), agent.pending());
   std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> singles;
   for (const char* node : {"n1", "n3"}) {
     for (int slot = 0; slot < 4; ++slot) {
       singles.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
-      coord_->Register(RegisterRequest(run, node, slot), singles.back()->pending());
+      coord_->registration().Register(RegisterRequest(run, node, slot), singles.back()->pending());
       if (!(node == std::string("n3") && slot == 3)) {
         EXPECT_FALSE(agent.arrived()) << "the agent was answered before every rank came";
       }
@@ -235,7 +236,7 @@ TEST_F(NodeAgentTest, ARetryGetsTheSameSeatsAndARestartedSlotStartsTheNextGenera
   std::string run = Submit(2, 2, /*max_restarts=*/1);
   RegisterAllNodes(run, 2, 2);
   Reply<v1::RegisterNodeResponse> retry;
-  coord_->RegisterNode(NodeRequest(run, "n2", {1, 0}), retry.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n2", {1, 0}), retry.pending());
   ASSERT_TRUE(retry.arrived());
   ASSERT_TRUE(retry.value.ok()) << retry.value.status();
   EXPECT_EQ(retry.value->slots(0).local_slot(), 1);
@@ -248,12 +249,12 @@ TEST_F(NodeAgentTest, ARetryGetsTheSameSeatsAndARestartedSlotStartsTheNextGenera
   v1::RegisterNodeRequest restarted = NodeRequest(run, "n2", {0, 1});
   restarted.mutable_slots(1)->set_incarnation("n2-1-restarted");
   Reply<v1::RegisterNodeResponse> next;
-  coord_->RegisterNode(restarted, next.pending());
+  coord_->registration().RegisterNode(restarted, next.pending());
   EXPECT_FALSE(next.arrived()) << "the restarted node joins generation 1, which waits for n1";
   auto status = coord_->GetRun(run);
   EXPECT_EQ(status->generation(), 1);
   Reply<v1::RegisterNodeResponse> n1;
-  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), n1.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {0, 1}), n1.pending());
   ASSERT_TRUE(next.arrived() && n1.arrived());
   ASSERT_TRUE(next.value.ok()) << next.value.status();
   EXPECT_EQ(next.value->generation(), 1);
@@ -264,7 +265,7 @@ TEST_F(NodeAgentTest, AMalformedOrMisfitNodeRegistrationIsRefusedAndSeatsNothing
   std::string run = Submit(2, 2);
   auto refused = [&](const v1::RegisterNodeRequest& req) {
     Reply<v1::RegisterNodeResponse> r;
-    coord_->RegisterNode(req, r.pending());
+    coord_->registration().RegisterNode(req, r.pending());
     EXPECT_TRUE(r.arrived());
     return r.value.status();
   };
@@ -287,15 +288,15 @@ TEST_F(NodeAgentTest, AMalformedOrMisfitNodeRegistrationIsRefusedAndSeatsNothing
   EXPECT_EQ(coord_->GetRun(run)->ranks_size(), 0) << "a refused call left registrants waiting";
   // A third node in a two-node run, while two wait: refused, and none of its slots is seated.
   Reply<v1::RegisterNodeResponse> n1;
-  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), n1.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {0, 1}), n1.pending());
   Reply<v1::RegisterResponse> n2_first;
-  coord_->Register(RegisterRequest(run, "n2", 0), n2_first.pending());
+  coord_->registration().Register(RegisterRequest(run, "n2", 0), n2_first.pending());
   absl::Status third = refused(NodeRequest(run, "n3", {0, 1}));
   EXPECT_EQ(third.code(), absl::StatusCode::kFailedPrecondition) << third;
   EXPECT_NE(third.message().find("node 3 of a 2-node run"), std::string::npos) << third;
   EXPECT_EQ(coord_->GetRun(run)->ranks_size(), 3);
   Reply<v1::RegisterResponse> n2_second;
-  coord_->Register(RegisterRequest(run, "n2", 1), n2_second.pending());
+  coord_->registration().Register(RegisterRequest(run, "n2", 1), n2_second.pending());
   ASSERT_TRUE(n1.arrived() && n2_first.arrived() && n2_second.arrived());
   EXPECT_TRUE(n1.value.ok() && n2_first.value.ok() && n2_second.value.ok());
 }
@@ -306,11 +307,11 @@ TEST_F(NodeAgentTest, AMalformedOrMisfitNodeRegistrationIsRefusedAndSeatsNothing
 TEST_F(NodeAgentTest, ARetryThatFillsTheRendezvousGetsEverySlotSeated) {
   std::string run = Submit(2, 2);
   Reply<v1::RegisterNodeResponse> n2;
-  coord_->RegisterNode(NodeRequest(run, "n2", {0, 1}), n2.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n2", {0, 1}), n2.pending());
   Reply<v1::RegisterResponse> held;
-  coord_->Register(RegisterRequest(run, "n1", 1), held.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1), held.pending());
   Reply<v1::RegisterNodeResponse> retry;
-  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), retry.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {0, 1}), retry.pending());
   ASSERT_TRUE(retry.arrived());
   ASSERT_TRUE(retry.value.ok()) << retry.value.status();
   ASSERT_EQ(retry.value->slots_size(), 2);
@@ -326,9 +327,9 @@ TEST_F(NodeAgentTest, ARetryThatFillsTheRendezvousGetsEverySlotSeated) {
 TEST_F(NodeAgentTest, WhenOneSlotIsTakenOverTheCallsOtherSlotsLeaveWithIt) {
   std::string run = Submit(1, 3);
   Reply<v1::RegisterNodeResponse> first;
-  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), first.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {0, 1}), first.pending());
   Reply<v1::RegisterResponse> newer;
-  coord_->Register(RegisterRequest(run, "n1", 1, "a-restarted-process"), newer.pending());
+  coord_->registration().Register(RegisterRequest(run, "n1", 1, "a-restarted-process"), newer.pending());
   ASSERT_TRUE(first.arrived());
   EXPECT_EQ(first.value.status().code(), absl::StatusCode::kAborted) << first.value.status();
   auto status = coord_->GetRun(run);
@@ -340,10 +341,10 @@ TEST_F(NodeAgentTest, AnAgentThatWentAwayLeavesTheRendezvousWithAllItsSlots) {
   std::string run = Submit(1, 3);
   Reply<v1::RegisterNodeResponse> gone;
   PendingPtr<v1::RegisterNodeResponse> call = gone.pending();
-  coord_->RegisterNode(NodeRequest(run, "n1", {0, 1}), call);
-  coord_->WithdrawNodeRegistration(NodeRequest(run, "n1", {0, 1}), call.get());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {0, 1}), call);
+  coord_->registration().WithdrawNodeRegistration(NodeRequest(run, "n1", {0, 1}), call.get());
   Reply<v1::RegisterNodeResponse> last;
-  coord_->RegisterNode(NodeRequest(run, "n1", {2}), last.pending());
+  coord_->registration().RegisterNode(NodeRequest(run, "n1", {2}), last.pending());
   EXPECT_FALSE(last.arrived()) << "slots 0 and 1 left with their call";
   Advance(absl::Minutes(5) + absl::Seconds(1));
   ASSERT_TRUE(last.arrived());

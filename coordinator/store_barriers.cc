@@ -1,10 +1,11 @@
-// The key-value store and barriers of a run's current generation.
+// The key-value store and barriers of a run's current generation (store_barriers.h).
+#include "coordinator/store_barriers.h"
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/names.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/request_checks.h"
 
@@ -54,33 +55,34 @@ absl::Status ValidateRelayedRanks(const std::vector<v1::RankStatus>& ranks, int 
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<KvStore>> Coordinator::OpenStore(const v1::StoreScope& scope) {
+absl::StatusOr<std::shared_ptr<KvStore>> Coordinator::StoreAndBarriers::OpenStore(const v1::StoreScope& scope) {
   DT_OPEN_RUN_OR_RETURN(run, locked, scope.run_id());
-  absl::StatusOr<Generation*> g = LiveGeneration(*run, scope.generation(), scope.rank(), RankUse::kToolAllowed);
+  absl::StatusOr<Generation*> g =
+      coordinator_.LiveGeneration(*run, scope.generation(), scope.rank(), RankUse::kToolAllowed);
   if (!g.ok()) return g.status();
   return (*g)->store;
 }
 
-absl::StatusOr<absl::Duration> Coordinator::StoreTimeout(int64_t timeout_ms) const {
+absl::StatusOr<absl::Duration> Coordinator::StoreAndBarriers::StoreTimeout(int64_t timeout_ms) const {
   if (absl::Status s = ValidateTimeoutMs(timeout_ms); !s.ok()) return s;
   if (timeout_ms > 0) return absl::Milliseconds(timeout_ms);
-  return absl::Milliseconds(policy_.store_timeout_ms());
+  return absl::Milliseconds(coordinator_.policy_.store_timeout_ms());
 }
 
-void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply) {
+void Coordinator::StoreAndBarriers::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::BarrierResponse> reply) {
   if (absl::Status s = ValidateBarrierRequest(request); !s.ok()) {
     reply->Complete(s);
     return;
   }
   DT_OPEN_RUN_OR_REPLY(run, locked, request.run_id(), reply);
   Deferred& deferred = locked.deferred();
-  absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> g = coordinator_.LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) {
     deferred.Complete<v1::BarrierResponse>(reply, g.status());
     return;
   }
-  absl::Duration timeout = BarrierTimeout(request, policy_);
-  CoordinatorStats* stats = stats_;
+  absl::Duration timeout = BarrierTimeout(request, coordinator_.policy_);
+  CoordinatorStats* stats = coordinator_.stats_;
   auto released = MakePending<BarrierRelease>([reply, stats](absl::StatusOr<BarrierRelease> r) {
     if (!r.ok()) {
       reply->Complete(r.status());
@@ -95,10 +97,11 @@ void Coordinator::Barrier(const v1::BarrierRequest& request, PendingPtr<v1::Barr
   (*g)->barriers->Arrive(request.rank(), request.name(), request.sequence(), timeout, released, deferred);
 }
 
-absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const std::vector<int32_t>& ranks) {
+absl::Status Coordinator::StoreAndBarriers::ArriveRelayed(const v1::BarrierRequest& request,
+                                                          const std::vector<int32_t>& ranks) {
   if (absl::Status s = ValidateBarrierRequest(request); !s.ok()) return s;
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
-  absl::StatusOr<Generation*> g = LiveGeneration(*run, request.generation(), request.rank());
+  absl::StatusOr<Generation*> g = coordinator_.LiveGeneration(*run, request.generation(), request.rank());
   if (!g.ok()) return g.status();
   if (!(*g)->assigned) {
     // Nodes are known from the rendezvous on: before it, nobody's node can be checked.
@@ -109,7 +112,7 @@ absl::Status Coordinator::ArriveRelayed(const v1::BarrierRequest& request, const
   if (absl::Status s = ValidateRelayedRanks((*g)->ranks, request.rank(), request.sequence(), ranks); !s.ok()) {
     return s;
   }
-  absl::Duration timeout = BarrierTimeout(request, policy_);
+  absl::Duration timeout = BarrierTimeout(request, coordinator_.policy_);
   for (int32_t r : ranks) {
     (*g)->barriers->ArriveRelayed(r, request.name(), request.sequence(), timeout, locked.deferred());
   }

@@ -1,4 +1,7 @@
-// Rendezvous: registration, seats and assignments, the rendezvous timeout, withdrawn registrations.
+// Rank registration (rank_registration.h): Register, RegisterNode, their seats and assignments, the
+// rendezvous timeout, withdrawn registrations.
+#include "coordinator/rank_registration.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -8,12 +11,13 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/names.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/node_seats.h"
 #include "coordinator/request_checks.h"
 
 namespace dt {
-v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, const Seat& seat) const {
+
+v1::RegisterResponse Coordinator::RankRegistration::MakeRegisterResponse(const RunEntry& run, const Seat& seat) const {
   const v1::Run& r = run.stored.run;
   v1::RegisterResponse out;
   out.set_run_id(r.run_id());
@@ -25,14 +29,15 @@ v1::RegisterResponse Coordinator::MakeRegisterResponse(const RunEntry& run, cons
   out.set_nodes(seat.assignment.nodes);
   out.set_generation(r.generation());
   out.set_exp_dir(r.exp_dir());
-  if (std::optional<v1::CheckpointInfo> latest = Latest(run)) *out.mutable_resume() = *latest;
+  if (std::optional<v1::CheckpointInfo> latest = coordinator_.Latest(run)) *out.mutable_resume() = *latest;
   *out.mutable_spec() = r.spec();
-  *out.mutable_timeouts() = policy_;
+  *out.mutable_timeouts() = coordinator_.policy_;
   out.set_restarts(r.restarts());
   return out;
 }
 
-absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const v1::RegisterRequest& request) const {
+absl::Status Coordinator::RankRegistration::CheckRunAcceptsRegistration(const RunEntry& run,
+                                                                        const v1::RegisterRequest& request) const {
   const v1::Run& r = run.stored.run;
   if (IsTerminal(r.state())) {
     return absl::FailedPreconditionError(
@@ -54,7 +59,8 @@ absl::Status Coordinator::CheckRunAcceptsRegistration(const RunEntry& run, const
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
+absl::Status Coordinator::RankRegistration::CountProcsPerNode(RunEntry& run, const v1::RegisterRequest& request,
+                                                              Deferred& deferred) {
   v1::Run& r = run.stored.run;
   v1::RunSpec& spec = *r.mutable_spec();
   if (spec.procs_per_node_rule().empty() || IsTerminal(r.state())) return absl::OkStatus();
@@ -83,9 +89,9 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
   }
   absl::Status admitted = absl::OkStatus();
   if (wrong.empty() && spec.procs_per_node() == 0) {
-    admitted = admission_.Admit(world - run.ranks_admitted,
-                                absl::StrCat("run ", r.run_id(), " (", spec.nodes(), " nodes x ", counted, " = ", world,
-                                             " ranks, ", run.ranks_admitted, " of them held already)"));
+    admitted = coordinator_.admission_.Admit(
+        world - run.ranks_admitted, absl::StrCat("run ", r.run_id(), " (", spec.nodes(), " nodes x ", counted, " = ",
+                                                 world, " ranks, ", run.ranks_admitted, " of them held already)"));
     if (admitted.ok()) {
       run.ranks_admitted = world;
     } else {
@@ -101,7 +107,7 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
     failure.set_host(request.host());
     failure.set_message(wrong);
     failure.set_fatal(true);
-    FailGeneration(run, failure, deferred);
+    coordinator_.FailGeneration(run, failure, deferred);
     std::string ended = absl::StrCat("run ", r.run_id(), " ended: ", wrong);
     return admitted.ok() ? absl::FailedPreconditionError(ended) : absl::ResourceExhaustedError(ended);
   }
@@ -110,15 +116,15 @@ absl::Status Coordinator::CountProcsPerNode(RunEntry& run, const v1::RegisterReq
   r.set_world_size(static_cast<int>(world));
   r.set_procs_per_node_counted_on(request.node());
   // Nobody has joined this generation (the count was unknown): make it again at the run's shape.
-  NewGeneration(run, run.gen->number);
+  coordinator_.NewGeneration(run, run.gen->number);
   DT_LOG(Info) << "run " << r.run_id() << ": node " << request.node() << " counted " << counted
                << " processes per node (" << rule << "): world size " << world;
-  Persist(run, deferred);
-  Notify(run, deferred);
+  coordinator_.Persist(run, deferred);
+  coordinator_.Notify(run, deferred);
   return absl::OkStatus();
 }
 
-std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAssignedGeneration(
+std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RankRegistration::RegisterWithAssignedGeneration(
     RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
   Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;
@@ -171,7 +177,7 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
   failure.set_step(g.health ? g.health->step(seat->rank()) : 0);
   failure.set_message(absl::StrCat("was restarted: pid ", request.pid(), " on ", request.host(),
                                    " registered for its slot, replacing pid ", seat->pid()));
-  FailGeneration(run, failure, deferred);  // replaces run.gen (or ends the run)
+  coordinator_.FailGeneration(run, failure, deferred);  // replaces run.gen (or ends the run)
   if (IsTerminal(r.state())) {
     return absl::FailedPreconditionError(
         absl::StrCat("run ", r.run_id(), " has ended ", StateName(r.state()), ": ", DescribeFailure(r.reason())));
@@ -179,18 +185,21 @@ std::optional<absl::StatusOr<v1::RegisterResponse>> Coordinator::RegisterWithAss
   return std::nullopt;  // register with the new generation
 }
 
-absl::Status Coordinator::AcceptingRegistrations() const {
-  absl::MutexLock lock(&registry_mu_);
-  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down; register with its replacement");
+absl::Status Coordinator::RankRegistration::AcceptingRegistrations() const {
+  absl::MutexLock lock(&coordinator_.registry_mu_);
+  if (coordinator_.shutting_down_)
+    return absl::UnavailableError("the coordinator is shutting down; register with its replacement");
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request, Deferred& deferred) {
+absl::Status Coordinator::RankRegistration::AdmitRegistrant(RunEntry& run, const v1::RegisterRequest& request,
+                                                            Deferred& deferred) {
   if (absl::Status s = CountProcsPerNode(run, request, deferred); !s.ok()) return s;
   return CheckRunAcceptsRegistration(run, request);
 }
 
-void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::RegisterResponse> reply) {
+void Coordinator::RankRegistration::Register(const v1::RegisterRequest& request,
+                                             PendingPtr<v1::RegisterResponse> reply) {
   RunPtr run = OpenRegistration(ValidateRegisterRequest(request), request.run_id(), reply);
   if (run == nullptr) return;
   LockedRun locked(*run);
@@ -208,34 +217,35 @@ void Coordinator::Register(const v1::RegisterRequest& request, PendingPtr<v1::Re
   JoinRendezvous(run, request, reply, deferred);
 }
 
-Registrant Coordinator::MakeRegistrant(const v1::RegisterRequest& request, const void* call) const {
+Registrant Coordinator::RankRegistration::MakeRegistrant(const v1::RegisterRequest& request, const void* call) const {
   return Registrant{request.node(),
                     request.local_slot(),
                     request.incarnation(),
                     request.host(),
                     request.pid(),
                     request.version(),
-                    clock_->Now(),
+                    coordinator_.clock_->Now(),
                     call,
                     request.has_scheduler_task() ? std::optional<int>(request.scheduler_task()) : std::nullopt,
                     request.captures_stacks()};
 }
 
-absl::StatusOr<v1::RegisterResponse> Coordinator::AnswerSeat(const std::weak_ptr<RunEntry>& weak_run,
-                                                             int64_t generation, const absl::StatusOr<Seat>& seat) {
+absl::StatusOr<v1::RegisterResponse> Coordinator::RankRegistration::AnswerSeat(const std::weak_ptr<RunEntry>& weak_run,
+                                                                               int64_t generation,
+                                                                               const absl::StatusOr<Seat>& seat) {
   RunPtr run = weak_run.lock();
   if (!seat.ok()) return seat.status();
   if (!run) return absl::UnavailableError("the coordinator is shutting down");
   RunMutexLock lock(&run->mu);
   // The seats go out after the lock was released: the generation may have failed meanwhile.
   if (run->gen->number != generation || IsTerminal(run->stored.run.state())) {
-    return LiveGeneration(*run, generation, seat->assignment.rank).status();
+    return coordinator_.LiveGeneration(*run, generation, seat->assignment.rank).status();
   }
   return MakeRegisterResponse(*run, *seat);
 }
 
-void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
-                                 const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred) {
+void Coordinator::RankRegistration::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& request,
+                                                   const PendingPtr<v1::RegisterResponse>& reply, Deferred& deferred) {
   // The seat's reply builds the RegisterResponse once rendezvous completes.
   int64_t number = run->gen->number;
   // Weak: the pending lives in the run's own rendezvous; a strong reference would be a cycle.
@@ -250,34 +260,35 @@ void Coordinator::JoinRendezvous(const RunPtr& run, const v1::RegisterRequest& r
   CompleteRendezvousIfFull(*run, deferred);
 }
 
-absl::Status Coordinator::SeatRegistrant(const RunPtr& run, Registrant registrant, PendingPtr<Seat> seat_reply,
-                                         Deferred& deferred) {
+absl::Status Coordinator::RankRegistration::SeatRegistrant(const RunPtr& run, Registrant registrant,
+                                                           PendingPtr<Seat> seat_reply, Deferred& deferred) {
   v1::Run& r = run->stored.run;
   Generation& g = *run->gen;
   int64_t number = g.number;
   if (absl::Status s = g.rendezvous.Join(std::move(registrant), std::move(seat_reply), deferred); !s.ok()) return s;
   if (g.rendezvous_timer == 0) {
     std::string run_id = r.run_id();
-    g.rendezvous_timer = timers_->Schedule(clock_->Now() + options_.timeouts.rendezvous_timeout,
-                                           [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
+    g.rendezvous_timer =
+        coordinator_.timers_->Schedule(coordinator_.clock_->Now() + coordinator_.options_.timeouts.rendezvous_timeout,
+                                       [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
   }
   if (r.state() == v1::PENDING || r.state() == v1::RESTARTING || r.state() == v1::REQUEUED) {
-    SetState(*run, v1::RENDEZVOUS, deferred);
+    coordinator_.SetState(*run, v1::RENDEZVOUS, deferred);
   }
   return absl::OkStatus();
 }
 
-void Coordinator::CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) {
+void Coordinator::RankRegistration::CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) {
   if (!run.gen->assigned && run.gen->rendezvous.complete()) CompleteRendezvous(run, deferred);
 }
 
-void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
+void Coordinator::RankRegistration::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
   Generation& g = *run.gen;
   v1::Run& r = run.stored.run;
-  if (g.rendezvous_timer != 0) timers_->Cancel(g.rendezvous_timer);
+  if (g.rendezvous_timer != 0) coordinator_.timers_->Cancel(g.rendezvous_timer);
   std::vector<Seat> seats = g.rendezvous.Assign(deferred);
-  absl::Time now = clock_->Now();
-  std::optional<v1::CheckpointInfo> latest = Latest(run);
+  absl::Time now = coordinator_.clock_->Now();
+  std::optional<v1::CheckpointInfo> latest = coordinator_.Latest(run);
   int64_t start_step = latest ? latest->step() : 0;
   g.assigned = true;
   g.assigned_at = now;
@@ -311,12 +322,12 @@ void Coordinator::CompleteRendezvous(RunEntry& run, Deferred& deferred) {
                << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes) << " node(s) ("
                << absl::StrJoin(hosts, ", ") << ")"
                << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
-  PersistRanks(run, deferred);
-  WriteRunJson(run);
-  SetState(run, v1::RUNNING, deferred);
+  coordinator_.PersistRanks(run, deferred);
+  coordinator_.WriteRunJson(run);
+  coordinator_.SetState(run, v1::RUNNING, deferred);
 }
 
-void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generation) {
+void Coordinator::RankRegistration::OnRendezvousTimeout(const std::string& run_id, int64_t generation) {
   DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
@@ -324,23 +335,119 @@ void Coordinator::OnRendezvousTimeout(const std::string& run_id, int64_t generat
     return;
   }
   g.rendezvous_timer = 0;
-  std::string message =
-      absl::StrCat("rendezvous of generation ", generation, " timed out after ",
-                   absl::FormatDuration(options_.timeouts.rendezvous_timeout), ": ", g.rendezvous.Describe());
+  std::string message = absl::StrCat("rendezvous of generation ", generation, " timed out after ",
+                                     absl::FormatDuration(coordinator_.options_.timeouts.rendezvous_timeout), ": ",
+                                     g.rendezvous.Describe());
   v1::Failure failure;
   failure.set_kind(v1::Failure::RENDEZVOUS_TIMEOUT);
   failure.set_rank(-1);
   failure.set_message(message);
-  FailGeneration(*run, failure, deferred, absl::DeadlineExceededError(absl::StrCat("run ", run_id, ": ", message)));
+  coordinator_.FailGeneration(*run, failure, deferred,
+                              absl::DeadlineExceededError(absl::StrCat("run ", run_id, ": ", message)));
 }
 
-void Coordinator::WithdrawRegistration(const std::string& run_id, const std::string& node, int local_slot,
-                                       const std::string& incarnation, const void* call) {
+void Coordinator::RankRegistration::WithdrawRegistration(const std::string& run_id, const std::string& node,
+                                                         int local_slot, const std::string& incarnation,
+                                                         const void* call) {
   DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   if (!run->gen || run->gen->assigned) return;
   if (run->gen->rendezvous.Withdraw(node, local_slot, incarnation, call)) {
     DT_LOG(Info) << "run " << run_id << ": registration of " << node << "/" << local_slot
                  << " withdrawn (its caller went away)";
+  }
+}
+
+void Coordinator::RankRegistration::RegisterNode(const v1::RegisterNodeRequest& request,
+                                                 PendingPtr<v1::RegisterNodeResponse> reply) {
+  absl::StatusOr<std::vector<v1::RegisterRequest>> checked = NodeSlotRequests(request);
+  RunPtr run = OpenRegistration(checked.status(), request.run_id(), reply);
+  if (run == nullptr) return;
+  const std::vector<v1::RegisterRequest>& slots = *checked;
+  LockedRun locked(*run);
+  Deferred& deferred = locked.deferred();
+  if (absl::Status s = AdmitRegistrant(*run, slots.front(), deferred); !s.ok()) {
+    deferred.Complete<v1::RegisterNodeResponse>(reply, s);
+    return;
+  }
+  if (run->gen->assigned) {
+    if (auto answered = RegisterNodeWithAssignedGeneration(*run, slots, deferred)) {
+      deferred.Complete<v1::RegisterNodeResponse>(reply, std::move(*answered));
+      return;
+    }
+  }
+  JoinRendezvousAsNode(run, request, slots, reply, deferred);
+}
+
+std::optional<absl::StatusOr<v1::RegisterNodeResponse>>
+Coordinator::RankRegistration::RegisterNodeWithAssignedGeneration(RunEntry& run,
+                                                                  const std::vector<v1::RegisterRequest>& slots,
+                                                                  Deferred& deferred) {
+  std::vector<v1::RegisterResponse> answers;
+  for (const v1::RegisterRequest& slot : slots) {
+    std::optional<absl::StatusOr<v1::RegisterResponse>> answered = RegisterWithAssignedGeneration(run, slot, deferred);
+    if (!answered) return std::nullopt;  // a slot restarted: the generation failed; all join the next one
+    if (!answered->ok()) return answered->status();
+    answers.push_back(std::move(**answered));
+  }
+  return MakeNodeResponse(slots, std::move(answers));
+}
+
+void Coordinator::RankRegistration::JoinRendezvousAsNode(const RunPtr& run, const v1::RegisterNodeRequest& request,
+                                                         const std::vector<v1::RegisterRequest>& slots,
+                                                         const PendingPtr<v1::RegisterNodeResponse>& reply,
+                                                         Deferred& deferred) {
+  // Checked before any slot is seated: after that, seating cannot fail halfway.
+  for (const v1::RegisterRequest& slot : slots) {
+    if (absl::Status s = run->gen->rendezvous.Admits(slot.node(), slot.local_slot()); !s.ok()) {
+      deferred.Complete<v1::RegisterNodeResponse>(reply, s);
+      return;
+    }
+  }
+  int64_t number = run->gen->number;
+  std::weak_ptr<RunEntry> weak_run = run;
+  auto seats = NodeSeats::Make(static_cast<int>(slots.size()), [this, weak_run, reply, number,
+                                                                request](absl::StatusOr<std::vector<Seat>> seats) {
+    if (!seats.ok()) {
+      // One slot's wait ended (replaced by another call, or the generation failed): the call's
+      // other slots leave the rendezvous with it, as the proto promises.
+      WithdrawNodeRegistration(request, reply.get());
+      reply->Complete(seats.status());
+      return;
+    }
+    absl::StatusOr<v1::RegisterResponse> shared = AnswerSeat(weak_run, number, seats->front());
+    if (!shared.ok()) {
+      reply->Complete(shared.status());
+      return;
+    }
+    reply->Complete(MakeNodeResponse(std::move(*shared), *seats));
+  });
+  for (size_t i = 0; i < slots.size(); ++i) {
+    absl::Status s =
+        SeatRegistrant(run, MakeRegistrant(slots[i], reply.get()), seats->SlotReply(static_cast<int>(i)), deferred);
+    if (!s.ok()) {  // Admits passed, so this is not expected; nothing of the call stays seated
+      for (size_t j = 0; j < i; ++j) {
+        run->gen->rendezvous.Withdraw(slots[j].node(), slots[j].local_slot(), slots[j].incarnation(), reply.get());
+      }
+      deferred.Complete<v1::RegisterNodeResponse>(reply, s);
+      return;
+    }
+  }
+  // Once every slot of the call is seated: a slot already held by an earlier call of the same
+  // agent (a retry) does not add to the count, so the rendezvous may fill before the last slot.
+  CompleteRendezvousIfFull(*run, deferred);
+}
+
+void Coordinator::RankRegistration::WithdrawNodeRegistration(const v1::RegisterNodeRequest& request, const void* call) {
+  // All of the call's slots under one lock: a retry cannot land between them.
+  DT_OPEN_RUN_OR_RETURN_VOID(run, locked, request.run_id());
+  if (!run->gen || run->gen->assigned) return;
+  int withdrawn = 0;
+  for (const v1::NodeSlot& slot : request.slots()) {
+    withdrawn += run->gen->rendezvous.Withdraw(request.node(), slot.local_slot(), slot.incarnation(), call) ? 1 : 0;
+  }
+  if (withdrawn > 0) {
+    DT_LOG(Info) << "run " << request.run_id() << ": " << withdrawn << " slot(s) of node " << request.node()
+                 << " withdrawn (their call ended)";
   }
 }
 
