@@ -1470,6 +1470,34 @@ TEST_F(CheckpointRoundTest, ANewRunInTheSameDirectoryResumesFromLatest) {
   EXPECT_EQ(assigned[0].resume().step(), 10);
 }
 
+// `dtctl checkpoints` of a resumed run: the checkpoint it resumed from comes first, then its own,
+// and it is left out once it is no longer on disk.
+TEST_F(CheckpointRoundTest, ARunListsTheCheckpointItResumedFromWhileItIsOnDisk) {
+  ASSERT_NO_FATAL_FAILURE(CommitStep(10, "w"));
+  ASSERT_TRUE(coord_->CancelRun(run_, "").ok());
+  auto next = coord_->SubmitRun(testing::MakeSpec("ckpt", save_dir_, 1, 2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  run_ = next->run_id();
+  auto list = coord_->checkpoints().List(run_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10);
+
+  ranks_ = RegisterAll(run_, 1, 2);
+  ASSERT_NO_FATAL_FAILURE(CommitStep(20, "w20"));
+  list = coord_->checkpoints().List(run_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].step(), 10);
+  EXPECT_EQ((*list)[1].step(), 20);
+
+  fs::remove_all(ckpt_dir() + "/step-10");
+  list = coord_->checkpoints().List(run_);
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 20);
+}
+
 TEST_F(CheckpointRoundTest, AnotherSpellingOfTheDirectoryIsRefusedAndTheOpenRoundSurvives) {
   v1::BeginCheckpointResponse round = Begin(10);
   WriteFiles(round.partial_dir(), "in flight");
