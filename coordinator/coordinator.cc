@@ -1,8 +1,8 @@
 // The run registry: construction, authorization, lookup, loading the runs at start-up, shutdown.
 // The rest of Coordinator: coordinator_run_lifecycle.cc (states, generations, failures,
-// persistence), coordinator_runs.cc (the runs API and watchers), coordinator_health.cc,
-// coordinator_metrics.cc; and the managers it owns, one per concern (manager_base.h):
-// rank_registration, store_barriers, metric_pipeline, stack_captures, checkpoint_leadership.
+// persistence), coordinator_runs.cc (the runs API and watchers), coordinator_metrics.cc;
+// and the managers it owns, one per concern (manager_base.h): rank_registration, store_barriers,
+// health_monitor, metric_pipeline, stack_captures, checkpoint_leadership.
 #include "coordinator/coordinator.h"
 
 #include <signal.h>
@@ -15,6 +15,7 @@
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/metric_pipeline.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/stack_captures.h"
@@ -43,6 +44,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
   store_barriers_ = std::make_unique<StoreAndBarriers>(*this);
   stacks_ = std::make_unique<StackCaptures>(*this);
   checkpoints_ = std::make_unique<CheckpointLeadership>(*this);
+  health_ = std::make_unique<HealthMonitor>(*this);
 }
 
 Coordinator::~Coordinator() {
@@ -181,7 +183,7 @@ void Coordinator::ScheduleHealthCheck() {
   if (shutting_down_) return;
   health_timer_ = timers_->Schedule(clock_->Now() + options_.health_check_period, [this] {
     health_work_->Post("health check", [this] {
-      CheckHealth();
+      health_->CheckHealth();
       ScheduleHealthCheck();
     });
   });

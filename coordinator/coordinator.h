@@ -159,19 +159,11 @@ class Coordinator {
   class RankRegistration;
   RankRegistration& registration() { return *registration_; }
 
-  // ---- Health -----------------------------------------------------------------------------
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
-  // Several ranks' heartbeats under one lock; each rank's answer or status in the order asked.
-  absl::StatusOr<v1::NodeHeartbeatResponse> NodeHeartbeat(const v1::NodeHeartbeatRequest& request);
-  absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
-  absl::StatusOr<v1::ReportStoppedResponse> ReportStopped(const v1::ReportStoppedRequest& request);
-  // Records a rank's device pre-flight; an unhealthy device (an error, or far slower than the
-  // group's median on runs whose nodes can be left out) fails the generation NODE_UNHEALTHY and,
-  // on Slurm, excludes the node.
-  absl::StatusOr<v1::ReportPreflightResponse> ReportPreflight(const v1::ReportPreflightRequest& request);
-  absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
-  // Runs the heartbeat and hang checks once (the timer does this every health_check_period).
-  void CheckHealth();
+  // ---- Health ----------------------------------------------------------------------------
+  // Heartbeats, reported errors, stops, pre-flights, leaving and the watchdog (health_monitor.h):
+  // RendezvousService calls it directly.
+  class HealthMonitor;
+  HealthMonitor& health() { return *health_; }
 
   // ---- Store and barriers -----------------------------------------------------------------
   // A generation's key-value store and barriers (store_barriers.h): StoreService, BarrierService
@@ -311,10 +303,6 @@ class Coordinator {
   void RequeueGeneration(RunEntry& run, int signal, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void FailGeneration(RunEntry& run, v1::Failure failure, Deferred& deferred,
                       std::optional<absl::Status> waiter_status = std::nullopt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Fails the generation NODE_UNHEALTHY, naming the worst rank; on Slurm and external runs the
-  // nodes of `bad` join the run's excluded nodes.
-  void FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad, Deferred& deferred)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Adds the nodes not yet in the run's excluded nodes (up to the limit); returns those added.
   std::vector<std::string> AddExcludedNodes(RunEntry& run, const std::vector<std::string>& nodes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
@@ -350,10 +338,6 @@ class Coordinator {
   // Posts RunJsonWriter's work to the run's file work.
   void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
-  // One rank's heartbeat (Heartbeat's logic) under the run's lock.
-  absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(RunEntry& run, int64_t generation,
-                                                        const v1::RankHeartbeat& beat, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // The generation a trainer call names, checked: ABORTED for an old one (naming why it ended),
   // FAILED_PRECONDITION for one not yet assigned or from the future, INVALID_ARGUMENT for a rank
   // out of range.
@@ -366,14 +350,6 @@ class Coordinator {
   absl::StatusOr<Generation*> AssignedRank(RunEntry& run, int64_t generation, int rank, const std::string& incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
 
-  // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the
-  // generation has no ranks yet or (node and slot) none matches; FAILED_PRECONDITION for a task
-  // that holds no rank.
-  absl::StatusOr<int> ReportedRank(RunEntry& run, const v1::ReportErrorRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // The health verdict of a running generation as the failure it causes.
-  v1::Failure VerdictFailure(const RunEntry& run, const HealthVerdict& verdict) const
-      ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   // "rank 0 (node n1, host h1) at 12:00:01.234 UTC by SIGTERM, …" (at most 16).
   std::string DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const
       ABSL_SHARED_LOCKS_REQUIRED(run.mu);
@@ -448,6 +424,7 @@ class Coordinator {
   // Before the file work too: a capture's storage runs there.
   std::unique_ptr<StackCaptures> stacks_;
   std::unique_ptr<CheckpointLeadership> checkpoints_;  // a round's directory and publication too
+  std::unique_ptr<HealthMonitor> health_;
   // File-system work (checkpoint verification and publication, removals, run.json, the periodic
   // progress flush; metric storage and delivery under keys of their own), off the run
   // locks, the RPC threads and the timer thread, in order per run. Declared after everything its

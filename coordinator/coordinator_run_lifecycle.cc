@@ -431,6 +431,37 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& r
   return &g;
 }
 
+absl::StatusOr<Coordinator::Generation*> Coordinator::AssignedRank(RunEntry& run, int64_t generation, int rank,
+                                                                   const std::string& incarnation) {
+  absl::StatusOr<Generation*> live = LiveGeneration(run, generation, rank);
+  if (!live.ok()) return live.status();
+  Generation& g = **live;
+  if (!g.assigned) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", g.number, " of run ", run.stored.run.run_id(), " has not completed rendezvous"));
+  }
+  const v1::RankStatus& status = g.ranks[rank];
+  if (status.incarnation() != incarnation) {
+    return absl::AbortedError(
+        absl::StrCat("rank ", rank, " belongs to incarnation ", status.incarnation(), "; this process was replaced"));
+  }
+  return &g;
+}
+
+std::string Coordinator::DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const {
+  std::string out;
+  for (size_t k = 0; k < stopped.size(); ++k) {
+    if (k == 16) {
+      absl::StrAppend(&out, ", and ", stopped.size() - k, " more");
+      break;
+    }
+    absl::StrAppend(&out, k == 0 ? "" : ", ", DescribeRank(run, stopped[k].rank), " at ",
+                    absl::FormatTime("%H:%M:%E3S", stopped[k].when, absl::UTCTimeZone()), " by ",
+                    SignalName(stopped[k].signal));
+  }
+  return out;
+}
+
 std::function<void()> Coordinator::RunJsonWriter(const RunEntry& run) const {
   const v1::Run& r = run.stored.run;
   std::string spec_json;

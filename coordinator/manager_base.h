@@ -1,5 +1,5 @@
 // What every manager of the coordinator (one per concern: rank_registration, store_barriers,
-// metric_pipeline, stack_captures, checkpoint_leadership) starts from: the coordinator it serves
+// health_monitor, metric_pipeline, stack_captures, checkpoint_leadership) starts from: the coordinator it serves
 // and its run lookup, under the name the DT_OPEN_RUN_OR_* macros call.
 #pragma once
 

@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/services.h"
 
@@ -34,7 +35,7 @@ class NodeHeartbeatStream final : public grpc::ServerBidiReactor<v1::NodeHeartbe
                                                   request_.run_id(), ": open one stream per run")));
       return;
     }
-    absl::StatusOr<v1::NodeHeartbeatResponse> answer = deps_.coordinator->NodeHeartbeat(request_);
+    absl::StatusOr<v1::NodeHeartbeatResponse> answer = deps_.coordinator->health().NodeHeartbeat(request_);
     if (!answer.ok()) {
       End(answer.status());
       return;
@@ -117,39 +118,40 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::NodeHeartbeat(grpc::CallbackSer
                                                                const v1::NodeHeartbeatRequest* req,
                                                                v1::NodeHeartbeatResponse* out) {
   return ReplyForRun(deps_, ctx, "NodeHeartbeat", req->run_id(), out,
-                     [&] { return deps_.coordinator->NodeHeartbeat(*req); });
+                     [&] { return deps_.coordinator->health().NodeHeartbeat(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
                                                            const v1::HeartbeatRequest* req,
                                                            v1::HeartbeatResponse* out) {
-  return ReplyForRun(deps_, ctx, "Heartbeat", req->run_id(), out, [&] { return deps_.coordinator->Heartbeat(*req); });
+  return ReplyForRun(deps_, ctx, "Heartbeat", req->run_id(), out,
+                     [&] { return deps_.coordinator->health().Heartbeat(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportError(grpc::CallbackServerContext* ctx,
                                                              const v1::ReportErrorRequest* req,
                                                              v1::ReportErrorResponse* out) {
   return ReplyForRun(deps_, ctx, "ReportError", req->run_id(), out,
-                     [&] { return deps_.coordinator->ReportError(*req); });
+                     [&] { return deps_.coordinator->health().ReportError(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportStopped(grpc::CallbackServerContext* ctx,
                                                                const v1::ReportStoppedRequest* req,
                                                                v1::ReportStoppedResponse* out) {
   return ReplyForRun(deps_, ctx, "ReportStopped", req->run_id(), out,
-                     [&] { return deps_.coordinator->ReportStopped(*req); });
+                     [&] { return deps_.coordinator->health().ReportStopped(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::ReportPreflight(grpc::CallbackServerContext* ctx,
                                                                  const v1::ReportPreflightRequest* req,
                                                                  v1::ReportPreflightResponse* out) {
   return ReplyForRun(deps_, ctx, "ReportPreflight", req->run_id(), out,
-                     [&] { return deps_.coordinator->ReportPreflight(*req); });
+                     [&] { return deps_.coordinator->health().ReportPreflight(*req); });
 }
 
 grpc::ServerUnaryReactor* RendezvousServiceImpl::Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                                        v1::LeaveResponse* out) {
-  return ReplyForRun(deps_, ctx, "Leave", req->run_id(), out, [&] { return deps_.coordinator->Leave(*req); });
+  return ReplyForRun(deps_, ctx, "Leave", req->run_id(), out, [&] { return deps_.coordinator->health().Leave(*req); });
 }
 
 }  // namespace dt

@@ -14,6 +14,7 @@
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/state_db.h"
 #include "coordinator/store_barriers.h"
@@ -121,19 +122,19 @@ void Apply(World& w, Call& call) {
     case Call::kRegister:
       return c.registration().Register(call.register_(), Later<v1::RegisterResponse>("Register"));
     case Call::kHeartbeat:
-      return Answered(c.Heartbeat(call.heartbeat()), "Heartbeat");
+      return Answered(c.health().Heartbeat(call.heartbeat()), "Heartbeat");
     case Call::kRegisterNode:
       return c.registration().RegisterNode(call.register_node(), Later<v1::RegisterNodeResponse>("RegisterNode"));
     case Call::kNodeHeartbeat:
-      return Answered(c.NodeHeartbeat(call.node_heartbeat()), "NodeHeartbeat");
+      return Answered(c.health().NodeHeartbeat(call.node_heartbeat()), "NodeHeartbeat");
     case Call::kReportError:
-      return Answered(c.ReportError(call.report_error()), "ReportError");
+      return Answered(c.health().ReportError(call.report_error()), "ReportError");
     case Call::kReportStopped:
-      return Answered(c.ReportStopped(call.report_stopped()), "ReportStopped");
+      return Answered(c.health().ReportStopped(call.report_stopped()), "ReportStopped");
     case Call::kReportPreflight:
-      return Answered(c.ReportPreflight(call.report_preflight()), "ReportPreflight");
+      return Answered(c.health().ReportPreflight(call.report_preflight()), "ReportPreflight");
     case Call::kLeave:
-      return Answered(c.Leave(call.leave()), "Leave");
+      return Answered(c.health().Leave(call.leave()), "Leave");
     case Call::kStore: {
       v1::StoreRequest& req = *call.mutable_store();
       if (req.has_open()) {
@@ -172,7 +173,7 @@ void Apply(World& w, Call& call) {
     case Call::kAdvanceMs:
       w.clock.Advance(absl::Milliseconds(std::min<uint32_t>(call.advance_ms(), 60'000)));
       w.timers.RunDue();
-      c.CheckHealth();
+      c.health().CheckHealth();
       return;
     case Call::RPC_NOT_SET:
       return;

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/fs.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/pending.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/state_db.h"
@@ -84,7 +85,7 @@ class CoordinatorTest : public ::testing::Test {
       absl::Duration slice = std::min(d, absl::Seconds(1));
       clock_.Advance(slice);
       timers_.RunDue();
-      coord_->CheckHealth();
+      coord_->health().CheckHealth();
       d -= slice;
     }
   }
@@ -135,7 +136,7 @@ class CoordinatorTest : public ::testing::Test {
     req.set_generation(a.generation());
     req.set_incarnation("n" + std::to_string(a.node_rank() + 1) + "-" + std::to_string(a.local_rank()));
     req.set_step(step);
-    return coord_->Heartbeat(req);
+    return coord_->health().Heartbeat(req);
   }
 
   v1::RunState State(const std::string& run) { return coord_->GetRun(run)->state(); }

@@ -491,7 +491,7 @@ TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   err.set_message("CUDA out of memory");
   err.set_exception_type("c10::Error");
   err.set_step(17);
-  auto r = coord_->ReportError(err);
+  auto r = coord_->health().ReportError(err);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->run_state(), v1::FAILED);
   auto status = coord_->GetRun(run);
@@ -503,7 +503,7 @@ TEST_F(CoordinatorTest, ReportedErrorIsTheRootCauseWhenTheBudgetIsSpent) {
   // A second failure does not replace the root cause.
   err.set_rank(0);
   err.set_message("gloo timeout");
-  ASSERT_TRUE(coord_->ReportError(err).ok());
+  ASSERT_TRUE(coord_->health().ReportError(err).ok());
   EXPECT_EQ(coord_->GetRun(run)->reason().message(), "CUDA out of memory");
   // Registering into an ended run is refused with the cause.
   Reply<v1::RegisterResponse> late;
@@ -531,7 +531,7 @@ TEST_F(CoordinatorTest, AStoppedRankIsListedAsAVictimAndTheSilentRankIsTheCause)
   auto ranks = RegisterAll(run, 1, 2);
   ASSERT_TRUE(Beat(run, ranks[0], 4).ok());
   ASSERT_TRUE(Beat(run, ranks[1], 4).ok());
-  auto stopped = coord_->ReportStopped(StopReport(run, ranks[0], 15, 4));
+  auto stopped = coord_->health().ReportStopped(StopReport(run, ranks[0], 15, 4));
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(stopped->run_state(), v1::RUNNING);
   EXPECT_EQ(coord_->GetRun(run)->ranks(0).state(), v1::RankStatus::STOPPED);
@@ -551,7 +551,7 @@ TEST_F(CoordinatorTest, AStoppedRankIsListedAsAVictimAndTheSilentRankIsTheCause)
   EXPECT_EQ(status->ranks(0).state(), v1::RankStatus::STOPPED);
   EXPECT_EQ(status->ranks(1).state(), v1::RankStatus::FAILED);
   // A stop reported after the generation ended changes nothing.
-  auto late = coord_->ReportStopped(StopReport(run, ranks[1], 15, 4));
+  auto late = coord_->health().ReportStopped(StopReport(run, ranks[1], 15, 4));
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->run_state(), v1::FAILED);
   EXPECT_EQ(coord_->GetRun(run)->reason().rank(), 1);
@@ -560,7 +560,7 @@ TEST_F(CoordinatorTest, AStoppedRankIsListedAsAVictimAndTheSilentRankIsTheCause)
 TEST_F(CoordinatorTest, AStopNothingElseExplainsEndsTheGenerationAsTerminated) {
   std::string run = Submit(1, 2, /*max_restarts=*/1);
   auto ranks = RegisterAll(run, 1, 2);
-  ASSERT_TRUE(coord_->ReportStopped(StopReport(run, ranks[1], 2, 0)).ok());
+  ASSERT_TRUE(coord_->health().ReportStopped(StopReport(run, ranks[1], 2, 0)).ok());
   for (int i = 0; i < 15; ++i) {
     Advance(absl::Seconds(2));
     ASSERT_TRUE(Beat(run, ranks[0], 0).ok());
@@ -580,21 +580,23 @@ TEST_F(CoordinatorTest, ReportStoppedValidatesItsFields) {
   Reply<v1::RegisterResponse> first;
   coord_->registration().Register(RegisterRequest(run, "n1", 0), first.pending());
   v1::RegisterResponse fake;  // rank 0 of generation 0, before the rendezvous completed
-  EXPECT_EQ(coord_->ReportStopped(StopReport(run, fake, 15, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coord_->health().ReportStopped(StopReport(run, fake, 15, 0)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   auto ranks = RegisterAll(run, 1, 2);
-  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 0, 0)).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(coord_->ReportStopped(StopReport(run, ranks[0], 15, -1)).status().code(),
+  EXPECT_EQ(coord_->health().ReportStopped(StopReport(run, ranks[0], 0, 0)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(coord_->ReportStopped(StopReport("r-00000000000000ff", ranks[0], 15, 0)).status().code(),
+  EXPECT_EQ(coord_->health().ReportStopped(StopReport(run, ranks[0], 15, -1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().ReportStopped(StopReport("r-00000000000000ff", ranks[0], 15, 0)).status().code(),
             absl::StatusCode::kNotFound);
   v1::ReportStoppedRequest other = StopReport(run, ranks[0], 15, 0);
   other.set_incarnation("someone-else");
-  auto replaced = coord_->ReportStopped(other);
+  auto replaced = coord_->health().ReportStopped(other);
   EXPECT_EQ(replaced.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(replaced.status().message().find("replaced"), std::string::npos) << replaced.status();
   other = StopReport(run, ranks[0], 15, 0);
   other.set_rank(2);
-  EXPECT_FALSE(coord_->ReportStopped(other).ok());
+  EXPECT_FALSE(coord_->health().ReportStopped(other).ok());
   EXPECT_EQ(coord_->GetRun(run)->ranks(0).state(), v1::RankStatus::ACTIVE);
 }
 
@@ -613,7 +615,7 @@ TEST_F(CoordinatorTest, ALaunchersReportByTaskNamesTheRankThatHeldIt) {
   ASSERT_TRUE(replies[1]->value.ok());
   int rank_of_task1 = replies[0]->value->rank();
   EXPECT_EQ(coord_->GetRun(run)->ranks(rank_of_task1).scheduler_task(), 1);
-  ASSERT_TRUE(coord_->ReportStopped(StopReport(run, *replies[1]->value, 15, 3)).ok());
+  ASSERT_TRUE(coord_->health().ReportStopped(StopReport(run, *replies[1]->value, 15, 3)).ok());
   v1::ReportErrorRequest err;
   err.set_run_id(run);
   err.set_generation(0);
@@ -625,11 +627,11 @@ TEST_F(CoordinatorTest, ALaunchersReportByTaskNamesTheRankThatHeldIt) {
   // Validation first: a task outside the world, a rank and a task together.
   v1::ReportErrorRequest bad = err;
   bad.set_scheduler_task(2);
-  EXPECT_EQ(coord_->ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
   bad = err;
   bad.set_rank(0);
-  EXPECT_EQ(coord_->ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
-  auto r = coord_->ReportError(err);
+  EXPECT_EQ(coord_->health().ReportError(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  auto r = coord_->health().ReportError(err);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->run_state(), v1::FAILED);
   auto status = coord_->GetRun(run);
@@ -648,7 +650,7 @@ TEST_F(CoordinatorTest, AReportByATaskThatHoldsNoRankIsRefused) {
   err.set_local_slot(-1);
   err.set_scheduler_task(0);
   err.set_message("srun: error: n1: task 0: Killed");
-  auto r = coord_->ReportError(err);
+  auto r = coord_->health().ReportError(err);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("holds no rank"), std::string::npos) << r.status();
   EXPECT_EQ(State(run), v1::RUNNING);
@@ -665,7 +667,7 @@ TEST_F(CoordinatorTest, ALongReportedErrorIsCutAtACharacterBoundary) {
   err.set_message("x");
   for (int i = 0; i < 40000; ++i) err.mutable_message()->append("\xC3\xA9");  // é: the cut lands mid-character
   err.set_stack(err.message());
-  ASSERT_TRUE(coord_->ReportError(err).ok());
+  ASSERT_TRUE(coord_->health().ReportError(err).ok());
   auto status = coord_->GetRun(run);
   ASSERT_TRUE(status.ok());
   EXPECT_TRUE(IsValidUtf8(status->reason().message()));
@@ -708,7 +710,7 @@ TEST_F(CoordinatorTest, AFinishedRankStaysFinishedAcrossAKilledCoordinator) {
   leave.set_generation(a[0].generation());
   leave.set_incarnation("n1-0");
   leave.set_final_step(9);
-  ASSERT_TRUE(coord_->Leave(leave).ok());
+  ASSERT_TRUE(coord_->health().Leave(leave).ok());
   Advance(absl::Seconds(3));
   coord_->AwaitFileWork();
   Reopen();  // no shutdown write: only what the flushes wrote
@@ -979,7 +981,7 @@ TEST_F(CoordinatorTest, EveryRankLeavingMeansSuccess) {
     leave.set_generation(0);
     leave.set_incarnation("n1-" + std::to_string(r));
     leave.set_final_step(100);
-    auto out = coord_->Leave(leave);
+    auto out = coord_->health().Leave(leave);
     ASSERT_TRUE(out.ok()) << out.status();
     EXPECT_EQ(out->run_state(), r == 0 ? v1::RUNNING : v1::SUCCEEDED);
   }
@@ -1006,7 +1008,7 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
       leave.set_preempted(true);
       leave.set_signal(SIGUSR2);
       leave.set_time_limit(time_limit && r == 1);  // one rank that saw the job's end near is enough
-      auto out = coord_->Leave(leave);
+      auto out = coord_->health().Leave(leave);
       ASSERT_TRUE(out.ok()) << out.status();
     }
   };
@@ -1043,7 +1045,7 @@ TEST_F(CoordinatorTest, RanksLeavingForAPreemptionRequeueTheRunUntilTheRequeuesA
   v1::LeaveRequest bad;
   bad.set_run_id(run);
   bad.set_signal(99);
-  EXPECT_EQ(coord_->Leave(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().Leave(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A failed node is recorded once (NODE_FAILED with the evidence, the run's excluded nodes), bad
@@ -1115,12 +1117,12 @@ TEST_F(CoordinatorTest, ASlowDeviceOnSlurmFailsTheGenerationAndExcludesItsNode) 
   spec.set_scheduler(v1::SLURM);
   std::string run = coord_->SubmitRun(spec)->run_id();
   auto ranks = RegisterAll(run, 3, 1);
-  auto first = coord_->ReportPreflight(PreflightReport(run, ranks[0], 9));
+  auto first = coord_->health().ReportPreflight(PreflightReport(run, ranks[0], 9));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->unhealthy().empty());
-  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[2], 75)).ok());
+  ASSERT_TRUE(coord_->health().ReportPreflight(PreflightReport(run, ranks[2], 75)).ok());
   EXPECT_EQ(State(run), v1::RUNNING);  // not judged before every rank reported
-  auto last = coord_->ReportPreflight(PreflightReport(run, ranks[1], 10));
+  auto last = coord_->health().ReportPreflight(PreflightReport(run, ranks[1], 10));
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_THAT(last->unhealthy(), ::testing::HasSubstr("rank 2"));
   v1::Run r = *coord_->GetRun(run);
@@ -1137,7 +1139,7 @@ TEST_F(CoordinatorTest, ASlowDeviceOnSlurmFailsTheGenerationAndExcludesItsNode) 
   ASSERT_TRUE(beat.ok());
   EXPECT_EQ(beat->directive(), v1::HeartbeatResponse::STOP);
   // A late report of the ended generation is refused naming why it ended.
-  auto late = coord_->ReportPreflight(PreflightReport(run, ranks[0], 9));
+  auto late = coord_->health().ReportPreflight(PreflightReport(run, ranks[0], 9));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(late.status().message(), ::testing::HasSubstr("pre-flight"));
   // The exclusion survives a coordinator restart.
@@ -1150,15 +1152,15 @@ TEST_F(CoordinatorTest, ASlowDeviceOnSlurmFailsTheGenerationAndExcludesItsNode) 
 TEST_F(CoordinatorTest, ALocalRunShowsPreflightsAndFailsOnlyOnADeviceError) {
   std::string run = Submit(1, 3, /*max_restarts=*/1);
   auto ranks = RegisterAll(run, 1, 3);
-  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[0], 9)).ok());
-  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, ranks[1], 90)).ok());
+  ASSERT_TRUE(coord_->health().ReportPreflight(PreflightReport(run, ranks[0], 9)).ok());
+  ASSERT_TRUE(coord_->health().ReportPreflight(PreflightReport(run, ranks[1], 90)).ok());
   v1::Run r = *coord_->GetRun(run);
   EXPECT_EQ(r.state(), v1::RUNNING);
   EXPECT_DOUBLE_EQ(r.ranks(1).preflight().matmul_seconds(), 0.09);
   EXPECT_EQ(r.ranks(1).preflight().device(), "cpu (1 thread(s))");
   EXPECT_FALSE(r.ranks(2).has_preflight());
-  auto failed =
-      coord_->ReportPreflight(PreflightReport(run, ranks[2], 0, "CUDA error: uncorrectable ECC error encountered"));
+  auto failed = coord_->health().ReportPreflight(
+      PreflightReport(run, ranks[2], 0, "CUDA error: uncorrectable ECC error encountered"));
   ASSERT_TRUE(failed.ok()) << failed.status();
   r = *coord_->GetRun(run);
   EXPECT_EQ(r.reason().kind(), v1::Failure::NODE_UNHEALTHY);
@@ -1175,7 +1177,7 @@ TEST_F(CoordinatorTest, ReportPreflightValidatesItsFields) {
   coord_->registration().Register(RegisterRequest(run, "n1", 0), waiting.back()->pending());
   v1::RegisterResponse fake;
   fake.set_rank(0);
-  auto early = coord_->ReportPreflight(PreflightReport(run, fake, 9));
+  auto early = coord_->health().ReportPreflight(PreflightReport(run, fake, 9));
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
   waiting.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
   coord_->registration().Register(RegisterRequest(run, "n1", 1), waiting.back()->pending());
@@ -1184,27 +1186,28 @@ TEST_F(CoordinatorTest, ReportPreflightValidatesItsFields) {
   for (double bad : {-1.0, std::nan(""), 1e9}) {
     v1::ReportPreflightRequest req = PreflightReport(run, a, 9);
     req.mutable_result()->set_matmul_seconds(bad);
-    auto refused = coord_->ReportPreflight(req);
+    auto refused = coord_->health().ReportPreflight(req);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("matmul_seconds")) << refused.status();
   }
   v1::ReportPreflightRequest size = PreflightReport(run, a, 9);
   size.mutable_result()->set_matmul_size(-4);
-  EXPECT_EQ(coord_->ReportPreflight(size).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().ReportPreflight(size).status().code(), absl::StatusCode::kInvalidArgument);
   v1::ReportPreflightRequest out_of_range = PreflightReport(run, a, 9);
   out_of_range.set_rank(2);
-  EXPECT_EQ(coord_->ReportPreflight(out_of_range).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().ReportPreflight(out_of_range).status().code(), absl::StatusCode::kInvalidArgument);
   v1::ReportPreflightRequest replaced = PreflightReport(run, a, 9);
   replaced.set_incarnation("someone-else");
-  EXPECT_EQ(coord_->ReportPreflight(replaced).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coord_->health().ReportPreflight(replaced).status().code(), absl::StatusCode::kAborted);
   v1::ReportPreflightRequest unknown = PreflightReport("r-00000000000000ff", a, 9);
-  EXPECT_EQ(coord_->ReportPreflight(unknown).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coord_->health().ReportPreflight(unknown).status().code(), absl::StatusCode::kNotFound);
   // The first report counts; a retry changes nothing.
-  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, a, 9)).ok());
-  ASSERT_TRUE(coord_->ReportPreflight(PreflightReport(run, a, 50)).ok());
+  ASSERT_TRUE(coord_->health().ReportPreflight(PreflightReport(run, a, 9)).ok());
+  ASSERT_TRUE(coord_->health().ReportPreflight(PreflightReport(run, a, 50)).ok());
   EXPECT_DOUBLE_EQ(coord_->GetRun(run)->ranks(0).preflight().matmul_seconds(), 0.009);
   ASSERT_TRUE(coord_->CancelRun(run, "done").ok());
-  EXPECT_EQ(coord_->ReportPreflight(PreflightReport(run, a, 9)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coord_->health().ReportPreflight(PreflightReport(run, a, 9)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorTest, CancelStopsEverythingAndIsHarmlessTwice) {
@@ -1848,7 +1851,7 @@ TEST_F(StacksTest, TheSameExceptionBeforeTheFirstStepTwiceEndsTheRun) {
     err.set_rank(1);
     err.set_message("No module named 'torch'");
     err.set_exception_type("ModuleNotFoundError");
-    ASSERT_TRUE(coord_->ReportError(err).ok());
+    ASSERT_TRUE(coord_->health().ReportError(err).ok());
   }
   v1::Run r = *coord_->GetRun(run);
   EXPECT_EQ(r.state(), v1::FAILED);
@@ -1871,7 +1874,7 @@ TEST_F(StacksTest, AnExceptionAfterTrainingIsRestartedAsBefore) {
     err.set_rank(1);
     err.set_message("loss is nan");
     err.set_exception_type("ValueError");
-    ASSERT_TRUE(coord_->ReportError(err).ok());
+    ASSERT_TRUE(coord_->health().ReportError(err).ok());
   }
   EXPECT_EQ(State(run), v1::RESTARTING);
   EXPECT_FALSE(coord_->GetRun(run)->reason().fatal());
@@ -1932,7 +1935,7 @@ TEST_F(StacksTest, AnIdleRankIsAHangOnceTheIdleTimeoutPasses) {
     req.set_generation(a.generation());
     req.set_incarnation("n1-" + std::to_string(a.local_rank()));
     req.set_idle_ms(absl::ToInt64Milliseconds(idle));
-    return coord_->Heartbeat(req);
+    return coord_->health().Heartbeat(req);
   };
   for (int s = 2; s <= 58; s += 2) {
     Advance(absl::Seconds(2));

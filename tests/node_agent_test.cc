@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/node_registration.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/rank_registration.h"
 #include "tests/coordinator_fixture.h"
 #include "tests/test_util.h"
@@ -46,7 +47,7 @@ class NodeAgentTest : public CoordinatorTest {
       b.set_incarnation(absl::StrCat("n", rank / ppn + 1, "-", rank % ppn));
       b.set_step(step);
     }
-    return coord_->NodeHeartbeat(req);
+    return coord_->health().NodeHeartbeat(req);
   }
 
   // Every node of a nodes × ppn run registers through its agent; their replies.
@@ -206,7 +207,7 @@ TEST_F(NodeAgentTest, EachRankOfANodeHeartbeatGetsItsOwnAnswer) {
     b.set_incarnation(rank == 0 ? "an-older-process" : absl::StrCat("n1-", rank));
     b.set_step(7);
   }
-  absl::StatusOr<v1::NodeHeartbeatResponse> out = coord_->NodeHeartbeat(req);
+  absl::StatusOr<v1::NodeHeartbeatResponse> out = coord_->health().NodeHeartbeat(req);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->ranks_size(), 3);
   EXPECT_EQ(out->ranks(0).rank(), 2);
@@ -218,18 +219,18 @@ TEST_F(NodeAgentTest, EachRankOfANodeHeartbeatGetsItsOwnAnswer) {
   EXPECT_EQ(out->ranks(2).code(), 0);
   // A rank outside the run is that rank's error, not the call's.
   req.mutable_ranks(1)->set_rank(9);
-  out = coord_->NodeHeartbeat(req);
+  out = coord_->health().NodeHeartbeat(req);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->ranks(1).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(out->ranks(2).code(), 0);
   // Malformed calls are refused whole, naming the fault.
   req.mutable_ranks(2)->set_rank(2);
-  absl::StatusOr<v1::NodeHeartbeatResponse> twice = coord_->NodeHeartbeat(req);
+  absl::StatusOr<v1::NodeHeartbeatResponse> twice = coord_->health().NodeHeartbeat(req);
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(twice.status().message().find("rank 2 is given twice"), std::string::npos) << twice.status();
   v1::NodeHeartbeatRequest none;
   none.set_run_id(run);
-  EXPECT_EQ(coord_->NodeHeartbeat(none).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->health().NodeHeartbeat(none).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(NodeAgentTest, ARetryGetsTheSameSeatsAndARestartedSlotStartsTheNextGeneration) {

@@ -1,5 +1,7 @@
-// Health and failures: heartbeats (per rank and per node), reported errors, stops and device
-// pre-flights, ranks leaving, and the watchdog that turns silence and hangs into failures.
+// Health and failures (health_monitor.h): the ranks' reports under the run's lock, and the
+// watchdog's pass over every run.
+#include "coordinator/health_monitor.h"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "common/log.h"
 #include "common/stop_signals.h"
 #include "common/utf8.h"
-#include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/hang_verdict.h"
 #include "coordinator/request_checks.h"
@@ -35,7 +36,7 @@ std::string Truncate(const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::HeartbeatRequest& request) {
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::Heartbeat(const v1::HeartbeatRequest& request) {
   v1::RankHeartbeat beat;
   beat.set_rank(request.rank());
   beat.set_incarnation(request.incarnation());
@@ -45,14 +46,15 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(const v1::Heartbeat
   beat.set_idle_ms(request.idle_ms());
   if (absl::Status s = ValidateRankHeartbeat(beat); !s.ok()) return s;
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
-  return HeartbeatLocked(*run, request.generation(), beat, clock_->Now());
+  return HeartbeatLocked(*run, request.generation(), beat, coordinator_.clock_->Now());
 }
 
-absl::StatusOr<v1::NodeHeartbeatResponse> Coordinator::NodeHeartbeat(const v1::NodeHeartbeatRequest& request) {
+absl::StatusOr<v1::NodeHeartbeatResponse> Coordinator::HealthMonitor::NodeHeartbeat(
+    const v1::NodeHeartbeatRequest& request) {
   if (absl::Status s = ValidateNodeHeartbeatRequest(request); !s.ok()) return s;
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   v1::NodeHeartbeatResponse out;
-  absl::Time now = clock_->Now();
+  absl::Time now = coordinator_.clock_->Now();
   for (const v1::RankHeartbeat& beat : request.ranks()) {
     v1::NodeHeartbeatResponse::RankAnswer& answer = *out.add_ranks();
     answer.set_rank(beat.rank());
@@ -67,20 +69,21 @@ absl::StatusOr<v1::NodeHeartbeatResponse> Coordinator::NodeHeartbeat(const v1::N
   return out;
 }
 
-absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(RunEntry& run, int64_t generation,
-                                                                   const v1::RankHeartbeat& beat, absl::Time now) {
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocked(RunEntry& run, int64_t generation,
+                                                                                  const v1::RankHeartbeat& beat,
+                                                                                  absl::Time now) {
   v1::Run& r = run.stored.run;
   Generation& g = *run.gen;
   v1::HeartbeatResponse out;
   out.set_run_state(r.state());
   out.set_current_generation(g.number);
   if (generation < g.number || IsTerminal(r.state())) {
-    absl::StatusOr<Generation*> live = LiveGeneration(run, generation, beat.rank());
+    absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
     out.set_directive(v1::HeartbeatResponse::STOP);
     out.set_reason(std::string(live.status().message()));
     return out;
   }
-  absl::StatusOr<Generation*> live = LiveGeneration(run, generation, beat.rank());
+  absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
   if (!live.ok()) return live.status();
   if (!g.assigned) {
     return absl::FailedPreconditionError(
@@ -104,7 +107,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HeartbeatLocked(RunEntry& run
   return out;
 }
 
-absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::ReportErrorRequest& request) {
+absl::StatusOr<v1::ReportErrorResponse> Coordinator::HealthMonitor::ReportError(const v1::ReportErrorRequest& request) {
   if (absl::Status s = ValidateReportErrorRequest(request); !s.ok()) return s;
   const bool by_task = request.has_scheduler_task();
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
@@ -118,7 +121,7 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::Repor
   }
   Generation& g = *run->gen;
   if (request.generation() < g.number) {
-    return LiveGeneration(*run, request.generation(), 0).status();
+    return coordinator_.LiveGeneration(*run, request.generation(), 0).status();
   }
   if (request.generation() > g.number) {
     return absl::FailedPreconditionError(
@@ -161,13 +164,13 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::ReportError(const v1::Repor
       }
     }
   }
-  FailGeneration(*run, failure, deferred);
+  coordinator_.FailGeneration(*run, failure, deferred);
   out.set_run_state(r.state());
   out.set_current_generation(run->gen->number);
   return out;
 }
 
-absl::StatusOr<int> Coordinator::ReportedRank(RunEntry& run, const v1::ReportErrorRequest& request) {
+absl::StatusOr<int> Coordinator::HealthMonitor::ReportedRank(RunEntry& run, const v1::ReportErrorRequest& request) {
   const Generation& g = *run.gen;
   if (!g.assigned) return -1;
   if (request.rank() >= 0) return request.rank();
@@ -185,24 +188,8 @@ absl::StatusOr<int> Coordinator::ReportedRank(RunEntry& run, const v1::ReportErr
   return -1;
 }
 
-absl::StatusOr<Coordinator::Generation*> Coordinator::AssignedRank(RunEntry& run, int64_t generation, int rank,
-                                                                   const std::string& incarnation) {
-  absl::StatusOr<Generation*> live = LiveGeneration(run, generation, rank);
-  if (!live.ok()) return live.status();
-  Generation& g = **live;
-  if (!g.assigned) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("generation ", g.number, " of run ", run.stored.run.run_id(), " has not completed rendezvous"));
-  }
-  const v1::RankStatus& status = g.ranks[rank];
-  if (status.incarnation() != incarnation) {
-    return absl::AbortedError(
-        absl::StrCat("rank ", rank, " belongs to incarnation ", status.incarnation(), "; this process was replaced"));
-  }
-  return &g;
-}
-
-absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::ReportStoppedRequest& request) {
+absl::StatusOr<v1::ReportStoppedResponse> Coordinator::HealthMonitor::ReportStopped(
+    const v1::ReportStoppedRequest& request) {
   if (absl::Status s = ValidateReportStoppedRequest(request); !s.ok()) return s;
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
@@ -212,30 +199,34 @@ absl::StatusOr<v1::ReportStoppedResponse> Coordinator::ReportStopped(const v1::R
   out.set_current_generation(run->gen->number);
   // A victim of a generation that already ended (the launcher stops the others afterwards).
   if (IsTerminal(r.state()) || request.generation() < run->gen->number) return out;
-  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
+  absl::StatusOr<Generation*> live =
+      coordinator_.AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;
   v1::RankStatus& rank = g.ranks[request.rank()];
   if (rank.state() == v1::RankStatus::ACTIVE) {
-    g.health->Heartbeat(request.rank(), request.step(), clock_->Now());
-    g.health->Stop(request.rank(), request.signal(), clock_->Now());
+    g.health->Heartbeat(request.rank(), request.step(), coordinator_.clock_->Now());
+    g.health->Stop(request.rank(), request.signal(), coordinator_.clock_->Now());
     rank.set_state(v1::RankStatus::STOPPED);
     g.ranks_dirty = g.rows_dirty = true;
-    DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": " << DescribeRank(*run, request.rank())
-                 << " was stopped by " << SignalName(request.signal()) << " at step " << request.step();
-    Notify(*run, deferred);
+    DT_LOG(Info) << "run " << r.run_id() << " generation " << g.number << ": "
+                 << coordinator_.DescribeRank(*run, request.rank()) << " was stopped by "
+                 << SignalName(request.signal()) << " at step " << request.step();
+    coordinator_.Notify(*run, deferred);
   }
   return out;
 }
 
-absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v1::ReportPreflightRequest& request) {
+absl::StatusOr<v1::ReportPreflightResponse> Coordinator::HealthMonitor::ReportPreflight(
+    const v1::ReportPreflightRequest& request) {
   if (absl::Status s = ValidateReportPreflightRequest(request); !s.ok()) return s;
   const v1::DevicePreflight& result = request.result();
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
   v1::Run& r = run->stored.run;
   if (IsTerminal(r.state())) return RunEndedError(r);
-  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
+  absl::StatusOr<Generation*> live =
+      coordinator_.AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;
   v1::RankStatus& rank = g.ranks[request.rank()];
@@ -253,7 +244,7 @@ absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v
         if (rs.has_preflight()) reports[rs.rank()] = rs.preflight();
       }
       bool judge_speed = r.spec().scheduler() == v1::SLURM || r.spec().scheduler() == v1::EXTERNAL;
-      std::vector<UnhealthyRank> bad = JudgePreflights(reports, options_.preflight, judge_speed);
+      std::vector<UnhealthyRank> bad = JudgePreflights(reports, coordinator_.options_.preflight, judge_speed);
       if (!bad.empty()) FailUnhealthy(*run, bad, deferred);
     }
   }
@@ -268,7 +259,8 @@ absl::StatusOr<v1::ReportPreflightResponse> Coordinator::ReportPreflight(const v
   return out;
 }
 
-void Coordinator::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad, Deferred& deferred) {
+void Coordinator::HealthMonitor::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>& bad,
+                                               Deferred& deferred) {
   const Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;
   const v1::RankStatus& worst = g.ranks[bad.front().rank];
@@ -284,20 +276,21 @@ void Coordinator::FailUnhealthy(RunEntry& run, const std::vector<UnhealthyRank>&
     const std::string& node = g.ranks[bad[k].rank].node();
     if (!absl::c_linear_search(nodes, node)) nodes.push_back(node);
     if (k > 0 && k <= 16)
-      absl::StrAppend(&message, k == 1 ? "; also " : ", ", DescribeRank(run, bad[k].rank), ": ", bad[k].why);
+      absl::StrAppend(&message, k == 1 ? "; also " : ", ", coordinator_.DescribeRank(run, bad[k].rank), ": ",
+                      bad[k].why);
   }
   if (r.spec().scheduler() == v1::SLURM || r.spec().scheduler() == v1::EXTERNAL) {
-    std::vector<std::string> added = AddExcludedNodes(run, nodes);
+    std::vector<std::string> added = coordinator_.AddExcludedNodes(run, nodes);
     if (!added.empty()) {
       absl::StrAppend(&message, "; node", added.size() > 1 ? "s " : " ", absl::StrJoin(added, ", "),
                       " excluded from the job, which runs again without ", added.size() > 1 ? "them" : "it");
     }
   }
   failure.set_message(message);
-  FailGeneration(run, failure, deferred);
+  coordinator_.FailGeneration(run, failure, deferred);
 }
 
-absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& request) {
+absl::StatusOr<v1::LeaveResponse> Coordinator::HealthMonitor::Leave(const v1::LeaveRequest& request) {
   if (absl::Status s = ValidateLeaveRequest(request); !s.ok()) return s;
   DT_OPEN_RUN_OR_RETURN(run, locked, request.run_id());
   Deferred& deferred = locked.deferred();
@@ -307,50 +300,38 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::Leave(const v1::LeaveRequest& req
     out.set_run_state(r.state());
     return out;  // a retry after the last rank left
   }
-  absl::StatusOr<Generation*> live = AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
+  absl::StatusOr<Generation*> live =
+      coordinator_.AssignedRank(*run, request.generation(), request.rank(), request.incarnation());
   if (!live.ok()) return live.status();
   Generation& g = **live;
   v1::RankStatus& rank = g.ranks[request.rank()];
   if (rank.state() != v1::RankStatus::FINISHED) {
-    g.health->Heartbeat(request.rank(), request.final_step(), clock_->Now());
-    g.health->Finish(request.rank(), clock_->Now());
+    g.health->Heartbeat(request.rank(), request.final_step(), coordinator_.clock_->Now());
+    g.health->Finish(request.rank(), coordinator_.clock_->Now());
     rank.set_state(v1::RankStatus::FINISHED);
     g.ranks_dirty = g.rows_dirty = true;
     if (request.preempted()) g.preempted_by = request.signal() > 0 ? request.signal() : SIGUSR2;
     g.time_limit = g.time_limit || (request.preempted() && request.time_limit());
-    stacks_->Excuse(*run, request.rank(), deferred);  // a rank that left has no stacks to give
+    coordinator_.stacks_->Excuse(*run, request.rank(), deferred);  // a rank that left has no stacks to give
   }
   if (g.health->all_finished()) {
     int64_t final_step = 0;
     for (const auto& rs : g.ranks) final_step = std::max(final_step, g.health->step(rs.rank()));
     r.set_step(final_step);
     if (g.preempted_by != 0) {
-      RequeueGeneration(*run, g.preempted_by, deferred);
+      coordinator_.RequeueGeneration(*run, g.preempted_by, deferred);
     } else {
-      PersistRanks(*run, deferred);
-      StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")), deferred);
-      SetState(*run, v1::SUCCEEDED, deferred);
+      coordinator_.PersistRanks(*run, deferred);
+      coordinator_.StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")),
+                                  deferred);
+      coordinator_.SetState(*run, v1::SUCCEEDED, deferred);
     }
   }
   out.set_run_state(r.state());
   return out;
 }
 
-std::string Coordinator::DescribeStopped(const RunEntry& run, const std::vector<StoppedRank>& stopped) const {
-  std::string out;
-  for (size_t k = 0; k < stopped.size(); ++k) {
-    if (k == 16) {
-      absl::StrAppend(&out, ", and ", stopped.size() - k, " more");
-      break;
-    }
-    absl::StrAppend(&out, k == 0 ? "" : ", ", DescribeRank(run, stopped[k].rank), " at ",
-                    absl::FormatTime("%H:%M:%E3S", stopped[k].when, absl::UTCTimeZone()), " by ",
-                    SignalName(stopped[k].signal));
-  }
-  return out;
-}
-
-v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict& verdict) const {
+v1::Failure Coordinator::HealthMonitor::VerdictFailure(const RunEntry& run, const HealthVerdict& verdict) const {
   const Generation& g = *run.gen;
   v1::Failure failure;
   failure.set_rank(verdict.rank);
@@ -367,7 +348,7 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
       std::string others;
       for (size_t k = 0; k < verdict.also_silent.size() && k < 16; ++k) {
         auto [rank, last] = verdict.also_silent[k];
-        absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", DescribeRank(run, rank), " since ",
+        absl::StrAppend(&others, k == 0 ? "; also silent: " : ", ", coordinator_.DescribeRank(run, rank), " since ",
                         absl::FormatTime("%H:%M:%E3S", last, absl::UTCTimeZone()));
       }
       failure.set_message(absl::StrCat("sent no heartbeat for ", absl::FormatDuration(verdict.timeout), " (last at ",
@@ -379,7 +360,7 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
       failure.set_kind(v1::Failure::TERMINATED);
       failure.set_message(
           verdict.rank < 0 ? absl::StrCat("every rank was stopped by a signal from outside and none failed first (",
-                                          DescribeStopped(run, verdict.stopped),
+                                          coordinator_.DescribeStopped(run, verdict.stopped),
                                           "): the job was cancelled outside dt, preempted or reached its time limit")
                            : absl::StrCat("was stopped by ", SignalName(verdict.stopped.front().signal), " at ", since,
                                           " UTC while the other ranks kept running, and nothing else failed within ",
@@ -416,9 +397,9 @@ v1::Failure Coordinator::VerdictFailure(const RunEntry& run, const HealthVerdict
   return failure;
 }
 
-void Coordinator::CheckHealth() {
-  absl::Time now = clock_->Now();
-  for (const RunPtr& run : AllRuns()) {
+void Coordinator::HealthMonitor::CheckHealth() {
+  absl::Time now = coordinator_.clock_->Now();
+  for (const RunPtr& run : coordinator_.AllRuns()) {
     LockedRun locked(*run);
     Deferred& deferred = locked.deferred();
     if (IsTerminal(run->stored.run.state()) || !run->gen) continue;
@@ -426,18 +407,18 @@ void Coordinator::CheckHealth() {
     if (!g.assigned || !g.stopped.ok()) continue;
     // A hang's capture is under way: its completion fails the generation with the evidence.
     if (g.capture && g.capture->hang) continue;
-    HealthTimeouts limits{options_.timeouts.heartbeat_timeout, options_.timeouts.hang_timeout,
-                          options_.timeouts.rendezvous_timeout, IdleTimeout(run->stored.run.spec())};
+    HealthTimeouts limits{coordinator_.options_.timeouts.heartbeat_timeout, coordinator_.options_.timeouts.hang_timeout,
+                          coordinator_.options_.timeouts.rendezvous_timeout, IdleTimeout(run->stored.run.spec())};
     if (std::optional<HealthVerdict> verdict = g.health->Check(now, limits)) {
       v1::Failure failure = VerdictFailure(*run, *verdict);
       bool hang = verdict->kind == HealthVerdict::Kind::kHang || verdict->kind == HealthVerdict::Kind::kIdle;
       // Evidence before the kill: every rank's stacks, captured while every process still lives.
-      if (!hang || !stacks_->Begin(*run, failure.message(), failure, nullptr, deferred)) {
-        FailGeneration(*run, failure, deferred);
+      if (!hang || !coordinator_.stacks_->Begin(*run, failure.message(), failure, nullptr, deferred)) {
+        coordinator_.FailGeneration(*run, failure, deferred);
       }
       continue;
     }
-    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) FlushProgress(run);
+    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) coordinator_.FlushProgress(run);
   }
 }
 
