@@ -1,8 +1,8 @@
 // The run registry: construction, authorization, lookup, loading the runs at start-up, shutdown.
 // The rest of Coordinator: coordinator_run_lifecycle.cc (states, generations, failures,
-// persistence), coordinator_runs.cc (the runs API and watchers), coordinator_metrics.cc;
-// and the managers it owns, one per concern (manager_base.h): rank_registration, store_barriers,
-// health_monitor, metric_pipeline, stack_captures, checkpoint_leadership.
+// persistence), coordinator_runs.cc (the runs API and watchers); and the managers it owns, one
+// per concern (manager_base.h): rank_registration, store_barriers, health_monitor,
+// metric_pipeline, stack_captures, checkpoint_leadership.
 #include "coordinator/coordinator.h"
 
 #include <signal.h>

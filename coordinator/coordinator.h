@@ -183,29 +183,11 @@ class Coordinator {
   CheckpointLeadership& checkpoints() { return *checkpoints_; }
 
   // ---- Metrics ----------------------------------------------------------------------------
-  // Validates `batch` and queues it for storage, which runs on the file-work threads, many
-  // batches to one SQLite transaction: a disk that stalls writes (dirty-page writeback, a busy
-  // file system) must hold neither the RPC threads nor the run's lock that heartbeats take.
-  // `stored` runs once the batch is in the state database (OK), or storing failed (INTERNAL);
-  // delivery to watchers and observers follows, and while more than
-  // kMaxUndeliveredMetricBatches wait for it, `stored` waits for the batch's delivery too. It is
-  // not called when validation refuses the batch, whose
-  // error is returned: RESOURCE_EXHAUSTED (over 1 MiB, or the run's batches waiting for storage
-  // and delivery would pass --metric-bytes-per-run: send it again later), INVALID_ARGUMENT (negative step,
-  // non-finite time, bad metric name, rank outside the world), NOT_FOUND (run),
-  // FAILED_PRECONDITION (generation that does not exist), UNAVAILABLE (shutting down).
+  // Metric batches from their acceptance to their storage and delivery, and their history
+  // (metric_pipeline.h): MetricsService and the console call it directly.
   using MetricsStored = std::function<void(const absl::Status&)>;
-  absl::Status IngestMetrics(v1::MetricBatch batch, MetricsStored stored);
-  // Runs `then` (on a file-work thread) once every batch whose `stored` ran before this call is
-  // delivered to watchers and observers: a stream ends OK only once its points were handed to
-  // Prometheus and the W&B spool, so a coordinator killed afterwards has not lost points that the
-  // client will never send again (what a failing spool append drops is counted as dropped).
-  void WhenMetricsDelivered(std::function<void()> then);
-  // Stored batches waiting for delivery beyond which a batch's `stored` waits for its delivery.
-  static constexpr int64_t kMaxUndeliveredMetricBatches = 256;
-  // Batches accepted and not yet stored and delivered (takes no run lock).
-  int64_t MetricBatchesUnstored() const;
-  absl::StatusOr<v1::QueryMetricsResponse> QueryMetrics(const v1::QueryMetricsRequest& request);
+  class MetricPipeline;
+  MetricPipeline& metrics() { return *metrics_; }
 
  private:
   // The coordinator and its run lookup, which every manager starts from (manager_base.h).
@@ -413,11 +395,8 @@ class Coordinator {
   mutable absl::Mutex observers_mu_;
   std::vector<RunObserver*> observers_list_ ABSL_GUARDED_BY(observers_mu_);
   std::vector<RunObserver*> Observers() const;
-  // Hands a stored batch to the run's metric watchers and to `observers` (Prometheus, W&B).
-  void DeliverMetrics(RunEntry& run, const v1::MetricBatch& batch, const std::vector<RunObserver*>& observers);
   // Accepted metric batches on their way to the state database and the observers
   // (metric_pipeline.h). Its passes run on the file work, which is destroyed first.
-  class MetricPipeline;
   std::unique_ptr<MetricPipeline> metrics_;
   std::unique_ptr<RankRegistration> registration_;
   std::unique_ptr<StoreAndBarriers> store_barriers_;

@@ -20,6 +20,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/request_checks.h"
 
 namespace dt {
@@ -394,7 +395,7 @@ Coordinator::Census Coordinator::TakeCensus() const {
       for (const auto& rank : run->gen->ranks) c.registered_ranks += rank.state() == v1::RankStatus::ACTIVE;
     }
   }
-  c.metric_batches_unstored = MetricBatchesUnstored();
+  c.metric_batches_unstored = metrics_->Unstored();
   c.admitted_ranks = admission_.admitted();
   return c;
 }

@@ -3,6 +3,7 @@
 
 #include "common/limits.h"
 #include "common/metric_points.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/services.h"
 
 namespace dt {
@@ -66,7 +67,7 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
       if (then) then();  // last: finishing may delete this reactor
       return;
     }
-    accepted = deps_.coordinator->IngestMetrics(std::move(batch_), [this, points, bytes](const absl::Status& s) {
+    accepted = deps_.coordinator->metrics().Ingest(std::move(batch_), [this, points, bytes](const absl::Status& s) {
       Then then;
       {
         absl::MutexLock lock(&mu_);
@@ -128,7 +129,7 @@ class MetricsReader : public grpc::ServerReadReactor<v1::MetricBatch> {
     if (finished_ || !closed_ || in_flight_ > 0) return nullptr;
     finished_ = true;
     if (!error_.ok()) return [this, error = error_] { Done(error); };
-    return [this] { deps_.coordinator->WhenMetricsDelivered([this] { Done(absl::OkStatus()); }); };
+    return [this] { deps_.coordinator->metrics().WhenDelivered([this] { Done(absl::OkStatus()); }); };
   }
 
   void Done(const absl::Status& s) {
@@ -162,7 +163,7 @@ grpc::ServerUnaryReactor* MetricsServiceImpl::QueryMetrics(grpc::CallbackServerC
                                                            const v1::QueryMetricsRequest* req,
                                                            v1::QueryMetricsResponse* out) {
   return ReplyForRun(deps_, ctx, "QueryMetrics", req->run_id(), out,
-                     [&] { return deps_.coordinator->QueryMetrics(*req); });
+                     [&] { return deps_.coordinator->metrics().Query(*req); });
 }
 
 }  // namespace dt

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "coordinator/console/console_api.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/rank_registration.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_coordinator.h"
@@ -67,7 +68,7 @@ std::string SubmitWithRanks(World& w, const std::string& name) {
       p->set_step(step);
       (*p->mutable_values())["loss"] = 5.0 / step;
     }
-    (void)w.coordinator->IngestMetrics(batch, [](const absl::Status&) {});
+    (void)w.coordinator->metrics().Ingest(batch, [](const absl::Status&) {});
     std::ofstream(JoinPath(run->exp_dir(), absl::StrCat("logs/rank-", rank, ".log")))
         << "2026-01-01T00:00:00.000000Z step 1 loss 5\nsame line on every rank\n"
         << name << " rank " << rank << "\n";

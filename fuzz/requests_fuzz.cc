@@ -15,6 +15,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/health_monitor.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/state_db.h"
 #include "coordinator/store_barriers.h"
@@ -167,9 +168,9 @@ void Apply(World& w, Call& call) {
     case Call::kListCheckpoints:
       return Answered(c.checkpoints().List(call.list_checkpoints().run_id()).status(), "ListCheckpoints");
     case Call::kReportMetrics:
-      return Answered(c.IngestMetrics(call.report_metrics(), [](const absl::Status&) {}), "ReportMetrics");
+      return Answered(c.metrics().Ingest(call.report_metrics(), [](const absl::Status&) {}), "ReportMetrics");
     case Call::kQueryMetrics:
-      return Answered(c.QueryMetrics(call.query_metrics()), "QueryMetrics");
+      return Answered(c.metrics().Query(call.query_metrics()), "QueryMetrics");
     case Call::kAdvanceMs:
       w.clock.Advance(absl::Milliseconds(std::min<uint32_t>(call.advance_ms(), 60'000)));
       w.timers.RunDue();

@@ -29,6 +29,7 @@
 #include "common/limits.h"
 #include "common/proto_time.h"
 #include "common/subprocess.h"
+#include "coordinator/metric_pipeline.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -1035,7 +1036,7 @@ TEST_F(IntegrationTest, AMetricStreamEndsOkOnlyOnceItsBatchesAreDelivered) {
   observer.Release();
   ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(stream_status.ok()) << stream_status.error_message();
-  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 0);
+  EXPECT_EQ(coord_.coordinator().metrics().Unstored(), 0);
 }
 
 // A disk that stalls writes (dirty-page writeback, a busy shared file system) held the run's lock
@@ -1060,8 +1061,8 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
     if (sender.joinable()) sender.join();
   };
   // The batch was accepted and waits for the database.
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_.coordinator().MetricBatchesUnstored() > 0; }, absl::Seconds(30)));
-  ASSERT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_.coordinator().metrics().Unstored() > 0; }, absl::Seconds(30)));
+  ASSERT_EQ(coord_.coordinator().metrics().Unstored(), 1);
 
   // SQLite's busy timeout is 5 s: before this fix, each call below waited for it to expire.
   v1::HeartbeatRequest hb;
@@ -1075,12 +1076,12 @@ TEST_F(IntegrationTest, HeartbeatsAndStoreCallsAnswerWhileMetricStorageWaitsForT
   EXPECT_EQ(answered->directive(), v1::HeartbeatResponse::CONTINUE);
   ASSERT_TRUE((*session)->Set("during-stall", "yes").ok());
   EXPECT_EQ(*(*session)->Get("during-stall"), "yes");
-  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 1);
+  EXPECT_EQ(coord_.coordinator().metrics().Unstored(), 1);
 
   disk_stall.Release();
   sender.join();
   ASSERT_TRUE(stream_status.ok()) << stream_status.error_message();
-  EXPECT_EQ(coord_.coordinator().MetricBatchesUnstored(), 0);
+  EXPECT_EQ(coord_.coordinator().metrics().Unstored(), 0);
   v1::QueryMetricsRequest q;
   q.set_run_id(run.run_id());
   auto stored = Call(*admin_, &v1::MetricsService::Stub::QueryMetrics, admin_->metrics(), q, absl::Seconds(5));

@@ -19,6 +19,7 @@
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/metric_pipeline.h"
 #include "coordinator/prometheus_exporter.h"
 #include "coordinator/rank_registration.h"
 #include "coordinator/stack_captures.h"
@@ -750,26 +751,26 @@ TEST_F(CoordinatorTest, AStalledMetricStoreHoldsAtMostTheRunsMetricBytes) {
   // stalling beside them made the count jump past 1 under load (CI, stop 48).
   coord_->AwaitFileWork();
   stall_.Arm(JoinPath(save_dir_, "(metric storage)"));
-  ASSERT_TRUE(coord_->IngestMetrics(batch(run, 1), count).ok());
+  ASSERT_TRUE(coord_->metrics().Ingest(batch(run, 1), count).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return stall_.stalled() == 1; }, absl::Seconds(10)));
   int64_t step = 2;
   absl::Status refused;
-  for (; step < 10 && refused.ok(); ++step) refused = coord_->IngestMetrics(batch(run, step), count);
+  for (; step < 10 && refused.ok(); ++step) refused = coord_->metrics().Ingest(batch(run, step), count);
   --step;  // the refused one
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_NE(refused.message().find("limit of 4096 per run (dtcoord --metric-bytes-per-run)"), std::string::npos)
       << refused;
   EXPECT_EQ(step, 5);  // four batches of about 1 KiB fit in 4 KiB, the one being stored among them
   RegisterAll(other, 1, 1);
-  EXPECT_TRUE(coord_->IngestMetrics(batch(other, 1), count).ok()) << "another run's batch waited";
+  EXPECT_TRUE(coord_->metrics().Ingest(batch(other, 1), count).ok()) << "another run's batch waited";
   stall_.Release();
-  ASSERT_TRUE(testing::WaitFor([&] { return coord_->MetricBatchesUnstored() == 0; }, absl::Seconds(30)));
-  ASSERT_TRUE(coord_->IngestMetrics(batch(run, step), count).ok());  // sent again: taken
+  ASSERT_TRUE(testing::WaitFor([&] { return coord_->metrics().Unstored() == 0; }, absl::Seconds(30)));
+  ASSERT_TRUE(coord_->metrics().Ingest(batch(run, step), count).ok());  // sent again: taken
   ASSERT_TRUE(testing::WaitFor([&] { return stored.load() == static_cast<int>(step) + 1; }, absl::Seconds(30)));
   v1::QueryMetricsRequest q;
   q.set_run_id(run);
   q.set_name("loss");
-  auto page = coord_->QueryMetrics(q);
+  auto page = coord_->metrics().Query(q);
   ASSERT_TRUE(page.ok()) << page.status();
   std::vector<int64_t> steps;
   for (const auto& m : page->records()) steps.push_back(m.step());
@@ -788,33 +789,33 @@ TEST_F(CoordinatorTest, MetricBatchesAreStoredThenRefusedOnceShuttingDown) {
   (*p->mutable_values())["loss"] = 1.5;
   absl::Notification stored;
   absl::Status result = absl::UnknownError("not called");
-  ASSERT_TRUE(coord_
-                  ->IngestMetrics(batch,
-                                  [&](const absl::Status& s) {
-                                    result = s;
-                                    stored.Notify();
-                                  })
+  ASSERT_TRUE(coord_->metrics()
+                  .Ingest(batch,
+                          [&](const absl::Status& s) {
+                            result = s;
+                            stored.Notify();
+                          })
                   .ok());
   ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(result.ok()) << result;
   // Delivery may trail storage.
-  EXPECT_TRUE(testing::WaitFor([&] { return coord_->MetricBatchesUnstored() == 0; }, absl::Seconds(30)));
+  EXPECT_TRUE(testing::WaitFor([&] { return coord_->metrics().Unstored() == 0; }, absl::Seconds(30)));
   v1::QueryMetricsRequest q;
   q.set_run_id(run);
-  auto page = coord_->QueryMetrics(q);
+  auto page = coord_->metrics().Query(q);
   ASSERT_TRUE(page.ok()) << page.status();
   ASSERT_EQ(page->records_size(), 1);
   EXPECT_EQ(page->records(0).step(), 4);
 
   coord_->Shutdown();
   absl::Status refused =
-      coord_->IngestMetrics(batch, [](const absl::Status&) { ADD_FAILURE() << "stored after shutdown"; });
+      coord_->metrics().Ingest(batch, [](const absl::Status&) { ADD_FAILURE() << "stored after shutdown"; });
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
   EXPECT_NE(refused.message().find("shutting down"), std::string::npos) << refused;
 }
 
 // A stream reads its next batch once the last is stored, not once Prometheus and W&B have it (a
-// slow observer would hold every stream), but no further than kMaxUndeliveredMetricBatches
+// slow observer would hold every stream), but no further than MetricPipeline::kMaxUndeliveredBatches
 // ahead of delivery: a stalled observer cannot make the coordinator hold batches without bound.
 TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBound) {
   testing::HeldMetricObserver observer;
@@ -847,36 +848,36 @@ TEST_F(CoordinatorTest, MetricStreamsWaitForStorageAndForDeliveryOnlyPastTheBoun
     coord_.reset();
   };
   // The first batch is stored while its delivery is held.
-  ASSERT_TRUE(coord_->IngestMetrics(batch(1), count).ok());
+  ASSERT_TRUE(coord_->metrics().Ingest(batch(1), count).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return stored_count() == 1 && observer.delivered() == 1; }, absl::Seconds(30)));
   // Batches that each wait for the last to be stored, as a stream's do, up to the bound.
-  const int64_t bound = Coordinator::kMaxUndeliveredMetricBatches;
+  const int64_t bound = Coordinator::MetricPipeline::kMaxUndeliveredBatches;
   for (int step = 2; step <= bound; ++step) {
-    ASSERT_TRUE(coord_->IngestMetrics(batch(step), count).ok());
+    ASSERT_TRUE(coord_->metrics().Ingest(batch(step), count).ok());
     ASSERT_TRUE(testing::WaitFor([&] { return stored_count() == step; }, absl::Seconds(30))) << step;
   }
   auto records = [&] {
     v1::QueryMetricsRequest q;
     q.set_run_id(run);
-    auto page = coord_->QueryMetrics(q);
+    auto page = coord_->metrics().Query(q);
     EXPECT_TRUE(page.ok()) << page.status();
     return page.ok() ? page->records_size() : -1;
   };
   // One past the bound is stored in SQLite, and its `stored` waits for delivery. (The next batch
   // goes to the next storage pass, which starts once that batch's pass has decided.)
-  ASSERT_TRUE(coord_->IngestMetrics(batch(bound + 1), count).ok());
+  ASSERT_TRUE(coord_->metrics().Ingest(batch(bound + 1), count).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return records() == bound + 1; }, absl::Seconds(30)));
-  ASSERT_TRUE(coord_->IngestMetrics(batch(bound + 2), count).ok());
+  ASSERT_TRUE(coord_->metrics().Ingest(batch(bound + 2), count).ok());
   ASSERT_TRUE(testing::WaitFor([&] { return records() == bound + 2; }, absl::Seconds(30)));
   EXPECT_EQ(stored_count(), bound);
-  EXPECT_EQ(coord_->MetricBatchesUnstored(), bound + 2);
+  EXPECT_EQ(coord_->metrics().Unstored(), bound + 2);
   observer.Release();
-  EXPECT_TRUE(testing::WaitFor([&] { return stored_count() == bound + 2 && coord_->MetricBatchesUnstored() == 0; },
+  EXPECT_TRUE(testing::WaitFor([&] { return stored_count() == bound + 2 && coord_->metrics().Unstored() == 0; },
                                absl::Seconds(30)));
   EXPECT_EQ(observer.delivered(), bound + 2);
 }
 
-// A stream ends (WhenMetricsDelivered, asked once its last batch is stored) only after that
+// A stream ends (metrics().WhenDelivered, asked once its last batch is stored) only after that
 // batch's delivery, even when the batch was stored long before it is delivered.
 TEST_F(CoordinatorTest, AStreamsEndWaitsForTheDeliveryOfItsLastBatch) {
   testing::HeldMetricObserver observer;
@@ -893,14 +894,14 @@ TEST_F(CoordinatorTest, AStreamsEndWaitsForTheDeliveryOfItsLastBatch) {
   v1::MetricPoint* p = batch.add_points();
   p->set_step(3);
   (*p->mutable_values())["loss"] = 0.25;
-  ASSERT_TRUE(coord_
-                  ->IngestMetrics(batch,
-                                  [&](const absl::Status& s) {
-                                    EXPECT_TRUE(s.ok()) << s;
-                                    // As MetricsReader does when the client then closes its side.
-                                    coord_->WhenMetricsDelivered([&] { ended.Notify(); });
-                                    stored.Notify();
-                                  })
+  ASSERT_TRUE(coord_->metrics()
+                  .Ingest(batch,
+                          [&](const absl::Status& s) {
+                            EXPECT_TRUE(s.ok()) << s;
+                            // As MetricsReader does when the client then closes its side.
+                            coord_->metrics().WhenDelivered([&] { ended.Notify(); });
+                            stored.Notify();
+                          })
                   .ok());
   ASSERT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_TRUE(testing::WaitFor([&] { return observer.delivered() == 1; }, absl::Seconds(30)));

@@ -18,6 +18,7 @@
 #include "common/utf8.h"
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/experiment_dir.h"
+#include "coordinator/metric_pipeline.h"
 
 namespace dt {
 namespace {
@@ -257,7 +258,7 @@ nlohmann::json ConsoleApi::RankStepTimes(const v1::Run& run) const {
     q.set_from_step(std::max<int64_t>(0, rank.step() - 20));
     std::optional<v1::MetricRecord> newest;
     for (int page = 0; page < 4; ++page) {
-      absl::StatusOr<v1::QueryMetricsResponse> r = coordinator_->QueryMetrics(q);
+      absl::StatusOr<v1::QueryMetricsResponse> r = coordinator_->metrics().Query(q);
       if (!r.ok() || r->records_size() == 0) break;
       newest = r->records(r->records_size() - 1);
       if (!r->has_next()) break;
@@ -301,7 +302,7 @@ absl::StatusOr<nlohmann::json> ConsoleApi::Metrics(const std::string& run_id, co
     q.mutable_after()->set_rank(static_cast<int32_t>(*after_rank));
     q.mutable_after()->set_name(Param(request, "after_name"));
   }
-  absl::StatusOr<v1::QueryMetricsResponse> page = coordinator_->QueryMetrics(q);
+  absl::StatusOr<v1::QueryMetricsResponse> page = coordinator_->metrics().Query(q);
   if (!page.ok()) return page.status();
   nlohmann::json records = nlohmann::json::array();
   for (const auto& r : page->records()) records.push_back(MetricJson(r));
@@ -327,7 +328,7 @@ absl::StatusOr<nlohmann::json> ConsoleApi::Series(const std::string& run_id, con
   while (static_cast<int64_t>(records.size()) < kSeriesRecordBudget) {
     q.set_limit(static_cast<int32_t>(
         std::min<int64_t>(kMaxMetricRecordsPerQuery, kSeriesRecordBudget - static_cast<int64_t>(records.size()))));
-    absl::StatusOr<v1::QueryMetricsResponse> page = coordinator_->QueryMetrics(q);
+    absl::StatusOr<v1::QueryMetricsResponse> page = coordinator_->metrics().Query(q);
     if (!page.ok()) return page.status();
     for (auto& r : *page->mutable_records()) records.push_back(std::move(r));
     if (!page->has_next()) {
