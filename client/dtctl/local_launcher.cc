@@ -335,8 +335,12 @@ class Launcher {
 int RunLocalLauncher(const LocalLaunch& launch) {
   SetLogProgram("dt-launcher");
   LocalLaunch l = launch;
-  l.openblas_core = OpenBlasCoreToSet();
-  if (!l.openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(l.openblas_core);
+  // With --exec each node's dtrun chooses for its own workers: loading OpenBLAS here too would
+  // only delay the start.
+  if (l.exec_command.empty()) {
+    l.openblas_core = OpenBlasCoreToSet();
+    if (!l.openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(l.openblas_core);
+  }
   absl::StatusOr<std::shared_ptr<CoordinatorClient>> client =
       CoordinatorClient::Connect(l.coordinator, l.run_token, l.tls_ca);
   if (!client.ok()) {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -135,6 +136,9 @@ class NodeAgent {
 
   int Run() {
     ScopedStopHandler on_signal([this](int signal) { OnStopSignal(signal); });
+    // Which OpenBLAS kernels the workers get takes loading OpenBLAS (milliseconds): done while the
+    // node waits for its rendezvous.
+    openblas_core_ = std::async(std::launch::async, OpenBlasCoreToSet);
     if (absl::Status s = Register(); !s.ok()) {
       DT_LOG(Error) << "node " << config_.node << ": registration with run " << config_.run_id << " at "
                     << config_.coordinator << " failed: " << s;
@@ -174,17 +178,18 @@ class NodeAgent {
   // Whatever an earlier generation of the run left on this machine (its dtrun was killed with
   // SIGKILL and its dtslots are still stopping their trees, or a tree escaped) ends before this
   // generation's programs start: only one generation writes to the experiment.
+  // Generation 0 has no earlier generation, so its start does without the scan of /proc.
   void EndEarlierGenerations() {
-    int ended = EndMarkedProcesses(MarkerBeforeGeneration(config_.run_id, workers_.front().agent->generation()),
-                                   config_.stop_grace);
+    int64_t generation = workers_.front().agent->generation();
+    if (generation == 0) return;
+    int ended = EndMarkedProcesses(MarkerBeforeGeneration(config_.run_id, generation), config_.stop_grace);
     if (ended > 0) DT_LOG(Warning) << "ended " << ended << " process(es) an earlier generation of the run left running";
   }
 
-  // Group rank 0's node picks its address and a free port and publishes them; the others read them.
+  // Group rank 0's node picks its address and a free port and publishes them (in the
+  // generation's store, when other nodes are there to read them); the others read them.
   absl::StatusOr<Endpoint> AgreeOnMaster() {
     Agent& agent = *workers_.front().agent;
-    absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
-    if (!store.ok()) return store.status();
     if (agent.assignment().node_rank() == 0) {
       Endpoint e;
       if (!config_.master_addr.empty()) {
@@ -206,10 +211,15 @@ class NodeAgent {
         if (!port.ok()) return port.status();
         e.port = *port;
       }
+      if (agent.assignment().nodes() == 1) return e;
+      absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
+      if (!store.ok()) return store.status();
       std::string value = absl::StrCat(e.port, " ", e.agent_store ? 1 : 0, " ", e.addr);
       if (absl::Status s = (*store)->Set(kMasterKey, value); !s.ok()) return s;
       return e;
     }
+    absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
+    if (!store.ok()) return store.status();
     absl::StatusOr<std::string> value = (*store)->Get(kMasterKey, config_.rendezvous_timeout);
     if (!value.ok()) return value.status();
     // "PORT AGENT_STORE ADDR": the address goes last, whatever it holds.
@@ -228,7 +238,7 @@ class NodeAgent {
     const char* omp = std::getenv("OMP_NUM_THREADS");
     const char* python_path = std::getenv("PYTHONPATH");
     std::string dt_python = FindDtPythonDir().value_or("");
-    std::string openblas_core = OpenBlasCoreToSet();
+    std::string openblas_core = openblas_core_.get();
     if (!openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(openblas_core);
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::AbortedError("stopped before the workers started");
@@ -527,6 +537,7 @@ class NodeAgent {
   NodeAgentConfig config_;
   std::vector<Worker> workers_;                 // one per local slot, fixed at construction
   std::unique_ptr<NodeHeartbeats> heartbeats_;  // from registration on
+  std::future<std::string> openblas_core_;      // OpenBlasCoreToSet(), asked as Run starts
   std::atomic<bool> registered_{false};
   absl::Time last_tended_;                   // main thread only
   bool programs_known_ = false;              // every worker's program pid was seen (main thread only)
