@@ -161,7 +161,7 @@ class Coordinator {
 
   // ---- Health ----------------------------------------------------------------------------
   // Heartbeats, reported errors, stops, pre-flights, leaving and the watchdog (health_monitor.h):
-  // RendezvousService calls it directly.
+  // RendezvousService and the health thread call it directly.
   class HealthMonitor;
   HealthMonitor& health() { return *health_; }
 

@@ -4,6 +4,7 @@
 // a restart or the end) is the run lifecycle's, on Coordinator (FailGeneration).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,19 +24,25 @@ class Coordinator::HealthMonitor : private ManagerBase {
   // replaced process; FAILED_PRECONDITION before the rendezvous completed or for a generation
   // that does not exist.
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
-  // Several ranks' heartbeats under one lock; each rank's answer or status in the order asked.
+  // Several ranks' heartbeats under one lock; each rank's answer or status (Heartbeat's codes) in
+  // the order asked. The call itself: INVALID_ARGUMENT, NOT_FOUND.
   absl::StatusOr<v1::NodeHeartbeatResponse> NodeHeartbeat(const v1::NodeHeartbeatRequest& request);
   // A rank's (or a node slot's, or a scheduler task's) error fails the generation with it as the
   // root cause. ABORTED (an ended generation, a stale incarnation), FAILED_PRECONDITION (a
   // generation that does not exist, a task that holds no rank); an ended run answers OK.
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
   // A rank stopped by a signal from outside: a victim until the watchdog finds nothing else failed.
+  // OK, changing nothing, for an ended run or generation; ABORTED (a replaced process),
+  // FAILED_PRECONDITION (before the rendezvous completed, a generation that does not exist).
   absl::StatusOr<v1::ReportStoppedResponse> ReportStopped(const v1::ReportStoppedRequest& request);
   // Records a rank's device pre-flight; an unhealthy device (an error, or far slower than the
   // group's median on runs whose nodes can be left out) fails the generation NODE_UNHEALTHY and,
-  // on Slurm, excludes the node. FAILED_PRECONDITION (the run ended).
+  // on Slurm, excludes the node. FAILED_PRECONDITION (the run ended, the rendezvous not complete, a
+  // generation that does not exist), ABORTED (an ended generation, a replaced process).
   absl::StatusOr<v1::ReportPreflightResponse> ReportPreflight(const v1::ReportPreflightRequest& request);
   // A rank finished; the last to leave ends the run SUCCEEDED (or REQUEUED after a preemption).
+  // OK for a retry after the run succeeded; ABORTED (an ended generation or run, a replaced
+  // process), FAILED_PRECONDITION (before the rendezvous completed, a generation that does not exist).
   absl::StatusOr<v1::LeaveResponse> Leave(const v1::LeaveRequest& request);
 
   // Runs the heartbeat and hang checks once over every run (the coordinator's health thread does

@@ -19,6 +19,7 @@
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/metric_pipeline.h"
 #include "coordinator/prometheus_exporter.h"
 #include "coordinator/rank_registration.h"

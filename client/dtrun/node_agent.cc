@@ -138,7 +138,8 @@ class NodeAgent {
     ScopedStopHandler on_signal([this](int signal) { OnStopSignal(signal); });
     // Which OpenBLAS kernels the workers get takes loading OpenBLAS (milliseconds): done while the
     // node waits for its rendezvous.
-    openblas_core_ = std::async(std::launch::async, OpenBlasCoreToSet);
+    // (Run where no thread can be made: the policy lets it be deferred to its get().)
+    openblas_core_ = std::async(std::launch::async | std::launch::deferred, OpenBlasCoreToSet);
     if (absl::Status s = Register(); !s.ok()) {
       DT_LOG(Error) << "node " << config_.node << ": registration with run " << config_.run_id << " at "
                     << config_.coordinator << " failed: " << s;
@@ -186,10 +187,16 @@ class NodeAgent {
     if (ended > 0) DT_LOG(Warning) << "ended " << ended << " process(es) an earlier generation of the run left running";
   }
 
-  // Group rank 0's node picks its address and a free port and publishes them (in the
-  // generation's store, when other nodes are there to read them); the others read them.
+  // Group rank 0's node picks its address and a free port and publishes them in the generation's
+  // store; the others read them. Alone in its run, a node publishes to nobody: no store stream.
   absl::StatusOr<Endpoint> AgreeOnMaster() {
     Agent& agent = *workers_.front().agent;
+    std::unique_ptr<StoreSession> store;
+    if (agent.assignment().nodes() > 1) {
+      absl::StatusOr<std::unique_ptr<StoreSession>> opened = agent.OpenStore();
+      if (!opened.ok()) return opened.status();
+      store = std::move(*opened);
+    }
     if (agent.assignment().node_rank() == 0) {
       Endpoint e;
       if (!config_.master_addr.empty()) {
@@ -211,16 +218,12 @@ class NodeAgent {
         if (!port.ok()) return port.status();
         e.port = *port;
       }
-      if (agent.assignment().nodes() == 1) return e;
-      absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
-      if (!store.ok()) return store.status();
+      if (store == nullptr) return e;
       std::string value = absl::StrCat(e.port, " ", e.agent_store ? 1 : 0, " ", e.addr);
-      if (absl::Status s = (*store)->Set(kMasterKey, value); !s.ok()) return s;
+      if (absl::Status s = store->Set(kMasterKey, value); !s.ok()) return s;
       return e;
     }
-    absl::StatusOr<std::unique_ptr<StoreSession>> store = agent.OpenStore();
-    if (!store.ok()) return store.status();
-    absl::StatusOr<std::string> value = (*store)->Get(kMasterKey, config_.rendezvous_timeout);
+    absl::StatusOr<std::string> value = store->Get(kMasterKey, config_.rendezvous_timeout);
     if (!value.ok()) return value.status();
     // "PORT AGENT_STORE ADDR": the address goes last, whatever it holds.
     Endpoint e;
