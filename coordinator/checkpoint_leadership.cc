@@ -17,6 +17,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/request_checks.h"
+#include "coordinator/run_persistence.h"
 
 namespace dt {
 namespace {
@@ -468,7 +469,7 @@ void Coordinator::CheckpointLeadership::FinishPublish(const RunPtr& run, const s
           g.health->Heartbeat(rs.rank(), g.health->step(rs.rank()), coordinator_.clock_->Now());
       }
     }
-    coordinator_.Persist(*run, writes);
+    coordinator_.persistence_->Persist(*run, writes);
     coordinator_.Notify(*run, deferred);
   }
   writes.RunNow();

@@ -18,6 +18,7 @@
 #include "coordinator/health_monitor.h"
 #include "coordinator/metric_pipeline.h"
 #include "coordinator/rank_registration.h"
+#include "coordinator/run_persistence.h"
 #include "coordinator/stack_captures.h"
 #include "coordinator/store_barriers.h"
 
@@ -40,6 +41,7 @@ Coordinator::Coordinator(CoordinatorOptions options, const Clock* clock, TimerQu
       file_work_(std::make_unique<FileWorkQueue>(kFileWorkThreads)),
       health_work_(std::make_unique<FileWorkQueue>(1)) {
   metrics_ = std::make_unique<MetricPipeline>(*this);
+  persistence_ = std::make_unique<RunPersistence>(*this);
   registration_ = std::make_unique<RankRegistration>(*this);
   store_barriers_ = std::make_unique<StoreAndBarriers>(*this);
   stacks_ = std::make_unique<StackCaptures>(*this);
@@ -207,7 +209,7 @@ void Coordinator::Shutdown() {
       g.barriers->Abort(unavailable, deferred);
       checkpoints_->FailWaiting(*run, unavailable, deferred);
       stacks_->FailWaiting(*run, unavailable, deferred);
-      PersistRanks(*run, deferred);
+      persistence_->PersistRanks(*run, deferred);
     }
     for (auto& [id, watcher] : run->watchers) {
       WatchCallback cb = watcher.callback;

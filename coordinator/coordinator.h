@@ -192,6 +192,8 @@ class Coordinator {
  private:
   // The coordinator and its run lookup, which every manager starts from (manager_base.h).
   class ManagerBase;
+  // The run's record, rank rows, progress and run.json, written off its lock (run_persistence.h).
+  class RunPersistence;
   struct CheckpointRound;
   struct Generation;
   struct CaptureInProgress;
@@ -293,32 +295,9 @@ class Coordinator {
   // Aborts the generation's store, barriers, rendezvous and open checkpoint round.
   void StopGeneration(RunEntry& run, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Snapshot the record (or the ranks) under the lock; `deferred` writes it once the lock is released.
-  void Persist(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void PersistRanks(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Copies the health tracker's steps and heartbeat times into the rank records (their rows are
-  // then up to date).
-  void TakeRankProgress(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Every rank's step, heartbeat time, pid and idle time as one record.
-  static v1::RankProgress ProgressRecord(const Generation& g);
-  // The run's progress was just taken for writing: the run's step from the health tracker, and
-  // the next flush not before the flush interval.
-  void MarkProgressTaken(RunEntry& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Saves the run's progress (its record and the ranks' progress record) from a snapshot, off the
-  // run's lock.
-  void FlushProgress(const RunPtr& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
-  // Write the snapshot numbered `sequence` unless a newer one was written (see RunEntry).
-  void WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored);
-  void WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
-                  const std::vector<v1::RankStatus>& ranks);
-  void WriteProgress(RunEntry& run, uint64_t sequence, const std::string& run_id, const v1::RankProgress& progress);
   v1::Run Snapshot(const RunEntry& run, bool with_ranks) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
   void Notify(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   std::string DescribeRank(const RunEntry& run, int rank) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  // What writing <exp_dir>/run.json as the run is now takes, to run off the lock.
-  std::function<void()> RunJsonWriter(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
-  // Posts RunJsonWriter's work to the run's file work.
-  void WriteRunJson(const RunEntry& run) const ABSL_SHARED_LOCKS_REQUIRED(run.mu);
 
   // The generation a trainer call names, checked: ABORTED for an old one (naming why it ended),
   // FAILED_PRECONDITION for one not yet assigned or from the future, INVALID_ARGUMENT for a rank
@@ -398,6 +377,7 @@ class Coordinator {
   // Accepted metric batches on their way to the state database and the observers
   // (metric_pipeline.h). Its passes run on the file work, which is destroyed first.
   std::unique_ptr<MetricPipeline> metrics_;
+  std::unique_ptr<RunPersistence> persistence_;
   std::unique_ptr<RankRegistration> registration_;
   std::unique_ptr<StoreAndBarriers> store_barriers_;
   // Before the file work too: a capture's storage runs there.

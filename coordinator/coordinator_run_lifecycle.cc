@@ -1,10 +1,6 @@
-// Run lifecycle and persistence: generations, the run's states, failures and restarts, the
-// progress flush, the records in the state database and run.json.
-#include <set>
+// Run lifecycle: generations, the run's states, failures and restarts. What it decides is
+// written by the run's persistence (run_persistence.h).
 #include <string>
-
-#include <google/protobuf/util/json_util.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -13,8 +9,8 @@
 #include "coordinator/checkpoint_leadership.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
-#include "coordinator/experiment_dir.h"
 #include "coordinator/repeated_failures.h"
+#include "coordinator/run_persistence.h"
 #include "coordinator/stack_captures.h"
 
 namespace dt {
@@ -91,122 +87,8 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
   }
   DT_LOG(Info) << "run " << r.run_id() << " (" << r.spec().experiment_name() << ") " << StateName(old) << " -> "
                << StateName(state) << detail;
-  Persist(run, deferred);
+  persistence_->Persist(run, deferred);
   Notify(run, deferred);
-}
-
-void Coordinator::Persist(RunEntry& run, Deferred& deferred) {
-  *run.stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence, stored = run.stored] {
-    WriteRecord(*entry, sequence, stored);
-  });
-}
-
-void Coordinator::TakeRankProgress(RunEntry& run) {
-  Generation& g = *run.gen;
-  if (g.health) {
-    for (auto& r : g.ranks) {
-      r.set_step(g.health->step(r.rank()));
-      *r.mutable_last_heartbeat() = ToProtoTime(g.health->last_heartbeat(r.rank()));
-    }
-  }
-  g.rows_dirty = false;
-}
-
-void Coordinator::MarkProgressTaken(RunEntry& run) {
-  Generation& g = *run.gen;
-  if (g.health) run.stored.run.set_step(g.health->group_step());
-  g.ranks_dirty = false;
-  g.last_flush = clock_->Now();
-}
-
-void Coordinator::PersistRanks(RunEntry& run, Deferred& deferred) {
-  if (!run.gen) return;
-  TakeRankProgress(run);
-  MarkProgressTaken(run);
-  deferred.AddWrite([this, entry = run.shared_from_this(), sequence = ++run.persist_sequence,
-                     run_id = run.stored.run.run_id(),
-                     ranks = run.gen->ranks] { WriteRanks(*entry, sequence, run_id, ranks); });
-}
-
-v1::RankProgress Coordinator::ProgressRecord(const Generation& g) {
-  v1::RankProgress out;
-  out.set_generation(g.number);
-  const int n = static_cast<int>(g.ranks.size());
-  out.mutable_steps()->Reserve(n);
-  out.mutable_last_heartbeat_unix_ms()->Reserve(n);
-  out.mutable_pids()->Reserve(n);
-  out.mutable_idle_ms()->Reserve(n);
-  for (const v1::RankStatus& r : g.ranks) {
-    out.add_steps(g.health ? g.health->step(r.rank()) : r.step());
-    out.add_last_heartbeat_unix_ms(
-        absl::ToUnixMillis(g.health ? g.health->last_heartbeat(r.rank()) : FromProtoTime(r.last_heartbeat())));
-    out.add_pids(r.pid());
-    out.add_idle_ms(r.idle_ms());
-  }
-  return out;
-}
-
-void Coordinator::FlushProgress(const RunPtr& run) {
-  // One record for every rank (packed numbers), not a row per rank: at 100,000 ranks a flush
-  // every 2 s of rank rows would keep a core busy.
-  bool task_waiting = run->unwritten_progress != nullptr;
-  std::optional<std::vector<v1::RankStatus>> rows;
-  // A rank finished, was stopped or reported its pre-flight (now, or in a snapshot no task has
-  // taken yet): the rows are written too, as they are now, so a coordinator killed before the
-  // generation ends does not bring such a rank back active.
-  if (run->gen->rows_dirty || (task_waiting && run->unwritten_progress->rows)) {
-    TakeRankProgress(*run);
-    rows = run->gen->ranks;
-  }
-  v1::RankProgress progress = ProgressRecord(*run->gen);
-  MarkProgressTaken(*run);
-  *run->stored.run.mutable_updated_at() = ToProtoTime(clock_->Now());
-  run->unwritten_progress = std::make_shared<ProgressSnapshot>(
-      ProgressSnapshot{++run->persist_sequence, run->stored, std::move(progress), std::move(rows)});
-  if (task_waiting) return;
-  file_work_->Post(run->stored.run.run_id(), [this, run] {
-    std::shared_ptr<ProgressSnapshot> snapshot;
-    {
-      RunMutexLock lock(&run->mu);
-      snapshot.swap(run->unwritten_progress);
-    }
-    if (snapshot->rows) WriteRanks(*run, snapshot->sequence, snapshot->stored.run.run_id(), *snapshot->rows);
-    WriteProgress(*run, snapshot->sequence, snapshot->stored.run.run_id(), snapshot->progress);
-    WriteRecord(*run, snapshot->sequence, snapshot->stored);
-  });
-}
-
-void Coordinator::WriteProgress(RunEntry& run, uint64_t sequence, const std::string& run_id,
-                                const v1::RankProgress& progress) {
-  absl::MutexLock lock(&run.persist_mu);
-  if (sequence <= run.progress_written) return;
-  if (absl::Status s = db_->SaveRankProgress(run_id, progress); !s.ok()) {
-    DT_LOG(Error) << "cannot persist the progress of run " << run_id << ": " << s.message();
-    return;
-  }
-  run.progress_written = sequence;
-}
-
-void Coordinator::WriteRecord(RunEntry& run, uint64_t sequence, const StoredRun& stored) {
-  absl::MutexLock lock(&run.persist_mu);
-  if (sequence <= run.record_written) return;
-  if (absl::Status s = db_->SaveRun(stored); !s.ok()) {
-    DT_LOG(Error) << "cannot persist run " << stored.run.run_id() << ": " << s.message();
-    return;
-  }
-  run.record_written = sequence;
-}
-
-void Coordinator::WriteRanks(RunEntry& run, uint64_t sequence, const std::string& run_id,
-                             const std::vector<v1::RankStatus>& ranks) {
-  absl::MutexLock lock(&run.persist_mu);
-  if (sequence <= run.ranks_written) return;
-  if (absl::Status s = db_->SaveRanks(run_id, ranks); !s.ok()) {
-    DT_LOG(Error) << "cannot persist ranks of run " << run_id << ": " << s.message();
-    return;
-  }
-  run.ranks_written = sequence;
 }
 
 v1::Run Coordinator::Snapshot(const RunEntry& run, bool with_ranks) const {
@@ -329,7 +211,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     if (r.state() == v1::RESTARTING) {
       // Already restarting (the next generation failed before it formed): SetState would not
       // save or announce the new generation and the spent restart.
-      Persist(run, deferred);
+      persistence_->Persist(run, deferred);
       Notify(run, deferred);
     }
     SetState(run, v1::RESTARTING, deferred);
@@ -341,7 +223,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
 void Coordinator::EndGeneration(RunEntry& run, const v1::Failure& failure, const absl::Status& status,
                                 Deferred& deferred) {
   StopGeneration(run, status, deferred);
-  PersistRanks(run, deferred);
+  persistence_->PersistRanks(run, deferred);
   RecordFailure(run, failure, deferred);
   run.ended_generations[run.gen->number] = DescribeFailure(failure);
 }
@@ -460,48 +342,6 @@ std::string Coordinator::DescribeStopped(const RunEntry& run, const std::vector<
                     SignalName(stopped[k].signal));
   }
   return out;
-}
-
-std::function<void()> Coordinator::RunJsonWriter(const RunEntry& run) const {
-  const v1::Run& r = run.stored.run;
-  std::string spec_json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(r.spec(), &spec_json, options);
-  nlohmann::json doc;
-  doc["run_id"] = r.run_id();
-  doc["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
-  doc["world_size"] = WorldSize(r.spec());
-  doc["generation"] = r.generation();
-  doc["restarts"] = r.restarts();
-  doc["created_at"] = absl::FormatTime(absl::RFC3339_sec, FromProtoTime(r.created_at()), absl::UTCTimeZone());
-  doc["resumed_from_step"] = r.resumed_from_step();
-  doc["coordinator_version"] = options_.version;
-  nlohmann::json hosts = nlohmann::json::array();
-  std::set<std::string> versions;
-  if (run.gen && run.gen->assigned) {
-    for (const auto& rank : run.gen->ranks) {
-      hosts.push_back({{"rank", rank.rank()},
-                       {"node", rank.node()},
-                       {"host", rank.host()},
-                       {"local_rank", rank.local_rank()},
-                       {"pid", rank.pid()}});
-    }
-  }
-  doc["ranks"] = hosts;
-  return [hook = options_.before_file_work, run_id = r.run_id(), exp_dir = r.exp_dir(), identity = r.exp_dir_identity(),
-          text = doc.dump(2) + "\n"] {
-    if (hook) hook(exp_dir);
-    absl::StatusOr<DirFd> exp = OpenExperimentDir(exp_dir, identity);
-    absl::Status written = exp.ok() ? exp->WriteFileAtomic(kRunJsonFile, text) : exp.status();
-    if (!written.ok()) {
-      DT_LOG(Warning) << "run " << run_id << ": cannot write " << kRunJsonFile << ": " << written.message();
-    }
-  };
-}
-
-void Coordinator::WriteRunJson(const RunEntry& run) const {
-  file_work_->Post(run.stored.run.run_id(), RunJsonWriter(run));
 }
 
 }  // namespace dt

@@ -22,6 +22,7 @@
 #include "coordinator/experiment_dir.h"
 #include "coordinator/metric_pipeline.h"
 #include "coordinator/request_checks.h"
+#include "coordinator/run_persistence.h"
 
 namespace dt {
 namespace {
@@ -207,9 +208,9 @@ absl::StatusOr<Coordinator::RunPtr> Coordinator::MakeRunEntry(const v1::RunSpec&
     NewGeneration(*run, 0);
     stored = run->stored;
     sequence = ++run->persist_sequence;
-    write_run_json = RunJsonWriter(*run);
+    write_run_json = persistence_->RunJsonWriter(*run);
   }
-  WriteRecord(*run, sequence, stored);
+  persistence_->WriteRecord(*run, sequence, stored);
   write_run_json();
   return run;
 }
@@ -302,7 +303,7 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   if (IsTerminal(r.state())) return RunEndedError(r);
   r.set_scheduler_job_id(request.scheduler_job_id());
   r.set_launcher_host(request.launcher_host());
-  Persist(*run, deferred);
+  persistence_->Persist(*run, deferred);
   Notify(*run, deferred);
   return Snapshot(*run, /*with_ranks=*/true);
 }
@@ -351,7 +352,7 @@ absl::StatusOr<v1::Run> Coordinator::ExcludeNodes(const v1::ExcludeNodesRequest&
     RecordFailure(*run, f, deferred);
   }
   if (!added.empty()) {
-    Persist(*run, deferred);
+    persistence_->Persist(*run, deferred);
     Notify(*run, deferred);
   }
   return Snapshot(*run, /*with_ranks=*/true);

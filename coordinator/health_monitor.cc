@@ -18,6 +18,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/hang_verdict.h"
 #include "coordinator/request_checks.h"
+#include "coordinator/run_persistence.h"
 #include "coordinator/stack_captures.h"
 
 namespace dt {
@@ -321,7 +322,7 @@ absl::StatusOr<v1::LeaveResponse> Coordinator::HealthMonitor::Leave(const v1::Le
     if (g.preempted_by != 0) {
       coordinator_.RequeueGeneration(*run, g.preempted_by, deferred);
     } else {
-      coordinator_.PersistRanks(*run, deferred);
+      coordinator_.persistence_->PersistRanks(*run, deferred);
       coordinator_.StopGeneration(*run, absl::AbortedError(absl::StrCat("run ", r.run_id(), " has succeeded")),
                                   deferred);
       coordinator_.SetState(*run, v1::SUCCEEDED, deferred);
@@ -418,7 +419,7 @@ void Coordinator::HealthMonitor::CheckHealth() {
       }
       continue;
     }
-    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) coordinator_.FlushProgress(run);
+    if (g.ranks_dirty && now - g.last_flush >= absl::Seconds(2)) coordinator_.persistence_->FlushProgress(run);
   }
 }
 

@@ -1,4 +1,4 @@
-// What every manager of the coordinator (one per concern: rank_registration, store_barriers,
+// What every manager of the coordinator (one per concern: run_persistence, rank_registration, store_barriers,
 // health_monitor, metric_pipeline, stack_captures, checkpoint_leadership) starts from: the coordinator it serves
 // and its run lookup, under the name the DT_OPEN_RUN_OR_* macros call.
 #pragma once

@@ -14,6 +14,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/node_seats.h"
 #include "coordinator/request_checks.h"
+#include "coordinator/run_persistence.h"
 
 namespace dt {
 
@@ -119,7 +120,7 @@ absl::Status Coordinator::RankRegistration::CountProcsPerNode(RunEntry& run, con
   coordinator_.NewGeneration(run, run.gen->number);
   DT_LOG(Info) << "run " << r.run_id() << ": node " << request.node() << " counted " << counted
                << " processes per node (" << rule << "): world size " << world;
-  coordinator_.Persist(run, deferred);
+  coordinator_.persistence_->Persist(run, deferred);
   coordinator_.Notify(run, deferred);
   return absl::OkStatus();
 }
@@ -322,8 +323,8 @@ void Coordinator::RankRegistration::CompleteRendezvous(RunEntry& run, Deferred& 
                << " ranks registered on " << (seats.empty() ? 0 : seats.back().assignment.nodes) << " node(s) ("
                << absl::StrJoin(hosts, ", ") << ")"
                << (start_step > 0 ? absl::StrCat(", resuming from step ", start_step) : "");
-  coordinator_.PersistRanks(run, deferred);
-  coordinator_.WriteRunJson(run);
+  coordinator_.persistence_->PersistRanks(run, deferred);
+  coordinator_.persistence_->WriteRunJson(run);
   coordinator_.SetState(run, v1::RUNNING, deferred);
 }
 
