@@ -388,7 +388,7 @@ def main():
     order = [faults[i % len(faults)] for i in range(args.rounds)]
     if args.faults == ",".join(FAULTS):
         rng.shuffle(order)
-    rows, failed = [], 0
+    rows, failed, skipped = [], 0, 0
     for n, fault in enumerate(order, 1):
         work = tempfile.mkdtemp(prefix="dt-chaos-%d-" % n)
         r = Round(args.build, work, fault, random.Random(rng.random()))
@@ -402,11 +402,12 @@ def main():
             ended = "%s, %d restart(s)" % (got["state"], got["restarts"])
         except Skipped as e:
             problems, ended, want = [], "skipped: %s" % e, ("-", 0)
+            skipped += 1
         except Failed as e:
             problems, ended, want = [str(e)], "?", ("?", 0)
         finally:
             r.stop()
-        verdict = "ok" if not problems else "FAILED"
+        verdict = "FAILED" if problems else ("SKIPPED" if ended.startswith("skipped") else "ok")
         failed += bool(problems)
         rows.append((n, fault, "%s, %d restart(s)" % want, ended, "%.0fs" % (time.time() - start), verdict))
         print("%3d %-18s expected %-24s got %-30s %6s  %s" % rows[-1], flush=True)
@@ -416,7 +417,8 @@ def main():
             print("      (files kept in %s)" % work, flush=True)
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print("\nchaos: %d of %d rounds ok (seed %d)" % (len(rows) - failed, len(rows), seed))
+    print("\nchaos: %d of %d rounds ok, %d skipped (seed %d)" %
+          (len(rows) - failed - skipped, len(rows), skipped, seed))
     sys.exit(1 if failed else 0)
 
 

@@ -5,5 +5,6 @@
 #   scripts/chaos.sh [ROUNDS] [--seed S] [--faults a,b,...] [--keep]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/setup.sh --chaos
 [[ -x build/bin/dtcoord && -x build/bin/dttrainer ]] || scripts/build.sh
 exec /usr/bin/python3 scripts/chaos.py "$@"

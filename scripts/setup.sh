@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh            build + test dependencies
 #   scripts/setup.sh --bench    also what bench/ needs beside the tests (hyperfine, gdb)
+#   scripts/setup.sh --chaos    also what scripts/chaos.sh needs (bindfs: a save dir that stalls)
 set -euo pipefail
 
 packages=(
@@ -31,9 +32,13 @@ packages=(
   # interpreter's own faulthandler)
   elfutils
 )
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(hyperfine gdb)  # gdb: the anchor of bench_capture
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --bench) packages+=(hyperfine gdb) ;;  # gdb: the anchor of bench_capture
+    --chaos) packages+=(bindfs) ;;         # a FUSE save dir whose daemon the stalled-save-dir round stops
+    *) echo "setup: unknown option $arg (use --bench or --chaos)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
