@@ -393,6 +393,7 @@ def main():
         work = tempfile.mkdtemp(prefix="dt-chaos-%d-" % n)
         r = Round(args.build, work, fault, random.Random(rng.random()))
         start = time.time()
+        verdict = None
         try:
             r.start_wandb()
             r.start_coord()
@@ -402,13 +403,14 @@ def main():
             ended = "%s, %d restart(s)" % (got["state"], got["restarts"])
         except Skipped as e:
             problems, ended, want = [], "skipped: %s" % e, ("-", 0)
-            skipped += 1
+            verdict = "SKIPPED"
         except Failed as e:
             problems, ended, want = [str(e)], "?", ("?", 0)
         finally:
             r.stop()
-        verdict = "FAILED" if problems else ("SKIPPED" if ended.startswith("skipped") else "ok")
-        failed += bool(problems)
+        verdict = "FAILED" if problems else verdict or "ok"
+        failed += verdict == "FAILED"
+        skipped += verdict == "SKIPPED"
         rows.append((n, fault, "%s, %d restart(s)" % want, ended, "%.0fs" % (time.time() - start), verdict))
         print("%3d %-18s expected %-24s got %-30s %6s  %s" % rows[-1], flush=True)
         for p in problems:
