@@ -96,6 +96,13 @@ nlohmann::json RunJson(const v1::Run& r) {
                         {"missing_ranks", std::vector<int>(b.missing_ranks().begin(), b.missing_ranks().end())},
                         {"first_arrival", Iso8601(b.first_arrival())}});
   }
+  nlohmann::json generations = nlohmann::json::array();
+  for (const auto& s : r.generations()) {
+    generations.push_back({{"generation", s.generation()},
+                           {"nodes", s.nodes()},
+                           {"world_size", s.world_size()},
+                           {"lost_nodes", std::vector<std::string>(s.lost_nodes().begin(), s.lost_nodes().end())}});
+  }
   std::string ended = Iso8601(r.ended_at());
   return {{"run_id", r.run_id()},
           {"name", r.spec().experiment_name()},
@@ -111,6 +118,10 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"preemptions", r.preemptions()},
           {"max_requeues", r.spec().max_requeues()},
           {"excluded_nodes", std::vector<std::string>(r.excluded_nodes().begin(), r.excluded_nodes().end())},
+          {"min_nodes", r.spec().min_nodes()},
+          {"generation_nodes", std::vector<std::string>(r.generation_nodes().begin(), r.generation_nodes().end())},
+          {"lost_nodes", std::vector<std::string>(r.lost_nodes().begin(), r.lost_nodes().end())},
+          {"generations", generations},
           {"step", r.step()},
           {"total_steps", r.total_steps()},
           {"exp_dir", r.exp_dir()},

@@ -15,7 +15,9 @@ namespace dt {
 
 // {"run_id","name","state","world_size","nodes","procs_per_node","procs_per_node_rule" (gpu|cpu|
 //  auto, or ""),"procs_per_node_counted_on" (the node whose count fixed it),"generation","restarts",
-//  "max_restarts","preemptions","max_requeues","excluded_nodes","step","total_steps","exp_dir",
+//  "max_restarts","preemptions","max_requeues","excluded_nodes","min_nodes" (0: not elastic),
+//  "generation_nodes","lost_nodes","generations":[{"generation","nodes","world_size","lost_nodes"}],
+//  "step","total_steps","exp_dir",
 //  "latest_checkpoint_step","resumed_from_step","reason","created_at","ended_at","scheduler",
 //  "scheduler_job_id","trainer_args",
 //  "ranks":[{"rank","local_rank","node","host","pid","state","step","generation","last_heartbeat",

@@ -135,7 +135,7 @@ absl::Status Coordinator::Load() {
     NewGeneration(*run, r.generation());
     if (!IsTerminal(r.state())) {
       ++active;
-      run->ranks_admitted = RanksToAdmit(r.world_size(), r.spec().nodes());
+      run->ranks_admitted = RanksToAdmit(WorldSize(r.spec()), r.spec().nodes());
       admission_.Readmit(run->ranks_admitted);
       Generation& g = *run->gen;
       bool complete = static_cast<int>(l.ranks.size()) == r.world_size();

@@ -28,6 +28,7 @@
 #include "coordinator/barrier_table.h"
 #include "coordinator/checkpoint_publisher.h"
 #include "coordinator/clock.h"
+#include "coordinator/elastic.h"
 #include "coordinator/experiment_dir.h"
 #include "coordinator/file_work.h"
 #include "coordinator/health_tracker.h"
@@ -271,7 +272,14 @@ class Coordinator {
   std::vector<RunPtr> AllRuns() const;
 
   // State machine (run lock held).
+  // Makes generation `number` on `shape`'s nodes (empty: the run's full size), recording its size
+  // in the run (world_size, generation_nodes, lost_nodes, generations). Without a shape: the
+  // shape the run records (a coordinator restart, a generation made again at the same number).
+  void NewGeneration(RunEntry& run, int64_t number, const NextNodes& shape) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void NewGeneration(RunEntry& run, int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Elastic runs: the nodes the generation after `failure` forms on (run.gen, not yet ended).
+  NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.

@@ -21,7 +21,8 @@
 namespace dt {
 
 struct Coordinator::Generation {
-  Generation(int64_t n, int nodes, int procs_per_node) : number(n), rendezvous(nodes, procs_per_node) {}
+  Generation(int64_t n, int nodes, int procs_per_node, std::vector<std::string> only_nodes)
+      : number(n), rendezvous(nodes, procs_per_node, std::move(only_nodes)) {}
   int64_t number;
   Rendezvous rendezvous;
   bool assigned = false;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/run_state.h"
 #include "common/stop_signals.h"
@@ -20,6 +21,26 @@ namespace {
 // before its first step.
 constexpr absl::Duration kEarlyFailureWindow = absl::Minutes(1);
 
+// Generations an elastic run's record keeps (Run.generations): the newest.
+constexpr int kGenerationShapesKept = 64;
+
+// Records generation `number`'s size in the run: its world size and, for an elastic run, its nodes
+// and its entry in the run's generations (replaced when the generation is made again).
+void RecordGenerationShape(v1::Run& r, int64_t number, int nodes, int world, const NextNodes& shape) {
+  r.set_world_size(world);
+  *r.mutable_generation_nodes() = {shape.nodes.begin(), shape.nodes.end()};
+  *r.mutable_lost_nodes() = {shape.lost.begin(), shape.lost.end()};
+  if (r.spec().min_nodes() <= 0) return;
+  auto* shapes = r.mutable_generations();
+  if (shapes->empty() || shapes->rbegin()->generation() != number) shapes->Add();
+  v1::GenerationShape& entry = *shapes->rbegin();
+  entry.set_generation(number);
+  entry.set_nodes(nodes);
+  entry.set_world_size(world);
+  *entry.mutable_lost_nodes() = {shape.lost.begin(), shape.lost.end()};
+  if (shapes->size() > kGenerationShapesKept) shapes->DeleteSubrange(0, shapes->size() - kGenerationShapesKept);
+}
+
 }  // namespace
 
 std::optional<v1::CheckpointInfo> Coordinator::Latest(const RunEntry& run) const {
@@ -36,16 +57,28 @@ bool Coordinator::BeforeFirstStep(const RunEntry& run, int rank) const {
 }
 
 void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
-  const v1::RunSpec& spec = run.stored.run.spec();
-  auto gen = std::make_unique<Generation>(number, spec.nodes(), spec.procs_per_node());
-  std::string run_id = run.stored.run.run_id();
+  const v1::Run& r = run.stored.run;
+  NextNodes recorded;
+  recorded.nodes.assign(r.generation_nodes().begin(), r.generation_nodes().end());
+  recorded.lost.assign(r.lost_nodes().begin(), r.lost_nodes().end());
+  NewGeneration(run, number, recorded);
+}
+
+void Coordinator::NewGeneration(RunEntry& run, int64_t number, const NextNodes& shape) {
+  v1::Run& r = run.stored.run;
+  const v1::RunSpec& spec = r.spec();
+  int nodes = shape.nodes.empty() ? spec.nodes() : static_cast<int>(shape.nodes.size());
+  int world = nodes * spec.procs_per_node();
+  RecordGenerationShape(r, number, nodes, world, shape);
+  auto gen = std::make_unique<Generation>(number, nodes, spec.procs_per_node(), shape.nodes);
+  std::string run_id = r.run_id();
   std::string scope = absl::StrCat("run ", run_id, " generation ", number);
   gen->store = std::make_shared<KvStore>(
       scope, timers_, StoreLimits{options_.max_keys_per_run, options_.store_bytes_per_run, &store_budget_});
   RunEntry* entry = &run;
   // Barrier timeouts arrive on the timer thread: the hook finds the run and takes its lock first.
   gen->barriers = std::make_unique<BarrierTable>(
-      scope, WorldSize(spec), clock_, timers_,
+      scope, world, clock_, timers_,
       [this, entry](int rank) ABSL_NO_THREAD_SAFETY_ANALYSIS { return DescribeRank(*entry, rank); },
       [this, run_id, number](absl::Time when, const std::string& name, uint64_t sequence) {
         return timers_->Schedule(when, [this, run_id, number, name, sequence] {
@@ -56,7 +89,26 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number) {
       },
       options_.max_barrier_names);
   run.gen = std::move(gen);
-  run.stored.run.set_generation(number);
+  r.set_generation(number);
+}
+
+NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const {
+  const Generation& g = *run.gen;
+  const v1::RunSpec& spec = run.stored.run.spec();
+  if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
+    return NextNodes{};
+  }
+  absl::Time now = clock_->Now();
+  std::vector<RankSilence> ranks;
+  std::vector<std::string> nodes;
+  for (const v1::RankStatus& rank : g.ranks) {
+    ranks.push_back({rank.node(), now - g.health->last_heartbeat(rank.rank()), g.health->finished(rank.rank())});
+    if (nodes.empty() || nodes.back() != rank.node()) nodes.push_back(rank.node());
+  }
+  // A live rank heartbeats many times within half the timeout; a lost node's ranks all stopped
+  // within one heartbeat interval of each other, so each is past half of it.
+  absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) / 2;
+  return NextGenerationNodes(nodes, LostNodes(ranks, threshold), spec.min_nodes());
 }
 
 std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
@@ -181,6 +233,12 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   }
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   AddStoppedRanks(run, failure);
+  NextNodes next = ElasticNextNodes(run, failure);
+  if (!next.nodes.empty() && r.restarts() < r.spec().max_restarts()) {
+    failure.set_message(absl::StrCat(failure.message(), "; node", next.lost.size() == 1 ? " " : "s ",
+                                     absl::StrJoin(next.lost, ", "), " lost: the run goes on with ", next.nodes.size(),
+                                     " of its ", r.spec().nodes(), " nodes (at least ", r.spec().min_nodes(), ")"));
+  }
   std::string cause = DescribeFailure(failure);
   DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;
   if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT && stats_ != nullptr) {
@@ -207,7 +265,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
                  << " as generation " << g.number + 1;
-    NewGeneration(run, g.number + 1);  // destroys `g`
+    NewGeneration(run, g.number + 1, next);  // destroys `g`
     if (r.state() == v1::RESTARTING) {
       // Already restarting (the next generation failed before it formed): SetState would not
       // save or announce the new generation and the spent restart.
@@ -265,7 +323,7 @@ void Coordinator::RequeueGeneration(RunEntry& run, int signal, Deferred& deferre
     return;
   }
   r.set_preemptions(r.preemptions() + 1);
-  NewGeneration(run, g.number + 1);  // destroys `g`
+  NewGeneration(run, g.number + 1, NextNodes{});  // destroys `g`; a requeued job has its nodes again
   SetState(run, v1::REQUEUED, deferred);
 }
 
@@ -304,7 +362,7 @@ absl::StatusOr<Coordinator::Generation*> Coordinator::LiveGeneration(RunEntry& r
         absl::StrCat("generation ", generation, " of run ", r.run_id(), " does not exist (current: ", g.number, ")"));
   }
   if (!g.stopped.ok()) return g.stopped;
-  int world = WorldSize(r.spec());
+  int world = g.rendezvous.world_size();
   bool tool = use == RankUse::kToolAllowed && rank == -1;
   if (!tool && (rank < 0 || rank >= world)) {
     return absl::InvalidArgumentError(

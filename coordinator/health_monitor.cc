@@ -128,7 +128,7 @@ absl::StatusOr<v1::ReportErrorResponse> Coordinator::HealthMonitor::ReportError(
     return absl::FailedPreconditionError(
         absl::StrCat("generation ", request.generation(), " of run ", r.run_id(), " does not exist"));
   }
-  int world = WorldSize(r.spec());
+  int world = g.rendezvous.world_size();
   if (request.rank() >= world || (by_task && request.scheduler_task() >= world)) {
     return absl::InvalidArgumentError(absl::StrCat(by_task ? "scheduler task " : "rank ",
                                                    by_task ? request.scheduler_task() : request.rank(),

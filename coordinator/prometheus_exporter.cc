@@ -223,6 +223,9 @@ PrometheusExporter::RankSeries* PrometheusExporter::SeriesFor(const v1::Run& run
   auto it = rs.ranks.find(rank);
   if (it != rs.ranks.end()) return &it->second;
   if (rank_series_ >= options_.max_rank_series) return nullptr;
+  // A rank beyond the current generation (an elastic run's shrunk world): its late points are not
+  // a series of the run any more.
+  if (run.world_size() > 0 && rank >= run.world_size()) return nullptr;
   std::string node;
   for (const auto& r : run.ranks()) {
     if (r.rank() == rank) node = r.node();
@@ -273,8 +276,24 @@ void PrometheusExporter::OnRunChanged(const v1::Run& run) {
     for (auto& [rank, s] : it->second.ranks) s.up->Set(0);
     return;
   }
+  // A generation of another size or on other nodes (an elastic run): the series of ranks it does
+  // not have go, and a rank that is on another node now gets series labelled with it.
+  for (auto it = series.ranks.begin(); it != series.ranks.end();) {
+    if (run.world_size() > 0 && it->first >= run.world_size()) {
+      RemoveRank(it->second);
+      it = series.ranks.erase(it);
+    } else {
+      ++it;
+    }
+  }
   for (const auto& r : run.ranks()) {
     if (r.rank() < 0) continue;
+    auto held = series.ranks.find(r.rank());
+    if (held != series.ranks.end() && !r.node().empty() && !held->second.labels["node"].empty() &&
+        held->second.labels["node"] != r.node()) {
+      RemoveRank(held->second);
+      series.ranks.erase(held);
+    }
     RankSeries* s = SeriesFor(run, r.rank());
     if (s != nullptr) s->up->Set(r.state() == v1::RankStatus::ACTIVE ? 1 : 0);
   }

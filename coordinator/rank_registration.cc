@@ -23,7 +23,7 @@ v1::RegisterResponse Coordinator::RankRegistration::MakeRegisterResponse(const R
   v1::RegisterResponse out;
   out.set_run_id(r.run_id());
   out.set_rank(seat.assignment.rank);
-  out.set_world_size(WorldSize(r.spec()));
+  out.set_world_size(r.world_size());  // the generation's (an elastic run's may be smaller than the spec's)
   out.set_local_rank(seat.assignment.local_rank);
   out.set_local_world_size(seat.assignment.local_world_size);
   out.set_node_rank(seat.assignment.node_rank);
@@ -48,14 +48,17 @@ absl::Status Coordinator::RankRegistration::CheckRunAcceptsRegistration(const Ru
   }
   const v1::RunSpec& spec = r.spec();
   const v1::WorldView& view = request.expected();
-  int world = WorldSize(spec);
-  if ((view.world_size() != 0 && view.world_size() != world) || (view.nodes() != 0 && view.nodes() != spec.nodes()) ||
+  // The current generation's shape: an elastic run's shrunk generation has fewer nodes.
+  int nodes = r.generation_nodes_size() > 0 ? r.generation_nodes_size() : spec.nodes();
+  int world = r.world_size();
+  if ((view.world_size() != 0 && view.world_size() != world) || (view.nodes() != 0 && view.nodes() != nodes) ||
       (view.procs_per_node() != 0 && view.procs_per_node() != spec.procs_per_node())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the trainer on ", request.host(), " expects world size ", view.world_size(), " (", view.nodes(),
-                     " nodes x ", view.procs_per_node(), " per node) but run ", r.run_id(), " has world size ", world,
-                     " (", spec.nodes(), " nodes x ", spec.procs_per_node(),
-                     " per node); start the trainers with the run's shape instead of forming a smaller world"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the trainer on ", request.host(), " expects world size ", view.world_size(), " (", view.nodes(), " nodes x ",
+        view.procs_per_node(), " per node) but run ", r.run_id(), " has world size ", world, " (", nodes, " nodes x ",
+        spec.procs_per_node(), " per node",
+        nodes == spec.nodes() ? "" : absl::StrCat(" in generation ", r.generation(), ", of its ", spec.nodes()),
+        "); start the trainers with the run's shape instead of forming a smaller world"));
   }
   return absl::OkStatus();
 }

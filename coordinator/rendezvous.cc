@@ -1,12 +1,14 @@
 #include "coordinator/rendezvous.h"
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/names.h"
 
 namespace dt {
 
-Rendezvous::Rendezvous(int nodes, int procs_per_node) : nodes_(nodes), procs_per_node_(procs_per_node) {}
+Rendezvous::Rendezvous(int nodes, int procs_per_node, std::vector<std::string> only_nodes)
+    : nodes_(nodes), procs_per_node_(procs_per_node), only_nodes_(std::move(only_nodes)) {}
 
 absl::Status Rendezvous::Admits(const std::string& node, int local_slot) const {
   if (local_slot < 0 || local_slot >= procs_per_node_) {
@@ -15,6 +17,13 @@ absl::Status Rendezvous::Admits(const std::string& node, int local_slot) const {
                                                       procs_per_node_,
                                                       " processes per node (check --nproc-per-node and "
                                                       "SLURM_LOCALID/LOCAL_RANK)"));
+  }
+  if (!only_nodes_.empty() && !absl::c_linear_search(only_nodes_, node)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", Quote(node), " is not one of this generation's ", only_nodes_.size(), " nodes (",
+                     absl::StrJoin(only_nodes_, ", "),
+                     "): the run went on without it after it was lost, and takes it back at its "
+                     "next full-size generation"));
   }
   if (!node_counts_.count(node) && static_cast<int>(node_counts_.size()) >= nodes_) {
     std::vector<std::string> names;

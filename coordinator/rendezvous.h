@@ -38,14 +38,16 @@ struct Seat {
 
 class Rendezvous {
  public:
-  Rendezvous(int nodes, int procs_per_node);
+  // `only_nodes`: the nodes this generation forms on (a shrunk elastic generation); empty: any
+  // `nodes` nodes.
+  Rendezvous(int nodes, int procs_per_node, std::vector<std::string> only_nodes = {});
 
   // Adds (or, for the same node and slot, replaces) a registrant. FAILED_PRECONDITION when the
   // claim does not fit the run's shape. A replaced registrant's reply is completed with ABORTED
   // (new incarnation) or CANCELLED (retry of the same incarnation).
   absl::Status Join(Registrant registrant, PendingPtr<Seat> reply, Deferred& deferred);
   // Join's check alone: FAILED_PRECONDITION when the slot is outside the run's processes per node,
-  // or the node would be one more than the run has.
+  // the node would be one more than the run has, or it is not one of `only_nodes`.
   absl::Status Admits(const std::string& node, int local_slot) const;
 
   // Drops a registrant whose call ended (its process is gone). False if that call is no longer
@@ -73,6 +75,7 @@ class Rendezvous {
   };
   const int nodes_;
   const int procs_per_node_;
+  const std::vector<std::string> only_nodes_;
   std::map<std::pair<std::string, int>, Entry> slots_;  // (node, slot) → registrant
   std::map<std::string, int> node_counts_;              // node → registrants on it
 };

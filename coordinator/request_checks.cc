@@ -203,6 +203,20 @@ absl::Status ValidateRunShape(const v1::RunSpec& spec) {
   if (!counted_on_nodes && spec.procs_per_node() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("procs per node must be at least 1, not ", spec.procs_per_node()));
   }
+  if (spec.min_nodes() != 0) {
+    if (spec.min_nodes() < 1 || spec.min_nodes() >= spec.nodes()) {
+      return absl::InvalidArgumentError(absl::StrCat("min nodes must be within 1..", spec.nodes() - 1,
+                                                     " (below the run's ", spec.nodes(),
+                                                     " nodes), or 0 for a fixed "
+                                                     "world, not ",
+                                                     spec.min_nodes()));
+    }
+    if (spec.scheduler() != v1::LOCAL) {
+      return absl::InvalidArgumentError(
+          "min nodes (an elastic run, --nodes MIN:MAX) is offered for local runs only: under Slurm the run's "
+          "next step cannot yet be placed on the nodes that remain; give --nodes a single count");
+    }
+  }
   int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();
   if (world > kMaxWorldSize) {
     return absl::ResourceExhaustedError(absl::StrCat("world size ", spec.nodes(), " × ", spec.procs_per_node(), " = ",

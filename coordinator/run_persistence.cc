@@ -139,7 +139,7 @@ std::function<void()> Coordinator::RunPersistence::RunJsonWriter(const RunEntry&
   nlohmann::json doc;
   doc["run_id"] = r.run_id();
   doc["spec"] = nlohmann::json::parse(spec_json, nullptr, false);
-  doc["world_size"] = WorldSize(r.spec());
+  doc["world_size"] = r.world_size();  // the current generation's
   doc["generation"] = r.generation();
   doc["restarts"] = r.restarts();
   doc["created_at"] = absl::FormatTime(absl::RFC3339_sec, FromProtoTime(r.created_at()), absl::UTCTimeZone());

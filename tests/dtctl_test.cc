@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -103,15 +105,24 @@ TEST_F(DtctlTest, UsageErrorsExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/'"), std::string::npos) << r.output;
   // Numeric flags say the allowed values in words, not the validator's range to 1.8e308.
-  for (const auto& [flag, value, range] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{{"--nodes", "-1", "1..131072"},
-                                                                      {"--max-restarts", "-2", "0..1000"},
-                                                                      {"--max-restarts", "5000", "0..1000"}}) {
+  for (const auto& [flag, value, range] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"--max-restarts", "-2", "0..1000"}, {"--max-restarts", "5000", "0..1000"}}) {
     r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, flag, value, "--", "--dataset", "x"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
     std::string want = absl::StrCat(flag, ": must be in ", range, ", got ", value);
     EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("179769"), std::string::npos) << r.output;
+  }
+  // --nodes takes a count or MIN:MAX (an elastic run), and says so.
+  for (const auto& [value, says] : std::vector<std::pair<std::string, std::string>>{
+           {"-1", "--nodes: \"-1\" is not a node count in 1..131072 or MIN:MAX"},
+           {"3:2", "--nodes: MIN:MAX 3:2 needs MIN below MAX"},
+           {"2:2", "for a fixed size give one count, e.g. --nodes 2"},
+           {"0:2", "is not MIN:MAX with two node counts in 1..131072"},
+           {"2:x", "is not MIN:MAX with two node counts in 1..131072"}}) {
+    r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, "--nodes", value, "--", "--dataset", "x"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << value << ": " << r.output;
   }
   // --nproc-per-node also takes torchrun's gpu, cpu and auto: the message lists them.
   r = Dtctl({"submit", "--name", "x", "--save-dir", save_dir_, "--nproc-per-node", "0", "--", "--dataset", "x"});
@@ -148,7 +159,14 @@ TEST_F(DtctlTest, UsageMessagesNameTheCauseAndTheFix) {
       {{"submit", "--name", "x"}, "--save-dir is required"},
       {{"submit", "-f", dir}, "is not a regular file; give a YAML file"},
       {{"submit", "-f", JoinPath(dir, "missing.yaml")}, "No such file or directory"},
-      {{"submit", "-f", file("a.yaml", base + "nodes: two\n")}, "line 3: nodes must be a whole number, got \"two\""},
+      {{"submit", "-f", file("a.yaml", base + "nodes: two\n")},
+       "line 3: nodes \"two\" is not a node count in 1..131072 or MIN:MAX"},
+      {{"submit", "-f", file("a2.yaml", base + "nodes: 1:3\nscheduler: slurm\n")},
+       "--nodes 1:3: elastic runs are offered with --scheduler local for now"},
+      // An elastic run's global batch must divide at every world size it may run at.
+      {{"submit", "--name", "x", "--save-dir", save_dir_, "--nodes", "2:3", "--", "--dataset", "d.json", "--batch-size",
+        "2", "--global-batch-size", "8"},
+       "--global-batch-size 8 does not divide at 3 node(s) of --nodes 2:3: --batch-size 2 x 3 rank(s) = 6"},
       {{"submit", "-f", file("b.yaml", base + "trainer_args: --dataset foo\n")}, "trainer_args must be a list"},
       {{"submit", "-f", file("c.yaml", base + "wandb: p\n")}, "wandb must be a mapping"},
       {{"submit", "-f", file("d.yaml", base + "wandb: {projekt: p}\n")}, "wandb has an unknown field \"projekt\""},
@@ -409,6 +427,61 @@ TEST_F(DtctlTest, KilledTrainerIsRelaunchedAndResumesFromTheLatestCheckpoint) {
         return true;
       },
       absl::Seconds(20)));
+}
+
+// An elastic dttrainer run keeps its global batch when a node is lost: the third node's trainer
+// stops answering after step 8's checkpoint (SIGSTOP, as a hung node), the run goes on at once with
+// the two nodes that remain (accumulation 3 instead of 2) from step 8, succeeds, and every step's
+// loss is the uninterrupted three-node run's within 1e-4.
+TEST_F(DtctlTest, AnElasticTrainerRunKeepsTheGlobalBatchAndTheLossesWhenANodeIsLost) {
+  const std::string lost = absl::StrCat(HostName(), "-node2");
+  auto submit = [&](const std::string& name, const std::string& nodes, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"submit",  "-o",
+                                     "json",    "--name",
+                                     name,      "--save-dir",
+                                     save_dir_, "--nodes",
+                                     nodes,     "--nproc-per-node",
+                                     "1",       "--max-restarts",
+                                     "1",       "--omp-threads",
+                                     "1"};
+    std::vector<std::string> trainer = TrainerArgs(
+        16, {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4", "--seed", "3", "--dropout", "0"});
+    trainer.insert(trainer.end(), extra.begin(), extra.end());
+    args.insert(args.end(), trainer.begin(), trainer.end());
+    CommandResult r = Dtctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string run = Json(r).value("run_id", "");
+    CommandResult watch = Dtctl({"watch", run});
+    EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(save_dir_, name + "/logs/launcher.log"));
+    return run;
+  };
+  std::string whole = submit("whole", "3", {});
+  std::string elastic = submit("elastic", "2:3", {"--stop-after-step", "8", "--stop-node", lost});
+
+  nlohmann::json s = Status(elastic);
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["lost_nodes"], nlohmann::json::array({lost})) << s;
+  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
+  EXPECT_EQ(s["failures"][0]["node"], lost) << s;
+  std::string log = testing::Slurp(JoinPath(save_dir_, "elastic/logs/rank-0.log"));
+  EXPECT_NE(log.find("with the global batch of 6 kept (2 ranks x batch 1 x accumulation 3)"), std::string::npos) << log;
+
+  // Generation 0 trained steps 1..8 (and perhaps one more before the loss was seen), generation 1
+  // steps 9..16 from step 8's checkpoint: each loss is the uninterrupted run's.
+  std::vector<v1::MetricRecord> want = coord_.Metrics(whole, "loss", 0);
+  std::vector<v1::MetricRecord> got = coord_.Metrics(elastic, "loss", 0);
+  ASSERT_EQ(want.size(), 16u);
+  ASSERT_GE(got.size(), 16u);
+  std::set<int64_t> steps;
+  for (const v1::MetricRecord& m : got) {
+    ASSERT_GE(m.step(), 1);
+    ASSERT_LE(m.step(), 16);
+    steps.insert(m.step());
+    EXPECT_NEAR(m.value(), want[m.step() - 1].value(), 1e-4) << "step " << m.step();
+  }
+  EXPECT_EQ(steps.size(), 16u);
 }
 
 TEST_F(DtctlTest, WithoutARestartBudgetTheRunFailsWithTheRootCause) {

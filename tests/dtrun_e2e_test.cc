@@ -204,6 +204,86 @@ TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoin
   EXPECT_NE(log.find("done: 40 steps"), std::string::npos) << log;
 }
 
+// The dtrun of the node that runs `pid` (its nearest dtrun ancestor); 0 when there is none.
+pid_t NodeAgentOf(pid_t pid) {
+  for (int hops = 0; pid > 1 && hops < 8; ++hops) {
+    std::optional<ProcessInfo> p = ReadProcess(pid);
+    if (!p) return 0;
+    if (p->comm == "dtrun") return pid;
+    pid = p->ppid;
+  }
+  return 0;
+}
+
+// An elastic run (--nodes 2:3) whose third node stops answering (its dtrun and program stopped with
+// SIGSTOP, as a node that hangs or drops off the network) goes on at once on the two that remain,
+// from the script's checkpoint, with WORLD_SIZE 2, and succeeds; status shows both generations.
+TEST_F(DtrunTest, AnElasticRunGoesOnWithTheNodesThatRemainWhenOneIsLost) {
+  std::string env_dir = tmp_.Sub("env");
+  CommandResult submitted = Dtctl({"submit",  "-o",
+                                   "json",    "--name",
+                                   "elastic", "--save-dir",
+                                   save_dir_, "--nodes",
+                                   "2:3",     "--nproc-per-node",
+                                   "1",       "--max-restarts",
+                                   "1",       "--exec",
+                                   "--",      kPython,
+                                   Script(),  "--steps",
+                                   "40",      "--ckpt-every",
+                                   "5",       "--step-sleep",
+                                   "0.1",     "--env-out",
+                                   env_dir});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  std::string run = testing::DtctlJson(submitted).value("run_id", "");
+  std::string exp_dir = JoinPath(save_dir_, "elastic");
+  std::string checkpoint = JoinPath(exp_dir, "train_ddp.pt");
+  ASSERT_TRUE(testing::WaitFor([&] { return ::access(checkpoint.c_str(), F_OK) == 0; }, absl::Minutes(2)));
+  nlohmann::json s = Status(run);
+  ASSERT_EQ(s["state"], "RUNNING") << s;
+  ASSERT_EQ(s["world_size"], 3) << s;
+  std::string lost = s["ranks"][2]["node"];
+  pid_t agent = NodeAgentOf(s["ranks"][2]["pid"].get<int>());
+  ASSERT_GT(agent, 0) << s;
+  std::vector<pid_t> tree = Descendants(agent);
+  tree.push_back(agent);
+  SignalProcesses(tree, SIGSTOP);
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/launcher.log"));
+  s = Status(run);
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["generation"], 1);
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["lost_nodes"], nlohmann::json::array({lost})) << s;
+  ASSERT_EQ(s["generations"].size(), 2u) << s;
+  EXPECT_EQ(s["generations"][0]["world_size"], 3) << s;
+  EXPECT_EQ(s["generations"][1]["world_size"], 2) << s;
+  nlohmann::json failure = s["failures"][0];
+  EXPECT_EQ(failure["kind"], "HEARTBEAT_TIMEOUT") << failure;
+  EXPECT_EQ(failure["node"], lost) << failure;
+  EXPECT_NE(std::string(failure["message"]).find("lost: the run goes on with 2 of its 3 nodes"), std::string::npos)
+      << failure;
+  // The program of the second generation saw the new world, and resumed from its checkpoint.
+  EXPECT_EQ(EnvOf(env_dir, 0)["WORLD_SIZE"], "2");
+  EXPECT_EQ(EnvOf(env_dir, 1)["WORLD_SIZE"], "2");
+  EXPECT_EQ(EnvOf(env_dir, 1)["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(EnvOf(env_dir, 1)["TORCHELASTIC_RESTART_COUNT"], "1");
+  std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
+  EXPECT_NE(log.find("done: 40 steps"), std::string::npos) << log;
+  // Nothing of the lost node is left running.
+  for (pid_t p : tree) {
+    std::optional<ProcessInfo> info = ReadProcess(p);
+    EXPECT_TRUE(!info || info->state == 'Z') << "pid " << p << " is still there";
+  }
+  CommandResult status = Dtctl({"status", run});
+  EXPECT_NE(status.output.find("2 = 2 node(s) x 1 (elastic: 2 to 3 nodes; lost " + lost + ")"), std::string::npos)
+      << status.output;
+  EXPECT_NE(status.output.find("generations 0: 3 ranks, 1: 2 ranks (without " + lost + ")"), std::string::npos)
+      << status.output;
+}
+
 TEST_F(DtrunTest, APythonExceptionIsTheRootCauseWithItsRankTypeAndMessage) {
   std::string run = SubmitScript("raises", 0, {"--steps", "30", "--fail-rank", "1", "--fail-at-step", "3"});
   CommandResult watch = Dtctl({"watch", run});

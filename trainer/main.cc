@@ -220,6 +220,11 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "testing: vanish without cleanup after this step (and its checkpoint round), as a killed process "
                  "would")
       ->group(loop);
+  app.add_option("--stop-after-step", c.stop_after_step,
+                 "testing: stop this process (SIGSTOP) after this step and its checkpoint round, as a node that hangs "
+                 "or drops off the network would; with --stop-node, only the process on that node")
+      ->group(loop);
+  app.add_option("--stop-node", c.stop_node, "testing: the node whose process --stop-after-step stops")->group(loop);
   app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
                  "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);

@@ -233,6 +233,12 @@ class Trainer {
         DT_LOG(Warning) << "--exit-after-step " << state_.step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);
       }
+      if (cfg_.stop_after_step > 0 && state_.step == cfg_.stop_after_step &&
+          (cfg_.stop_node.empty() || cfg_.stop_node == cfg_.node)) {
+        CollectCheckpoint(rounds_->Wait());
+        DT_LOG(Warning) << "--stop-after-step " << state_.step << ": stopping this process (fault injection)";
+        ::raise(SIGSTOP);
+      }
     }
     return Finish();
   }

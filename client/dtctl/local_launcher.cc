@@ -10,6 +10,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
@@ -81,6 +82,11 @@ int LocalThreads(int requested, int trainers) {
 
 std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
   std::vector<LaunchUnit> units;
+  std::vector<int> nodes;  // the simulated nodes this generation starts, in node order
+  for (int node = 0; node < l.nodes; ++node) {
+    if (l.only_nodes.empty() || absl::c_linear_search(l.only_nodes, NodeNameFor(l, node))) nodes.push_back(node);
+  }
+  const std::string nnodes = absl::StrCat(nodes.size());
   std::string logs = JoinPath(l.exp_dir, "logs");
   std::map<std::string, std::string> env = {
       {"DT_COORDINATOR", l.coordinator}, {"DT_RUN_ID", l.run_id}, {"DT_RUN_TOKEN", l.run_token}};
@@ -89,17 +95,12 @@ std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
   if (!l.exec_command.empty()) {
     // torchrun's rule for threads (1 per process when a node runs several) unless the user chose.
     if (l.omp_threads > 0) env["OMP_NUM_THREADS"] = absl::StrCat(l.omp_threads);
-    for (int node = 0; node < l.nodes; ++node) {
+    for (int node : nodes) {
       LaunchUnit& u = units.emplace_back();
       u.node = node;
-      u.argv = {JoinPath(ExecutableDir(), "dtrun"),
-                "--node",
-                NodeNameFor(l, node),
-                "--nnodes",
-                absl::StrCat(l.nodes),
-                "--nproc-per-node",
-                absl::StrCat(l.procs_per_node),
-                "--"};
+      u.argv = {
+          JoinPath(ExecutableDir(), "dtrun"), "--node", NodeNameFor(l, node), "--nnodes", nnodes, "--nproc-per-node",
+          absl::StrCat(l.procs_per_node),     "--"};
       u.argv.insert(u.argv.end(), l.exec_command.begin(), l.exec_command.end());
       u.env = env;
       u.log_file = JoinPath(logs, absl::StrCat("dtrun-", NodeNameFor(l, node), ".log"));
@@ -107,17 +108,18 @@ std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& l) {
     return units;
   }
   env["OMP_NUM_THREADS"] = absl::StrCat(LocalThreads(l.omp_threads, l.nodes * l.procs_per_node));
-  for (int node = 0; node < l.nodes; ++node) {
+  for (size_t position = 0; position < nodes.size(); ++position) {
+    int node = nodes[position];
     for (int slot = 0; slot < l.procs_per_node; ++slot) {
       LaunchUnit& u = units.emplace_back();
       u.node = node;
       u.slot = slot;
-      u.rank = node * l.procs_per_node + slot;
+      u.rank = static_cast<int>(position) * l.procs_per_node + slot;
       // The launcher's identity flags come last: dttrainer keeps a flag's last occurrence.
       u.argv = {l.trainer};
       u.argv.insert(u.argv.end(), l.trainer_args.begin(), l.trainer_args.end());
       u.argv.insert(u.argv.end(), {"--node", NodeNameFor(l, node), "--local-rank", absl::StrCat(slot), "--nnodes",
-                                   absl::StrCat(l.nodes), "--nproc-per-node", absl::StrCat(l.procs_per_node)});
+                                   nnodes, "--nproc-per-node", absl::StrCat(l.procs_per_node)});
       u.env = env;
       u.env["LOCAL_RANK"] = absl::StrCat(slot);
       // The user's variables win over dt's defaults (OMP_NUM_THREADS); dt's own names cannot be
@@ -286,10 +288,14 @@ class Launcher {
     launched_generation_ = run_.generation();
     reported_ = false;
     children_.clear();
-    DT_LOG(Info) << "starting generation " << launched_generation_ << " (" << l_.nodes * l_.procs_per_node
-                 << " ranks, restart " << run_.restarts() << " of " << run_.spec().max_restarts() << ")";
     LocalLaunch launch = l_;
     launch.env = {run_.spec().env().begin(), run_.spec().env().end()};  // the run's --env
+    launch.only_nodes = {run_.generation_nodes().begin(), run_.generation_nodes().end()};
+    DT_LOG(Info) << "starting generation " << launched_generation_ << " (" << run_.world_size() << " ranks"
+                 << (launch.only_nodes.empty() ? ""
+                                               : absl::StrCat(" on ", launch.only_nodes.size(), " of ", l_.nodes,
+                                                              " nodes; lost: ", absl::StrJoin(run_.lost_nodes(), ", ")))
+                 << ", restart " << run_.restarts() << " of " << run_.spec().max_restarts() << ")";
     for (LaunchUnit& unit : LaunchUnits(launch)) {
       SpawnOptions o;
       o.env = unit.env;

@@ -29,6 +29,9 @@ struct LocalLaunch {
   std::string openblas_core;
   // The run's variables (RunSpec.env) for every dttrainer; dtrun gives them to its ranks itself.
   std::map<std::string, std::string> env;
+  // The nodes the generation forms on (Run.generation_nodes: an elastic run that lost a node);
+  // empty: all `nodes`.
+  std::vector<std::string> only_nodes;
 };
 
 // One process the launcher starts for a generation: a dttrainer per rank, or a dtrun per node.
@@ -41,7 +44,8 @@ struct LaunchUnit {
   std::string log_file;
 };
 
-// What a generation of `launch` starts (also what `dtctl submit --dry-run` prints).
+// What a generation of `launch` starts (also what `dtctl submit --dry-run` prints): on every node,
+// or on `only_nodes`, which then count as the run's nodes (--nnodes) and take its ranks in order.
 std::vector<LaunchUnit> LaunchUnits(const LocalLaunch& launch);
 
 // The node name of simulated node `node` of a local run: the real node name for one node; for

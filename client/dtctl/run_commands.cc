@@ -27,13 +27,37 @@ std::string StepCell(const v1::Run& r) {
 }
 
 // "16 = 2 node(s) x 8", with how a counted --nproc-per-node came to its number.
+// An elastic run's generations and their world sizes, the newest 8: "0: 6 ranks, 1: 4 ranks
+// (without n3), 2: 6 ranks".
+std::string GenerationsCell(const v1::Run& r) {
+  std::vector<std::string> cells;
+  int first = std::max(0, r.generations_size() - 8);
+  for (int k = first; k < r.generations_size(); ++k) {
+    const v1::GenerationShape& s = r.generations(k);
+    cells.push_back(
+        absl::StrCat(s.generation(), ": ", s.world_size(), " ranks",
+                     s.lost_nodes_size() > 0
+                         ? absl::StrCat(" (without ", PrintableForTerminal(absl::StrJoin(s.lost_nodes(), ", ")), ")")
+                         : ""));
+  }
+  return absl::StrCat(first > 0 ? "..., " : "", absl::StrJoin(cells, ", "));
+}
+
 std::string WorldCell(const v1::Run& r) {
   const v1::RunSpec& spec = r.spec();
   if (spec.procs_per_node() == 0) {
     return absl::StrCat("? = ", spec.nodes(), " node(s) x ? (--nproc-per-node ", spec.procs_per_node_rule(),
                         ": counted when the first node registers)");
   }
-  std::string out = absl::StrCat(r.world_size(), " = ", spec.nodes(), " node(s) x ", spec.procs_per_node());
+  int nodes = r.generation_nodes_size() > 0 ? r.generation_nodes_size() : spec.nodes();
+  std::string out = absl::StrCat(r.world_size(), " = ", nodes, " node(s) x ", spec.procs_per_node());
+  if (spec.min_nodes() > 0) {
+    absl::StrAppend(&out, " (elastic: ", spec.min_nodes(), " to ", spec.nodes(), " nodes",
+                    r.lost_nodes_size() > 0
+                        ? absl::StrCat("; lost ", PrintableForTerminal(absl::StrJoin(r.lost_nodes(), ", ")))
+                        : "",
+                    ")");
+  }
   if (!spec.procs_per_node_rule().empty()) {
     absl::StrAppend(&out, " (--nproc-per-node ", spec.procs_per_node_rule(), ", counted on ",
                     r.procs_per_node_counted_on().empty() ? "the submitting machine"
@@ -111,6 +135,7 @@ int Status(Global& g, const std::string& run_id) {
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
   if (job)
     std::cout << "slurm      job " << job->id << " " << job->state << " (" << job->reason << ") " << job->nodes << "\n";
+  if (r->generations_size() > 1) std::cout << "generations " << GenerationsCell(*r) << "\n";
   if (r->excluded_nodes_size() > 0) {
     std::cout << "excluded   " << PrintableForTerminal(absl::StrJoin(r->excluded_nodes(), ", "))
               << " (failed or unhealthy under this run)\n";

@@ -32,13 +32,15 @@
 namespace dt::ctl {
 namespace {
 
-// The value of `--flag VALUE` or `--flag=VALUE` among trainer arguments.
+// The value of `--flag VALUE` or `--flag=VALUE` among trainer arguments: the last one given, as
+// dttrainer takes it.
 std::optional<std::string> TrainerFlag(const std::vector<std::string>& args, const std::string& flag) {
+  std::optional<std::string> value;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) return args[i + 1];
-    if (absl::StartsWith(args[i], flag + "=")) return args[i].substr(flag.size() + 1);
+    if (args[i] == flag && i + 1 < args.size()) value = args[i + 1];
+    if (absl::StartsWith(args[i], flag + "=")) value = args[i].substr(flag.size() + 1);
   }
-  return std::nullopt;
+  return value;
 }
 
 std::string AbsolutePath(const std::string& p) {
@@ -196,7 +198,6 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
       r.KnownKeys(doc, "the run file", known),
       r.Text(doc, "name", &o->name),
       r.Text(doc, "save_dir", &o->save_dir),
-      r.Number(doc, "nodes", 1, kMaxWorldSize, &o->nodes),
       r.Text(doc, "scheduler", &o->scheduler),
       r.Text(doc, "log_strategy", &o->log_strategy),
       r.Number(doc, "max_restarts", 0, kMaxPolicyCount, &o->max_restarts),
@@ -216,6 +217,13 @@ absl::Status ParseRunFile(const std::string& path, const std::string& text, Subm
     if (!s.ok()) return s;
   }
   if (absl::Status s = r.Mapping(doc, "env", &o->env); !s.ok()) return s;
+  if (const YAML::Node n = doc["nodes"]) {
+    absl::StatusOr<NodeRange> parsed =
+        n.IsScalar() ? ParseNodeRange(n.Scalar()) : absl::InvalidArgumentError("must be a count or MIN:MAX");
+    if (!parsed.ok()) return r.Error(n, "nodes", std::string(parsed.status().message()));
+    o->nodes = parsed->max;
+    o->min_nodes = parsed->min;
+  }
   if (const YAML::Node n = doc["nproc_per_node"]) {
     absl::StatusOr<ProcsPerNode> parsed =
         n.IsScalar() ? ParseProcsPerNode(n.Scalar(), "value") : absl::InvalidArgumentError("must be a single value");
@@ -281,6 +289,61 @@ absl::Status CountProcsPerNode(SubmitOptions* o) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<NodeRange> ParseNodeRange(const std::string& text) {
+  auto count = [](absl::string_view word, int* out) {
+    return absl::SimpleAtoi(word, out) && *out >= 1 && *out <= kMaxWorldSize;
+  };
+  NodeRange range;
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    if (!count(text, &range.max)) {
+      return absl::InvalidArgumentError(absl::StrCat("\"", PrintableForTerminal(text), "\" is not a node count in 1..",
+                                                     kMaxWorldSize, " or MIN:MAX"));
+    }
+    return range;
+  }
+  absl::string_view all(text);
+  if (!count(all.substr(0, colon), &range.min) || !count(all.substr(colon + 1), &range.max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", PrintableForTerminal(text), "\" is not MIN:MAX with two node counts in 1..", kMaxWorldSize));
+  }
+  if (range.min >= range.max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MIN:MAX ", range.min, ":", range.max,
+                     " needs MIN below MAX (the run starts at MAX nodes and "
+                     "goes on with no fewer than MIN); for a fixed size give one count, e.g. --nodes ",
+                     range.max));
+  }
+  return range;
+}
+
+absl::Status CheckElasticGlobalBatch(const SubmitOptions& o) {
+  if (o.min_nodes <= 0 || !o.exec_command.empty() || o.nproc_per_node < 1) return absl::OkStatus();
+  std::optional<std::string> global_text = TrainerFlag(o.trainer_args, "--global-batch-size");
+  if (!global_text) return absl::OkStatus();
+  int64_t global = 0;
+  int batch = 8;  // dttrainer's default --batch-size
+  std::optional<std::string> batch_text = TrainerFlag(o.trainer_args, "--batch-size");
+  // dttrainer refuses malformed values itself, naming them.
+  if (!absl::SimpleAtoi(*global_text, &global) || (batch_text && !absl::SimpleAtoi(*batch_text, &batch)) || batch < 1 ||
+      global < 1) {
+    return absl::OkStatus();
+  }
+  for (int nodes = o.min_nodes; nodes <= o.nodes; ++nodes) {
+    int64_t micro = static_cast<int64_t>(batch) * nodes * o.nproc_per_node;
+    if (global % micro == 0) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--global-batch-size ", global, " does not divide at ", nodes, " node(s) of --nodes ", o.min_nodes,
+                     ":", o.nodes, ": --batch-size ", batch, " x ", nodes * o.nproc_per_node, " rank(s) = ", micro,
+                     ", and ", global, " / ", micro,
+                     " is not whole (global batch = batch x accumulation x world); choose a global batch that every "
+                     "world size from ",
+                     o.min_nodes * o.nproc_per_node, " to ", o.nodes * o.nproc_per_node,
+                     " rank(s) divides with the batch size, or narrow MIN:MAX"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Preflight(const SubmitOptions& o) {
   if (absl::Status s = ValidateExperimentName(o.name); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--name: ", s.message()));
@@ -303,6 +366,13 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::InvalidArgumentError(
         "a run file's trainer_args and exec cannot both be given (exec runs your own program)");
   }
+  if (o.min_nodes > 0 && o.scheduler != "local") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nodes ", o.min_nodes, ":", o.nodes,
+        ": elastic runs are offered with --scheduler local for now (under "
+        "Slurm the next step cannot yet be placed on the nodes that remain); give --nodes a single count"));
+  }
+  if (absl::Status s = CheckElasticGlobalBatch(o); !s.ok()) return s;
   if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
     return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
   }
@@ -463,6 +533,7 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
   spec->set_experiment_name(o.name);
   spec->set_save_dir(AbsolutePath(o.save_dir));
   spec->set_nodes(o.nodes);
+  spec->set_min_nodes(o.min_nodes);
   spec->set_procs_per_node(o.nproc_per_node);
   spec->set_procs_per_node_rule(o.nproc_rule);
   spec->set_scheduler(o.scheduler == "slurm" ? v1::SLURM : v1::LOCAL);

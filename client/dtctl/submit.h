@@ -17,6 +17,9 @@ struct SubmitOptions {
   std::string name;
   std::string save_dir;
   int nodes = 1;
+  // --nodes MIN:MAX: an elastic run goes on with the nodes that remain (at least this many) when a
+  // node is lost; 0: `nodes` always (RunSpec.min_nodes).
+  int min_nodes = 0;
   int nproc_per_node = 1;  // the count (with nproc_rule: the count found here, or 0 on Slurm)
   // --nproc-per-node gpu|cpu|auto (empty: nproc_per_node is what was asked). CountProcsPerNode
   // counts a local run's here; each Slurm node's dtrun counts its own.
@@ -55,6 +58,18 @@ absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text);
 // gpus_per_node, omp_threads, sbatch_args: [...], trainer, trainer_args: [...], exec: [CMD, ARGS...],
 // max_requeues, preempt_grace (seconds), idle_timeout ("20m"), max_identical_hangs, env: {KEY: value}.
 // INVALID_ARGUMENT names the file and the field.
+// --nodes (and a run file's nodes:): a count, or MIN:MAX with 1 ≤ MIN < MAX (an elastic run).
+struct NodeRange {
+  int min = 0;  // 0: a fixed count
+  int max = 1;
+};
+absl::StatusOr<NodeRange> ParseNodeRange(const std::string& text);
+
+// An elastic dttrainer run's --global-batch-size must divide into --batch-size x world at every
+// world size it may run at (MIN..MAX nodes): the first node count at which it does not, with the
+// arithmetic. OK for a fixed run, an --exec run or a run without --global-batch-size.
+absl::Status CheckElasticGlobalBatch(const SubmitOptions& options);
+
 absl::Status LoadRunFile(const std::string& path, SubmitOptions* options);
 // The same from the file's text (`path` names it in messages).
 absl::Status ParseRunFile(const std::string& path, const std::string& text, SubmitOptions* options);

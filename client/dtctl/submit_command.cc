@@ -45,6 +45,26 @@ class SubmitFlags {
       merged.nproc_rule = parsed.rule;
     });
   }
+  // --nodes: a count, or MIN:MAX for an elastic run (SubmitOptions::min_nodes).
+  void AddNodes() {
+    CLI::Option* option =
+        submit_
+            ->add_option("--nodes", nodes_text_,
+                         "nodes: a count, or MIN:MAX for an elastic local run, which starts on MAX and, when a node is "
+                         "lost, goes on at once with the nodes that remain (no fewer than MIN) from the latest "
+                         "checkpoint; a later restart brings it back to MAX")
+            ->check(CLI::Validator(
+                [](std::string& text) {
+                  absl::StatusOr<NodeRange> parsed = ParseNodeRange(text);
+                  return parsed.ok() ? std::string() : std::string(parsed.status().message());
+                },
+                "COUNT|MIN:MAX"));
+    overrides_.emplace_back(option, [this](SubmitOptions& merged) {
+      NodeRange parsed = *ParseNodeRange(nodes_text_);  // the validator accepted it
+      merged.nodes = parsed.max;
+      merged.min_nodes = parsed.min;
+    });
+  }
   // The run file's options (or the defaults) with every flag the command line gave on top.
   void ApplyGiven(SubmitOptions& merged) const {
     for (const auto& [option, apply] : overrides_) {
@@ -57,6 +77,7 @@ class SubmitFlags {
   CLI::App* submit_;
   SubmitOptions flags_;
   std::string procs_text_;
+  std::string nodes_text_;
   std::vector<std::pair<CLI::Option*, std::function<void(SubmitOptions&)>>> overrides_;
 };
 
@@ -70,7 +91,7 @@ void DeclareSubmit(CLI::App& app, SubmitCli& cli) {
   SubmitFlags& f = *cli.flags;
   f.Add("--name", &SubmitOptions::name, "experiment name (the directory under --save-dir)");
   f.Add("--save-dir", &SubmitOptions::save_dir, "where experiment directories go");
-  f.Add("--nodes", &SubmitOptions::nodes, "nodes")->check(dt::InRange(1, dt::kMaxWorldSize));
+  f.AddNodes();
   f.AddProcsPerNode();
   f.Add("--scheduler", &SubmitOptions::scheduler, "local or slurm")->check(CLI::IsMember({"local", "slurm"}));
   f.Add("--log-strategy", &SubmitOptions::log_strategy, "W&B: main, node or all")

@@ -1,0 +1,277 @@
+// Elastic runs in the coordinator (RunSpec.min_nodes), on a fake clock: a lost node shrinks the
+// next generation to the nodes that remain; anything else restarts at the run's full size.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/health_monitor.h"
+#include "coordinator/prometheus_exporter.h"
+#include "coordinator/rank_registration.h"
+#include "tests/coordinator_fixture.h"
+#include "tests/http_test_client.h"
+#include "tests/test_util.h"
+
+namespace dt {
+namespace {
+
+using testing::CoordinatorTest;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using testing::Reply;
+
+class ElasticTest : public CoordinatorTest {
+ protected:
+  // A local run of `nodes` x 2 that may go on with `min_nodes`.
+  std::string SubmitElastic(int nodes, int min_nodes, int max_restarts = 3) {
+    v1::RunSpec spec = testing::MakeSpec("elastic", save_dir_, nodes, 2, max_restarts);
+    spec.set_scheduler(v1::LOCAL);
+    spec.set_min_nodes(min_nodes);
+    spec.set_max_requeues(1);
+    auto r = coord_->SubmitRun(spec);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->run_id() : "";
+  }
+
+  // Past the heartbeat timeout (30 s) with only `beating` ranks heartbeating.
+  void OnlyTheseBeat(const std::string& run, const std::vector<v1::RegisterResponse>& beating) {
+    for (int i = 0; i < 17; ++i) {
+      Advance(absl::Seconds(2));
+      for (const v1::RegisterResponse& a : beating) {
+        if (State(run) != v1::RUNNING) return;
+        ASSERT_TRUE(Beat(run, a, 0).ok());
+      }
+    }
+  }
+
+  // Node n3 of a 3-node run goes silent: the run goes on with n1 and n2.
+  std::vector<v1::RegisterResponse> LoseNodeThree(const std::string& run) {
+    auto ranks = RegisterAll(run, 3, 2);
+    OnlyTheseBeat(run, {ranks[0], ranks[1], ranks[2], ranks[3]});
+    return ranks;
+  }
+};
+
+TEST_F(ElasticTest, ALostNodeShrinksTheNextGenerationToTheNodesThatRemain) {
+  std::string run = SubmitElastic(3, 2);
+  LoseNodeThree(run);
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::RESTARTING);
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->world_size(), 4);
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));
+  EXPECT_THAT(r->lost_nodes(), ElementsAre("n3"));
+  EXPECT_EQ(r->reason().kind(), v1::Failure::HEARTBEAT_TIMEOUT);
+  EXPECT_THAT(r->reason().message(), HasSubstr("node n3 lost: the run goes on with 2 of its 3 nodes"));
+  ASSERT_EQ(r->generations_size(), 2);
+  EXPECT_EQ(r->generations(0).world_size(), 6);
+  EXPECT_EQ(r->generations(1).world_size(), 4);
+  EXPECT_THAT(r->generations(1).lost_nodes(), ElementsAre("n3"));
+
+  // The lost node cannot take a seat of the shrunk generation.
+  Reply<v1::RegisterResponse> late;
+  coord_->registration().Register(RegisterRequest(run, "n3", 0, "n3-late"), late.pending());
+  ASSERT_TRUE(late.arrived());
+  EXPECT_EQ(late.value.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.value.status().message(), HasSubstr("not one of this generation's 2 nodes (n1, n2)"));
+
+  // The two nodes that remain form it: four ranks, told the new world size.
+  auto ranks = RegisterAll(run, 2, 2);
+  EXPECT_EQ(State(run), v1::RUNNING);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(ranks[k].world_size(), 4);
+    EXPECT_EQ(ranks[k].nodes(), 2);
+    EXPECT_EQ(ranks[k].generation(), 1);
+  }
+  // Ranks of the old world's size are outside this generation.
+  v1::HeartbeatRequest beyond;
+  beyond.set_run_id(run);
+  beyond.set_generation(1);
+  beyond.set_rank(4);
+  beyond.set_incarnation("n3-0");
+  EXPECT_EQ(coord_->health().Heartbeat(beyond).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_generation(1);
+  err.set_rank(5);
+  err.set_message("boom");
+  EXPECT_EQ(coord_->health().ReportError(err).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ElasticTest, OneSilentRankOfANodeRestartsAtFullSize) {
+  std::string run = SubmitElastic(3, 2);
+  auto ranks = RegisterAll(run, 3, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1], ranks[2], ranks[3], ranks[5]});  // rank 4 of n3 silent
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::RESTARTING);
+  EXPECT_EQ(r->reason().rank(), 4);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+  EXPECT_THAT(r->reason().message(), Not(HasSubstr("lost")));
+}
+
+TEST_F(ElasticTest, FewerThanMinNodesLeftRestartsAtFullSize) {
+  std::string run = SubmitElastic(3, 2);
+  auto ranks = RegisterAll(run, 3, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1]});  // n2 and n3 silent
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::RESTARTING);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+  EXPECT_THAT(r->lost_nodes(), IsEmpty());
+}
+
+TEST_F(ElasticTest, AFixedRunNeverShrinks) {
+  std::string run = Submit(3, 2, /*max_restarts=*/1);
+  auto ranks = RegisterAll(run, 3, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1], ranks[2], ranks[3]});
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+  EXPECT_EQ(r->generations_size(), 0);  // kept for elastic runs only
+}
+
+TEST_F(ElasticTest, AnyOtherRestartAfterAShrinkBringsTheWorldBack) {
+  std::string run = SubmitElastic(3, 2);
+  LoseNodeThree(run);
+  RegisterAll(run, 2, 2);
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_generation(1);
+  err.set_rank(1);
+  err.set_message("RuntimeError: boom");
+  ASSERT_TRUE(coord_->health().ReportError(err).ok());
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 2);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+  EXPECT_THAT(r->lost_nodes(), IsEmpty());
+  ASSERT_EQ(r->generations_size(), 3);
+  EXPECT_EQ(r->generations(2).world_size(), 6);
+  // n3 is welcome again.
+  auto ranks = RegisterAll(run, 3, 2);
+  EXPECT_EQ(ranks[5].world_size(), 6);
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+TEST_F(ElasticTest, ARequeueAfterAShrinkBringsTheWorldBack) {
+  std::string run = SubmitElastic(3, 2);
+  LoseNodeThree(run);
+  auto ranks = RegisterAll(run, 2, 2);
+  for (const v1::RegisterResponse& a : ranks) {
+    v1::LeaveRequest leave;
+    leave.set_run_id(run);
+    leave.set_rank(a.rank());
+    leave.set_generation(1);
+    leave.set_incarnation(absl::StrCat("n", a.node_rank() + 1, "-", a.local_rank()));
+    leave.set_final_step(12);
+    leave.set_preempted(true);
+    leave.set_signal(SIGUSR2);
+    ASSERT_TRUE(coord_->health().Leave(leave).ok());
+  }
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->state(), v1::REQUEUED);
+  EXPECT_EQ(r->generation(), 2);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+}
+
+TEST_F(ElasticTest, ACoordinatorRestartKeepsTheShrunkGeneration) {
+  std::string run = SubmitElastic(3, 2);
+  LoseNodeThree(run);
+  Reopen();
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->world_size(), 4);
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));
+  EXPECT_EQ(r->generations_size(), 2);
+  auto ranks = RegisterAll(run, 2, 2);
+  EXPECT_EQ(ranks[3].world_size(), 4);
+  EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+TEST_F(ElasticTest, ShrinksAgainUntilMinNodesThenWaitsForTheFullWorld) {
+  std::string run = SubmitElastic(3, 1);
+  LoseNodeThree(run);
+  auto ranks = RegisterAll(run, 2, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1]});  // n2 lost too: one node left, MIN is 1
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 2);
+  EXPECT_EQ(r->world_size(), 2);
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1"));
+  EXPECT_THAT(r->lost_nodes(), ElementsAre("n2"));
+}
+
+// Prometheus goes on with the same run: the ranks the shrunk world does not have lose their series
+// (a dashboard would otherwise show their last values as live), the others keep theirs.
+TEST_F(ElasticTest, PrometheusDropsTheSeriesOfRanksTheShrunkWorldDoesNotHave) {
+  ExporterOptions options;
+  options.listen = "127.0.0.1:0";
+  auto exporter = PrometheusExporter::Start(options, coord_.get());
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  std::string run = SubmitElastic(3, 2);
+  auto ranks = RegisterAll(run, 3, 2);
+  auto report = [&](int rank, double loss) {
+    absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+    ASSERT_TRUE(r.ok());
+    v1::MetricBatch batch;
+    batch.set_run_id(run);
+    batch.set_rank(rank);
+    batch.set_generation(r->generation());
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(1);
+    (*p->mutable_values())["loss"] = loss;
+    (*exporter)->OnMetrics(*r, batch);
+  };
+  auto scrape = [&] {
+    testing::HttpResponse got = testing::Http("GET", absl::StrCat("http://", (*exporter)->address(), "/metrics"));
+    EXPECT_EQ(got.status, 200) << got.error;
+    return got.body;
+  };
+  auto loss_series = [&](int rank, const std::string& node) {
+    return absl::StrCat("dt_train_loss{experiment=\"elastic\",node=\"", node, "\",rank=\"", rank, "\",run=\"", run,
+                        "\"}");
+  };
+  for (int rank = 0; rank < 6; ++rank) report(rank, 2.0);
+  EXPECT_THAT(scrape(), HasSubstr(loss_series(5, "n3")));
+  OnlyTheseBeat(run, {ranks[0], ranks[1], ranks[2], ranks[3]});
+  RegisterAll(run, 2, 2);
+  (*exporter)->OnRunChanged(*coord_->GetRun(run));
+  std::string body = scrape();
+  EXPECT_THAT(body, HasSubstr(absl::StrCat(loss_series(3, "n2"), " 2\n")));
+  EXPECT_THAT(body, Not(HasSubstr(loss_series(4, "n3"))));
+  EXPECT_THAT(body, Not(HasSubstr(loss_series(5, "n3"))));
+  report(5, 9.0);  // a late point of the lost node's rank makes no series again
+  EXPECT_THAT(scrape(), Not(HasSubstr(loss_series(5, "n3"))));
+}
+
+TEST_F(ElasticTest, SubmitRefusesAMinNodesOutOfRangeOrOffLocal) {
+  v1::RunSpec spec = testing::MakeSpec("bad", save_dir_, 3, 2, 1);
+  spec.set_scheduler(v1::LOCAL);
+  for (int min_nodes : {-1, 3, 4}) {
+    spec.set_min_nodes(min_nodes);
+    auto r = coord_->SubmitRun(spec);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << min_nodes;
+    EXPECT_THAT(r.status().message(), HasSubstr("min nodes must be within 1..2")) << r.status();
+  }
+  spec.set_min_nodes(2);
+  spec.set_scheduler(v1::SLURM);
+  auto r = coord_->SubmitRun(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("local runs only"));
+}
+
+}  // namespace
+}  // namespace dt
