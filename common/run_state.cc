@@ -1,5 +1,7 @@
 #include "common/run_state.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace dt {
@@ -7,6 +9,8 @@ namespace dt {
 std::string StateName(v1::RunState state) { return v1::RunState_Name(state); }
 
 int WorldSize(const v1::RunSpec& spec) { return spec.nodes() * spec.procs_per_node(); }
+
+int MostRanks(const v1::Run& run) { return std::max(run.world_size(), WorldSize(run.spec())); }
 
 bool IsTerminal(v1::RunState state) { return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED; }
 

@@ -11,6 +11,9 @@ namespace dt {
 
 // nodes × processes per node (the spec is validated: the product fits, at most 131,072).
 int WorldSize(const v1::RunSpec& spec);
+// The most ranks any generation of the run had (an elastic run's shrunk generation has fewer than
+// its spec; their logs stay): the ranks whose logs there may be.
+int MostRanks(const v1::Run& run);
 
 // "RUNNING", "SUCCEEDED", …: the enum's own name, as logs, dtctl and the console show it.
 std::string StateName(v1::RunState state);

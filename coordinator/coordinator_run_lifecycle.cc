@@ -2,6 +2,7 @@
 // written by the run's persistence (run_persistence.h).
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
@@ -105,10 +106,21 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
     ranks.push_back({rank.node(), now - g.health->last_heartbeat(rank.rank()), g.health->finished(rank.rank())});
     if (nodes.empty() || nodes.back() != rank.node()) nodes.push_back(rank.node());
   }
-  // A live rank heartbeats many times within half the timeout; a lost node's ranks all stopped
-  // within one heartbeat interval of each other, so each is past half of it.
-  absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) / 2;
-  return NextGenerationNodes(nodes, LostNodes(ranks, threshold), spec.min_nodes());
+  // The first silent rank is past the timeout; the other ranks of a lost node stopped within one
+  // heartbeat interval of it. A live rank is never silent for two intervals. With a timeout under
+  // four intervals the two cannot be told apart: the run restarts at full size.
+  absl::Duration interval = absl::Milliseconds(policy_.heartbeat_interval_ms());
+  absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) - 2 * interval;
+  if (threshold < 2 * interval) return NextNodes{};
+  NextNodes next = NextGenerationNodes(nodes, LostNodes(ranks, threshold), spec.min_nodes());
+  if (next.nodes.empty()) return next;
+  // The nodes lost by the shrinks before this one stay lost until the world is full again.
+  std::vector<std::string> lost(run.stored.run.lost_nodes().begin(), run.stored.run.lost_nodes().end());
+  for (std::string& node : next.lost) {
+    if (!absl::c_linear_search(lost, node)) lost.push_back(std::move(node));
+  }
+  next.lost = std::move(lost);
+  return next;
 }
 
 std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
@@ -238,6 +250,9 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     failure.set_message(absl::StrCat(failure.message(), "; node", next.lost.size() == 1 ? " " : "s ",
                                      absl::StrJoin(next.lost, ", "), " lost: the run goes on with ", next.nodes.size(),
                                      " of its ", r.spec().nodes(), " nodes (at least ", r.spec().min_nodes(), ")"));
+    DT_LOG(Warning) << "run " << r.run_id() << ": generation " << g.number + 1 << " forms on " << next.nodes.size()
+                    << " of " << r.spec().nodes() << " nodes (" << absl::StrJoin(next.nodes, ", ")
+                    << "); lost: " << absl::StrJoin(next.lost, ", ");
   }
   std::string cause = DescribeFailure(failure);
   DT_LOG(Warning) << "run " << r.run_id() << " generation " << g.number << " failed: " << cause;

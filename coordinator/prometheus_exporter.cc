@@ -224,8 +224,9 @@ PrometheusExporter::RankSeries* PrometheusExporter::SeriesFor(const v1::Run& run
   if (it != rs.ranks.end()) return &it->second;
   if (rank_series_ >= options_.max_rank_series) return nullptr;
   // A rank beyond the current generation (an elastic run's shrunk world): its late points are not
-  // a series of the run any more.
-  if (run.world_size() > 0 && rank >= run.world_size()) return nullptr;
+  // a series of the run any more. The newest snapshot decides: a batch may carry an older one.
+  int world = rs.world_size > 0 ? rs.world_size : run.world_size();
+  if (world > 0 && rank >= world) return nullptr;
   std::string node;
   for (const auto& r : run.ranks()) {
     if (r.rank() == rank) node = r.node();
@@ -269,6 +270,7 @@ void PrometheusExporter::OnRunChanged(const v1::Run& run) {
   RunSeries& series = runs_[run.run_id()];
   if (run.revision() < series.revision) return;  // overtaken by a newer change
   series.revision = run.revision();
+  series.world_size = run.world_size();
   if (IsTerminal(run.state())) {
     auto it = runs_.find(run.run_id());
     if (it == runs_.end()) return;

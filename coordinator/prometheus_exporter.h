@@ -82,6 +82,7 @@ class PrometheusExporter : public RunObserver, public RpcObserver, public Coordi
     std::map<int, RankSeries> ranks;
     absl::Time ended = absl::InfiniteFuture();
     uint64_t revision = 0;
+    int world_size = 0;  // of the newest snapshot seen (OnRunChanged); 0: none yet
   };
   RankSeries* SeriesFor(const v1::Run& run, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveRank(RankSeries& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -58,7 +58,8 @@ absl::Status Coordinator::RankRegistration::CheckRunAcceptsRegistration(const Ru
         view.procs_per_node(), " per node) but run ", r.run_id(), " has world size ", world, " (", nodes, " nodes x ",
         spec.procs_per_node(), " per node",
         nodes == spec.nodes() ? "" : absl::StrCat(" in generation ", r.generation(), ", of its ", spec.nodes()),
-        "); start the trainers with the run's shape instead of forming a smaller world"));
+        nodes == spec.nodes() ? "); start the trainers with the run's shape instead of forming a smaller world"
+                              : absl::StrCat("); start this generation's trainers with --nnodes ", nodes)));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,7 @@
 #include "coordinator/rendezvous.h"
 
+#include <algorithm>
+
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,11 +21,13 @@ absl::Status Rendezvous::Admits(const std::string& node, int local_slot) const {
                                                       "SLURM_LOCALID/LOCAL_RANK)"));
   }
   if (!only_nodes_.empty() && !absl::c_linear_search(only_nodes_, node)) {
+    std::vector<std::string> names(only_nodes_.begin(), only_nodes_.begin() + std::min<size_t>(16, only_nodes_.size()));
+    if (only_nodes_.size() > names.size()) names.push_back("…");
     return absl::FailedPreconditionError(
         absl::StrCat("node ", Quote(node), " is not one of this generation's ", only_nodes_.size(), " nodes (",
-                     absl::StrJoin(only_nodes_, ", "),
-                     "): the run went on without it after it was lost, and takes it back at its "
-                     "next full-size generation"));
+                     absl::StrJoin(names, ", "),
+                     "): the elastic run went on with the nodes that remained after a node was lost, "
+                     "and forms on all its nodes again at its next full-size generation"));
   }
   if (!node_counts_.count(node) && static_cast<int>(node_counts_.size()) >= nodes_) {
     std::vector<std::string> names;

@@ -102,6 +102,31 @@ TEST_F(ElasticTest, ALostNodeShrinksTheNextGenerationToTheNodesThatRemain) {
   EXPECT_EQ(coord_->health().ReportError(err).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(ElasticTest, AMiddleNodeLostLeavesTheOthersContiguousRanksInNodeOrder) {
+  std::string run = SubmitElastic(3, 2);
+  auto ranks = RegisterAll(run, 3, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1], ranks[4], ranks[5]});  // n2 silent
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n3"));
+  EXPECT_THAT(r->lost_nodes(), ElementsAre("n2"));
+  std::vector<std::unique_ptr<Reply<v1::RegisterResponse>>> replies;
+  for (const char* node : {"n3", "n1"}) {
+    for (int slot = 0; slot < 2; ++slot) {
+      replies.push_back(std::make_unique<Reply<v1::RegisterResponse>>());
+      coord_->registration().Register(RegisterRequest(run, node, slot), replies.back()->pending());
+    }
+  }
+  for (size_t k = 0; k < replies.size(); ++k) {
+    ASSERT_TRUE(replies[k]->arrived());
+    ASSERT_TRUE(replies[k]->value.ok()) << replies[k]->value.status();
+    const v1::RegisterResponse& a = replies[k]->value.value();
+    EXPECT_EQ(a.world_size(), 4);
+    EXPECT_EQ(a.rank(), k < 2 ? 2 + static_cast<int>(k) : static_cast<int>(k) - 2) << "registrant " << k;
+    EXPECT_EQ(a.node_rank(), k < 2 ? 1 : 0);
+  }
+}
+
 TEST_F(ElasticTest, OneSilentRankOfANodeRestartsAtFullSize) {
   std::string run = SubmitElastic(3, 2);
   auto ranks = RegisterAll(run, 3, 2);
@@ -211,7 +236,8 @@ TEST_F(ElasticTest, ShrinksAgainUntilMinNodesThenWaitsForTheFullWorld) {
   EXPECT_EQ(r->generation(), 2);
   EXPECT_EQ(r->world_size(), 2);
   EXPECT_THAT(r->generation_nodes(), ElementsAre("n1"));
-  EXPECT_THAT(r->lost_nodes(), ElementsAre("n2"));
+  EXPECT_THAT(r->lost_nodes(), ElementsAre("n3", "n2"));  // the first shrink's node is still lost
+  EXPECT_THAT(r->generations(2).lost_nodes(), ElementsAre("n3", "n2"));
 }
 
 // Prometheus goes on with the same run: the ranks the shrunk world does not have lose their series

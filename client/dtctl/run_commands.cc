@@ -170,14 +170,15 @@ int Logs(Global& g, const std::string& run_id, std::optional<int> rank, LogsQuer
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), absl::StrCat("logs of ", run_id));
   query.logs_dir = JoinPath(r->exp_dir(), "logs");
+  const int ranks = MostRanks(*r);  // an elastic run's lost ranks keep their logs
   if (rank) {
-    if (*rank < 0 || *rank >= std::max(1, r->world_size())) {
-      std::cerr << "dtctl logs: rank " << *rank << " is outside 0.." << r->world_size() - 1 << "\n";
+    if (*rank < 0 || *rank >= std::max(1, ranks)) {
+      std::cerr << "dtctl logs: rank " << *rank << " is outside 0.." << ranks - 1 << "\n";
       return kUsage;
     }
     query.ranks.push_back(*rank);
   } else {
-    for (int i = 0; i < r->world_size(); ++i) query.ranks.push_back(i);
+    for (int i = 0; i < ranks; ++i) query.ranks.push_back(i);
   }
   auto run_ended = [&] {
     absl::StatusOr<v1::Run> now = GetRun(g, run_id);

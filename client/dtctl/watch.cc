@@ -27,6 +27,12 @@ class View {
 
   void Snapshot(const v1::Run& r) {
     bool changed = r.state() != run_.state() || r.generation() != run_.generation() || first_;
+    if (r.generation() != run_.generation()) {
+      // A smaller generation (an elastic run): the figures of ranks it does not have are stale.
+      for (auto* per_rank : {&step_time_, &tokens_per_s_}) {
+        per_rank->erase(per_rank->lower_bound(std::max(0, r.world_size())), per_rank->end());
+      }
+    }
     run_ = r;
     first_ = false;
     step_ = std::max(step_, r.step());

@@ -427,9 +427,10 @@ absl::StatusOr<nlohmann::json> ConsoleApi::LogTail(const std::string& run_id, co
   if (!run.ok()) return run.status();
   int rank = -1;
   bool all = rank_text == "all";
-  if (!all && (!absl::SimpleAtoi(rank_text, &rank) || rank < 0 || rank >= std::max(1, run->world_size()))) {
-    return absl::NotFoundError(absl::StrCat("run ", run_id, " has no rank ", Quote(rank_text), " (ranks 0..",
-                                            run->world_size() - 1, ", or all)"));
+  const int ranks = MostRanks(*run);  // an elastic run's lost ranks keep their logs
+  if (!all && (!absl::SimpleAtoi(rank_text, &rank) || rank < 0 || rank >= std::max(1, ranks))) {
+    return absl::NotFoundError(
+        absl::StrCat("run ", run_id, " has no rank ", Quote(rank_text), " (ranks 0..", ranks - 1, ", or all)"));
   }
   if (*fold == 1 && !all) return absl::InvalidArgumentError("fold=1 applies to logs/all, one stream of every rank");
   // Through the held experiment directory, never through a link planted in it.
@@ -452,7 +453,7 @@ absl::StatusOr<nlohmann::json> ConsoleApi::LogTail(const std::string& run_id, co
 
 absl::StatusOr<nlohmann::json> ConsoleApi::AllLogsTail(const v1::Run& run, const DirFd& logs, size_t bytes,
                                                        bool fold) const {
-  int ranks = std::min(std::max(1, run.world_size()), kMaxMergedRanks);
+  int ranks = std::min(std::max(1, MostRanks(run)), kMaxMergedRanks);
   size_t per_rank = std::max<size_t>(4096, bytes / static_cast<size_t>(ranks));
   std::vector<std::vector<TimedLine>> per;
   int64_t size = 0;

@@ -371,7 +371,10 @@ function runView(runId) {
         fact("Generation", run.generation),
         fact("Restarts", run.restarts + " of " + run.max_restarts),
         run.scheduler === "SLURM" || run.preemptions > 0 ? fact("Requeues", run.preemptions + " of " + run.max_requeues) : null,
-        fact("World", run.world_size + " (" + run.nodes + " × " + run.procs_per_node + ")"),
+        fact("World", run.generation_nodes && run.generation_nodes.length > 0
+          ? run.world_size + " (" + run.generation_nodes.length + " of " + run.nodes + " nodes × " + run.procs_per_node +
+            "; lost " + run.lost_nodes.join(", ") + ")"
+          : run.world_size + " (" + run.nodes + " × " + run.procs_per_node + ")"),
         fact("Scheduler", run.scheduler.toLowerCase() + (run.scheduler_job_id ? " · job " + run.scheduler_job_id : "")),
         fact("Created", el("span", { title: run.created_at }, ago(run.created_at))),
         fact(run.ended_at ? "Ended" : "Running for",
@@ -528,7 +531,8 @@ function runView(runId) {
   // One tab per rank (the first 64) and "all ranks": every rank's lines in time order, a line
   // every rank printed alike shown once when "fold" is ticked.
   const refreshLog = async (run) => {
-    const world = Math.max(1, run.world_size || run.nodes * run.procs_per_node);
+    // Every rank that may have a log: an elastic run's shrunk generation has fewer than its spec.
+    const world = Math.max(1, run.world_size || 0, run.nodes * run.procs_per_node);
     const tabs = Math.min(world, 64);
     if (logTabs.childElementCount !== tabs + (world > 1 ? 2 : 0)) {
       const pick = (rank) => () => { state.logRank = rank; refreshLog(run).catch(showError); };
