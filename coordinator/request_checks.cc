@@ -211,10 +211,11 @@ absl::Status ValidateRunShape(const v1::RunSpec& spec) {
                                                      "world, not ",
                                                      spec.min_nodes()));
     }
-    if (spec.scheduler() != v1::LOCAL) {
+    if (spec.scheduler() != v1::LOCAL && spec.scheduler() != v1::SLURM) {
       return absl::InvalidArgumentError(
-          "min nodes (an elastic run, --nodes MIN:MAX) is offered for local runs only: under Slurm the run's "
-          "next step cannot yet be placed on the nodes that remain; give --nodes a single count");
+          "min nodes (an elastic run, --nodes MIN:MAX) is offered for runs dtctl launches (local or Slurm): "
+          "with another launcher nothing places the next generation on the nodes that remain; give --nodes a "
+          "single count");
     }
   }
   int64_t world = static_cast<int64_t>(spec.nodes()) * spec.procs_per_node();

@@ -161,8 +161,8 @@ TEST_F(DtctlTest, UsageMessagesNameTheCauseAndTheFix) {
       {{"submit", "-f", JoinPath(dir, "missing.yaml")}, "No such file or directory"},
       {{"submit", "-f", file("a.yaml", base + "nodes: two\n")},
        "line 3: nodes \"two\" is not a node count in 1..131072 or MIN:MAX"},
-      {{"submit", "-f", file("a2.yaml", base + "nodes: 1:3\nscheduler: slurm\n")},
-       "--nodes 1:3: elastic runs are offered with --scheduler local for now"},
+      {{"submit", "-f", file("a2.yaml", base + "nodes: 3:3\nscheduler: slurm\n")},
+       "line 3: nodes MIN:MAX 3:3 needs MIN below MAX"},
       // An elastic run's global batch must divide at every world size it may run at.
       {{"submit", "--name", "x", "--save-dir", save_dir_, "--nodes", "2:3", "--", "--dataset", "d.json", "--batch-size",
         "2", "--global-batch-size", "8"},

@@ -283,7 +283,7 @@ TEST_F(ElasticTest, PrometheusDropsTheSeriesOfRanksTheShrunkWorldDoesNotHave) {
   EXPECT_THAT(scrape(), Not(HasSubstr(loss_series(5, "n3"))));
 }
 
-TEST_F(ElasticTest, SubmitRefusesAMinNodesOutOfRangeOrOffLocal) {
+TEST_F(ElasticTest, SubmitRefusesAMinNodesOutOfRangeOrForAnotherLauncher) {
   v1::RunSpec spec = testing::MakeSpec("bad", save_dir_, 3, 2, 1);
   spec.set_scheduler(v1::LOCAL);
   for (int min_nodes : {-1, 3, 4}) {
@@ -293,10 +293,12 @@ TEST_F(ElasticTest, SubmitRefusesAMinNodesOutOfRangeOrOffLocal) {
     EXPECT_THAT(r.status().message(), HasSubstr("min nodes must be within 1..2")) << r.status();
   }
   spec.set_min_nodes(2);
-  spec.set_scheduler(v1::SLURM);
+  spec.set_scheduler(v1::EXTERNAL);
   auto r = coord_->SubmitRun(spec);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("local runs only"));
+  EXPECT_THAT(r.status().message(), HasSubstr("runs dtctl launches (local or Slurm)"));
+  spec.set_scheduler(v1::SLURM);
+  EXPECT_TRUE(coord_->SubmitRun(spec).ok());
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -78,12 +80,12 @@ class SlurmTest : public ::testing::Test {
                                      name,
                                      "--save-dir",
                                      save_dir_,
-                                     "--nodes",
-                                     "2",
                                      "--nproc-per-node",
                                      "1",
                                      "--max-restarts",
                                      std::to_string(max_restarts)};
+    // Two nodes unless `flags` say how many.
+    if (std::find(flags.begin(), flags.end(), "--nodes") == flags.end()) args.insert(args.end(), {"--nodes", "2"});
     args.insert(args.end(), flags.begin(), flags.end());
     args.insert(args.end(), {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_sample.json"), "--tokenizer-dir",
                              JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64", "--batch-size",
@@ -514,6 +516,183 @@ TEST_F(SlurmTest, AFailedNodeIsExcludedAndTheRunResumesOnTheOtherNodes) {
   EXPECT_NE(testing::Slurp(save_dir_ + "/slurm-node-fail/logs/rank-0.log").find("resumed from"), std::string::npos);
   std::string table = Dtctl({"status", run}).output;
   EXPECT_NE(table.find("excluded   " + dead), std::string::npos) << table;
+}
+
+// An elastic run (--nodes 2:3) loses a node as a hung machine would: n3's trainer stops after step
+// 8's checkpoint (SIGSTOP), then its slurmd and step daemon stop too. The job keeps its allocation
+// (--no-kill): once the node's ranks are silent past the heartbeat timeout, the coordinator forms
+// the next generation on n1 and n2, the batch script places the next srun step on them, and the run
+// resumes from step 8 without a requeue. The global batch of 6 is kept (2 ranks x accumulation 3
+// instead of 3 x 2): every step's loss is an uninterrupted three-node run's within 1e-4.
+TEST_F(SlurmTest, AnElasticRunGoesOnWithTheNodesThatRemainWithoutARequeue) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
+  const std::vector<std::string> batch = {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4",
+                                          "--seed",       "3", "--dropout",           "0"};
+  std::vector<std::string> stop = batch;
+  stop.insert(stop.end(), {"--stop-after-step", "8", "--stop-node", "n3"});
+  std::string run = Submit("slurm-elastic", 16, /*max_restarts=*/1, stop, {"--nodes", "2:3"});
+  ASSERT_FALSE(run.empty());
+  // n3's trainer stops itself; then its node's daemons stop answering.
+  int trainer = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+        if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
+        trainer = s["ranks"][2]["pid"];
+        std::string stat = testing::Slurp(absl::StrCat("/proc/", trainer, "/stat"));
+        size_t close = stat.rfind(')');
+        return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'T';
+      },
+      absl::Minutes(3)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  std::string job = s["scheduler_job_id"];
+  int stepd = ParentOf(trainer);
+  int slurmd = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-n3.pid"))), &slurmd));
+  ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
+  for (int pid : {slurmd, stepd}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
+
+  CommandResult watch = Dtctl({"watch", run});
+  std::string out_file = save_dir_ + "/slurm-elastic/logs/slurm-" + job + ".out";
+  std::string out = testing::Slurp(out_file);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << out;
+  // The lost node's processes go (as the machine would), and its slurmd comes back for the next test.
+  for (int pid : {trainer, stepd, slurmd}) ::kill(pid, SIGKILL);
+  auto restarted = RunCommand({"bash", "-c",
+                               absl::StrCat("setsid /usr/sbin/slurmd -D -N n3 -f /etc/slurm/slurm.conf >>",
+                                            JoinPath(SlurmDir(), "log/slurmd-n3.out"), " 2>&1 </dev/null &")},
+                              absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok() && restarted->exit_code == 0);
+
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["step"], 16);
+  EXPECT_EQ(s["restarts"], 1) << s;
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_EQ(s["generation_nodes"], nlohmann::json::array({"n1", "n2"})) << s;
+  EXPECT_EQ(s["lost_nodes"], nlohmann::json::array({"n3"})) << s;
+  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
+  EXPECT_EQ(s["failures"][0]["node"], "n3") << s;
+  EXPECT_EQ(s["scheduler_job_id"], job) << s;
+  EXPECT_TRUE(s["excluded_nodes"].empty()) << s;  // a later requeue may take n3 again
+  // The same job went on in its allocation: Slurm never requeued it.
+  auto shown = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+  ASSERT_TRUE(shown.ok());
+  EXPECT_NE(shown->output.find(" Restarts=0 "), std::string::npos) << shown->output;
+  EXPECT_NE(out.find("generation 1 runs on 2 of 3 nodes: n1,n2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("requeue"), std::string::npos) << out;
+  std::string log = testing::Slurp(save_dir_ + "/slurm-elastic/logs/rank-0.log");
+  EXPECT_NE(log.find("with the global batch of 6 kept (2 ranks x batch 1 x accumulation 3)"), std::string::npos) << log;
+
+  // The uninterrupted run: three local nodes, the same data, seed and global batch.
+  std::vector<std::string> args = {"submit",
+                                   "-o",
+                                   "json",
+                                   "--name",
+                                   "whole",
+                                   "--save-dir",
+                                   save_dir_,
+                                   "--nodes",
+                                   "3",
+                                   "--nproc-per-node",
+                                   "1",
+                                   "--omp-threads",
+                                   "1",
+                                   "--",
+                                   "--dataset",
+                                   JoinPath(testing::DataDir(), "alpaca_sample.json"),
+                                   "--tokenizer-dir",
+                                   JoinPath(testing::DataDir(), "gpt2"),
+                                   "--model",
+                                   "tiny",
+                                   "--seq-len",
+                                   "64",
+                                   "--max-steps",
+                                   "16",
+                                   "--log-freq",
+                                   "1",
+                                   "--eval-split",
+                                   "0"};
+  args.insert(args.end(), batch.begin(), batch.end());
+  CommandResult submitted = Dtctl(args);
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  std::string whole = Json(submitted).value("run_id", "");
+  ASSERT_EQ(Dtctl({"watch", whole}).exit_code, 0);
+  std::vector<v1::MetricRecord> want = coord_->Metrics(whole, "loss", 0);
+  std::vector<v1::MetricRecord> got = coord_->Metrics(run, "loss", 0);
+  ASSERT_EQ(want.size(), 16u);
+  ASSERT_GE(got.size(), 16u);
+  std::set<int64_t> steps;
+  for (const v1::MetricRecord& m : got) {
+    ASSERT_GE(m.step(), 1);
+    ASSERT_LE(m.step(), 16);
+    steps.insert(m.step());
+    EXPECT_NEAR(m.value(), want[m.step() - 1].value(), 1e-4) << "step " << m.step();
+  }
+  EXPECT_EQ(steps.size(), 16u);
+}
+
+// The same with an unmodified torchrun-style script (--exec): n3's dtrun, its program, step daemon and
+// slurmd are stopped; the next step runs one dtrun on each of n1 and n2 with --nnodes 2, the script
+// sees WORLD_SIZE 2, resumes from its checkpoint, and the run succeeds in the same job.
+TEST_F(SlurmTest, AnElasticExecRunGoesOnWithTheNodesThatRemain) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
+  std::string env_dir = tmp_.Sub("env");
+  std::string exp_dir = JoinPath(save_dir_, "slurm-elastic-exec");
+  std::string run = SubmitExec("slurm-elastic-exec", {"--nodes", "2:3", "--max-restarts", "1"},
+                               {"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
+                                "40", "--ckpt-every", "5", "--step-sleep", "0.1", "--env-out", env_dir});
+  ASSERT_FALSE(run.empty());
+  ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
+                               absl::Minutes(2)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  ASSERT_EQ(s["ranks"].size(), 3u) << s;
+  ASSERT_EQ(s["ranks"][2]["node"], "n3") << s;
+  std::string job = s["scheduler_job_id"];
+  // n3's step daemon: the first ancestor of rank 2's program that is one.
+  pid_t stepd = s["ranks"][2]["pid"].get<int>();
+  while (stepd > 1 &&
+         testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd") == std::string::npos) {
+    stepd = ParentOf(stepd);
+  }
+  ASSERT_GT(stepd, 1);
+  int slurmd = 0;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-n3.pid"))), &slurmd));
+  std::vector<pid_t> node = Descendants(stepd);
+  node.insert(node.end(), {stepd, slurmd});
+  SignalProcesses(node, SIGSTOP);
+
+  CommandResult watch = Dtctl({"watch", run});
+  std::string out = testing::Slurp(JoinPath(exp_dir, "logs/slurm-" + job + ".out"));
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << out;
+  SignalProcesses(node, SIGKILL);
+  auto restarted = RunCommand({"bash", "-c",
+                               absl::StrCat("setsid /usr/sbin/slurmd -D -N n3 -f /etc/slurm/slurm.conf >>",
+                                            JoinPath(SlurmDir(), "log/slurmd-n3.out"), " 2>&1 </dev/null &")},
+                              absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok() && restarted->exit_code == 0);
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["world_size"], 2) << s;
+  EXPECT_EQ(s["generation_nodes"], nlohmann::json::array({"n1", "n2"})) << s;
+  EXPECT_EQ(s["scheduler_job_id"], job) << s;
+  EXPECT_NE(out.find("generation 1 runs on 2 of 3 nodes: n1,n2"), std::string::npos) << out;
+  auto env_of = [&](int rank) {
+    return nlohmann::json::parse(testing::Slurp(JoinPath(env_dir, absl::StrCat("env-rank-", rank, ".json"))), nullptr,
+                                 false);
+  };
+  EXPECT_EQ(env_of(1)["WORLD_SIZE"], "2");
+  EXPECT_EQ(env_of(1)["GROUP_WORLD_SIZE"], "2");
+  EXPECT_EQ(env_of(1)["TORCHELASTIC_RESTART_COUNT"], "1");
+  std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+  EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
+  EXPECT_NE(log.find("done: 40 steps"), std::string::npos) << log;
 }
 
 // A straggler: one node's device is far slower than the others' (here its trainer shares a CPU

@@ -19,6 +19,15 @@
 #include "common/utf8.h"
 
 namespace dt::ctl {
+namespace {
+
+// An elastic run whose generation formed on the nodes that remain, without `node`.
+bool ElasticGenerationLacks(const v1::Run& r, const std::string& node) {
+  return r.spec().min_nodes() > 0 && r.generation_nodes_size() > 0 &&
+         !absl::c_linear_search(r.generation_nodes(), node);
+}
+
+}  // namespace
 
 // Used by the sbatch script before each srun step: 0, printing the generation the step's trainers
 // will join, when the coordinator wants one (first launch or a restart); 1 once the run ended.
@@ -52,7 +61,9 @@ int RequeueWanted(Global& g, const std::string& run_id) {
 // ran on that Slurm shows failed are recorded with the coordinator (the run's excluded nodes, each
 // with a NODE_FAILED record) and kept off the job; when this allocation holds an excluded node — a
 // failed node back in service, or one the coordinator found unhealthy (NODE_UNHEALTHY) — the job
-// is requeued without it and the script ends (exit 5).
+// is requeued without it and the script ends (exit 5). A node an elastic run's generation already
+// goes on without is not excluded: the job keeps its allocation (--no-kill), and a later requeue
+// may take the node again, as the world grows back.
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), "exclude-failed-nodes");
@@ -66,6 +77,12 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
       continue;
     }
     if (std::optional<std::string> evidence = NodeFailureEvidence(ParseSlurmNode(*line), last_heard)) {
+      if (ElasticGenerationLacks(*r, node)) {
+        std::cout << "dt: node " << node << " failed (" << *evidence << "): generation " << r->generation()
+                  << " of the elastic run goes on without it, on " << absl::StrJoin(r->generation_nodes(), ",")
+                  << std::endl;
+        continue;
+      }
       v1::FailedNode* f = request.add_nodes();
       f->set_node(node);
       f->set_evidence(*evidence);
@@ -104,7 +121,9 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
 // its SlurmdTimeout to tell. A dead node is marked NOT_RESPONDING, then DOWN, and the job ends
 // NODE_FAIL — requeued, this script with it — so while Slurm shows it so, this waits; a node with
 // no mark by then is alive, and the step is launched again (launching onto a dead node would
-// spend the run's restarts on steps that cannot start).
+// spend the run's restarts on steps that cannot start). An elastic run's job is not ended by a
+// dead node (--no-kill): its generation goes on without the node, or, when it is not elastic
+// enough, exclude-failed-nodes requeues the job once Slurm shows the node dead.
 int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), "await-silent-node");
@@ -113,6 +132,13 @@ int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& all
   absl::StatusOr<std::vector<std::string>> nodes = ExpandHostlist(allocation);
   if (!nodes.ok()) return Fail(g, nodes.status(), "await-silent-node");
   if (!absl::c_linear_search(*nodes, node)) return kOk;
+  if (ElasticGenerationLacks(*r, node)) {
+    std::cout << "dt: a rank on node " << node << " went silent; generation " << r->generation()
+              << " of the elastic run goes on without the node, on " << absl::StrJoin(r->generation_nodes(), ",")
+              << std::endl;
+    return kOk;
+  }
+  const bool keeps_allocation = r->spec().min_nodes() > 0;
   absl::Duration patience = SlurmdTimeout().value_or(absl::Minutes(5)) + absl::Seconds(30);
   absl::Time start = absl::Now();
   absl::Time deadline = start + patience;
@@ -124,6 +150,11 @@ int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& all
     SlurmNode n = line.ok() ? ParseSlurmNode(*line) : SlurmNode{};
     bool dead = absl::StrContains(n.state, "NOT_RESPONDING") || absl::StrContains(n.state, "DOWN") ||
                 absl::StrContains(n.state, "FAIL");
+    if (dead && keeps_allocation) {
+      std::cout << "dt: Slurm reports node " << node << " " << n.state
+                << "; the job keeps its allocation (--no-kill) and is requeued without the node" << std::endl;
+      return kOk;
+    }
     if (dead) {
       if (!reported) {
         std::cout << "dt: Slurm reports node " << node << " " << n.state
@@ -137,6 +168,18 @@ int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& all
   }
   std::cout << "dt: node " << node << (reported ? " is still allocated: " : " answers Slurm: ")
             << "launching the next generation" << std::endl;
+  return kOk;
+}
+
+// Used by an elastic run's sbatch script before each srun step: prints the nodes of the generation
+// the step launches, comma-separated, when it formed on some of the allocation's nodes (nothing when
+// it spans them all).
+int StepNodes(Global& g, const std::string& run_id) {
+  auto r = GetRun(g, run_id);
+  if (!r.ok()) return Fail(g, r.status(), "step-nodes");
+  if (r->spec().min_nodes() > 0 && r->generation_nodes_size() > 0) {
+    std::cout << absl::StrJoin(r->generation_nodes(), ",") << "\n";
+  }
   return kOk;
 }
 

@@ -1,5 +1,5 @@
 // The commands the rendered sbatch script calls (hidden from --help): await-restart,
-// requeue-wanted, exclude-failed-nodes, await-silent-node, report-step. Each returns dtctl's exit
+// requeue-wanted, exclude-failed-nodes, await-silent-node, step-nodes, report-step. Each returns dtctl's exit
 // code.
 #pragma once
 
@@ -14,6 +14,7 @@ int AwaitRestart(Global& g, const std::string& run_id);
 int RequeueWanted(Global& g, const std::string& run_id);
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation);
 int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation);
+int StepNodes(Global& g, const std::string& run_id);
 int ReportStep(Global& g, const std::string& run_id, int64_t generation, int exit_code, const std::string& srun_log);
 
 }  // namespace dt::ctl

@@ -96,7 +96,10 @@ struct BatchScriptCommands {
   std::string run_id, job_id, allocation, srun_log;
   int64_t step_generation = 0;
   int step_exit_code = 0;
-  CLI::App *await_restart, *requeue_wanted, *exclude_failed, *await_silent, *report_step;
+  CLI::App *await_restart, *requeue_wanted, *exclude_failed, *await_silent, *step_nodes, *report_step;
+  std::vector<CLI::App*> All() const {
+    return {await_restart, requeue_wanted, exclude_failed, await_silent, step_nodes, report_step};
+  }
 };
 
 void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
@@ -108,12 +111,13 @@ void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
   c.exclude_failed->add_option("--allocation", c.allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
   c.await_silent = app.add_subcommand("await-silent-node", "give Slurm time to tell whether a silent node is dead");
   c.await_silent->add_option("--allocation", c.allocation, "the job's nodes ($SLURM_JOB_NODELIST)")->required();
+  c.step_nodes = app.add_subcommand("step-nodes", "print the nodes of the generation's step (none: all of them)");
   c.report_step = app.add_subcommand("report-step", "report how an srun step ended");
   c.report_step->add_option("--generation", c.step_generation, "the generation the step ran (await-restart printed it)")
       ->required();
   c.report_step->add_option("--exit-code", c.step_exit_code, "srun's exit code")->required();
   c.report_step->add_option("--srun-log", c.srun_log, "srun's stderr")->required();
-  for (CLI::App* sub : {c.await_restart, c.requeue_wanted, c.exclude_failed, c.await_silent, c.report_step}) {
+  for (CLI::App* sub : c.All()) {
     sub->add_option("RUN_ID", c.run_id, "run id (dtctl list shows them)")->required();
     sub->group("");
   }
@@ -125,6 +129,7 @@ int BatchScriptCommand(Global& g, const BatchScriptCommands& c) {
   if (c.requeue_wanted->parsed()) return RequeueWanted(g, c.run_id);
   if (c.await_silent->parsed()) return AwaitSilentNode(g, c.run_id, c.allocation);
   if (c.exclude_failed->parsed()) return ExcludeFailedNodes(g, c.run_id, c.job_id, c.allocation);
+  if (c.step_nodes->parsed()) return StepNodes(g, c.run_id);
   if (c.report_step->parsed()) return ReportStep(g, c.run_id, c.step_generation, c.step_exit_code, c.srun_log);
   return kUsage;
 }
@@ -221,8 +226,7 @@ int main(int argc, char** argv) {
   }
   if (launcher->parsed()) return Launch(g, launch);
   if (submit.command->parsed()) return Submit(g, submit);
-  for (CLI::App* sub : {batch_script.await_restart, batch_script.requeue_wanted, batch_script.exclude_failed,
-                        batch_script.await_silent, batch_script.report_step}) {
+  for (CLI::App* sub : batch_script.All()) {
     if (sub->parsed()) return BatchScriptCommand(g, batch_script);
   }
   return RunSubcommand(g, run_commands);

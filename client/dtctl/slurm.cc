@@ -95,6 +95,9 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
   std::map<std::string, std::string> values = {
       {"JOB_NAME", ShellQuote(p.job_name)},
       {"NODES", absl::StrCat(p.nodes)},
+      {"ELASTIC", p.min_nodes > 0 ? "1" : "0"},
+      {"NO_KILL", p.min_nodes > 0 ? "#SBATCH --no-kill" : "# (a node failure ends the job: it is requeued)"},
+      {"NNODES_ARGS", p.pass_step_nodes ? "--nnodes \"$step_nnodes\" " : ""},
       {"TASKS_PER_NODE", absl::StrCat(p.tasks_per_node)},
       {"PREEMPT_GRACE", absl::StrCat(p.preempt_grace_s)},
       {"CPUS_PER_TASK", p.cpus_per_task > 0 ? absl::StrCat("#SBATCH --cpus-per-task=", p.cpus_per_task)

@@ -14,6 +14,7 @@ namespace dt::ctl {
 struct SbatchParams {
   std::string job_name;
   int nodes = 1;
+  int min_nodes = 0;  // > 0: an elastic run (--no-kill; each step on the generation's nodes)
   int tasks_per_node = 1;
   int cpus_per_task = 0;      // 0: Slurm's default
   int preempt_grace_s = 120;  // #SBATCH --signal=USR2@<this>
@@ -28,6 +29,8 @@ struct SbatchParams {
   int omp_threads = 1;  // 0: not exported (dtrun applies torchrun's rule)
   std::string trainer;
   std::vector<std::string> trainer_args;
+  // dtrun (--exec runs) is told the step's node count (--nnodes) ahead of trainer_args.
+  bool pass_step_nodes = false;
   // The run's variables, for the trainers only (not the script's own dtctl calls).
   std::map<std::string, std::string> trainer_env;
   std::string dtctl;

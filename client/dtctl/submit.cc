@@ -366,12 +366,6 @@ absl::Status Preflight(const SubmitOptions& o) {
     return absl::InvalidArgumentError(
         "a run file's trainer_args and exec cannot both be given (exec runs your own program)");
   }
-  if (o.min_nodes > 0 && o.scheduler != "local") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nodes ", o.min_nodes, ":", o.nodes,
-        ": elastic runs are offered with --scheduler local for now (under "
-        "Slurm the next step cannot yet be placed on the nodes that remain); give --nodes a single count"));
-  }
   if (absl::Status s = CheckElasticGlobalBatch(o); !s.ok()) return s;
   if (o.scheduler == "slurm" && FindOnPath("sbatch").empty()) {
     return absl::FailedPreconditionError("--scheduler slurm: sbatch is not on PATH (is this a Slurm login node?)");
@@ -468,6 +462,7 @@ SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
   SbatchParams p;
   p.job_name = absl::StrCat("dt-", o.name);
   p.nodes = o.nodes;
+  p.min_nodes = o.min_nodes;
   p.tasks_per_node = o.nproc_per_node;
   p.gpus_per_node = o.gpus_per_node;
   p.logs_dir = JoinPath(id.exp_dir, "logs");
@@ -490,8 +485,8 @@ SbatchParams SbatchParamsFor(const SubmitOptions& o, const LaunchIdentity& id) {
     p.cpus_per_task = o.nproc_per_node;  // 0 (a rule counted on the nodes): Slurm's default
     p.omp_threads = o.omp_threads;
     p.trainer = JoinPath(ExecutableDir(), "dtrun");
-    p.trainer_args = {"--nnodes", absl::StrCat(o.nodes), "--nproc-per-node",
-                      o.nproc_per_node > 0 ? absl::StrCat(o.nproc_per_node) : o.nproc_rule, "--"};
+    p.pass_step_nodes = true;  // the step's node count: smaller in a shrunk elastic generation
+    p.trainer_args = {"--nproc-per-node", o.nproc_per_node > 0 ? absl::StrCat(o.nproc_per_node) : o.nproc_rule, "--"};
     p.trainer_args.insert(p.trainer_args.end(), o.exec_command.begin(), o.exec_command.end());
   }
   return p;
