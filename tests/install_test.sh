@@ -20,19 +20,31 @@ for b in dtcoord dtctl dttrainer dtrun; do "$prefix/bin/$b" --version > /dev/nul
 env -u DT_SBATCH_TEMPLATE "$prefix/bin/dtctl" --coordinator 10.0.0.1:50051 submit --dry-run --scheduler slurm \
   --name install-check --save-dir "$prefix/runs" --nodes 2 --nproc-per-node 4 --sbatch-arg=--partition=gpu \
   -- --dataset "$prefix/share/dt/data/alpaca_sample.json" > "$prefix/script"
-grep -q '^#SBATCH --nodes=2$' "$prefix/script"
-grep -q '^#SBATCH --ntasks-per-node=4$' "$prefix/script"
-grep -q '^#SBATCH --partition=gpu$' "$prefix/script"
-grep -q "srun --kill-on-bad-exit=1 $prefix/bin/dttrainer" "$prefix/script"
-grep -q "DT_RUN_TOKEN='<run token>'" "$prefix/script"
-grep -q -- "--tokenizer-dir $prefix/share/dt/data/gpt2" "$prefix/script"
-# --exec runs: one dtrun task per node, with the node's CPUs, the command after --.
+need() {  # need FILE TEXT: a line of the rendered script holds TEXT
+  grep -qF -- "$2" "$1" || { echo "$(basename "$1") lacks: $2"; exit 1; }
+}
+need_line() {  # need_line FILE LINE: the rendered script has the line LINE
+  grep -qxF -- "$2" "$1" || { echo "$(basename "$1") lacks the line: $2"; exit 1; }
+}
+need_line "$prefix/script" '#SBATCH --nodes=2'
+need_line "$prefix/script" '#SBATCH --ntasks-per-node=4'
+need_line "$prefix/script" '#SBATCH --partition=gpu'
+need "$prefix/script" "srun --kill-on-bad-exit=1 \"\${step_args[@]}\" $prefix/bin/dttrainer"
+need "$prefix/script" "DT_RUN_TOKEN='<run token>'"
+need "$prefix/script" "--tokenizer-dir $prefix/share/dt/data/gpt2"
+need_line "$prefix/script" 'elastic=0'
+if grep -qxF -- '#SBATCH --no-kill' "$prefix/script"; then echo "a fixed-size job renders --no-kill"; exit 1; fi
+# --exec runs: one dtrun task per node, with the node's CPUs, the command after --; dtrun is told
+# the step's node count. An elastic run (--nodes MIN:MAX) keeps its allocation when a node dies.
 env -u DT_SBATCH_TEMPLATE "$prefix/bin/dtctl" --coordinator 10.0.0.1:50051 submit --dry-run --scheduler slurm \
-  --name install-exec --save-dir "$prefix/runs" --nodes 2 --nproc-per-node 4 --exec -- /usr/bin/python3 train.py --lr 3e-4 \
+  --name install-exec --save-dir "$prefix/runs" --nodes 1:2 --nproc-per-node 4 --exec -- /usr/bin/python3 train.py --lr 3e-4 \
   > "$prefix/exec-script"
-grep -q '^#SBATCH --ntasks-per-node=1$' "$prefix/exec-script"
-grep -q '^#SBATCH --cpus-per-task=4$' "$prefix/exec-script"
-grep -q -- "srun --kill-on-bad-exit=1 $prefix/bin/dtrun \"\${ca_args\[@\]}\" --nnodes 2 --nproc-per-node 4 -- /usr/bin/python3 train.py --lr 3e-4" "$prefix/exec-script"
+need_line "$prefix/exec-script" '#SBATCH --ntasks-per-node=1'
+need_line "$prefix/exec-script" '#SBATCH --cpus-per-task=4'
+need_line "$prefix/exec-script" '#SBATCH --no-kill'
+need_line "$prefix/exec-script" 'elastic=1'
+need_line "$prefix/exec-script" 'step_nnodes=2'
+need "$prefix/exec-script" "$prefix/bin/dtrun \"\${ca_args[@]}\" --nnodes \"\$step_nnodes\" --nproc-per-node 4 -- /usr/bin/python3 train.py --lr 3e-4"
 # The installed dt Python module imports with its stubs, and so does one pip builds from python/.
 (cd /tmp && PYTHONPATH="$prefix/share/dt/python" /usr/bin/python3 -c 'import dt, dt.v1.checkpoint_pb2_grpc; assert dt.init() is False')
 /usr/bin/python3 -m pip install -q --no-build-isolation --no-deps --target "$prefix/pip" "$source_dir/python" 2> "$prefix/pip.err" \
