@@ -95,9 +95,17 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number, const NextNodes& 
 
 NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const {
   const Generation& g = *run.gen;
-  const v1::RunSpec& spec = run.stored.run.spec();
+  const v1::Run& r = run.stored.run;
+  const v1::RunSpec& spec = r.spec();
+  // Under Slurm a node lost inside the job's allocation (--no-kill) does not come back to it: a
+  // restart for another cause keeps the nodes that remain. A requeue forms at MAX again.
+  NextNodes kept;
+  if (spec.scheduler() == v1::SLURM && r.generation_nodes_size() > 0) {
+    kept.nodes.assign(r.generation_nodes().begin(), r.generation_nodes().end());
+    kept.lost.assign(r.lost_nodes().begin(), r.lost_nodes().end());
+  }
   if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
-    return NextNodes{};
+    return kept;
   }
   absl::Time now = clock_->Now();
   std::vector<RankSilence> ranks;
@@ -111,9 +119,11 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   // four intervals the two cannot be told apart: the run restarts at full size.
   absl::Duration interval = absl::Milliseconds(policy_.heartbeat_interval_ms());
   absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) - 2 * interval;
-  if (threshold < 2 * interval) return NextNodes{};
-  NextNodes next = NextGenerationNodes(nodes, LostNodes(ranks, threshold), spec.min_nodes());
-  if (next.nodes.empty()) return next;
+  if (threshold < 2 * interval) return kept;
+  std::vector<std::string> lost_now = LostNodes(ranks, threshold);
+  NextNodes next = NextGenerationNodes(nodes, lost_now, spec.min_nodes());
+  // Fewer than MIN left: full size (under Slurm, a requeue without the lost nodes).
+  if (next.nodes.empty()) return lost_now.empty() ? kept : next;
   // The nodes lost by the shrinks before this one stay lost until the world is full again.
   std::vector<std::string> lost(run.stored.run.lost_nodes().begin(), run.stored.run.lost_nodes().end());
   for (std::string& node : next.lost) {
@@ -246,7 +256,8 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   AddStoppedRanks(run, failure);
   NextNodes next = ElasticNextNodes(run, failure);
-  if (!next.nodes.empty() && r.restarts() < r.spec().max_restarts()) {
+  bool shrinks = next.lost.size() > static_cast<size_t>(r.lost_nodes_size());  // not a kept shape
+  if (shrinks && r.restarts() < r.spec().max_restarts()) {
     failure.set_message(absl::StrCat(failure.message(), "; node", next.lost.size() == 1 ? " " : "s ",
                                      absl::StrJoin(next.lost, ", "), " lost: the run goes on with ", next.nodes.size(),
                                      " of its ", r.spec().nodes(), " nodes (at least ", r.spec().min_nodes(), ")"));

@@ -57,13 +57,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.trainer = in.String(64);
   for (int n = in.Int(0, 4); n > 0; --n) p.trainer_args.push_back(in.String(64));
   p.dtctl = in.String(64);
+  p.min_nodes = in.Int(0, 3);
+  p.pass_step_nodes = in.Int(0, 1) == 1;
 
   absl::StatusOr<std::string> script = dt::ctl::RenderSbatch(Template(), p);
   if (!script.ok()) {
     dt::fuzz::CheckRefusal(script.status(), "RenderSbatch");
     return 0;
   }
-  // The template's own options, the optional CPU and GPU lines, one per --sbatch-arg.
+  // The template's own options, the optional CPU, GPU and --no-kill lines, one per --sbatch-arg.
   static const int kTemplateOptions = [] {  // a script from plain values: the template's own
     dt::ctl::SbatchParams plain;
     plain.job_name = "job";
@@ -72,7 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!script.ok()) dt::fuzz::Fail("plain values refused: " + script.status().ToString());
     return HeaderOptions(*script);
   }();
-  int want = kTemplateOptions + (p.cpus_per_task > 0) + (p.gpus_per_node > 0) + static_cast<int>(p.sbatch_args.size());
+  int want = kTemplateOptions + (p.cpus_per_task > 0) + (p.gpus_per_node > 0) + (p.min_nodes > 0) +
+             static_cast<int>(p.sbatch_args.size());
   int got = HeaderOptions(*script);
   dt::fuzz::Check(got == want, "the script's #SBATCH header has " + std::to_string(got) + " options, dtctl meant " +
                                    std::to_string(want));

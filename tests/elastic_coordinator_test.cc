@@ -25,10 +25,10 @@ using testing::Reply;
 
 class ElasticTest : public CoordinatorTest {
  protected:
-  // A local run of `nodes` x 2 that may go on with `min_nodes`.
-  std::string SubmitElastic(int nodes, int min_nodes, int max_restarts = 3) {
+  // A run of `nodes` x 2 that may go on with `min_nodes`.
+  std::string SubmitElastic(int nodes, int min_nodes, int max_restarts = 3, v1::Scheduler scheduler = v1::LOCAL) {
     v1::RunSpec spec = testing::MakeSpec("elastic", save_dir_, nodes, 2, max_restarts);
-    spec.set_scheduler(v1::LOCAL);
+    spec.set_scheduler(scheduler);
     spec.set_min_nodes(min_nodes);
     spec.set_max_requeues(1);
     auto r = coord_->SubmitRun(spec);
@@ -186,6 +186,38 @@ TEST_F(ElasticTest, AnyOtherRestartAfterAShrinkBringsTheWorldBack) {
   auto ranks = RegisterAll(run, 3, 2);
   EXPECT_EQ(ranks[5].world_size(), 6);
   EXPECT_EQ(State(run), v1::RUNNING);
+}
+
+// Under Slurm the lost node has left the job's allocation: a restart for another cause keeps the
+// nodes that remain; losing one of them below MIN forms at full size (the job is requeued).
+TEST_F(ElasticTest, UnderSlurmARestartAfterAShrinkKeepsTheNodesThatRemain) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  LoseNodeThree(run);
+  RegisterAll(run, 2, 2);
+  v1::ReportErrorRequest err;
+  err.set_run_id(run);
+  err.set_generation(1);
+  err.set_rank(1);
+  err.set_message("RuntimeError: boom");
+  ASSERT_TRUE(coord_->health().ReportError(err).ok());
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 2);
+  EXPECT_EQ(r->world_size(), 4);
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));
+  EXPECT_THAT(r->lost_nodes(), ElementsAre("n3"));
+  EXPECT_THAT(r->reason().message(), Not(HasSubstr("lost")));  // the crash, not a second shrink
+  ASSERT_EQ(r->generations_size(), 3);
+  EXPECT_EQ(r->generations(2).world_size(), 4);
+
+  // n2 is lost too: below MIN 2, the next generation is the full world again.
+  auto ranks = RegisterAll(run, 2, 2);
+  OnlyTheseBeat(run, {ranks[0], ranks[1]});
+  r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generation(), 3);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
 }
 
 TEST_F(ElasticTest, ARequeueAfterAShrinkBringsTheWorldBack) {

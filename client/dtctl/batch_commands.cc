@@ -61,9 +61,10 @@ int RequeueWanted(Global& g, const std::string& run_id) {
 // ran on that Slurm shows failed are recorded with the coordinator (the run's excluded nodes, each
 // with a NODE_FAILED record) and kept off the job; when this allocation holds an excluded node — a
 // failed node back in service, or one the coordinator found unhealthy (NODE_UNHEALTHY) — the job
-// is requeued without it and the script ends (exit 5). A node an elastic run's generation already
-// goes on without is not excluded: the job keeps its allocation (--no-kill), and a later requeue
-// may take the node again, as the world grows back.
+// is requeued without it and the script ends (exit 5). A node an elastic run's shrunk generation
+// goes on without is not excluded while it does: the job keeps its allocation (--no-kill). The next
+// generation at full size (a requeue, or fewer than MIN nodes left) excludes it when Slurm still
+// shows it failed.
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), "exclude-failed-nodes");

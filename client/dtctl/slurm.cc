@@ -85,6 +85,15 @@ absl::StatusOr<std::string> RenderSbatch(const std::string& template_text, const
   // What lands in an #SBATCH line is one line: a line break (or any control character) in a value
   // would end sbatch's header early or add an option of its own. Everything else is shell-quoted.
   if (absl::Status s = ValidateSingleLine("the job name", p.job_name); !s.ok()) return s;
+  // An elastic run needs a script that places each step on the generation's nodes: an older or
+  // hand-made template would launch every step on the whole allocation, which a shrunk generation
+  // refuses.
+  if (p.min_nodes > 0 && template_text.find("{{ELASTIC}}") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "the sbatch template has no {{ELASTIC}} placeholder, so it cannot place an elastic run's steps "
+        "(--nodes MIN:MAX) on the nodes that remain: start from deploy/slurm/dt.sbatch.tmpl, or give --nodes a "
+        "single count");
+  }
   std::string extra;
   for (const auto& arg : p.sbatch_args) {
     if (absl::Status s = ValidateSingleLine("the --sbatch-arg", arg); !s.ok()) return s;
