@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <thread>
 #include <tuple>
 
@@ -20,6 +19,7 @@
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/subprocess.h"
+#include "tests/loss_check.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -470,18 +470,7 @@ TEST_F(DtctlTest, AnElasticTrainerRunKeepsTheGlobalBatchAndTheLossesWhenANodeIsL
 
   // Generation 0 trained steps 1..8 (and perhaps one more before the loss was seen), generation 1
   // steps 9..16 from step 8's checkpoint: each loss is the uninterrupted run's.
-  std::vector<v1::MetricRecord> want = coord_.Metrics(whole, "loss", 0);
-  std::vector<v1::MetricRecord> got = coord_.Metrics(elastic, "loss", 0);
-  ASSERT_EQ(want.size(), 16u);
-  ASSERT_GE(got.size(), 16u);
-  std::set<int64_t> steps;
-  for (const v1::MetricRecord& m : got) {
-    ASSERT_GE(m.step(), 1);
-    ASSERT_LE(m.step(), 16);
-    steps.insert(m.step());
-    EXPECT_NEAR(m.value(), want[m.step() - 1].value(), 1e-4) << "step " << m.step();
-  }
-  EXPECT_EQ(steps.size(), 16u);
+  testing::ExpectTheUninterruptedLosses(coord_.Metrics(whole, "loss", 0), coord_.Metrics(elastic, "loss", 0), 16, 1e-4);
 }
 
 TEST_F(DtctlTest, WithoutARestartBudgetTheRunFailsWithTheRootCause) {

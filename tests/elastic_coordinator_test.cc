@@ -47,6 +47,24 @@ class ElasticTest : public CoordinatorTest {
     }
   }
 
+  // Rank 1 of `generation` reports an exception: a restart for a cause other than a lost node.
+  void CrashRankOne(const std::string& run, int64_t generation) {
+    v1::ReportErrorRequest err;
+    err.set_run_id(run);
+    err.set_generation(generation);
+    err.set_rank(1);
+    err.set_message("RuntimeError: boom");
+    ASSERT_TRUE(coord_->health().ReportError(err).ok());
+  }
+
+  // n3 is lost, then generation 1 on n1 and n2 fails for another cause: the run as it is then.
+  absl::StatusOr<v1::Run> ShrinkThenCrash(const std::string& run) {
+    LoseNodeThree(run);
+    RegisterAll(run, 2, 2);
+    CrashRankOne(run, 1);
+    return coord_->GetRun(run);
+  }
+
   // Node n3 of a 3-node run goes silent: the run goes on with n1 and n2.
   std::vector<v1::RegisterResponse> LoseNodeThree(const std::string& run) {
     auto ranks = RegisterAll(run, 3, 2);
@@ -166,15 +184,7 @@ TEST_F(ElasticTest, AFixedRunNeverShrinks) {
 
 TEST_F(ElasticTest, AnyOtherRestartAfterAShrinkBringsTheWorldBack) {
   std::string run = SubmitElastic(3, 2);
-  LoseNodeThree(run);
-  RegisterAll(run, 2, 2);
-  v1::ReportErrorRequest err;
-  err.set_run_id(run);
-  err.set_generation(1);
-  err.set_rank(1);
-  err.set_message("RuntimeError: boom");
-  ASSERT_TRUE(coord_->health().ReportError(err).ok());
-  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  absl::StatusOr<v1::Run> r = ShrinkThenCrash(run);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->generation(), 2);
   EXPECT_EQ(r->world_size(), 6);
@@ -192,15 +202,7 @@ TEST_F(ElasticTest, AnyOtherRestartAfterAShrinkBringsTheWorldBack) {
 // nodes that remain; losing one of them below MIN forms at full size (the job is requeued).
 TEST_F(ElasticTest, UnderSlurmARestartAfterAShrinkKeepsTheNodesThatRemain) {
   std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
-  LoseNodeThree(run);
-  RegisterAll(run, 2, 2);
-  v1::ReportErrorRequest err;
-  err.set_run_id(run);
-  err.set_generation(1);
-  err.set_rank(1);
-  err.set_message("RuntimeError: boom");
-  ASSERT_TRUE(coord_->health().ReportError(err).ok());
-  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  absl::StatusOr<v1::Run> r = ShrinkThenCrash(run);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->generation(), 2);
   EXPECT_EQ(r->world_size(), 4);

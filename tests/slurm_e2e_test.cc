@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +22,7 @@
 #include "common/process_tree.h"
 #include "common/procs_per_node.h"
 #include "common/subprocess.h"
+#include "tests/loss_check.h"
 #include "tests/test_util.h"
 #include "tests/wandb_test_server.h"
 
@@ -644,18 +644,7 @@ TEST_F(SlurmTest, AnElasticRunGoesOnWithTheNodesThatRemainWithoutARequeue) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   std::string whole = Json(submitted).value("run_id", "");
   ASSERT_EQ(Dtctl({"watch", whole}).exit_code, 0);
-  std::vector<v1::MetricRecord> want = coord_->Metrics(whole, "loss", 0);
-  std::vector<v1::MetricRecord> got = coord_->Metrics(run, "loss", 0);
-  ASSERT_EQ(want.size(), 16u);
-  ASSERT_GE(got.size(), 16u);
-  std::set<int64_t> steps;
-  for (const v1::MetricRecord& m : got) {
-    ASSERT_GE(m.step(), 1);
-    ASSERT_LE(m.step(), 16);
-    steps.insert(m.step());
-    EXPECT_NEAR(m.value(), want[m.step() - 1].value(), 1e-4) << "step " << m.step();
-  }
-  EXPECT_EQ(steps.size(), 16u);
+  testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 16, 1e-4);
 }
 
 // The same with an unmodified torchrun-style script (--exec): n3's dtrun, its program, step daemon and
