@@ -125,7 +125,7 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   // Fewer than MIN left: full size (under Slurm, a requeue without the lost nodes).
   if (next.nodes.empty()) return lost_now.empty() ? kept : next;
   // The nodes lost by the shrinks before this one stay lost until the world is full again.
-  std::vector<std::string> lost(run.stored.run.lost_nodes().begin(), run.stored.run.lost_nodes().end());
+  std::vector<std::string> lost(r.lost_nodes().begin(), r.lost_nodes().end());
   for (std::string& node : next.lost) {
     if (!absl::c_linear_search(lost, node)) lost.push_back(std::move(node));
   }

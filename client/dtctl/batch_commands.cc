@@ -21,10 +21,12 @@
 namespace dt::ctl {
 namespace {
 
-// An elastic run whose generation formed on the nodes that remain, without `node`.
+// An elastic run whose generation formed on the nodes that remain (not on the whole allocation).
+bool ShrunkElasticGeneration(const v1::Run& r) { return r.spec().min_nodes() > 0 && r.generation_nodes_size() > 0; }
+
+// A shrunk elastic generation without `node`.
 bool ElasticGenerationLacks(const v1::Run& r, const std::string& node) {
-  return r.spec().min_nodes() > 0 && r.generation_nodes_size() > 0 &&
-         !absl::c_linear_search(r.generation_nodes(), node);
+  return ShrunkElasticGeneration(r) && !absl::c_linear_search(r.generation_nodes(), node);
 }
 
 }  // namespace
@@ -178,7 +180,7 @@ int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& all
 int StepNodes(Global& g, const std::string& run_id) {
   auto r = GetRun(g, run_id);
   if (!r.ok()) return Fail(g, r.status(), "step-nodes");
-  if (r->spec().min_nodes() > 0 && r->generation_nodes_size() > 0) {
+  if (ShrunkElasticGeneration(*r)) {
     std::cout << absl::StrJoin(r->generation_nodes(), ",") << "\n";
   }
   return kOk;
