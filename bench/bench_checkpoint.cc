@@ -18,7 +18,6 @@
 #include "bench/bench_util.h"
 #include "client/agent.h"
 #include "common/fs.h"
-#include "common/subprocess.h"
 #include "coordinator/embedded.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/checkpoint_rounds.h"
@@ -51,7 +50,7 @@ void TrainStep(Gpt2& model, torch::optim::AdamW& optimizer, const torch::Tensor&
   optimizer.zero_grad();
 }
 
-// One shape's rounds, each followed by `dd` of its size; reports the shape's three rows.
+// One shape's rounds, each beside a `dd` of its size; reports the shape's three rows.
 absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape& shape, int64_t* steps_taken) {
   auto config = MakeGpt2Config("gpt2", shape.overrides);
   if (!config.ok()) return config.status();
@@ -68,7 +67,20 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
   std::vector<double> stall_seconds, plain_step_seconds, round_step_seconds, write_seconds, dd_seconds;
   int64_t bytes = 0, blocks = 1;
   std::string target = JoinPath(save_dir, "dd.bin");
+  // dd of the round's size (the last round's: they are all one size) with conv=fsync, on the same
+  // file system. The disk's speed drifts by up to 2x within seconds here, and whatever runs right
+  // after a round's write and delete is the slower: the round and dd take turns going first (round,
+  // dd, dd, round, ...).
+  auto run_dd = [&]() -> absl::Status {
+    absl::StatusOr<double> took = DdSeconds(target, blocks);
+    if (!took.ok()) return took.status();
+    dd_seconds.push_back(*took);
+    return absl::OkStatus();
+  };
   for (int r = 1; r <= shape.repeats; ++r) {
+    if (r % 2 == 0) {
+      if (absl::Status s = run_dd(); !s.ok()) return s;
+    }
     // A step without a round, then the same step with a round started before it, as dttrainer
     // runs them: the round pauses training for BeginCheckpoint and the snapshot's archives; a
     // thread copies the state while the forward and backward passes run, and the optimizer step
@@ -97,17 +109,10 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
               << " s with the round (pause " << absl::ToDoubleSeconds(*paused) << " s, optimizer step waited "
               << absl::ToDoubleSeconds(waited) << " s for the copy); copy+write+hash+fsync+commit "
               << write_seconds.back() << " s\n";
-    // dd of the same size with conv=fsync, on the same file system, right after (the disk's
-    // speed drifts on these machines: interleaving gives both the same conditions).
     blocks = std::max<int64_t>(1, bytes / (4 << 20));
-    t0 = Clock::now();
-    auto result = RunCommand(
-        {"dd", "if=/dev/zero", "of=" + target, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
-        absl::Minutes(5));
-    dd_seconds.push_back(Seconds(t0, Clock::now()));
-    if (!result.ok()) return result.status();
-    if (result->exit_code != 0) return absl::InternalError(absl::StrCat("dd exited with ", result->exit_code));
-    ::unlink(target.c_str());
+    if (r % 2 == 1) {
+      if (absl::Status s = run_dd(); !s.ok()) return s;
+    }
   }
   Summary stall = Summarize(stall_seconds), write = Summarize(write_seconds), dd = Summarize(dd_seconds);
   Summary plain_step = Summarize(plain_step_seconds), round_step = Summarize(round_step_seconds);
@@ -163,7 +168,7 @@ int main() {
   std::vector<Shape> shapes = {
       // ~17M parameters (~200 MB) quick, ~51M (~600 MB) otherwise; and GPT-2 small (124M, ~1.5 GB).
       {Quick() ? "n_embd=256,n_layer=4,n_head=4,n_positions=128" : "n_embd=512,n_layer=8,n_head=8,n_positions=128",
-       Quick() ? 3 : 4},
+       4},
       {"n_embd=768,n_layer=12,n_head=12,n_positions=1024", Quick() ? 2 : 3}};
   int64_t steps_taken = 0;
   for (const Shape& shape : shapes) {

@@ -15,9 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/subprocess.h"
 
 namespace dt::bench {
 
@@ -36,6 +38,18 @@ Summary Summarize(std::vector<double> s) {
   for (double v : s) sum += v;
   out.mean = sum / s.size();
   return out;
+}
+
+absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto result = RunCommand({"dd", "if=/dev/zero", "of=" + path, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync",
+                            "status=none"},
+                           absl::Minutes(5));
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::unlink(path.c_str());
+  if (!result.ok()) return result.status();
+  if (result->exit_code != 0) return absl::InternalError(absl::StrCat("dd exited with ", result->exit_code));
+  return took;
 }
 
 bool Quick() {

@@ -3,9 +3,12 @@
 // the same run.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace dt::bench {
 
@@ -17,6 +20,10 @@ Summary Summarize(std::vector<double> samples);
 
 // DT_BENCH_QUICK=1 (scripts/bench.sh --quick): fewer repeats, smaller sizes.
 bool Quick();
+
+// The seconds `dd if=/dev/zero bs=4M count=BLOCKS conv=fsync` takes to write `path`, removed
+// afterwards: the checkpoint rows' anchor, the same bytes through the page cache onto the disk.
+absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks);
 
 struct Result {
   std::string name;  // what was measured

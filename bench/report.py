@@ -106,23 +106,26 @@ HOW_MEASURED = [
      "core, 1 GiB, none)."),
     (r"checkpoint write rate ", "checkpoint write rate",
      "`bench_checkpoint`: GPT-2 states after one AdamW step (weights and both moments), 193 MB quick (n_embd 256, "
-     "4 layers; about 600 MB full) and GPT-2 small's 1.5 GB, torch on one thread, an embedded coordinator; 3 "
-     "rounds (2 at 1.5 GB; 4 and 3 full) of `CheckpointRounds` as dttrainer runs them, each started before a "
+     "4 layers; about 600 MB full) and GPT-2 small's 1.5 GB, torch on one thread, an embedded coordinator; 4 "
+     "rounds (2 at 1.5 GB; 3 full) of `CheckpointRounds` as dttrainer runs them, each started before a "
      "training step (forward, backward, AdamW of one 64-token sequence); bytes over the round's time after its "
      "pause (copy to host memory, serialise, write and SHA-256, fsync, commit), p50. Anchor: `dd if=/dev/zero "
-     "bs=4M conv=fsync` of the same size on the same file system right after each round, p50."),
+     "bs=4M conv=fsync` of the same size on the same file system beside each round, p50, the round and `dd` "
+     "taking turns going first (see the sharded rounds' line)."),
     (r"training stall of an async checkpoint round ", "training stall of an async checkpoint round",
      "The same rounds: BeginCheckpoint's pause plus the optimizer step's wait for what is left of the copy, p50. "
      "Anchor: `dd`'s time for the same bytes (what writing them synchronously would stall)."),
     (r"training step with an async checkpoint round in flight ", "training step with a checkpoint round in flight",
      "The same rounds: the training step run while the round is in flight, p50. Anchor: the same step without a "
      "round, run just before each round, p50."),
-    (r"sharded checkpoint round, ", "sharded checkpoint round, 2 and 4 writers",
+    (r"sharded checkpoint round, ", "sharded checkpoint round, 2 and 4 writers, around and through the page cache",
      "`bench_sharded_checkpoint`: an embedded coordinator and a run of W ranks (threads of one process, each "
      "with its own Agent and connection); each round every rank writes 1/W of 256 MB quick (1 GiB full) "
      "through HashingFileWriter (write and SHA-256 side by side, fsync), commits its manifest, and the "
-     "coordinator checks the sizes and publishes; first Begin to last commit reply, 2 rounds (3 full), p50. "
-     "Anchor: `dd if=/dev/zero bs=4M conv=fsync` of the same bytes right after each round, p50."),
+     "coordinator checks the sizes and publishes; first Begin to last commit reply, 6 rounds (8 full), p50. "
+     "Around the page cache (O_DIRECT, dttrainer's default), then through it (`--checkpoint-buffered-io`; no "
+     "goal). Anchor: `dd if=/dev/zero bs=4M conv=fsync` of the same bytes beside each round, p50; the round and "
+     "`dd` take turns going first, since whatever follows a 256 MB write and delete runs slower on this disk."),
     (r"metric points ingested", "metric points ingested",
      "`bench_metrics`: a dtcoord process with the Prometheus exporter and the W&B forwarder on (strategy all, to "
      "the project's test W&B server, tests/wandb_server.py); 16 streams on their own connections for a run of 64 "
