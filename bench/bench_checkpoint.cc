@@ -167,8 +167,7 @@ int main() {
   }
   std::vector<Shape> shapes = {
       // ~17M parameters (~200 MB) quick, ~51M (~600 MB) otherwise; and GPT-2 small (124M, ~1.5 GB).
-      {Quick() ? "n_embd=256,n_layer=4,n_head=4,n_positions=128" : "n_embd=512,n_layer=8,n_head=8,n_positions=128",
-       4},
+      {Quick() ? "n_embd=256,n_layer=4,n_head=4,n_positions=128" : "n_embd=512,n_layer=8,n_head=8,n_positions=128", 4},
       {"n_embd=768,n_layer=12,n_head=12,n_positions=1024", Quick() ? 2 : 3}};
   int64_t steps_taken = 0;
   for (const Shape& shape : shapes) {

@@ -96,8 +96,8 @@ absl::Status MeasureWriters(EmbeddedCoordinator& coord, int writers, bool direct
       if (!dd.ok()) return dd.status();
     }
     dd_seconds.push_back(*dd);
-    std::cout << writers << (direct ? "" : " buffered") << " writers, round " << r << " (" << bytes / 1e6 << " MB): " << round_seconds.back()
-              << " s; dd " << *dd << " s\n";
+    std::cout << writers << (direct ? "" : " buffered") << " writers, round " << r << " (" << bytes / 1e6
+              << " MB): " << round_seconds.back() << " s; dd " << *dd << " s\n";
   }
   Summary round = Summarize(round_seconds), dd = Summarize(dd_seconds);
   // The buffered rows have no goal: they show what --checkpoint-buffered-io gives on this disk.

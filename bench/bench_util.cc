@@ -42,9 +42,9 @@ Summary Summarize(std::vector<double> s) {
 
 absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks) {
   auto t0 = std::chrono::steady_clock::now();
-  auto result = RunCommand({"dd", "if=/dev/zero", "of=" + path, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync",
-                            "status=none"},
-                           absl::Minutes(5));
+  auto result = RunCommand(
+      {"dd", "if=/dev/zero", "of=" + path, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
+      absl::Minutes(5));
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::unlink(path.c_str());
   if (!result.ok()) return result.status();
