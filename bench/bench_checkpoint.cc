@@ -67,19 +67,10 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
   std::vector<double> stall_seconds, plain_step_seconds, round_step_seconds, write_seconds, dd_seconds;
   int64_t bytes = 0, blocks = 1;
   std::string target = JoinPath(save_dir, "dd.bin");
-  // dd of the round's size (the last round's: they are all one size) with conv=fsync, on the same
-  // file system. The disk's speed drifts by up to 2x within seconds here, and whatever runs right
-  // after a round's write and delete is the slower: the round and dd take turns going first (round,
-  // dd, dd, round, ...).
-  auto run_dd = [&]() -> absl::Status {
-    absl::StatusOr<double> took = DdSeconds(target, blocks);
-    if (!took.ok()) return took.status();
-    dd_seconds.push_back(*took);
-    return absl::OkStatus();
-  };
   for (int r = 1; r <= shape.repeats; ++r) {
-    if (r % 2 == 0) {
-      if (absl::Status s = run_dd(); !s.ok()) return s;
+    // dd of the round's size (the last round's: they are all one size), on the same file system.
+    if (DdGoesFirst(r)) {
+      if (absl::Status s = TimeDd(target, blocks, dd_seconds); !s.ok()) return s;
     }
     // A step without a round, then the same step with a round started before it, as dttrainer
     // runs them: the round pauses training for BeginCheckpoint and the snapshot's archives; a
@@ -110,8 +101,8 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
               << absl::ToDoubleSeconds(waited) << " s for the copy); copy+write+hash+fsync+commit "
               << write_seconds.back() << " s\n";
     blocks = std::max<int64_t>(1, bytes / (4 << 20));
-    if (r % 2 == 1) {
-      if (absl::Status s = run_dd(); !s.ok()) return s;
+    if (!DdGoesFirst(r)) {
+      if (absl::Status s = TimeDd(target, blocks, dd_seconds); !s.ok()) return s;
     }
   }
   Summary stall = Summarize(stall_seconds), write = Summarize(write_seconds), dd = Summarize(dd_seconds);

@@ -72,14 +72,11 @@ absl::Status MeasureWriters(EmbeddedCoordinator& coord, int writers, bool direct
     if (!s.ok()) return s;
   }
   std::vector<double> round_seconds, dd_seconds;
+  const std::string dd_target = JoinPath(save_dir, "dd.bin");
+  const int64_t dd_blocks = bytes / (4 << 20);
   for (int r = 1; r <= repeats; ++r) {
-    // This virtual disk's speed drifts by up to 2x within seconds, and whatever runs right after a
-    // write and delete of 256 MB is the slower: the round and dd take turns going first (round, dd,
-    // dd, round, ...).
-    absl::StatusOr<double> dd;
-    if (r % 2 == 0) {
-      dd = DdSeconds(JoinPath(save_dir, "dd.bin"), bytes / (4 << 20));
-      if (!dd.ok()) return dd.status();
+    if (DdGoesFirst(r)) {
+      if (absl::Status s = TimeDd(dd_target, dd_blocks, dd_seconds); !s.ok()) return s;
     }
     threads.clear();
     auto t0 = Clock::now();
@@ -91,13 +88,11 @@ absl::Status MeasureWriters(EmbeddedCoordinator& coord, int writers, bool direct
     for (const absl::Status& s : results) {
       if (!s.ok()) return s;
     }
-    if (r % 2 == 1) {
-      dd = DdSeconds(JoinPath(save_dir, "dd.bin"), bytes / (4 << 20));
-      if (!dd.ok()) return dd.status();
+    if (!DdGoesFirst(r)) {
+      if (absl::Status s = TimeDd(dd_target, dd_blocks, dd_seconds); !s.ok()) return s;
     }
-    dd_seconds.push_back(*dd);
     std::cout << writers << (direct ? "" : " buffered") << " writers, round " << r << " (" << bytes / 1e6
-              << " MB): " << round_seconds.back() << " s; dd " << *dd << " s\n";
+              << " MB): " << round_seconds.back() << " s; dd " << dd_seconds.back() << " s\n";
   }
   Summary round = Summarize(round_seconds), dd = Summarize(dd_seconds);
   // The buffered rows have no goal: they show what --checkpoint-buffered-io gives on this disk.

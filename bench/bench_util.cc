@@ -40,7 +40,7 @@ Summary Summarize(std::vector<double> s) {
   return out;
 }
 
-absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks) {
+absl::Status TimeDd(const std::string& path, int64_t blocks, std::vector<double>& seconds) {
   auto t0 = std::chrono::steady_clock::now();
   auto result = RunCommand(
       {"dd", "if=/dev/zero", "of=" + path, "bs=4M", absl::StrCat("count=", blocks), "conv=fsync", "status=none"},
@@ -49,8 +49,11 @@ absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks) {
   ::unlink(path.c_str());
   if (!result.ok()) return result.status();
   if (result->exit_code != 0) return absl::InternalError(absl::StrCat("dd exited with ", result->exit_code));
-  return took;
+  seconds.push_back(took);
+  return absl::OkStatus();
 }
+
+bool DdGoesFirst(int round) { return round % 2 == 0; }
 
 bool Quick() {
   const char* q = std::getenv("DT_BENCH_QUICK");

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 
 namespace dt::bench {
 
@@ -21,9 +21,16 @@ Summary Summarize(std::vector<double> samples);
 // DT_BENCH_QUICK=1 (scripts/bench.sh --quick): fewer repeats, smaller sizes.
 bool Quick();
 
-// The seconds `dd if=/dev/zero bs=4M count=BLOCKS conv=fsync` takes to write `path`, removed
-// afterwards: the checkpoint rows' anchor, the same bytes through the page cache onto the disk.
-absl::StatusOr<double> DdSeconds(const std::string& path, int64_t blocks);
+// Appends to `seconds` the time `dd if=/dev/zero bs=4M count=BLOCKS conv=fsync` takes to write
+// `path`, removed afterwards: the checkpoint rows' anchor, the same bytes through the page cache
+// onto the disk.
+absl::Status TimeDd(const std::string& path, int64_t blocks, std::vector<double>& seconds);
+
+// Whether round `round` (from 1) of a checkpoint benchmark times its `dd` before the round rather
+// than after it. This virtual disk's speed drifts by up to 2x within seconds, and whatever runs
+// right after a large write and delete is the slower: the two take turns going first (round, dd,
+// dd, round, ...), so that neither is always measured after the other.
+bool DdGoesFirst(int round);
 
 struct Result {
   std::string name;  // what was measured
