@@ -115,7 +115,9 @@ class Coordinator::CheckpointLeadership : private ManagerBase {
   // The file work made (or failed to make) `round`'s partial directory: the round opens or aborts.
   void PartialDirMade(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,
                       std::shared_ptr<const DirFd> checkpoints, const absl::Status& made);
-  // Every rank committed and the files are known: verify and publish on the file work.
+  // Every rank committed and the files are known: verify and publish on the file work, under
+  // PublicationWorkKey (the publication and its retention pass, in order, beside the run's other
+  // file work: the next round's partial directory is not made behind a retention pass).
   void StartPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
   void FinishPublish(const RunPtr& run, const std::shared_ptr<CheckpointRound>& round,

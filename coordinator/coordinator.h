@@ -70,8 +70,9 @@ struct CoordinatorOptions {
   // How often heartbeat and hang checks run (also flushes rank progress to the database).
   absl::Duration health_check_period = absl::Milliseconds(250);
   // Tests only: called with the experiment directory before each piece of file work on it
-  // (SubmitRun's preparation, run.json, a round's partial directory), off every lock; a test
-  // stalls it to show that one run's slow save dir slows no other run.
+  // (SubmitRun's preparation, run.json, a round's partial directory; "<exp_dir> (retention)"
+  // before a retention pass), off every lock; a test stalls it to show that one run's slow save
+  // dir slows no other run, and that a retention pass holds up no round's Begin.
   std::function<void(const std::string& exp_dir)> before_file_work;
   // Tests only: called before each pass that stores metric batches, off every lock.
   std::function<void()> before_metric_pass;

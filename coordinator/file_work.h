@@ -4,9 +4,9 @@
 // unlink can take seconds, a disk under writeback pressure stalls a commit as long, and the
 // health check takes every run's lock. The caller decides under its lock what to do and posts it here.
 //
-// Work posted under one key (a run id) runs in the order posted, one task at a time, so a
-// retention pass never races the publication of the next checkpoint of that run; different
-// keys run in parallel on a small, fixed number of threads.
+// Work posted under one key (a run id, or a run's checkpoint publications) runs in the order
+// posted, one task at a time, so a retention pass never races the publication of the next
+// checkpoint of that run; different keys run in parallel on a small, fixed number of threads.
 #pragma once
 
 #include <deque>
