@@ -102,6 +102,9 @@ class Coordinator::CheckpointLeadership : private ManagerBase {
   void RefuseCommit(const RunPtr& run, CheckpointRound& round, const absl::Status& cause,
                     const PendingPtr<v1::CommitCheckpointResponse>& reply, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run->mu);
+  // Ends an open round (or one whose publication failed) and removes its partial directory on
+  // the run's file work. Only the round's own publication task may abort a round being verified:
+  // that removal does not wait for the publication sequence (PublicationWorkKey).
   void AbortRound(RunEntry& run, CheckpointRound& round, const absl::Status& cause, Deferred& deferred)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Answers `reply` on the run's file work, behind an aborted round's removal of its partial

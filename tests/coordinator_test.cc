@@ -1382,7 +1382,9 @@ TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
 TEST_F(CheckpointRoundTest, ANewRoundBeginsWhileTheLastCommitsRetentionPassWaits) {
   ASSERT_NO_FATAL_FAILURE(CommitStep(10, "w10"));
   ASSERT_NO_FATAL_FAILURE(CommitStep(20, "w20"));
-  stall_.Arm("(retention)");  // the stall lets go by itself after 5 s
+  // Released below; by itself only after 60 s, so that a slow (sanitizer) build cannot see the
+  // pass run before the checks that it is still waiting.
+  stall_.Arm("(retention)", absl::Seconds(60));
   absl::Cleanup release = [&] { stall_.Release(); };
   ASSERT_NO_FATAL_FAILURE(CommitStep(30, "w30"));  // the ranks hear of the commit before the pass
   ASSERT_TRUE(testing::WaitFor([&] { return stall_.waiting() == 1; }, absl::Seconds(2)));

@@ -74,19 +74,22 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   return true;
 }
 
-void Stall::Arm(const std::string& part) {
+void Stall::Arm(const std::string& part, absl::Duration max_wait) {
   absl::MutexLock lock(&mu_);
   part_ = part;
+  max_wait_ = max_wait;
 }
 
 void Stall::Pass(const std::string& path) {
+  absl::Duration max_wait;
   {
     absl::MutexLock lock(&mu_);
     if (part_.empty() || path.find(part_) == std::string::npos) return;
     ++stalled_;
     ++waiting_;
+    max_wait = max_wait_;
   }
-  released_.WaitForNotificationWithTimeout(absl::Seconds(5));
+  released_.WaitForNotificationWithTimeout(max_wait);
   absl::MutexLock lock(&mu_);
   --waiting_;
 }

@@ -57,10 +57,11 @@ std::string ReadToEnd(int fd);
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
 // Makes the work on paths that contain a given part wait, as on a disk or file server that
-// stopped answering: Pass() (from a product's test hook) waits until Release() or for at most 5 s.
+// stopped answering: Pass() (from a product's test hook) waits until Release() or for at most
+// `max_wait` (a test that fails leaves nothing waiting for long).
 class Stall {
  public:
-  void Arm(const std::string& part);
+  void Arm(const std::string& part, absl::Duration max_wait = absl::Seconds(5));
   void Pass(const std::string& path);
   int stalled();  // calls of Pass() that waited, ever
   int waiting();  // calls of Pass() waiting now
@@ -69,6 +70,7 @@ class Stall {
  private:
   absl::Mutex mu_;
   std::string part_ ABSL_GUARDED_BY(mu_);
+  absl::Duration max_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
   int stalled_ ABSL_GUARDED_BY(mu_) = 0;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification released_;
