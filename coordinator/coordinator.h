@@ -278,6 +278,11 @@ class Coordinator {
   // shape the run records (a coordinator restart, a generation made again at the same number).
   void NewGeneration(RunEntry& run, int64_t number, const NextNodes& shape) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void NewGeneration(RunEntry& run, int64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // A Slurm run's job was requeued: it has a whole allocation again. An elastic run's next
+  // generation that was shrunk to the nodes the old allocation had left, and has not formed, is
+  // made again at the same number on the run's full size; anything waiting in it is answered
+  // ABORTED.
+  void WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Elastic runs: the nodes the generation after `failure` forms on (run.gen, not yet ended).
   NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);

@@ -93,6 +93,24 @@ void Coordinator::NewGeneration(RunEntry& run, int64_t number, const NextNodes& 
   r.set_generation(number);
 }
 
+void Coordinator::WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) {
+  v1::Run& r = run.stored.run;
+  if (r.spec().min_nodes() <= 0 || r.generation_nodes_size() == 0 || run.gen == nullptr) return;
+  Generation& g = *run.gen;
+  // A formed generation is the old job's: its ranks end with that job, and the failure that
+  // follows finds every node silent, which restarts at full size.
+  if (g.assigned || !g.stopped.ok()) return;
+  int64_t number = g.number;
+  std::string shrunk = absl::StrJoin(r.generation_nodes(), ", ");
+  StopGeneration(run,
+                 absl::AbortedError(absl::StrCat("the job of run ", r.run_id(), " was requeued: generation ", number,
+                                                 " forms again on its whole new allocation, not on ", shrunk)),
+                 deferred);
+  NewGeneration(run, number, NextNodes{});  // destroys `g`
+  DT_LOG(Info) << "run " << r.run_id() << ": the job was requeued with a whole allocation: generation " << number
+               << " forms on all " << r.spec().nodes() << " nodes (" << r.world_size() << " ranks), not on " << shrunk;
+}
+
 NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const {
   const Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;

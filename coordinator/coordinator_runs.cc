@@ -300,9 +300,14 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   absl::Status id_ok = r.spec().scheduler() == v1::SLURM ? ValidateSlurmJobId(request.scheduler_job_id())
                                                          : ValidateLocalJobId(request.scheduler_job_id());
   if (!id_ok.ok()) return id_ok;
+  if (request.requeued() && r.spec().scheduler() != v1::SLURM) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requeued: run ", r.run_id(), " is not a Slurm run; only Slurm requeues a run's job"));
+  }
   if (IsTerminal(r.state())) return RunEndedError(r);
   r.set_scheduler_job_id(request.scheduler_job_id());
   r.set_launcher_host(request.launcher_host());
+  if (request.requeued()) WholeAgainAfterRequeue(*run, deferred);
   persistence_->Persist(*run, deferred);
   Notify(*run, deferred);
   return Snapshot(*run, /*with_ranks=*/true);

@@ -245,6 +245,89 @@ TEST_F(ElasticTest, ARequeueAfterAShrinkBringsTheWorldBack) {
   EXPECT_THAT(r->generation_nodes(), IsEmpty());
 }
 
+// The batch host died: Slurm requeued the job, and its new allocation need not hold the nodes the
+// old one had left. The requeued script's attach makes the shrunk next generation whole again.
+TEST_F(ElasticTest, ARequeuedJobMakesTheShrunkNextGenerationWholeAgain) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  LoseNodeThree(run);
+  // A process of the old job still waits in the shrunk generation.
+  Reply<v1::RegisterResponse> stale;
+  coord_->registration().Register(RegisterRequest(run, "n1", 0, "n1-old-job"), stale.pending());
+  ASSERT_FALSE(stale.arrived());
+  const v1::RunState waiting = State(run);
+
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(run);
+  attach.set_scheduler_job_id("123");
+  attach.set_launcher_host("n2");
+  attach.set_requeued(true);
+  absl::StatusOr<v1::Run> r = coord_->AttachLaunch(attach);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->launcher_host(), "n2");
+  EXPECT_EQ(r->state(), waiting);  // the generation still waits for its ranks
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->world_size(), 6);
+  EXPECT_THAT(r->generation_nodes(), IsEmpty());
+  EXPECT_THAT(r->lost_nodes(), IsEmpty());
+  ASSERT_EQ(r->generations_size(), 2);  // generation 1's entry is replaced, not added to
+  EXPECT_EQ(r->generations(1).generation(), 1);
+  EXPECT_EQ(r->generations(1).world_size(), 6);
+  EXPECT_THAT(r->generations(1).lost_nodes(), IsEmpty());
+  ASSERT_TRUE(stale.arrived());
+  EXPECT_EQ(stale.value.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(stale.value.status().message(), HasSubstr("was requeued: generation 1 forms again on its whole new"));
+
+  // It is saved: a coordinator restart keeps the whole generation. n3 takes a seat in it.
+  Reopen();
+  auto ranks = RegisterAll(run, 3, 2);
+  EXPECT_EQ(State(run), v1::RUNNING);
+  EXPECT_EQ(ranks[5].world_size(), 6);
+  EXPECT_EQ(ranks[5].generation(), 1);
+  r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->restarts(), 1);  // the shrink's; the requeue spends none
+}
+
+// Attaching again changes no generation that formed (its ranks end with the old job), and none of
+// a run that never shrank.
+TEST_F(ElasticTest, ARequeuedAttachLeavesAFormedOrWholeGeneration) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(run);
+  attach.set_scheduler_job_id("123");
+  attach.set_requeued(true);
+  absl::StatusOr<v1::Run> r = coord_->AttachLaunch(attach);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generation(), 0);
+  EXPECT_EQ(r->world_size(), 6);
+
+  LoseNodeThree(run);
+  RegisterAll(run, 2, 2);
+  ASSERT_EQ(State(run), v1::RUNNING);
+  r = coord_->AttachLaunch(attach);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state(), v1::RUNNING);
+  EXPECT_EQ(r->generation(), 1);
+  EXPECT_EQ(r->world_size(), 4);
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));
+}
+
+TEST_F(ElasticTest, OnlyASlurmRunsJobIsRequeued) {
+  std::string run = SubmitElastic(3, 2);
+  LoseNodeThree(run);
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(run);
+  attach.set_scheduler_job_id("local:42");
+  attach.set_requeued(true);
+  absl::StatusOr<v1::Run> r = coord_->AttachLaunch(attach);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("is not a Slurm run; only Slurm requeues a run's job"));
+  r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));  // nothing changed
+  EXPECT_TRUE(r->scheduler_job_id().empty());
+}
+
 TEST_F(ElasticTest, ACoordinatorRestartKeepsTheShrunkGeneration) {
   std::string run = SubmitElastic(3, 2);
   LoseNodeThree(run);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -81,21 +82,79 @@ class SlurmTest : public ::testing::Test {
                                                             "5s", "--preflight-slowdown", "1000000"});
   }
 
-  // Undoes the test's stop of node n3 however the test ends: its stopped processes are killed, its
-  // slurmd is started again (the node returns to service) and the job is cancelled.
+  // Undoes the test's stop of `nodes` however the test ends: their stopped processes are killed,
+  // their slurmd is started again (the node returns to service) and the job is cancelled.
   struct NodeRevival {
-    std::vector<pid_t> stopped;  // n3's processes the test stopped (its slurmd among them)
+    std::vector<std::string> nodes{"n3"};
+    std::vector<pid_t> stopped;  // the nodes' processes the test stopped (their slurmd among them)
     std::string job;
     ~NodeRevival() {
       SignalProcesses(stopped, SIGKILL);
       if (!job.empty()) (void)RunCommand({"scancel", job}, absl::Seconds(10));
       if (stopped.empty()) return;
-      (void)RunCommand({"bash", "-c",
-                        absl::StrCat("setsid /usr/sbin/slurmd -D -N n3 -f /etc/slurm/slurm.conf >>",
-                                     JoinPath(SlurmDir(), "log/slurmd-n3.out"), " 2>&1 </dev/null &")},
-                       absl::Seconds(30));
+      for (const std::string& node : nodes) {
+        (void)RunCommand({"bash", "-c",
+                          absl::StrCat("setsid /usr/sbin/slurmd -D -N ", node, " -f /etc/slurm/slurm.conf >>",
+                                       JoinPath(SlurmDir(), "log/slurmd-" + node + ".out"), " 2>&1 </dev/null &")},
+                         absl::Seconds(30));
+      }
     }
   };
+
+  // The pid of `node`'s slurmd.
+  static int SlurmdOf(const std::string& node) {
+    int pid = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(
+        absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-" + node + ".pid"))), &pid))
+        << node;
+    return pid;
+  }
+
+  // Whether process `pid` is stopped (state T).
+  static bool Stopped(int pid) {
+    std::string stat = testing::Slurp(absl::StrCat("/proc/", pid, "/stat"));
+    size_t close = stat.rfind(')');
+    return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'T';
+  }
+
+  // The uninterrupted run an elastic one is compared with: `nodes` local nodes x 1, `steps` steps of
+  // the tiny model on the same data, with the trainer arguments `batch` (seed, global batch).
+  std::string RunUninterrupted(const std::string& name, int nodes, int steps, const std::vector<std::string>& batch) {
+    std::vector<std::string> args = {"submit",
+                                     "-o",
+                                     "json",
+                                     "--name",
+                                     name,
+                                     "--save-dir",
+                                     save_dir_,
+                                     "--nodes",
+                                     std::to_string(nodes),
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--omp-threads",
+                                     "1",
+                                     "--",
+                                     "--dataset",
+                                     JoinPath(testing::DataDir(), "alpaca_sample.json"),
+                                     "--tokenizer-dir",
+                                     JoinPath(testing::DataDir(), "gpt2"),
+                                     "--model",
+                                     "tiny",
+                                     "--seq-len",
+                                     "64",
+                                     "--max-steps",
+                                     std::to_string(steps),
+                                     "--log-freq",
+                                     "1",
+                                     "--eval-split",
+                                     "0"};
+    args.insert(args.end(), batch.begin(), batch.end());
+    CommandResult submitted = Dtctl(args);
+    EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+    std::string run = Json(submitted).value("run_id", "");
+    EXPECT_EQ(Dtctl({"watch", run}).exit_code, 0) << run;
+    return run;
+  }
 
   CommandResult Dtctl(std::vector<std::string> args) { return testing::RunDtctl(*coord_, args); }
   nlohmann::json Json(const CommandResult& r) { return testing::DtctlJson(r); }
@@ -569,18 +628,14 @@ TEST_F(SlurmTest, AnElasticRunGoesOnWithTheNodesThatRemainWithoutARequeue) {
         nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
         if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
         trainer = s["ranks"][2]["pid"];
-        std::string stat = testing::Slurp(absl::StrCat("/proc/", trainer, "/stat"));
-        size_t close = stat.rfind(')');
-        return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'T';
+        return Stopped(trainer);
       },
       absl::Minutes(3)));
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   std::string job = s["scheduler_job_id"];
   revival.job = job;
   int stepd = ParentOf(trainer);
-  int slurmd = 0;
-  ASSERT_TRUE(
-      absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-n3.pid"))), &slurmd));
+  int slurmd = SlurmdOf("n3");
   ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
   revival.stopped = {trainer, stepd, slurmd};
   for (int pid : {slurmd, stepd}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
@@ -611,39 +666,7 @@ TEST_F(SlurmTest, AnElasticRunGoesOnWithTheNodesThatRemainWithoutARequeue) {
   EXPECT_NE(log.find("with the global batch of 6 kept (2 ranks x batch 1 x accumulation 3)"), std::string::npos) << log;
 
   // The uninterrupted run: three local nodes, the same data, seed and global batch.
-  std::vector<std::string> args = {"submit",
-                                   "-o",
-                                   "json",
-                                   "--name",
-                                   "whole",
-                                   "--save-dir",
-                                   save_dir_,
-                                   "--nodes",
-                                   "3",
-                                   "--nproc-per-node",
-                                   "1",
-                                   "--omp-threads",
-                                   "1",
-                                   "--",
-                                   "--dataset",
-                                   JoinPath(testing::DataDir(), "alpaca_sample.json"),
-                                   "--tokenizer-dir",
-                                   JoinPath(testing::DataDir(), "gpt2"),
-                                   "--model",
-                                   "tiny",
-                                   "--seq-len",
-                                   "64",
-                                   "--max-steps",
-                                   "16",
-                                   "--log-freq",
-                                   "1",
-                                   "--eval-split",
-                                   "0"};
-  args.insert(args.end(), batch.begin(), batch.end());
-  CommandResult submitted = Dtctl(args);
-  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  std::string whole = Json(submitted).value("run_id", "");
-  ASSERT_EQ(Dtctl({"watch", whole}).exit_code, 0);
+  std::string whole = RunUninterrupted("whole", 3, 16, batch);
   testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 16, 1e-4);
 }
 
@@ -676,11 +699,8 @@ TEST_F(SlurmTest, AnElasticExecRunGoesOnWithTheNodesThatRemain) {
     stepd = ParentOf(stepd);
   }
   ASSERT_GT(stepd, 1);
-  int slurmd = 0;
-  ASSERT_TRUE(
-      absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(JoinPath(SlurmDir(), "slurmd-n3.pid"))), &slurmd));
   revival.stopped = Descendants(stepd);
-  revival.stopped.insert(revival.stopped.end(), {stepd, slurmd});
+  revival.stopped.insert(revival.stopped.end(), {stepd, SlurmdOf("n3")});
   SignalProcesses(revival.stopped, SIGSTOP);
 
   CommandResult watch = Dtctl({"watch", run});
@@ -702,6 +722,118 @@ TEST_F(SlurmTest, AnElasticExecRunGoesOnWithTheNodesThatRemain) {
   std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
   EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
   EXPECT_NE(log.find("done: 150 steps"), std::string::npos) << log;
+}
+
+// The node that runs the batch script is lost after a shrink, and the job is requeued. An elastic
+// run (--nodes 1:3, on five nodes) loses n3 after step 8 (its trainer, step daemon and slurmd stop)
+// and goes on with n1 and n2. Then n1, the batch host, stops after step 16: its trainer, its slurmd,
+// the batch script and every process of the job on it. The coordinator shrinks the next generation
+// to n2, and nothing is left to launch it: Slurm 22.05 takes n1 out of the --no-kill job and keeps
+// the job RUNNING on n2 without its batch script. Requeueing it is left to the operator here
+// (scontrol requeue). The requeued job lands on n2, n4 and n5, and its script tells the coordinator
+// (attach-requeued): the generation forms on all three nodes of the new allocation, not on n2 alone,
+// and the dead nodes are excluded. The run resumes from step 16 and succeeds with the global batch
+// of 6 kept: every step's loss is an uninterrupted three-node run's within 1e-4.
+TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob) {
+  auto started = RunCommand({Script(), "start", "--nodes", "5"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
+  const std::vector<std::string> batch = {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4",
+                                          "--seed",       "3", "--dropout",           "0"};
+  std::vector<std::string> stop = batch;
+  stop.insert(stop.end(), {"--stop-after-step", "8,16", "--stop-node", "n3,n1"});
+  UseElasticCoordinator();
+  NodeRevival revival;
+  revival.nodes = {"n3", "n1"};
+  std::string run = Submit("slurm-batch-host", 24, /*max_restarts=*/2, stop, {"--nodes", "1:3"});
+  ASSERT_FALSE(run.empty());
+
+  // n3's trainer stops itself after step 8; then its node's daemons stop answering.
+  int n3_trainer = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+        if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
+        n3_trainer = s["ranks"][2]["pid"];
+        return Stopped(n3_trainer);
+      },
+      absl::Minutes(3)));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  ASSERT_EQ(s["ranks"][0]["node"], "n1") << s;  // the batch host
+  std::string job = s["scheduler_job_id"];
+  revival.job = job;
+  int n3_stepd = ParentOf(n3_trainer);
+  revival.stopped = {n3_trainer, n3_stepd, SlurmdOf("n3")};
+  for (int pid : {revival.stopped[1], revival.stopped[2]}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
+
+  // Generation 1 runs on n1 and n2; n1's trainer stops itself after step 16.
+  int n1_trainer = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        if (n1_trainer == 0) {
+          nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
+          if (g["generation"] != 1 || g["ranks"].size() != 2u || g["ranks"][0]["node"] != "n1") return false;
+          n1_trainer = g["ranks"][0]["pid"];
+        }
+        return Stopped(n1_trainer);
+      },
+      absl::Minutes(3)));
+  // Everything of the job on n1 stops as the machine would: the batch script with its srun, the
+  // step daemons, the trainer, and n1's slurmd.
+  std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(n1_trainer)};
+  for (const ProcessInfo& p : AllProcesses()) {
+    bool of_job = ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1";
+    bool batch_stepd =
+        testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") != std::string::npos;
+    if (of_job || batch_stepd) n1.push_back(p.pid);
+  }
+  ASSERT_GE(n1.size(), 5u);  // slurmd, the step's and the batch's daemons, the script, srun
+  revival.stopped.insert(revival.stopped.end(), n1.begin(), n1.end());
+  SignalProcesses(n1, SIGSTOP);
+
+  // Slurm declares n1 dead and takes it out of the job, which goes on without a batch script.
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        auto q = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+        return q.ok() && q->output.find(" NodeList=n2 ") != std::string::npos;
+      },
+      absl::Minutes(2)));
+  nlohmann::json pending = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(pending["generation"], 2) << pending;
+  EXPECT_EQ(pending["generation_nodes"], nlohmann::json::array({"n2"})) << pending;
+  auto requeued = RunCommand({"scontrol", "requeue", job}, absl::Seconds(30));
+  ASSERT_TRUE(requeued.ok() && requeued->exit_code == 0) << (requeued.ok() ? requeued->output : "");
+
+  CommandResult watch = Dtctl({"watch", run});
+  std::string out_file = save_dir_ + "/slurm-batch-host/logs/slurm-" + job + ".out";
+  std::string out = testing::Slurp(out_file);
+  EXPECT_EQ(watch.exit_code, 0) << watch.output << out;
+  s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "SUCCEEDED") << s;
+  EXPECT_EQ(s["step"], 24);
+  EXPECT_EQ(s["restarts"], 2) << s;  // the two shrinks; the requeue spends none
+  EXPECT_EQ(s["generation"], 2) << s;
+  EXPECT_EQ(s["world_size"], 3) << s;
+  EXPECT_TRUE(s["generation_nodes"].empty()) << s;
+  std::set<std::string> nodes;
+  for (const auto& rank : s["ranks"]) nodes.insert(rank["node"].get<std::string>());
+  EXPECT_EQ(nodes, (std::set<std::string>{"n2", "n4", "n5"})) << s;
+  std::set<std::string> excluded;
+  for (const auto& node : s["excluded_nodes"]) excluded.insert(node.get<std::string>());
+  EXPECT_EQ(excluded, (std::set<std::string>{"n1", "n3"})) << s;
+  ASSERT_EQ(s["generations"].size(), 3u) << s;
+  EXPECT_EQ(s["generations"][1]["world_size"], 2) << s;
+  EXPECT_EQ(s["generations"][2]["world_size"], 3) << s;
+  auto shown = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+  ASSERT_TRUE(shown.ok());
+  EXPECT_NE(shown->output.find(" Restarts=1 "), std::string::npos) << shown->output;
+  EXPECT_NE(out.find("was requeued: generation 2 forms on all 3 nodes (3 ranks) instead of n2"), std::string::npos)
+      << out;
+  std::string log = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/rank-0.log");
+  EXPECT_NE(log.find("with the global batch of 6 kept (3 ranks x batch 1 x accumulation 2)"), std::string::npos) << log;
+
+  std::string whole = RunUninterrupted("whole", 3, 24, batch);
+  testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 24, 1e-4);
 }
 
 // A straggler: one node's device is far slower than the others' (here its trainer shares a CPU

@@ -220,11 +220,17 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "testing: vanish without cleanup after this step (and its checkpoint round), as a killed process "
                  "would")
       ->group(loop);
-  app.add_option("--stop-after-step", c.stop_after_step,
+  app.add_option("--stop-after-step", c.stop_after_steps,
                  "testing: stop this process (SIGSTOP) after this step and its checkpoint round, as a node that hangs "
-                 "or drops off the network would; with --stop-node, only the process on that node")
+                 "or drops off the network would; with --stop-node, only the process on that node. Comma-separated "
+                 "steps stop --stop-node's comma-separated nodes in turn")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(loop);
-  app.add_option("--stop-node", c.stop_node, "testing: the node whose process --stop-after-step stops")->group(loop);
+  app.add_option("--stop-node", c.stop_nodes, "testing: the node whose process --stop-after-step stops")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(loop);
   app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
                  "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);
@@ -282,6 +288,10 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
   if (c.global_batch_size < 0) return absl::StrCat("--global-batch-size must be ≥ 1, got ", c.global_batch_size);
   if (c.global_batch_size > 0 && c.grad_accum != 1) {
     return "give --global-batch-size or --grad-accum, not both: the accumulation follows from the global batch";
+  }
+  if (!c.stop_nodes.empty() && c.stop_nodes.size() != c.stop_after_steps.size()) {
+    return absl::StrCat("--stop-node names ", c.stop_nodes.size(), " node(s) for ", c.stop_after_steps.size(),
+                        " --stop-after-step step(s): give one node per step");
   }
   if (c.zero != 0 && c.zero != 1) {
     return absl::StrCat(

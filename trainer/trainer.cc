@@ -233,8 +233,7 @@ class Trainer {
         DT_LOG(Warning) << "--exit-after-step " << state_.step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);
       }
-      if (cfg_.stop_after_step > 0 && state_.step == cfg_.stop_after_step &&
-          (cfg_.stop_node.empty() || cfg_.stop_node == cfg_.node)) {
+      if (StopsAfterThisStep()) {
         CollectCheckpoint(rounds_->Wait());
         DT_LOG(Warning) << "--stop-after-step " << state_.step << ": stopping this process (fault injection)";
         ::raise(SIGSTOP);
@@ -244,6 +243,15 @@ class Trainer {
   }
 
  private:
+  // --stop-after-step names this step for this process's node (or for every node).
+  bool StopsAfterThisStep() const {
+    for (size_t i = 0; i < cfg_.stop_after_steps.size(); ++i) {
+      bool this_node = cfg_.stop_nodes.empty() || cfg_.stop_nodes[i] == cfg_.node;
+      if (cfg_.stop_after_steps[i] > 0 && cfg_.stop_after_steps[i] == state_.step && this_node) return true;
+    }
+    return false;
+  }
+
   void Log(const std::string& line) {
     if (rank_ == 0) std::cout << line << std::endl;
   }

@@ -71,10 +71,11 @@ struct TrainerConfig {
   bool report_metrics = true;
   int64_t exit_after_step = 0;           // fault injection: vanish (no cleanup) after this step and its round
   int64_t exit_while_checkpointing = 0;  // fault injection: the writer vanishes before this round's commit
-  // Fault injection: after this step and its round, the process on `stop_node` (every process when
-  // empty) stops itself with SIGSTOP, as a node that hangs or drops off the network.
-  int64_t stop_after_step = 0;
-  std::string stop_node;
+  // Fault injection: after step stop_after_steps[i] and its round, the process on stop_nodes[i]
+  // (every process when no node is given) stops itself with SIGSTOP, as a node that hangs or drops
+  // off the network.
+  std::vector<int64_t> stop_after_steps;
+  std::vector<std::string> stop_nodes;
   int64_t rendezvous_timeout_s = 900;
   std::string log_dir;  // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
 };

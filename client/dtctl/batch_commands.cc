@@ -58,6 +58,28 @@ int RequeueWanted(Global& g, const std::string& run_id) {
   return r->state() == v1::REQUEUED ? kOk : kFailed;
 }
 
+// Used by the batch script of a job Slurm requeued, once the run wants its next generation: records
+// the job's new batch host, and tells the coordinator the job was requeued. The job has a whole
+// allocation again, so an elastic run's next generation, shrunk to the nodes the old allocation had
+// left (which this allocation may not hold), forms on all of the new one.
+int AttachRequeued(Global& g, const std::string& run_id, const std::string& job_id) {
+  v1::AttachLaunchRequest request;
+  request.set_run_id(run_id);
+  request.set_scheduler_job_id(job_id);
+  request.set_launcher_host(HostName());
+  request.set_requeued(true);
+  auto before = GetRun(g, run_id);
+  if (!before.ok()) return Fail(g, before.status(), "attach-requeued");
+  auto reply = Call(*g.client, &v1::RunService::Stub::AttachLaunch, g.client->runs(), request, absl::Seconds(30));
+  if (!reply.ok()) return Fail(g, reply.status(), "attach-requeued");
+  if (ShrunkElasticGeneration(*before) && !ShrunkElasticGeneration(*reply)) {
+    std::cout << "dt: job " << job_id << " was requeued: generation " << reply->generation() << " forms on all "
+              << reply->spec().nodes() << " nodes (" << reply->world_size() << " ranks) instead of "
+              << absl::StrJoin(before->generation_nodes(), ",") << std::endl;
+  }
+  return kOk;
+}
+
 // Used by the batch script of a job Slurm requeued (a node failure ends a --requeue job NODE_FAIL
 // and puts it back in the queue) and before each next generation: the nodes the run's ranks last
 // ran on that Slurm shows failed are recorded with the coordinator (the run's excluded nodes, each

@@ -1,6 +1,6 @@
 // The commands the rendered sbatch script calls (hidden from --help): await-restart,
-// requeue-wanted, exclude-failed-nodes, await-silent-node, step-nodes, report-step. Each returns dtctl's exit
-// code.
+// requeue-wanted, attach-requeued, exclude-failed-nodes, await-silent-node, step-nodes, report-step. Each
+// returns dtctl's exit code.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@ namespace dt::ctl {
 
 int AwaitRestart(Global& g, const std::string& run_id);
 int RequeueWanted(Global& g, const std::string& run_id);
+int AttachRequeued(Global& g, const std::string& run_id, const std::string& job_id);
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation);
 int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation);
 int StepNodes(Global& g, const std::string& run_id);
