@@ -38,6 +38,9 @@ struct Coordinator::Generation {
   bool arriving_sharded = false;           // whether that arrival asked for a sharded round
   absl::Status stopped;                    // non-OK once the generation ended
   TimerQueue::Id rendezvous_timer = 0;
+  // When rendezvous_timer fires: a late callback of a timer that was cancelled (the generation made
+  // again at its number after someone joined) has another deadline and is ignored.
+  absl::Time rendezvous_deadline = absl::InfiniteFuture();
   bool ranks_dirty = false;  // progress to flush (steps, heartbeats, pids, idle times)
   bool rows_dirty = false;   // and a rank's record changed too (finished, stopped, pre-flight)
   absl::Time last_flush;

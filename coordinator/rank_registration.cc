@@ -273,9 +273,10 @@ absl::Status Coordinator::RankRegistration::SeatRegistrant(const RunPtr& run, Re
   if (absl::Status s = g.rendezvous.Join(std::move(registrant), std::move(seat_reply), deferred); !s.ok()) return s;
   if (g.rendezvous_timer == 0) {
     std::string run_id = r.run_id();
-    g.rendezvous_timer =
-        coordinator_.timers_->Schedule(coordinator_.clock_->Now() + coordinator_.options_.timeouts.rendezvous_timeout,
-                                       [this, run_id, number] { OnRendezvousTimeout(run_id, number); });
+    absl::Time deadline = coordinator_.clock_->Now() + coordinator_.options_.timeouts.rendezvous_timeout;
+    g.rendezvous_deadline = deadline;
+    g.rendezvous_timer = coordinator_.timers_->Schedule(
+        deadline, [this, run_id, number, deadline] { OnRendezvousTimeout(run_id, number, deadline); });
   }
   if (r.state() == v1::PENDING || r.state() == v1::RESTARTING || r.state() == v1::REQUEUED) {
     coordinator_.SetState(*run, v1::RENDEZVOUS, deferred);
@@ -332,11 +333,13 @@ void Coordinator::RankRegistration::CompleteRendezvous(RunEntry& run, Deferred& 
   coordinator_.SetState(run, v1::RUNNING, deferred);
 }
 
-void Coordinator::RankRegistration::OnRendezvousTimeout(const std::string& run_id, int64_t generation) {
+void Coordinator::RankRegistration::OnRendezvousTimeout(const std::string& run_id, int64_t generation,
+                                                        absl::Time deadline) {
   DT_OPEN_RUN_OR_RETURN_VOID(run, locked, run_id);
   Deferred& deferred = locked.deferred();
   Generation& g = *run->gen;
-  if (g.number != generation || g.assigned || !g.stopped.ok() || IsTerminal(run->stored.run.state())) {
+  if (g.number != generation || g.rendezvous_deadline != deadline || g.assigned || !g.stopped.ok() ||
+      IsTerminal(run->stored.run.state())) {
     return;
   }
   g.rendezvous_timer = 0;

@@ -95,7 +95,8 @@ class Coordinator::RankRegistration : private ManagerBase {
   void CompleteRendezvousIfFull(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Assigns every seat its rank: the generation's rank table and health tracker, and RUNNING.
   void CompleteRendezvous(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  void OnRendezvousTimeout(const std::string& run_id, int64_t generation);
+  // `deadline`: the timer's, so that a cancelled timer's late callback changes nothing.
+  void OnRendezvousTimeout(const std::string& run_id, int64_t generation, absl::Time deadline);
   // A seat's answer once rendezvous completed, made under the run's lock (the generation may
   // have failed since the seats were handed out: then its status).
   absl::StatusOr<v1::RegisterResponse> AnswerSeat(const std::weak_ptr<RunEntry>& weak_run, int64_t generation,

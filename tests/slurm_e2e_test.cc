@@ -766,20 +766,35 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   revival.stopped = {n3_trainer, n3_stepd, SlurmdOf("n3")};
   for (int pid : {revival.stopped[1], revival.stopped[2]}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
 
-  // Generation 1 runs on n1 and n2; n1's trainer stops itself after step 16.
+  // Generation 1 runs on n1 and n2. The batch script, which only waits for its step now, stops
+  // first: the shrunk generation that follows n1's loss must not be launched by it, which a dead
+  // machine's script could not do either (the coordinator decides within the 5 s timeout).
   int n1_trainer = 0;
   ASSERT_TRUE(testing::WaitFor(
       [&] {
-        if (n1_trainer == 0) {
-          nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
-          if (g["generation"] != 1 || g["ranks"].size() != 2u || g["ranks"][0]["node"] != "n1") return false;
-          n1_trainer = g["ranks"][0]["pid"];
-        }
-        return Stopped(n1_trainer);
+        nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
+        if (g["generation"] != 1 || g["ranks"].size() != 2u || g["ranks"][0]["node"] != "n1") return false;
+        n1_trainer = g["ranks"][0]["pid"];
+        return true;
       },
       absl::Minutes(3)));
-  // Everything of the job on n1 stops as the machine would: the batch script with its srun, the
-  // step daemons, the trainer, and n1's slurmd.
+  std::vector<pid_t> script;
+  std::vector<ProcessInfo> all = AllProcesses();
+  for (const ProcessInfo& p : all) {
+    if (testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") == std::string::npos) {
+      continue;
+    }
+    for (const ProcessInfo& child : all) {
+      if (child.ppid == p.pid) script.push_back(child.pid);
+    }
+  }
+  ASSERT_EQ(script.size(), 1u);
+  revival.stopped.push_back(script[0]);
+  ASSERT_EQ(::kill(script[0], SIGSTOP), 0);
+  // n1's trainer stops itself after step 16.
+  ASSERT_TRUE(testing::WaitFor([&] { return Stopped(n1_trainer); }, absl::Minutes(3)));
+  // Everything else of the job on n1 stops as the machine would: srun, the step daemons, and n1's
+  // slurmd.
   std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(n1_trainer)};
   for (const ProcessInfo& p : AllProcesses()) {
     bool of_job = ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1";

@@ -227,7 +227,8 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(loop);
-  app.add_option("--stop-node", c.stop_nodes, "testing: the node whose process --stop-after-step stops")
+  app.add_option("--stop-node", c.stop_nodes,
+                 "testing: the node whose process --stop-after-step stops (comma-separated: one per step)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(loop);

@@ -68,11 +68,10 @@ int AttachRequeued(Global& g, const std::string& run_id, const std::string& job_
   request.set_scheduler_job_id(job_id);
   request.set_launcher_host(HostName());
   request.set_requeued(true);
-  auto before = GetRun(g, run_id);
-  if (!before.ok()) return Fail(g, before.status(), "attach-requeued");
+  auto before = GetRun(g, run_id);  // only for the message: the attach goes out without it
   auto reply = Call(*g.client, &v1::RunService::Stub::AttachLaunch, g.client->runs(), request, absl::Seconds(30));
   if (!reply.ok()) return Fail(g, reply.status(), "attach-requeued");
-  if (ShrunkElasticGeneration(*before) && !ShrunkElasticGeneration(*reply)) {
+  if (before.ok() && ShrunkElasticGeneration(*before) && !ShrunkElasticGeneration(*reply)) {
     std::cout << "dt: job " << job_id << " was requeued: generation " << reply->generation() << " forms on all "
               << reply->spec().nodes() << " nodes (" << reply->world_size() << " ranks) instead of "
               << absl::StrJoin(before->generation_nodes(), ",") << std::endl;
