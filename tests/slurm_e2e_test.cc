@@ -117,6 +117,25 @@ class SlurmTest : public ::testing::Test {
     return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'T';
   }
 
+  // After "--": the tiny model on the shipped data for `steps` steps, every step logged.
+  static std::vector<std::string> TinyTrainer(int steps) {
+    return {"--",
+            "--dataset",
+            JoinPath(testing::DataDir(), "alpaca_sample.json"),
+            "--tokenizer-dir",
+            JoinPath(testing::DataDir(), "gpt2"),
+            "--model",
+            "tiny",
+            "--seq-len",
+            "64",
+            "--max-steps",
+            std::to_string(steps),
+            "--log-freq",
+            "1",
+            "--eval-split",
+            "0"};
+  }
+
   // The uninterrupted run an elastic one is compared with: `nodes` local nodes x 1, `steps` steps of
   // the tiny model on the same data, with the trainer arguments `batch` (seed, global batch).
   std::string RunUninterrupted(const std::string& name, int nodes, int steps, const std::vector<std::string>& batch) {
@@ -132,22 +151,9 @@ class SlurmTest : public ::testing::Test {
                                      "--nproc-per-node",
                                      "1",
                                      "--omp-threads",
-                                     "1",
-                                     "--",
-                                     "--dataset",
-                                     JoinPath(testing::DataDir(), "alpaca_sample.json"),
-                                     "--tokenizer-dir",
-                                     JoinPath(testing::DataDir(), "gpt2"),
-                                     "--model",
-                                     "tiny",
-                                     "--seq-len",
-                                     "64",
-                                     "--max-steps",
-                                     std::to_string(steps),
-                                     "--log-freq",
-                                     "1",
-                                     "--eval-split",
-                                     "0"};
+                                     "1"};
+    std::vector<std::string> trainer = TinyTrainer(steps);
+    args.insert(args.end(), trainer.begin(), trainer.end());
     args.insert(args.end(), batch.begin(), batch.end());
     CommandResult submitted = Dtctl(args);
     EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
@@ -177,9 +183,9 @@ class SlurmTest : public ::testing::Test {
     // Two nodes unless `flags` say how many.
     if (std::find(flags.begin(), flags.end(), "--nodes") == flags.end()) args.insert(args.end(), {"--nodes", "2"});
     args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "--dataset", JoinPath(testing::DataDir(), "alpaca_sample.json"), "--tokenizer-dir",
-                             JoinPath(testing::DataDir(), "gpt2"), "--model", "tiny", "--seq-len", "64", "--batch-size",
-                             "2", "--max-steps", std::to_string(steps), "--log-freq", "1", "--eval-split", "0"});
+    std::vector<std::string> trainer = TinyTrainer(steps);
+    args.insert(args.end(), trainer.begin(), trainer.end());
+    args.insert(args.end(), {"--batch-size", "2"});
     args.insert(args.end(), extra.begin(), extra.end());
     CommandResult r = Dtctl(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
