@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -112,9 +112,45 @@ class SlurmTest : public ::testing::Test {
 
   // Whether process `pid` is stopped (state T).
   static bool Stopped(int pid) {
-    std::string stat = testing::Slurp(absl::StrCat("/proc/", pid, "/stat"));
-    size_t close = stat.rfind(')');
-    return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] == 'T';
+    std::optional<ProcessInfo> p = ReadProcess(pid);
+    return p && p->state == 'T';
+  }
+
+  // The pid of a process's parent (0 when it is gone).
+  static int ParentOf(int pid) {
+    std::optional<ProcessInfo> p = ReadProcess(pid);
+    return p ? p->ppid : 0;
+  }
+
+  // The step daemon of `job`'s batch script (0 when none is found).
+  static int BatchStepd(const std::string& job) {
+    for (const ProcessInfo& p : AllProcesses()) {
+      if (testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") != std::string::npos) {
+        return p.pid;
+      }
+    }
+    return 0;
+  }
+
+  // An elastic test's n3 trainer (rank 2) stops itself (--stop-after-step with --stop-node n3); then
+  // its step daemon and slurmd stop too, as on a machine that hangs. They go into `revival`, with
+  // the run's job.
+  void StopNodeThreeOnceItsTrainerStops(const std::string& run, NodeRevival& revival) {
+    int trainer = 0;
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+          if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
+          trainer = s["ranks"][2]["pid"];
+          return Stopped(trainer);
+        },
+        absl::Minutes(3)));
+    revival.job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
+    int stepd = ParentOf(trainer);
+    int slurmd = SlurmdOf("n3");
+    ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
+    revival.stopped.insert(revival.stopped.end(), {trainer, stepd, slurmd});
+    for (int pid : {slurmd, stepd}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
   }
 
   // After "--": the tiny model on the shipped data for `steps` steps, every step logged.
@@ -134,6 +170,12 @@ class SlurmTest : public ::testing::Test {
             "1",
             "--eval-split",
             "0"};
+  }
+
+  // The elastic tests' trainer arguments beside TinyTrainer's: a global batch of 6, which every
+  // world of 1 to 3 ranks keeps, a checkpoint every 4 steps, and no randomness beyond the seed.
+  static std::vector<std::string> ElasticBatch() {
+    return {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4", "--seed", "3", "--dropout", "0"};
   }
 
   // The uninterrupted run an elastic one is compared with: `nodes` local nodes x 1, `steps` steps of
@@ -532,15 +574,6 @@ TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAl
   EXPECT_NE(log.find("rank 1: resumed from step"), std::string::npos) << log;
 }
 
-// The pid of a process's parent (0 when it is gone).
-int ParentOf(int pid) {
-  std::string stat = testing::Slurp(absl::StrCat("/proc/", pid, "/stat"));
-  size_t close = stat.rfind(')');
-  int ppid = 0;
-  if (close != std::string::npos) std::sscanf(stat.c_str() + close + 1, " %*c %d", &ppid);
-  return ppid;
-}
-
 // A node dies as on a power loss: its slurmd, its job step and its trainer killed at once. Slurm
 // marks it DOWN and, the job being --requeue, ends it NODE_FAIL and puts it back in the queue. The
 // node comes back while the job waits; the requeued job's batch script finds it failed under the
@@ -619,39 +652,22 @@ TEST_F(SlurmTest, AnElasticRunGoesOnWithTheNodesThatRemainWithoutARequeue) {
   auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
   ASSERT_TRUE(started.ok() && started->exit_code == 0)
       << (started.ok() ? started->output : started.status().ToString());
-  const std::vector<std::string> batch = {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4",
-                                          "--seed",       "3", "--dropout",           "0"};
+  const std::vector<std::string> batch = ElasticBatch();
   std::vector<std::string> stop = batch;
   stop.insert(stop.end(), {"--stop-after-step", "8", "--stop-node", "n3"});
   UseElasticCoordinator();
   NodeRevival revival;
   std::string run = Submit("slurm-elastic", 16, /*max_restarts=*/1, stop, {"--nodes", "2:3"});
   ASSERT_FALSE(run.empty());
-  // n3's trainer stops itself; then its node's daemons stop answering.
-  int trainer = 0;
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-        if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
-        trainer = s["ranks"][2]["pid"];
-        return Stopped(trainer);
-      },
-      absl::Minutes(3)));
-  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-  std::string job = s["scheduler_job_id"];
-  revival.job = job;
-  int stepd = ParentOf(trainer);
-  int slurmd = SlurmdOf("n3");
-  ASSERT_NE(testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd"), std::string::npos);
-  revival.stopped = {trainer, stepd, slurmd};
-  for (int pid : {slurmd, stepd}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
+  ASSERT_NO_FATAL_FAILURE(StopNodeThreeOnceItsTrainerStops(run, revival));
+  const std::string job = revival.job;
 
   CommandResult watch = Dtctl({"watch", run});
   std::string out_file = save_dir_ + "/slurm-elastic/logs/slurm-" + job + ".out";
   std::string out = testing::Slurp(out_file);
   EXPECT_EQ(watch.exit_code, 0) << watch.output << out;
 
-  s = Json(Dtctl({"status", run, "-o", "json"}));
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   EXPECT_EQ(s["state"], "SUCCEEDED") << s;
   EXPECT_EQ(s["step"], 16);
   EXPECT_EQ(s["restarts"], 1) << s;
@@ -744,8 +760,7 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   auto started = RunCommand({Script(), "start", "--nodes", "5"}, absl::Minutes(2));
   ASSERT_TRUE(started.ok() && started->exit_code == 0)
       << (started.ok() ? started->output : started.status().ToString());
-  const std::vector<std::string> batch = {"--batch-size", "1", "--global-batch-size", "6", "--ckpt-freq", "4",
-                                          "--seed",       "3", "--dropout",           "0"};
+  const std::vector<std::string> batch = ElasticBatch();
   std::vector<std::string> stop = batch;
   stop.insert(stop.end(), {"--stop-after-step", "8,16", "--stop-node", "n3,n1"});
   UseElasticCoordinator();
@@ -755,22 +770,10 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   ASSERT_FALSE(run.empty());
 
   // n3's trainer stops itself after step 8; then its node's daemons stop answering.
-  int n3_trainer = 0;
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-        if (s["ranks"].size() != 3u || s["ranks"][2]["node"] != "n3") return false;
-        n3_trainer = s["ranks"][2]["pid"];
-        return Stopped(n3_trainer);
-      },
-      absl::Minutes(3)));
+  ASSERT_NO_FATAL_FAILURE(StopNodeThreeOnceItsTrainerStops(run, revival));
+  const std::string job = revival.job;
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
   ASSERT_EQ(s["ranks"][0]["node"], "n1") << s;  // the batch host
-  std::string job = s["scheduler_job_id"];
-  revival.job = job;
-  int n3_stepd = ParentOf(n3_trainer);
-  revival.stopped = {n3_trainer, n3_stepd, SlurmdOf("n3")};
-  for (int pid : {revival.stopped[1], revival.stopped[2]}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
 
   // Generation 1 runs on n1 and n2. The batch script, which only waits for its step now, stops
   // first: the shrunk generation that follows n1's loss must not be launched by it, which a dead
@@ -784,15 +787,11 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
         return true;
       },
       absl::Minutes(3)));
+  const int batch_stepd = BatchStepd(job);
+  ASSERT_GT(batch_stepd, 1);
   std::vector<pid_t> script;
-  std::vector<ProcessInfo> all = AllProcesses();
-  for (const ProcessInfo& p : all) {
-    if (testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") == std::string::npos) {
-      continue;
-    }
-    for (const ProcessInfo& child : all) {
-      if (child.ppid == p.pid) script.push_back(child.pid);
-    }
+  for (const ProcessInfo& p : AllProcesses()) {
+    if (p.ppid == batch_stepd) script.push_back(p.pid);
   }
   ASSERT_EQ(script.size(), 1u);
   revival.stopped.push_back(script[0]);
@@ -801,12 +800,9 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   ASSERT_TRUE(testing::WaitFor([&] { return Stopped(n1_trainer); }, absl::Minutes(3)));
   // Everything else of the job on n1 stops as the machine would: srun, the step daemons, and n1's
   // slurmd.
-  std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(n1_trainer)};
+  std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(n1_trainer), batch_stepd};
   for (const ProcessInfo& p : AllProcesses()) {
-    bool of_job = ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1";
-    bool batch_stepd =
-        testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") != std::string::npos;
-    if (of_job || batch_stepd) n1.push_back(p.pid);
+    if (ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1") n1.push_back(p.pid);
   }
   ASSERT_GE(n1.size(), 5u);  // slurmd, the step's and the batch's daemons, the script, srun
   revival.stopped.insert(revival.stopped.end(), n1.begin(), n1.end());
