@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/job_requeue.h"
 #include "common/crypto.h"
 #include "common/duration.h"
 #include "common/env.h"
@@ -222,6 +223,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {
+        if (!reply->requeue_job().empty()) RequeueJobOfLostBatchHost(reply->requeue_job());
         on_stop(reply->reason());
         return;
       }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/job_requeue.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/timeout_policy.h"
@@ -143,7 +144,10 @@ std::optional<std::string> NodeHeartbeats::Heed(std::vector<v1::NodeHeartbeatRes
   }
   for (size_t i = 0; i < agents_.size(); ++i) {
     if (!active[i]) continue;
-    if (standing_[i].directive() == v1::HeartbeatResponse::STOP) return standing_[i].reason();
+    if (standing_[i].directive() == v1::HeartbeatResponse::STOP) {
+      if (!standing_[i].requeue_job().empty()) RequeueJobOfLostBatchHost(standing_[i].requeue_job());
+      return standing_[i].reason();
+    }
     if (!standing_[i].capture_id().empty()) agents_[i]->StartCapture(standing_[i].capture_id());
   }
   return std::nullopt;

@@ -133,6 +133,7 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"ended_at", ended.empty() ? nlohmann::json(nullptr) : nlohmann::json(ended)},
           {"scheduler", v1::Scheduler_Name(r.spec().scheduler())},
           {"scheduler_job_id", r.scheduler_job_id()},
+          {"batch_host", r.batch_host()},
           {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
           {"ranks", ranks},
           {"failures", failures},

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -236,6 +237,18 @@ class Coordinator {
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
     // Ranks this run holds of the coordinator's --max-ranks (RankAdmission), until it ends.
     int64_t ranks_admitted ABSL_GUARDED_BY(mu) = 0;
+    // An elastic Slurm run's batch host went silent with its generation: Slurm keeps the --no-kill
+    // job RUNNING without its script, and nothing would launch the next generation. The first
+    // heartbeat of one of `ranks` (generation `generation`'s ranks on the nodes that remain) is
+    // answered with the job to requeue. Not saved: after a coordinator restart, the operator
+    // requeues (docs/guide/failures-and-hangs.md).
+    struct JobToRequeue {
+      std::string job;
+      std::string batch_host;
+      int64_t generation = -1;
+      absl::flat_hash_set<int> ranks;
+    };
+    std::optional<JobToRequeue> job_to_requeue ABSL_GUARDED_BY(mu);
     // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without
     // `mu`), against CoordinatorOptions::metric_bytes_per_run.
     std::atomic<int64_t> metric_bytes_held{0};
@@ -286,6 +299,12 @@ class Coordinator {
   // Elastic runs: the nodes the generation after `failure` forms on (run.gen, not yet ended).
   NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // The formed generation's nodes all of whose ranks went silent (a heartbeat timeout), in the
+  // order they went; empty when the timeout is too short to tell a lost node from a slow rank.
+  std::vector<std::string> SilentNodes(const RunEntry& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // An elastic Slurm run whose generation failed because its batch host went silent, and which
+  // restarts: a rank on a node that remains will be told to requeue the job (job_to_requeue).
+  void RequeueIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.

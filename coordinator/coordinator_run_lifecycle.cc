@@ -125,20 +125,12 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
     return kept;
   }
-  absl::Time now = clock_->Now();
-  std::vector<RankSilence> ranks;
+  std::vector<std::string> lost_now = SilentNodes(run);
+  if (lost_now.empty()) return kept;
   std::vector<std::string> nodes;
   for (const v1::RankStatus& rank : g.ranks) {
-    ranks.push_back({rank.node(), now - g.health->last_heartbeat(rank.rank()), g.health->finished(rank.rank())});
     if (nodes.empty() || nodes.back() != rank.node()) nodes.push_back(rank.node());
   }
-  // The first silent rank is past the timeout; the other ranks of a lost node stopped within one
-  // heartbeat interval of it. A live rank is never silent for two intervals. With a timeout under
-  // four intervals the two cannot be told apart: the run restarts at full size.
-  absl::Duration interval = absl::Milliseconds(policy_.heartbeat_interval_ms());
-  absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) - 2 * interval;
-  if (threshold < 2 * interval) return kept;
-  std::vector<std::string> lost_now = LostNodes(ranks, threshold);
   NextNodes next = NextGenerationNodes(nodes, lost_now, spec.min_nodes());
   // Fewer than MIN left: full size (under Slurm, a requeue without the lost nodes).
   if (next.nodes.empty()) return lost_now.empty() ? kept : next;
@@ -149,6 +141,46 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   }
   next.lost = std::move(lost);
   return next;
+}
+
+std::vector<std::string> Coordinator::SilentNodes(const RunEntry& run) const {
+  const Generation& g = *run.gen;
+  if (!g.assigned || !g.health) return {};
+  // The first silent rank is past the timeout; the other ranks of a lost node stopped within one
+  // heartbeat interval of it. A live rank is never silent for two intervals. With a timeout under
+  // four intervals the two cannot be told apart.
+  absl::Duration interval = absl::Milliseconds(policy_.heartbeat_interval_ms());
+  absl::Duration threshold = absl::Milliseconds(policy_.heartbeat_timeout_ms()) - 2 * interval;
+  if (threshold < 2 * interval) return {};
+  absl::Time now = clock_->Now();
+  std::vector<RankSilence> ranks;
+  for (const v1::RankStatus& rank : g.ranks) {
+    ranks.push_back({rank.node(), now - g.health->last_heartbeat(rank.rank()), g.health->finished(rank.rank())});
+  }
+  return LostNodes(ranks, threshold);
+}
+
+void Coordinator::RequeueIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure) {
+  const v1::Run& r = run.stored.run;
+  const v1::RunSpec& spec = r.spec();
+  // Only an elastic run's job is --no-kill; any other job ends NODE_FAIL and Slurm requeues it.
+  if (spec.scheduler() != v1::SLURM || spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT ||
+      r.batch_host().empty() || r.scheduler_job_id().empty()) {
+    return;
+  }
+  std::vector<std::string> silent = SilentNodes(run);
+  if (!absl::c_linear_search(silent, r.batch_host())) return;
+  RunEntry::JobToRequeue requeue;
+  requeue.job = r.scheduler_job_id();
+  requeue.batch_host = r.batch_host();
+  requeue.generation = run.gen->number;
+  for (const v1::RankStatus& rank : run.gen->ranks) {
+    if (!absl::c_linear_search(silent, rank.node())) requeue.ranks.insert(rank.rank());
+  }
+  if (requeue.ranks.empty()) return;  // no rank is left to do it
+  DT_LOG(Warning) << "run " << r.run_id() << ": node " << requeue.batch_host << ", the batch host of job "
+                  << requeue.job << ", is lost: a rank on a node that remains will requeue the job";
+  run.job_to_requeue = std::move(requeue);
 }
 
 std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
@@ -306,6 +338,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
                  << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
+    RequeueIfTheBatchHostIsLost(run, failure);  // before `g` goes
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
                  << " as generation " << g.number + 1;

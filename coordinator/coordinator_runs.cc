@@ -304,10 +304,18 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
     return absl::InvalidArgumentError(
         absl::StrCat("requeued: run ", r.run_id(), " is not a Slurm run; only Slurm requeues a run's job"));
   }
+  if (!request.batch_host().empty() && r.spec().scheduler() != v1::SLURM) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch host: run ", r.run_id(), " is not a Slurm run; only a Slurm job has a batch host"));
+  }
   if (IsTerminal(r.state())) return RunEndedError(r);
   r.set_scheduler_job_id(request.scheduler_job_id());
-  r.set_launcher_host(request.launcher_host());
-  if (request.requeued()) WholeAgainAfterRequeue(*run, deferred);
+  if (!request.launcher_host().empty()) r.set_launcher_host(request.launcher_host());
+  if (!request.batch_host().empty()) r.set_batch_host(request.batch_host());
+  if (request.requeued()) {
+    run->job_to_requeue.reset();  // done: no rank of the old job requeues the new one
+    WholeAgainAfterRequeue(*run, deferred);
+  }
   persistence_->Persist(*run, deferred);
   Notify(*run, deferred);
   return Snapshot(*run, /*with_ranks=*/true);

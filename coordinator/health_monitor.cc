@@ -82,6 +82,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocke
     absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
     out.set_directive(v1::HeartbeatResponse::STOP);
     out.set_reason(std::string(live.status().message()));
+    if (!IsTerminal(r.state())) HandOutTheRequeue(run, generation, beat.rank(), out);
     return out;
   }
   absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
@@ -106,6 +107,16 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocke
   // A capture waits for this rank's stacks: asked in every reply until they arrive.
   if (g.capture && g.capture->awaited.count(beat.rank()) > 0) out.set_capture_id(g.capture->capture.capture_id());
   return out;
+}
+
+void Coordinator::HealthMonitor::HandOutTheRequeue(RunEntry& run, int64_t generation, int rank,
+                                                   v1::HeartbeatResponse& out) {
+  std::optional<RunEntry::JobToRequeue>& requeue = run.job_to_requeue;
+  if (!requeue || requeue->generation != generation || !requeue->ranks.contains(rank)) return;
+  out.set_requeue_job(requeue->job);
+  DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": rank " << rank << " of generation " << generation
+                  << " requeues job " << requeue->job << ", whose batch host " << requeue->batch_host << " is lost";
+  requeue.reset();  // one rank requeues; a second requeue could end the requeued job
 }
 
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::HealthMonitor::ReportError(const v1::ReportErrorRequest& request) {

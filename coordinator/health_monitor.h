@@ -55,6 +55,10 @@ class Coordinator::HealthMonitor : private ManagerBase {
   absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(RunEntry& run, int64_t generation,
                                                         const v1::RankHeartbeat& beat, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // The STOP of an ended generation's rank: the first rank run.job_to_requeue names is told to
+  // requeue the job, and no other.
+  void HandOutTheRequeue(RunEntry& run, int64_t generation, int rank, v1::HeartbeatResponse& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the
   // generation has no ranks yet or (node and slot) none matches; FAILED_PRECONDITION for a task
   // that holds no rank.

@@ -175,8 +175,14 @@ absl::Status ValidateExcludeNodesRequest(const v1::ExcludeNodesRequest& request)
 }
 
 absl::Status ValidateAttachLaunchRequest(const v1::AttachLaunchRequest& request) {
-  if (request.launcher_host().empty()) return absl::OkStatus();
-  return ValidateLabel("launcher host", request.launcher_host());
+  if (!request.launcher_host().empty()) {
+    if (absl::Status s = ValidateLabel("launcher host", request.launcher_host()); !s.ok()) return s;
+  }
+  if (request.batch_host().empty()) return absl::OkStatus();
+  if (absl::Status s = ValidateNodeName(request.batch_host()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("batch host: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateCancelReason(const std::string& reason) {

@@ -57,6 +57,15 @@ class ElasticTest : public CoordinatorTest {
     ASSERT_TRUE(coord_->health().ReportError(err).ok());
   }
 
+  // The batch script's first attach: job `job` runs its script on `node`.
+  absl::Status AttachBatchHost(const std::string& run, const std::string& node, const std::string& job = "123") {
+    v1::AttachLaunchRequest attach;
+    attach.set_run_id(run);
+    attach.set_scheduler_job_id(job);
+    attach.set_batch_host(node);
+    return coord_->AttachLaunch(attach).status();
+  }
+
   // n3 is lost, then generation 1 on n1 and n2 fails for another cause: the run as it is then.
   absl::StatusOr<v1::Run> ShrinkThenCrash(const std::string& run) {
     LoseNodeThree(run);
@@ -259,11 +268,11 @@ TEST_F(ElasticTest, ARequeuedJobMakesTheShrunkNextGenerationWholeAgain) {
   v1::AttachLaunchRequest attach;
   attach.set_run_id(run);
   attach.set_scheduler_job_id("123");
-  attach.set_launcher_host("n2");
+  attach.set_batch_host("n2");
   attach.set_requeued(true);
   absl::StatusOr<v1::Run> r = coord_->AttachLaunch(attach);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->launcher_host(), "n2");
+  EXPECT_EQ(r->batch_host(), "n2");
   EXPECT_EQ(r->state(), waiting);  // the generation still waits for its ranks
   EXPECT_EQ(r->generation(), 1);
   EXPECT_EQ(r->world_size(), 6);
@@ -326,6 +335,84 @@ TEST_F(ElasticTest, OnlyASlurmRunsJobIsRequeued) {
   ASSERT_TRUE(r.ok());
   EXPECT_THAT(r->generation_nodes(), ElementsAre("n1", "n2"));  // nothing changed
   EXPECT_TRUE(r->scheduler_job_id().empty());
+}
+
+// The batch host is lost with its node: Slurm keeps the --no-kill job RUNNING without its script,
+// and nothing would launch the next generation. One rank on a node that remains is told, in its
+// STOP, to requeue the job; no other rank is, and no rank of the lost node.
+TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
+  auto ranks = LoseNodeThree(run);
+  ASSERT_EQ(State(run), v1::RESTARTING);
+
+  absl::StatusOr<v1::HeartbeatResponse> lost = Beat(run, ranks[4], 0);  // n3 comes back too late
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_THAT(lost->requeue_job(), IsEmpty());
+  absl::StatusOr<v1::HeartbeatResponse> first = Beat(run, ranks[2], 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_EQ(first->requeue_job(), "123");
+  for (int k : {0, 1, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> other = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ(other->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(other->requeue_job(), IsEmpty()) << "rank " << k;  // one requeue: a second could end the new job
+  }
+}
+
+// A lost node that is not the batch host leaves the script to launch the shrunk generation.
+TEST_F(ElasticTest, NoRankRequeuesWhileTheBatchScriptLives) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
+  auto ranks = LoseNodeThree(run);
+  for (int k : {0, 1, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
+  }
+}
+
+// Once the requeued job's script attached, no rank of the old job requeues it again.
+TEST_F(ElasticTest, NoRankRequeuesTheJobOnceItsRequeuedScriptAttached) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
+  auto ranks = LoseNodeThree(run);
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(run);
+  attach.set_scheduler_job_id("123");
+  attach.set_batch_host("n2");
+  attach.set_requeued(true);
+  ASSERT_TRUE(coord_->AttachLaunch(attach).ok());
+  for (int k : {0, 1, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
+  }
+}
+
+TEST_F(ElasticTest, OnlyASlurmRunHasABatchHost) {
+  std::string local = SubmitElastic(3, 2);
+  absl::Status s = AttachBatchHost(local, "n1", "local:42");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("is not a Slurm run; only a Slurm job has a batch host"));
+  absl::StatusOr<v1::Run> r = coord_->GetRun(local);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->scheduler_job_id(), IsEmpty());  // nothing changed
+}
+
+TEST_F(ElasticTest, ABatchHostIsANodeName) {
+  std::string slurm = SubmitElastic(3, 2, 3, v1::SLURM);
+  absl::Status s = AttachBatchHost(slurm, "n1 --all");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("batch host:"));
+  absl::StatusOr<v1::Run> r = coord_->GetRun(slurm);
+  ASSERT_TRUE(r.ok());
+  EXPECT_THAT(r->batch_host(), IsEmpty());  // nothing changed
+  EXPECT_THAT(r->scheduler_job_id(), IsEmpty());
 }
 
 TEST_F(ElasticTest, ACoordinatorRestartKeepsTheShrunkGeneration) {

@@ -750,13 +750,14 @@ TEST_F(SlurmTest, AnElasticExecRunGoesOnWithTheNodesThatRemain) {
 // run (--nodes 1:3, on five nodes) loses n3 after step 8 (its trainer, step daemon and slurmd stop)
 // and goes on with n1 and n2. Then n1, the batch host, stops after step 16: its trainer, its slurmd,
 // the batch script and every process of the job on it. The coordinator shrinks the next generation
-// to n2, and nothing is left to launch it: Slurm 22.05 takes n1 out of the --no-kill job and keeps
-// the job RUNNING on n2 without its batch script. Requeueing it is left to the operator here
-// (scontrol requeue). The requeued job lands on n2, n4 and n5, and its script tells the coordinator
-// (attach-requeued): the generation forms on all three nodes of the new allocation, not on n2 alone,
-// and the dead nodes are excluded. The run resumes from step 16 and succeeds with the global batch
-// of 6 kept: every step's loss is an uninterrupted three-node run's within 1e-4.
-TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob) {
+// to n2, and nothing is left to launch it: Slurm 22.05 would keep the --no-kill job RUNNING on n2
+// without its batch script. The coordinator knows n1 ran the script (attach-batch), so n2's rank,
+// stopped with the generation, requeues the job itself. The requeued job lands on n2, n4 and n5,
+// and its script tells the coordinator (attach-requeued): the generation forms on all three nodes
+// of the new allocation, not on n2 alone, and the dead nodes are excluded. The run resumes from
+// step 16 and succeeds with the global batch of 6 kept: every step's loss is an uninterrupted
+// three-node run's within 1e-4.
+TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
   auto started = RunCommand({Script(), "start", "--nodes", "5"}, absl::Minutes(2));
   ASSERT_TRUE(started.ok() && started->exit_code == 0)
       << (started.ok() ? started->output : started.status().ToString());
@@ -773,7 +774,8 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   ASSERT_NO_FATAL_FAILURE(StopNodeThreeOnceItsTrainerStops(run, revival));
   const std::string job = revival.job;
   nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-  ASSERT_EQ(s["ranks"][0]["node"], "n1") << s;  // the batch host
+  ASSERT_EQ(s["ranks"][0]["node"], "n1") << s;
+  EXPECT_EQ(s["batch_host"], "n1") << s;
 
   // Generation 1 runs on n1 and n2. The batch script, which only waits for its step now, stops
   // first: the shrunk generation that follows n1's loss must not be launched by it, which a dead
@@ -808,19 +810,7 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   revival.stopped.insert(revival.stopped.end(), n1.begin(), n1.end());
   SignalProcesses(n1, SIGSTOP);
 
-  // Slurm declares n1 dead and takes it out of the job, which goes on without a batch script.
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        auto q = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
-        return q.ok() && q->output.find(" NodeList=n2 ") != std::string::npos;
-      },
-      absl::Minutes(2)));
-  nlohmann::json pending = Json(Dtctl({"status", run, "-o", "json"}));
-  EXPECT_EQ(pending["generation"], 2) << pending;
-  EXPECT_EQ(pending["generation_nodes"], nlohmann::json::array({"n2"})) << pending;
-  auto requeued = RunCommand({"scontrol", "requeue", job}, absl::Seconds(30));
-  ASSERT_TRUE(requeued.ok() && requeued->exit_code == 0) << (requeued.ok() ? requeued->output : "");
-
+  // Nothing here requeues the job: n2's rank does.
   CommandResult watch = Dtctl({"watch", run});
   std::string out_file = save_dir_ + "/slurm-batch-host/logs/slurm-" + job + ".out";
   std::string out = testing::Slurp(out_file);
@@ -835,6 +825,7 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
   std::set<std::string> nodes;
   for (const auto& rank : s["ranks"]) nodes.insert(rank["node"].get<std::string>());
   EXPECT_EQ(nodes, (std::set<std::string>{"n2", "n4", "n5"})) << s;
+  EXPECT_TRUE(nodes.count(s.value("batch_host", "")) > 0) << s;  // the requeued script attached from its node
   std::set<std::string> excluded;
   for (const auto& node : s["excluded_nodes"]) excluded.insert(node.get<std::string>());
   EXPECT_EQ(excluded, (std::set<std::string>{"n1", "n3"})) << s;
@@ -848,6 +839,12 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesFormsAtFullSizeInTheRequeuedJob)
       << out;
   std::string log = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/rank-0.log");
   EXPECT_NE(log.find("with the global batch of 6 kept (3 ranks x batch 1 x accumulation 2)"), std::string::npos) << log;
+  // Generation 1's rank 1 ran on n2 and requeued the job.
+  std::string requeuer = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/rank-1.log");
+  EXPECT_NE(requeuer.find("the batch host of Slurm job " + job +
+                          " is lost and Slurm keeps the job without its script: requeueing it"),
+            std::string::npos)
+      << requeuer;
 
   std::string whole = RunUninterrupted("whole", 3, 24, batch);
   testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 24, 1e-4);

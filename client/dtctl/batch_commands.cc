@@ -58,18 +58,39 @@ int RequeueWanted(Global& g, const std::string& run_id) {
   return r->state() == v1::REQUEUED ? kOk : kFailed;
 }
 
+namespace {
+
+// AttachLaunch from the batch script: the job and the node the script runs on (SLURMD_NODENAME,
+// the name the ranks' nodes go by; dtctl submit's host stays the launcher host), `requeued` as the
+// request's field says.
+absl::StatusOr<v1::Run> AttachFromBatchScript(Global& g, const std::string& run_id, const std::string& job_id,
+                                              bool requeued) {
+  v1::AttachLaunchRequest request;
+  request.set_run_id(run_id);
+  request.set_scheduler_job_id(job_id);
+  request.set_batch_host(NodeName());
+  request.set_requeued(requeued);
+  return Call(*g.client, &v1::RunService::Stub::AttachLaunch, g.client->runs(), request, absl::Seconds(30));
+}
+
+}  // namespace
+
+// Used by the batch script when the job first starts: the coordinator learns the batch host. When
+// an elastic run loses that node, Slurm keeps the --no-kill job RUNNING without its script; a rank
+// on a node that remains is then told to requeue the job.
+int AttachBatch(Global& g, const std::string& run_id, const std::string& job_id) {
+  auto reply = AttachFromBatchScript(g, run_id, job_id, /*requeued=*/false);
+  if (!reply.ok()) return Fail(g, reply.status(), "attach-batch");
+  return kOk;
+}
+
 // Used by the batch script of a job Slurm requeued, once the run wants its next generation: records
 // the job's new batch host, and tells the coordinator the job was requeued. The job has a whole
 // allocation again, so an elastic run's next generation, shrunk to the nodes the old allocation had
 // left (which this allocation may not hold), forms on all of the new one.
 int AttachRequeued(Global& g, const std::string& run_id, const std::string& job_id) {
-  v1::AttachLaunchRequest request;
-  request.set_run_id(run_id);
-  request.set_scheduler_job_id(job_id);
-  request.set_launcher_host(HostName());
-  request.set_requeued(true);
   auto before = GetRun(g, run_id);  // only for the message: the attach goes out without it
-  auto reply = Call(*g.client, &v1::RunService::Stub::AttachLaunch, g.client->runs(), request, absl::Seconds(30));
+  auto reply = AttachFromBatchScript(g, run_id, job_id, /*requeued=*/true);
   if (!reply.ok()) return Fail(g, reply.status(), "attach-requeued");
   if (before.ok() && ShrunkElasticGeneration(*before) && !ShrunkElasticGeneration(*reply)) {
     std::cout << "dt: job " << job_id << " was requeued: generation " << reply->generation() << " forms on all "

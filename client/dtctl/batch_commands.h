@@ -12,6 +12,7 @@ namespace dt::ctl {
 
 int AwaitRestart(Global& g, const std::string& run_id);
 int RequeueWanted(Global& g, const std::string& run_id);
+int AttachBatch(Global& g, const std::string& run_id, const std::string& job_id);
 int AttachRequeued(Global& g, const std::string& run_id, const std::string& job_id);
 int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& job_id, const std::string& allocation);
 int AwaitSilentNode(Global& g, const std::string& run_id, const std::string& allocation);

@@ -96,15 +96,20 @@ struct BatchScriptCommands {
   std::string run_id, job_id, allocation, srun_log;
   int64_t step_generation = 0;
   int step_exit_code = 0;
-  CLI::App *await_restart, *requeue_wanted, *attach_requeued, *exclude_failed, *await_silent, *step_nodes, *report_step;
+  CLI::App *await_restart, *requeue_wanted, *attach_batch, *attach_requeued, *exclude_failed, *await_silent,
+      *step_nodes, *report_step;
   std::vector<CLI::App*> All() const {
-    return {await_restart, requeue_wanted, attach_requeued, exclude_failed, await_silent, step_nodes, report_step};
+    return {await_restart,  requeue_wanted, attach_batch, attach_requeued,
+            exclude_failed, await_silent,   step_nodes,   report_step};
   }
 };
 
 void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
   c.await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation");
   c.requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued");
+  c.attach_batch = app.add_subcommand(
+      "attach-batch", "tell the coordinator the node that runs the run's batch script (it requeues the job if lost)");
+  c.attach_batch->add_option("--job", c.job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
   c.attach_requeued = app.add_subcommand(
       "attach-requeued", "tell the coordinator Slurm requeued the run's job (a new batch host, a whole allocation)");
   c.attach_requeued->add_option("--job", c.job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
@@ -130,6 +135,7 @@ int BatchScriptCommand(Global& g, const BatchScriptCommands& c) {
   if (int code = Connect(g); code != kOk) return code;
   if (c.await_restart->parsed()) return AwaitRestart(g, c.run_id);
   if (c.requeue_wanted->parsed()) return RequeueWanted(g, c.run_id);
+  if (c.attach_batch->parsed()) return AttachBatch(g, c.run_id, c.job_id);
   if (c.attach_requeued->parsed()) return AttachRequeued(g, c.run_id, c.job_id);
   if (c.await_silent->parsed()) return AwaitSilentNode(g, c.run_id, c.allocation);
   if (c.exclude_failed->parsed()) return ExcludeFailedNodes(g, c.run_id, c.job_id, c.allocation);

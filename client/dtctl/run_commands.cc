@@ -124,6 +124,8 @@ int Status(Global& g, const std::string& run_id) {
             << "\n"
             << "world      " << WorldCell(*r) << "  (" << v1::Scheduler_Name(r->spec().scheduler())
             << (r->scheduler_job_id().empty() ? "" : absl::StrCat(" ", PrintableForTerminal(r->scheduler_job_id())))
+            << (r->batch_host().empty() ? ""
+                                        : absl::StrCat(", batch script on ", PrintableForTerminal(r->batch_host())))
             << ")\n"
             << "step       " << StepCell(*r) << "\n"
             << "checkpoint "

@@ -368,7 +368,32 @@ def log(metrics, step):
             raise
         return
     if reply.directive == rz.HeartbeatResponse.STOP:
+        if reply.requeue_job:
+            _requeue_job_of_lost_batch_host(reply.requeue_job)
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
+
+
+def _requeue_job_of_lost_batch_host(job):
+    """The run's Slurm job lost its batch host, and Slurm keeps an elastic run's --no-kill job
+    RUNNING without its script: this rank was chosen to requeue it (HeartbeatResponse.requeue_job),
+    as dtrun and dttrainer do."""
+    import subprocess
+    what = f"the batch host of Slurm job {job} is lost"
+    if not re.fullmatch(r"[0-9]+([_+][0-9]+)?", job):
+        sys.stderr.write(f"dt: {what}, and {job!r} is not a Slurm job id: not requeued\n")
+        return
+    # Said first: the requeue ends this job's processes, this one included, maybe before it returns.
+    sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it (scontrol requeue "
+                     f"{job}); the requeued job runs the next generation\n")
+    sys.stderr.flush()
+    try:
+        r = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
+        failure = None if r.returncode == 0 else f"scontrol exited with {r.returncode}: {r.stderr.strip()}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        failure = str(e)
+    if failure is not None:
+        sys.stderr.write(f"dt: requeueing Slurm job {job} failed: {failure}. Run `scontrol requeue {job}` (or "
+                         "`dtctl cancel RUN`), or the job holds its nodes until its time limit\n")
 
 
 def barrier(name, timeout=None):
