@@ -220,10 +220,11 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     absl::StatusOr<v1::HeartbeatResponse> reply =
         Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline, reconnecting);
     reconnecting = !reply.ok();
+    // Before anything else: the coordinator chose this rank to requeue the job, whatever it does next.
+    if (reply.ok() && !reply->requeue_job().empty()) RequeueJobOfLostBatchHost(reply->requeue_job());
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {
-        if (!reply->requeue_job().empty()) RequeueJobOfLostBatchHost(reply->requeue_job());
         on_stop(reply->reason());
         return;
       }

@@ -10,7 +10,8 @@
 namespace dt {
 
 // `scontrol requeue JOB` (scontrol from PATH, 30 s at most). INVALID_ARGUMENT for a job id that is
-// not Slurm's; INTERNAL with scontrol's output when it fails.
+// not Slurm's; FAILED_PRECONDITION when Slurm shows the job requeued since this process started
+// (its Restarts past SLURM_RESTART_COUNT); INTERNAL with scontrol's output when it fails.
 absl::Status RequeueSlurmJob(const std::string& job);
 
 // RequeueSlurmJob, saying on the log what happened and, when it failed, what the user can do.

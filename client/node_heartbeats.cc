@@ -135,6 +135,11 @@ std::optional<std::string> NodeHeartbeats::Heed(std::vector<v1::NodeHeartbeatRes
   }
   for (v1::NodeHeartbeatResponse& answer : answers) {
     for (v1::NodeHeartbeatResponse::RankAnswer& rank : *answer.mutable_ranks()) {
+      // Whichever rank it came for, active or not, and even when a later answer replaces it.
+      if (!rank.reply().requeue_job().empty() && !requeued_) {
+        requeued_ = true;
+        RequeueJobOfLostBatchHost(rank.reply().requeue_job());
+      }
       auto it = std::find_if(agents_.begin(), agents_.end(), [&](const Agent* a) { return a->rank() == rank.rank(); });
       const size_t i = static_cast<size_t>(it - agents_.begin());
       if (it == agents_.end() || !active[i]) continue;
@@ -144,10 +149,7 @@ std::optional<std::string> NodeHeartbeats::Heed(std::vector<v1::NodeHeartbeatRes
   }
   for (size_t i = 0; i < agents_.size(); ++i) {
     if (!active[i]) continue;
-    if (standing_[i].directive() == v1::HeartbeatResponse::STOP) {
-      if (!standing_[i].requeue_job().empty()) RequeueJobOfLostBatchHost(standing_[i].requeue_job());
-      return standing_[i].reason();
-    }
+    if (standing_[i].directive() == v1::HeartbeatResponse::STOP) return standing_[i].reason();
     if (!standing_[i].capture_id().empty()) agents_[i]->StartCapture(standing_[i].capture_id());
   }
   return std::nullopt;

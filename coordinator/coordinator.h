@@ -238,15 +238,17 @@ class Coordinator {
     // Ranks this run holds of the coordinator's --max-ranks (RankAdmission), until it ends.
     int64_t ranks_admitted ABSL_GUARDED_BY(mu) = 0;
     // An elastic Slurm run's batch host went silent with its generation: Slurm keeps the --no-kill
-    // job RUNNING without its script, and nothing would launch the next generation. The first
-    // heartbeat of one of `ranks` (generation `generation`'s ranks on the nodes that remain) is
-    // answered with the job to requeue. Not saved: after a coordinator restart, the operator
-    // requeues (docs/guide/failures-and-hangs.md).
+    // job RUNNING without its script, and nothing would launch the next generation. The first of
+    // `ranks` (generation `generation`'s ranks on the nodes that remain) to heartbeat is chosen, and
+    // every STOP it gets names the job to requeue (a reply lost on the way is sent again), until the
+    // requeued job's script attaches. Not saved: after a coordinator restart, the operator requeues
+    // (docs/guide/failures-and-hangs.md).
     struct JobToRequeue {
       std::string job;
       std::string batch_host;
       int64_t generation = -1;
       absl::flat_hash_set<int> ranks;
+      int chosen_rank = -1;
     };
     std::optional<JobToRequeue> job_to_requeue ABSL_GUARDED_BY(mu);
     // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without

@@ -113,10 +113,13 @@ void Coordinator::HealthMonitor::HandOutTheRequeue(RunEntry& run, int64_t genera
                                                    v1::HeartbeatResponse& out) {
   std::optional<RunEntry::JobToRequeue>& requeue = run.job_to_requeue;
   if (!requeue || requeue->generation != generation || !requeue->ranks.contains(rank)) return;
-  out.set_requeue_job(requeue->job);
-  DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": rank " << rank << " of generation " << generation
-                  << " requeues job " << requeue->job << ", whose batch host " << requeue->batch_host << " is lost";
-  requeue.reset();  // one rank requeues; a second requeue could end the requeued job
+  // One rank requeues: a second could end the requeued job.
+  if (requeue->chosen_rank < 0) {
+    requeue->chosen_rank = rank;
+    DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": rank " << rank << " of generation " << generation
+                    << " requeues job " << requeue->job << ", whose batch host " << requeue->batch_host << " is lost";
+  }
+  if (rank == requeue->chosen_rank) out.set_requeue_job(requeue->job);
 }
 
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::HealthMonitor::ReportError(const v1::ReportErrorRequest& request) {

@@ -387,6 +387,12 @@ def _requeue_job_of_lost_batch_host(job):
                      f"{job}); the requeued job runs the next generation\n")
     sys.stderr.flush()
     try:
+        # A job requeued since this process started is left alone: a second requeue would end it.
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
+        restarts = re.search(r" Restarts=(\d+) ", shown.stdout)
+        if restarts and restarts.group(1) != (os.environ.get("SLURM_RESTART_COUNT") or "0"):
+            sys.stderr.write(f"dt: job {job} was already requeued (Restarts={restarts.group(1)})\n")
+            return
         r = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
         failure = None if r.returncode == 0 else f"scontrol exited with {r.returncode}: {r.stderr.strip()}"
     except (OSError, subprocess.TimeoutExpired) as e:
