@@ -1,38 +1,53 @@
 #include "client/job_requeue.h"
 
 #include <cstdlib>
-#include "absl/strings/string_view.h"
+#include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "common/subprocess.h"
 
 namespace dt {
+namespace {
+
+// The job's Restarts when Slurm shows one other than this process's SLURM_RESTART_COUNT: the job
+// was requeued since this process started. Nothing when they agree or Slurm cannot say.
+std::optional<std::string> RequeuedSinceThisProcessStarted(const std::string& job) {
+  absl::StatusOr<std::string> shown = RunScontrol({"show", "job", "-o", job});
+  if (!shown.ok()) return std::nullopt;
+  const char* mine = std::getenv("SLURM_RESTART_COUNT");
+  for (absl::string_view field : absl::StrSplit(*shown, absl::ByAnyChar(" \n"), absl::SkipWhitespace())) {
+    if (!absl::ConsumePrefix(&field, "Restarts=")) continue;
+    if (field == (mine != nullptr && *mine != '\0' ? mine : "0")) return std::nullopt;
+    return std::string(field);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunScontrol(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"scontrol"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(30));
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(absl::StrJoin(argv, " "), ": ", absl::StripAsciiWhitespace(r->output)));
+  }
+  return r->output;
+}
 
 absl::Status RequeueSlurmJob(const std::string& job) {
   if (absl::Status s = ValidateSlurmJobId(job); !s.ok()) return s;
-  // A job requeued since this process started (a reply said twice) is left alone: requeueing it
-  // again would end the requeued job.
-  const char* mine = std::getenv("SLURM_RESTART_COUNT");
-  absl::StatusOr<CommandResult> shown = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(30));
-  if (shown.ok() && shown->exit_code == 0) {
-    absl::string_view out = shown->output;
-    size_t at = out.find(" Restarts=");
-    if (at != absl::string_view::npos) {
-      absl::string_view count = out.substr(at + 10, out.find(' ', at + 10) - (at + 10));
-      if (count != (mine != nullptr && *mine != '\0' ? mine : "0")) {
-        return absl::FailedPreconditionError(absl::StrCat("job ", job, " was already requeued (Restarts=", count, ")"));
-      }
-    }
-  }
-  absl::StatusOr<CommandResult> r = RunCommand({"scontrol", "requeue", job}, absl::Seconds(30));
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) {
-    return absl::InternalError(absl::StrCat("scontrol requeue ", job, " exited with ", r->exit_code, ": ", r->output));
-  }
-  return absl::OkStatus();
+  return RunScontrol({"requeue", job}).status();
 }
 
 void RequeueJobOfLostBatchHost(const std::string& job) {
@@ -40,15 +55,16 @@ void RequeueJobOfLostBatchHost(const std::string& job) {
   DT_LOG(Warning) << "the batch host of Slurm job " << job
                   << " is lost and Slurm keeps the job without its script: requeueing it (scontrol requeue " << job
                   << "); the requeued job runs the next generation";
-  absl::Status s = RequeueSlurmJob(job);
-  if (s.ok()) {
-    DT_LOG(Info) << "requeued Slurm job " << job;
-  } else if (absl::IsFailedPrecondition(s)) {
-    DT_LOG(Info) << s.message();
-  } else {
+  if (std::optional<std::string> restarts = RequeuedSinceThisProcessStarted(job)) {
+    DT_LOG(Info) << "job " << job << " was already requeued (Restarts=" << *restarts << ")";
+    return;
+  }
+  if (absl::Status s = RequeueSlurmJob(job); !s.ok()) {
     DT_LOG(Error) << "requeueing Slurm job " << job << " failed: " << s.message() << ". Run `scontrol requeue " << job
                   << "` (or `dtctl cancel RUN`), or the job holds its nodes until its time limit";
+    return;
   }
+  DT_LOG(Info) << "requeued Slurm job " << job;
 }
 
 }  // namespace dt

@@ -1,20 +1,28 @@
-// What a rank does when the coordinator says its Slurm job lost its batch host: requeue the job.
-// Slurm keeps an elastic run's --no-kill job RUNNING without its script when the batch host dies,
-// so no one else would launch the next generation (HeartbeatResponse.requeue_job).
+// Slurm's scontrol for dtctl and for a rank: a job requeued, and what a rank does when the
+// coordinator says its Slurm job lost its batch host. Slurm keeps an elastic run's --no-kill job
+// RUNNING without its script when the batch host dies, so no one else would launch the next
+// generation (HeartbeatResponse.requeue_job).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace dt {
 
-// `scontrol requeue JOB` (scontrol from PATH, 30 s at most). INVALID_ARGUMENT for a job id that is
-// not Slurm's; FAILED_PRECONDITION when Slurm shows the job requeued since this process started
-// (its Restarts past SLURM_RESTART_COUNT); INTERNAL with scontrol's output when it fails.
+// `scontrol ARGS...` (scontrol from PATH, 30 s at most): its output, or FAILED_PRECONDITION naming
+// the command and its output when it exits non-zero.
+absl::StatusOr<std::string> RunScontrol(const std::vector<std::string>& args);
+
+// `scontrol requeue JOB`: the job goes back to the queue and its batch script starts again.
+// INVALID_ARGUMENT for a job id that is not Slurm's; as RunScontrol when scontrol fails.
 absl::Status RequeueSlurmJob(const std::string& job);
 
-// RequeueSlurmJob, saying on the log what happened and, when it failed, what the user can do.
+// RequeueSlurmJob, unless Slurm shows the job requeued since this process started (its Restarts
+// past SLURM_RESTART_COUNT: a second requeue would end the requeued job), saying on the log what
+// happened and, when it failed, what the user can do.
 void RequeueJobOfLostBatchHost(const std::string& job);
 
 }  // namespace dt

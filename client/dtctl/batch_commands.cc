@@ -13,6 +13,7 @@
 #include "client/dtctl/node_failure.h"
 #include "client/dtctl/slurm.h"
 #include "client/dtctl/srun_report.h"
+#include "client/job_requeue.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/run_state.h"
@@ -154,7 +155,7 @@ int ExcludeFailedNodes(Global& g, const std::string& run_id, const std::string& 
   // Requeue, then exclude while the job waits for its old credentials to expire. The requeue
   // sends this script SIGTERM (SIGKILL after KillWait): ignored until the exclusion is made.
   std::signal(SIGTERM, SIG_IGN);
-  if (absl::Status s = RequeueJob(job_id); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
+  if (absl::Status s = RequeueSlurmJob(job_id); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
   if (absl::Status s = ExcludeNodesFromJob(job_id, excluded); !s.ok()) return Fail(g, s, "exclude-failed-nodes");
   std::cout << "dt: job " << job_id << " was given excluded node(s) in " << allocation << "; requeued without "
             << absl::StrJoin(excluded, ",") << std::endl;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/job_requeue.h"
 #include "common/fs.h"
 #include "common/names.h"
 #include "common/subprocess.h"
@@ -185,23 +186,9 @@ absl::Status CancelJob(const std::string& job_id) {
   return absl::OkStatus();
 }
 
-namespace {
-absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"scontrol"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  absl::StatusOr<CommandResult> r = RunCommand(argv, absl::Seconds(30));
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(absl::StrJoin(argv, " "), ": ", absl::StripAsciiWhitespace(r->output)));
-  }
-  return r->output;
-}
-}  // namespace
-
 absl::StatusOr<std::string> DescribeNode(const std::string& node) {
   if (absl::Status s = ValidateNodeName(node); !s.ok()) return s;
-  absl::StatusOr<std::string> out = Scontrol({"show", "node", "-o", node});
+  absl::StatusOr<std::string> out = RunScontrol({"show", "node", "-o", node});
   if (!out.ok()) return absl::NotFoundError(out.status().message());
   return std::string(absl::StripAsciiWhitespace(*out));
 }
@@ -210,7 +197,7 @@ absl::StatusOr<std::vector<std::string>> ExpandHostlist(const std::string& hostl
   if (hostlist.empty() || hostlist.front() == '-') {
     return absl::InvalidArgumentError(absl::StrCat("\"", hostlist, "\" is not a node list"));
   }
-  absl::StatusOr<std::string> out = Scontrol({"show", "hostnames", hostlist});
+  absl::StatusOr<std::string> out = RunScontrol({"show", "hostnames", hostlist});
   if (!out.ok()) return out.status();
   return std::vector<std::string>(absl::StrSplit(*out, '\n', absl::SkipWhitespace()));
 }
@@ -220,12 +207,13 @@ absl::Status ExcludeNodesFromJob(const std::string& job_id, const std::vector<st
   for (const std::string& n : nodes) {
     if (absl::Status s = ValidateNodeName(n); !s.ok()) return s;
   }
-  return Scontrol({"update", absl::StrCat("JobId=", job_id), absl::StrCat("ExcNodeList=", absl::StrJoin(nodes, ","))})
+  return RunScontrol(
+             {"update", absl::StrCat("JobId=", job_id), absl::StrCat("ExcNodeList=", absl::StrJoin(nodes, ","))})
       .status();
 }
 
 absl::StatusOr<absl::Duration> SlurmdTimeout() {
-  absl::StatusOr<std::string> out = Scontrol({"show", "config"});
+  absl::StatusOr<std::string> out = RunScontrol({"show", "config"});
   if (!out.ok()) return out.status();
   for (absl::string_view line : absl::StrSplit(*out, '\n')) {
     if (!absl::ConsumePrefix(&line, "SlurmdTimeout")) continue;
@@ -236,11 +224,6 @@ absl::StatusOr<absl::Duration> SlurmdTimeout() {
     if (!words.empty() && absl::SimpleAtoi(words[0], &seconds)) return absl::Seconds(seconds);
   }
   return absl::NotFoundError("scontrol show config names no SlurmdTimeout");
-}
-
-absl::Status RequeueJob(const std::string& job_id) {
-  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
-  return Scontrol({"requeue", job_id}).status();
 }
 
 }  // namespace dt::ctl

@@ -69,7 +69,5 @@ absl::Status ExcludeNodesFromJob(const std::string& job_id, const std::vector<st
 // SlurmdTimeout from `scontrol show config`: how long slurmctld waits for a silent node's slurmd
 // before it marks the node DOWN (and ends its jobs NODE_FAIL).
 absl::StatusOr<absl::Duration> SlurmdTimeout();
-// `scontrol requeue JOB`: the job goes back to the queue and its batch script starts again.
-absl::Status RequeueJob(const std::string& job_id);
 
 }  // namespace dt::ctl
