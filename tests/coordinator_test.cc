@@ -1382,6 +1382,9 @@ TEST_F(CheckpointRoundTest, RetentionKeepsTheLastK) {
 TEST_F(CheckpointRoundTest, ANewRoundBeginsWhileTheLastCommitsRetentionPassWaits) {
   ASSERT_NO_FATAL_FAILURE(CommitStep(10, "w10"));
   ASSERT_NO_FATAL_FAILURE(CommitStep(20, "w20"));
+  // Step 20's own retention pass done first: on a loaded machine it could still be queued, be the
+  // one the stall below catches, and hold step 30's publication behind it.
+  coord_->AwaitFileWork();
   // Released below; by itself only after 60 s, so that a slow (sanitizer) build cannot see the
   // pass run before the checks that it is still waiting.
   stall_.Arm("(retention)", absl::Seconds(60));
