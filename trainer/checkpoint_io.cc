@@ -134,6 +134,8 @@ class Copier {
         source.numel() == to.numel()) {
       pending_->Add(static_cast<char*>(to.data_ptr()), static_cast<const char*>(source.data_ptr()),
                     source.numel() * source.element_size(), source);
+    } else if (!source.is_cpu() && to.is_cpu()) {
+      pending_->AddFromDevice(to, source.reshape(to.sizes()));
     } else {
       to.copy_(source.reshape(to.sizes()));
     }
@@ -141,7 +143,8 @@ class Copier {
 
   // The copies collected (null when there are none).
   std::shared_ptr<SnapshotCopy> TakePending() {
-    if (pending_->pieces() == 0) return nullptr;
+    if (pending_->empty()) return nullptr;
+    pending_->Seal();
     return std::exchange(pending_, std::make_shared<SnapshotCopy>());
   }
   int64_t bytes() const { return bytes_; }
@@ -228,6 +231,12 @@ bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
   return a.sizes().equals(b.sizes()) && a.scalar_type() == b.scalar_type();
 }
 
+// An uninitialised host buffer for a copy of `t`: pinned when `t` is on a device, so that the copy
+// can run on the device's side stream while training goes on.
+torch::Tensor HostBufferFor(const torch::Tensor& t) {
+  return torch::empty(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()).pinned_memory(!t.is_cpu()));
+}
+
 }  // namespace
 
 void SnapshotStaging::Reserve(const std::vector<torch::Tensor>& like) {
@@ -242,7 +251,7 @@ void SnapshotStaging::Reserve(const std::vector<torch::Tensor>& like) {
       if (have) continue;
     }
     // Only the shape and type of `t` are read: it may be changing on the training thread.
-    torch::Tensor host = torch::zeros(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()));
+    torch::Tensor host = HostBufferFor(t).zero_();
     std::lock_guard<std::mutex> lock(mu_);
     buffers_.push_back({host, true});
   }
@@ -264,8 +273,13 @@ torch::Tensor SnapshotStaging::Claim(const torch::Tensor& t, bool* copied) {
       return b.host;
     }
   }
-  buffers_.push_back({t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), true});
-  *copied = true;
+  if (t.is_cpu()) {
+    buffers_.push_back({t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true), true});
+    *copied = true;
+  } else {
+    buffers_.push_back({HostBufferFor(t), true});  // the caller's copy runs on the device's side stream
+    *copied = false;
+  }
   return buffers_.back().host;
 }
 
@@ -287,6 +301,26 @@ void SnapshotCopy::Add(char* to, const char* from, size_t size, const torch::Ten
   sources_.push_back(source);
 }
 
+void SnapshotCopy::AddFromDevice(const torch::Tensor& to, const torch::Tensor& from) {
+  if (!device_) device_ = std::make_unique<DeviceToHostCopies>(from.device());
+  device_->Add(to, from);
+}
+
+void SnapshotCopy::Seal() {
+  if (device_) device_->Seal();
+}
+
+bool SnapshotCopy::CompleteBeforeUpdate() {
+  if (device_) device_->OrderBeforeNextDeviceWork();
+  bool already = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    already = copied_ == pieces_.size();
+  }
+  CompleteHostPieces();  // at once when nothing is left
+  return already;
+}
+
 void SnapshotCopy::Work() {
   size_t done = 0;
   for (size_t i; (i = next_.fetch_add(1)) < pieces_.size(); ++done) {
@@ -299,6 +333,11 @@ void SnapshotCopy::Work() {
 }
 
 void SnapshotCopy::Complete() {
+  CompleteHostPieces();
+  if (device_) device_->Wait();
+}
+
+void SnapshotCopy::CompleteHostPieces() {
   size_t taken = std::min(next_.load(), pieces_.size());
   size_t helpers = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()) - 1, kMaxHelpers);
   helpers = std::min(helpers, (pieces_.size() - taken) / 2);
@@ -317,8 +356,11 @@ void SnapshotCopy::Complete() {
 }
 
 bool SnapshotCopy::complete() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return copied_ == pieces_.size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (copied_ != pieces_.size()) return false;
+  }
+  return !device_ || device_->done();
 }
 
 absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "dt/v1/checkpoint.pb.h"
+#include "trainer/device_copy.h"
 #include "trainer/gpt2_model.h"
 #include "trainer/zero_optimizer.h"
 
@@ -41,17 +42,29 @@ struct TrainState {
 // training thread helps finish whatever is left when it reaches the optimizer step (as
 // zero-overhead checkpointing overlaps its device-to-host copy with the next step). Thread-safe:
 // any number of threads may Work() or Complete() at once; every piece is copied exactly once.
+// A device's tensors (a GPU's) are copied on the device's side stream instead
+// (DeviceToHostCopies), queued when the snapshot is taken.
 class SnapshotCopy {
  public:
   // Before any Work(): copy `size` bytes from `from` (inside `source`, kept alive until done).
   void Add(char* to, const char* from, size_t size, const torch::Tensor& source);
+  // Queues `to` = `from` (a device tensor) on the device's side stream, at once.
+  void AddFromDevice(const torch::Tensor& to, const torch::Tensor& from);
+  // After the last Add: the device copies' end is marked.
+  void Seal();
   // Copies pieces on the calling thread until none is left to take.
   void Work();
   // Work() on the calling thread and on helper threads on the machine's other cores, then waits
-  // for the pieces that other threads took: when it returns, every byte is copied.
+  // for the pieces that other threads took and for the device's copies: when it returns, every
+  // byte is copied.
   void Complete();
+  // What training needs before its optimizer step changes the sources: the host pieces copied (as
+  // Complete), the device's copies ordered before the device's next work, without the host waiting
+  // for them. Returns whether the host pieces were already copied.
+  bool CompleteBeforeUpdate();
   bool complete() const;
-  size_t pieces() const { return pieces_.size(); }
+  bool empty() const { return pieces_.empty() && !device_; }
+  size_t pieces() const { return pieces_.size(); }  // the host's
 
   // Pieces are this size (the last of a tensor smaller), so threads share a large tensor.
   static constexpr size_t kPiece = 4 << 20;
@@ -63,9 +76,11 @@ class SnapshotCopy {
     size_t size;
   };
   static constexpr size_t kMaxHelpers = 7;
+  void CompleteHostPieces();
   std::vector<Piece> pieces_;
   std::vector<torch::Tensor> sources_;
-  std::atomic<size_t> next_{0};  // the next piece to take
+  std::unique_ptr<DeviceToHostCopies> device_;  // null when no tensor is on a device
+  std::atomic<size_t> next_{0};                 // the next piece to take
   mutable std::mutex mu_;
   std::condition_variable copied_cv_;
   size_t copied_ = 0;  // pieces finished (guarded by mu_)

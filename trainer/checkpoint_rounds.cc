@@ -111,8 +111,7 @@ absl::Duration CheckpointRounds::Launch(const v1::BeginCheckpointResponse& round
 absl::Duration CheckpointRounds::AwaitSnapshot() {
   if (!pending_copy_) return absl::ZeroDuration();
   absl::Time start = absl::Now();
-  bool already = pending_copy_->complete();
-  pending_copy_->Complete();
+  bool already = pending_copy_->CompleteBeforeUpdate();
   pending_copy_.reset();
   return already ? absl::ZeroDuration() : absl::Now() - start;
 }
@@ -123,6 +122,7 @@ CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResp
   Outcome out;
   out.step = step;
   if (archives == nullptr) {
+    if (before_commit_) before_commit_(step);
     out.committed = agent_.CommitCheckpoint(round.round_id(), nullptr);
   } else {
     absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives, direct_io_);
@@ -135,6 +135,7 @@ CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResp
         DT_LOG(Warning) << "--exit-while-checkpointing " << step << ": vanishing before the commit (fault injection)";
         std::_Exit(137);
       }
+      if (before_commit_) before_commit_(step);
       out.committed = agent_.CommitCheckpoint(round.round_id(), &*manifest, layout_json);
     }
   }

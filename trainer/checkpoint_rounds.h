@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -67,6 +68,10 @@ class CheckpointRounds {
 
   bool async() const { return async_; }
 
+  // Runs before this rank commits a round, on the round's thread when asynchronous, with the
+  // round's step: the trainer stores its metrics up to that step there, off the training loop.
+  void SetBeforeCommit(std::function<void(int64_t step)> hook) { before_commit_ = std::move(hook); }
+
  private:
   // Writes (the writer) and commits; runs on the round's thread when asynchronous.
   Outcome Finish(const v1::BeginCheckpointResponse& round, int64_t step, CheckpointArchives* archives, absl::Time start,
@@ -84,6 +89,7 @@ class CheckpointRounds {
   std::thread preparing_;                       // PrepareStaging's; joined before the first round
   std::future<Outcome> in_flight_;
   std::optional<Outcome> finished_;  // a round waited for by Start, not yet handed out
+  std::function<void(int64_t step)> before_commit_;
 };
 
 }  // namespace dt

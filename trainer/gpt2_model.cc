@@ -71,7 +71,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   att = att.masked_fill(mask_.index({torch::indexing::Slice(), torch::indexing::Slice(), torch::indexing::Slice(0, T),
                                      torch::indexing::Slice(0, T)}) == 0,
                         -std::numeric_limits<float>::infinity());
-  att = attn_drop_->forward(torch::softmax(att, -1));
+  // Under bf16 autocast the scores are bf16: the softmax runs in fp32 (as CUDA's autocast does) and
+  // the product with v casts it back.
+  att = attn_drop_->forward(torch::softmax(att.scalar_type() == torch::kFloat ? att : att.to(torch::kFloat), -1));
   torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
   return resid_drop_->forward(c_proj->forward(y));
 }
@@ -126,6 +128,8 @@ torch::Tensor Gpt2Impl::forward(const torch::Tensor& idx) {
 
 torch::Tensor Gpt2Impl::Loss(const torch::Tensor& idx, const torch::Tensor& targets) {
   torch::Tensor logits = forward(idx);
+  // bf16 logits (autocast) are scored in fp32.
+  if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 

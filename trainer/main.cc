@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/stop_signals.h"
 #include "common/version.h"
+#include "trainer/autocast.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/gpt2_tokenizer.h"
 #include "trainer/process_group.h"
@@ -180,6 +181,11 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "is computed from the world size, so a run resumed at another size keeps its global batch and "
                  "data order; replaces --grad-accum")
       ->group(loop);
+  app.add_option("--precision", c.precision,
+                 "fp32, or bf16: the matrix products and attention in bfloat16 (autocast), the weights, gradients and "
+                 "AdamW state in fp32; no loss scaling is needed")
+      ->group(loop)
+      ->capture_default_str();
   app.add_option("--zero", c.zero,
                  "ZeRO stage: 0 keeps the whole AdamW state on every rank; 1 partitions it (each rank keeps and steps "
                  "1/world of the moments, then the ranks share the updated parameters), and every rank writes its "
@@ -293,6 +299,9 @@ std::string ConfigProblem(const dt::TrainerConfig& c) {
   if (!c.stop_nodes.empty() && c.stop_nodes.size() != c.stop_after_steps.size()) {
     return absl::StrCat("--stop-node names ", c.stop_nodes.size(), " node(s) for ", c.stop_after_steps.size(),
                         " --stop-after-step step(s): give one node per step");
+  }
+  if (absl::StatusOr<dt::Precision> p = dt::ParsePrecision(c.precision); !p.ok()) {
+    return std::string(p.status().message());
   }
   if (c.zero != 0 && c.zero != 1) {
     return absl::StrCat(

@@ -85,4 +85,23 @@ absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(const std::stri
   }
 }
 
+void CloseProcessGroup(CommGroup& group, bool clean) {
+#ifdef USE_C10D_NCCL
+  auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&group);
+  if (nccl == nullptr) return;
+  try {
+    if (clean) {
+      nccl->shutdown();
+    } else {
+      nccl->abort();
+    }
+  } catch (const std::exception& e) {
+    DT_LOG(Warning) << "closing the NCCL process group: " << e.what();
+  }
+#else
+  (void)group;
+  (void)clean;
+#endif
+}
+
 }  // namespace dt

@@ -26,4 +26,9 @@ absl::StatusOr<c10::intrusive_ptr<CommGroup>> CreateProcessGroup(const std::stri
                                                                  int world_size, int local_rank,
                                                                  std::chrono::milliseconds timeout);
 
+// Ends an NCCL group's communicators before the process exits: shut down after a clean run (else
+// LibTorch 2.x warns that the group was never destroyed), aborted after a failure (a peer that
+// died leaves a destroy waiting on it). Nothing to do for Gloo. Never throws.
+void CloseProcessGroup(CommGroup& group, bool clean);
+
 }  // namespace dt

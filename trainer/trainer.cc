@@ -39,6 +39,7 @@
 #include "common/stack_capture.h"
 #include "common/stop_signals.h"
 #include "common/version.h"
+#include "trainer/autocast.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/checkpoint_rounds.h"
 #include "trainer/ddp.h"
@@ -192,11 +193,18 @@ class Trainer {
 
   // The process's exit code; throws CollectiveError, ConfigError, StorageFullError or any other
   // exception for RunTrainer to report.
+  // Ends the process group's communicators (process_group.h) before the process exits. The group
+  // stays referenced: a collective's thread may still hold it after a failure.
+  void CloseProcessGroup(bool clean) {
+    if (group_) dt::CloseProcessGroup(*group_, clean);
+  }
+
   int Run() {
     const v1::RegisterResponse& a = agent_.assignment();
     rank_ = a.rank();
     world_ = a.world_size();
     grad_accum_ = cfg_.grad_accum;
+    precision_ = ParsePrecision(cfg_.precision).value_or(Precision::kFp32);  // main.cc refused others
     if (cfg_.global_batch_size > 0) {
       absl::StatusOr<int> micro_steps = MicroStepsForGlobalBatch(cfg_.global_batch_size, cfg_.batch_size, world_);
       if (!micro_steps.ok()) throw ConfigError(std::string(micro_steps.status().message()));
@@ -217,6 +225,16 @@ class Trainer {
     last_checkpoint_ = checkpoint_started_ = state_.step;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
+    // Every point up to a round's step is stored before this rank commits the round, so a
+    // checkpoint at S means the history holds every step to S: a rank killed later resumes from S
+    // and logs only what comes after it again (a failed delivery is said, and the round goes on).
+    // On the round's thread: the training loop does not wait for the delivery.
+    rounds_->SetBeforeCommit([this](int64_t step) {
+      if (!reporter_) return;
+      if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
+        DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
+      }
+    });
     if (zero_) {
       rounds_->PrepareStaging(ZeroStagingShapes(model_, *zero_, /*with_model=*/rank_ == 0));
     } else if (rank_ == 0) {
@@ -461,7 +479,14 @@ class Trainer {
     Log(absl::StrCat("GPT-2 ", cfg_.model, " with ", model_->NumParameters(), " parameters; ", train_samples_,
                      " training samples of ", cfg_.seq_len, " tokens (", eval_samples_, " held out); ", total_steps_,
                      " steps; ", world_, " rank(s) x batch ", cfg_.batch_size, " x accumulation ", grad_accum_, "; ",
-                     threads_, " thread(s) per rank; ", ddp_->bucket_count(), " gradient bucket(s)"));
+                     threads_, " thread(s) per rank; ", ddp_->bucket_count(), " gradient bucket(s); ",
+                     PrecisionName(precision_), " on ", device_.str()));
+  }
+
+  // The mean next-token loss of `batch` ([B, seq_len + 1] tokens), in --precision.
+  torch::Tensor Loss(const torch::Tensor& batch) {
+    AutocastScope autocast(device_, precision_);
+    return model_->Loss(batch.narrow(1, 0, cfg_.seq_len), batch.narrow(1, 1, cfg_.seq_len));
   }
 
   // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
@@ -480,7 +505,9 @@ class Trainer {
     const int seq_len = cfg_.seq_len;
     absl::Time step_start = absl::Now();
     absl::Duration data_time;
-    double loss_sum = 0;
+    // The step's losses stay on the device until a logged step reads them: reading each would make
+    // the host wait for every micro-step's forward pass.
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
     for (int micro = 0; micro < grad_accum_; ++micro) {
       absl::Time d0 = absl::Now();
       if (state_.batch >= sampler_->batches_per_epoch()) {
@@ -493,12 +520,12 @@ class Trainer {
       bool last = micro == grad_accum_ - 1;
       ddp_->set_sync(last);
       if (last) ddp_->Prepare();
-      torch::Tensor loss = model_->Loss(batch.narrow(1, 0, seq_len), batch.narrow(1, 1, seq_len));
+      torch::Tensor loss = Loss(batch);
       (loss / grad_accum_).backward();
-      loss_sum += loss.item<double>();
+      loss_sum += loss.detach();
     }
     Collective("gradient all-reduce", [&] { ddp_->Finish(); });
-    double grad_norm = torch::nn::utils::clip_grad_norm_(params_, cfg_.grad_clip);
+    torch::Tensor grad_norm_on_device = ClipGradNorm(params_, cfg_.grad_clip);
     // A checkpoint round's copy of the state may still be going on (CheckpointRounds): the
     // optimizer step must not change what it copies. The wait counts as the round's pause.
     if (absl::Duration waited = rounds_->AwaitSnapshot(); waited > absl::ZeroDuration()) {
@@ -511,7 +538,7 @@ class Trainer {
       model_->zero_grad();
     } else {
       for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-      optimizer_->step();
+      StepAdamW(*optimizer_);
       optimizer_->zero_grad();
     }
     state_.step = step;
@@ -523,7 +550,8 @@ class Trainer {
     double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
 
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
-      last_loss_ = AllReduceMean(loss_sum / grad_accum_);
+      last_loss_ = AllReduceMean(loss_sum.item<double>() / grad_accum_);
+      const double grad_norm = grad_norm_on_device.item<double>();
       // Since the last logged step: everything the loop did, logging and reporting included, on
       // every thread (the metrics reporter, gRPC, a checkpoint's writer): on a busy node, the step's cost.
       const double cpu_now = ProcessCpuSeconds();
@@ -584,7 +612,7 @@ class Trainer {
       for (int64_t k = i; k < std::min(per_rank, i + cfg_.batch_size); ++k)
         ids.push_back(train_samples_ + k * world_ + rank_);
       torch::Tensor batch = Batch(ids);
-      torch::Tensor loss = model_->Loss(batch.narrow(1, 0, cfg_.seq_len), batch.narrow(1, 1, cfg_.seq_len));
+      torch::Tensor loss = Loss(batch);
       sum += loss.item<double>() * static_cast<double>(ids.size());
       count += static_cast<double>(ids.size());
     }
@@ -602,14 +630,6 @@ class Trainer {
   // A round's pause is reported with the next step's point.
   void Checkpoint(int64_t step) {
     CollectCheckpoint(rounds_->Wait());  // at most one round in flight
-    // Every point up to this step is stored before the round begins, so a checkpoint at S means
-    // the history holds every step to S: a rank killed later resumes from S and logs only what
-    // comes after it again (a failed delivery is said, and the round goes on).
-    if (reporter_) {
-      if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
-        DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
-      }
-    }
     absl::StatusOr<absl::Duration> paused =
         zero_ ? rounds_->StartZero(model_, *zero_, state_) : rounds_->Start(model_, *optimizer_, state_);
     if (!paused.ok()) {
@@ -696,6 +716,7 @@ class Trainer {
   int threads_ = 1;
   std::string exp_dir_;
   torch::Device device_ = torch::kCPU;  // cuda:<local rank> with NCCL
+  Precision precision_ = Precision::kFp32;
   c10::intrusive_ptr<CommGroup> group_;
 
   std::unique_ptr<Gpt2Tokenizer> tokenizer_;
@@ -735,7 +756,9 @@ int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_
   bool fatal = false;  // restarting cannot help: the run fails without spending a restart
   int code = kExitFailed;
   try {
-    return trainer.Run();
+    code = trainer.Run();
+    trainer.CloseProcessGroup(/*clean=*/code == kExitOk);
+    return code;
   } catch (const CollectiveError& e) {
     message = e.what();
     type = "CollectiveError";
@@ -772,6 +795,7 @@ int RunReportingFailure(Trainer& trainer, Agent& agent, const std::atomic<int64_
     absl::SleepFor(window);
   }
   DT_LOG(Error) << type << ": " << message;
+  trainer.CloseProcessGroup(/*clean=*/false);
   // Heartbeats end first: the run's end that this report brings about would otherwise come back as
   // a heartbeat's STOP and end this process as a victim (exit 3) before it returns its own code.
   agent.StopHeartbeats();

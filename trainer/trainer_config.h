@@ -55,6 +55,8 @@ struct TrainerConfig {
   double beta2 = 0.95;
   int64_t warmup_steps = 0;
   double grad_clip = 1.0;
+  // "fp32", or "bf16": autocast's bf16 for the forward passes, fp32 weights and AdamW state.
+  std::string precision = "fp32";
   int zero = 0;  // ZeRO stage: 0, or 1 (AdamW's moments partitioned across the ranks)
   int64_t ckpt_freq = 0;
   // Asynchronous checkpoint rounds: training pauses only while the writer copies the state into

@@ -1,8 +1,12 @@
 #include "trainer/zero_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
 #include <type_traits>
 
+#include <torch/version.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
@@ -18,7 +22,9 @@ namespace {
 template <typename Map>
 typename Map::key_type StateKey(const torch::Tensor& p) {
   if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    std::ostringstream key;  // as LibTorch 1.x's AdamW writes it (c10::guts::to_string, gone in 2.11)
+    key << p.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return p.unsafeGetTensorImpl();
   }
@@ -216,6 +222,85 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(const std::vector<torch::Tensor>&
   return AdamWOver(std::move(decay), std::move(no_decay), s, /*keep_empty_groups=*/true);
 }
 
+namespace {
+
+// One AdamW step's tensors, of parameters about to take the same step (whose bias corrections are
+// the same), in groups of at most kStepGroupElements elements: the temporaries of a group (the
+// denominators) stay that small.
+struct StepGroup {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  int64_t elements = 0;
+};
+constexpr int64_t kStepGroupElements = int64_t{1} << 24;
+
+void StepGroupOf(const StepGroup& g, int64_t step, const torch::optim::AdamWOptions& o) {
+  const double lr = o.lr(), beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  if (o.weight_decay() != 0) at::_foreach_mul_(g.params, 1 - lr * o.weight_decay());
+  at::_foreach_mul_(g.exp_avgs, beta1);
+  at::_foreach_add_(g.exp_avgs, g.grads, 1 - beta1);
+  at::_foreach_mul_(g.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(g.exp_avg_sqs, g.grads, g.grads, 1 - beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(g.exp_avg_sqs);
+  at::_foreach_div_(denom, std::sqrt(bias_correction2));
+  at::_foreach_add_(denom, o.eps());
+  at::_foreach_addcdiv_(g.params, g.exp_avgs, denom, -lr / bias_correction1);
+}
+
+}  // namespace
+
+void StepAdamW(torch::optim::AdamW& optimizer) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups()) {
+    const auto& options = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    TORCH_CHECK(!options.amsgrad(), "StepAdamW does not offer amsgrad");
+    std::map<int64_t, std::vector<StepGroup>> by_step;
+    for (const torch::Tensor& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = optimizer.state()[StateKey<AdamWStateMap>(p)];
+      if (!slot) {  // the first step: zero moments, as AdamW makes them
+        auto state = std::make_unique<torch::optim::AdamWParamState>();
+        state->step(0);
+        state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(state);
+      }
+      auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
+      state.step(state.step() + 1);
+      std::vector<StepGroup>& groups = by_step[state.step()];
+      if (groups.empty() || groups.back().elements + p.numel() > kStepGroupElements) groups.emplace_back();
+      StepGroup& g = groups.back();
+      g.params.push_back(p);
+      g.grads.push_back(p.grad());
+      g.exp_avgs.push_back(state.exp_avg());
+      g.exp_avg_sqs.push_back(state.exp_avg_sq());
+      g.elements += p.numel();
+    }
+    for (const auto& [step, groups] : by_step) {
+      for (const StepGroup& g : groups) StepGroupOf(g, step, options);
+    }
+  }
+}
+
+torch::Tensor ClipGradNorm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return torch::zeros({});
+  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  torch::Tensor coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_mul_(grads, coef);
+#else
+  for (torch::Tensor& g : grads) g.mul_(coef);  // 1.13 has no _foreach_mul_ by a tensor
+#endif
+  return total;
+}
+
 ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, int rank, int world, const AdamWSettings& settings,
                      int64_t share_bucket_elements)
     : params_(std::move(params)), rank_(rank), world_(world) {
@@ -263,7 +348,7 @@ void ZeroAdamW::Step(double lr) {
         grad.defined() ? grad.reshape({-1}).narrow(0, mine_[i].offset, mine_[i].length) : torch::Tensor();
   }
   for (auto& group : adamw_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  adamw_->step();
+  StepAdamW(*adamw_);
   for (torch::Tensor& piece : pieces_) piece.mutable_grad() = torch::Tensor();  // the gradients are the model's
 }
 

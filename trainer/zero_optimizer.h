@@ -80,6 +80,18 @@ absl::Status SetAdamWMoments(torch::optim::AdamW& optimizer, const std::vector<t
 int64_t AdamWStateBytes(torch::optim::AdamW& optimizer);
 std::unique_ptr<torch::optim::AdamW> MakeAdamW(const std::vector<torch::Tensor>& params, const AdamWSettings& s);
 
+// One step of `optimizer`, computed as torch::optim::AdamW::step computes it, but in multi-tensor
+// (_foreach) kernels over groups of parameters: on a GPU, LibTorch's ten kernels per parameter
+// (1,500 for GPT-2 small) kept the device idle while the host queued them. The moments and step
+// counts stay in the optimizer's state, so checkpoints are unchanged. amsgrad is not offered.
+void StepAdamW(torch::optim::AdamW& optimizer);
+
+// Scales the gradients of `params` so that their total 2-norm is at most `max_norm`, as
+// torch::nn::utils::clip_grad_norm_ does, and returns that norm (before clipping) as a 0-dim
+// tensor on their device: not read back, so that the host queues the optimizer's kernels while
+// the device still runs the backward pass.
+torch::Tensor ClipGradNorm(const std::vector<torch::Tensor>& params, double max_norm);
+
 class ZeroAdamW {
  public:
   // Elements of each rank's range per all-gather of ShareParameters (4 MiB of float).

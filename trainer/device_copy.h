@@ -1,0 +1,45 @@
+// The device-to-host half of an asynchronous checkpoint on a GPU: the snapshot's copies run on a
+// side stream of the device, into pinned host buffers, so they overlap the next step's forward and
+// backward passes instead of stalling training at the step boundary. The training stream then waits
+// for them on the device (not the host) before its optimizer step changes what they copy; the
+// checkpoint's writer waits for them on the host before it serialises the buffers.
+//
+// Written against c10's device-generic stream and event interface, so it compiles with any
+// LibTorch (Debian's CPU build too) and runs wherever a tensor lives on a device with streams.
+#pragma once
+
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace dt {
+
+class DeviceToHostCopies {
+ public:
+  // Copies from `device`, starting after everything its current stream has queued so far.
+  explicit DeviceToHostCopies(torch::Device device);
+  // Queues `to` = `from` on the side stream. `to`: host memory of `from`'s shape and type, pinned
+  // for the copy to run asynchronously (a pageable one makes it wait).
+  void Add(const torch::Tensor& to, const torch::Tensor& from);
+  // After the last Add: marks where the copies end.
+  void Seal();
+  // The device's current stream waits, on the device, for the copies: work queued on it afterwards
+  // may change their sources. The host does not wait.
+  void OrderBeforeNextDeviceWork() const;
+  // Whether every copy has finished.
+  bool done() const;
+  // Waits on the host until every copy has finished.
+  void Wait() const;
+
+ private:
+  c10::impl::VirtualGuardImpl guard_;
+  torch::Device device_;
+  c10::Stream side_;
+  c10::Event copied_;
+  std::vector<torch::Tensor> sources_;  // alive until copied (the live state usually is anyway)
+};
+
+}  // namespace dt
