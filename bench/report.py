@@ -8,7 +8,8 @@ them) and "How measured": one line per group of rows that share a method, from H
 (keep it in step with bench/ when a benchmark's method or row names change). Why a figure is what
 it is goes in bench/findings.md, which the header links to.
 
-DT_BENCH_MACHINE and DT_BENCH_DATE, when set, replace the machine (from lscpu) and today's date:
+DT_BENCH_MACHINE and DT_BENCH_DATE, when set, replace the machine (from lscpu) and today's date,
+DT_BENCH_COMMAND the command named as the table's writer (scripts/gpu-check.sh for the GPU rows):
 for writing the page again from an earlier run's results.
 """
 import datetime
@@ -183,6 +184,39 @@ HOW_MEASURED = [
      "(`checkpoint_pause_seconds` of the next step's point: Begin, the copies left on the step, the optimizer "
      "step's wait for the rest), the largest over the ranks, median. Anchor: rank 0's `checkpoint_seconds` "
      "(Begin to commit), median."),
+    (r"GPU training throughput, .*against torch\.compile", "GPU training throughput against torch.compile",
+     "The bf16 dttrainer run of the GPU training throughput rows. Anchor: bench/python/gpt2_gpu.py with `--compile` (torch.compile of "
+     "the model, loss included; bf16 autocast), 5 untimed steps (the compilation among them), then 30 (20 quick); "
+     "tokens/s = 8,192 / median step time. No goal: torch.compile is shown beside eager, not as dt's target."),
+    (r"GPU training throughput, ", "GPU training throughput, GPT-2 124M (fp32, bf16)",
+     "`trainer_bench.py gpu` (a CUDA build in DT_BENCH_BIN, a CUDA torch in DT_BENCH_PYTHON): dttrainer through "
+     "`dtctl submit --nproc-per-node 1` (no --omp-threads: dtctl's default, the cores) with `--backend nccl "
+     "--precision fp32|bf16 --log-freq 1`, GPT-2 124M (12 layers of 768, 12 heads), batch 8 x 1024 tokens, 35 "
+     "steps (25 quick) on one GPU; per step, the time from the previous step's metric point to its own (rank 0's "
+     "`dtctl metrics`; the whole loop: the optimizer's device work, which the step's `step_time_s` can leave to "
+     "the next step's sync, and the per-step logging included), after the first 5; tokens/s = 8,192 / median. "
+     "Anchor: bench/python/gpt2_gpu.py (gpt2_ddp.py's model, the same shape, batch and precision; eager "
+     "PyTorch; AdamW lr 3e-4, betas 0.9/0.95, weight decay 0.1 on matrices, clip_grad_norm_ 1.0; bf16 = "
+     "torch.autocast around forward and loss, fp32 weights and AdamW, no grad scaler; fp32 without TF32, torch's "
+     "default; random tokens on the device), 5 untimed steps, then 30 (20 quick) each timed to "
+     "torch.cuda.synchronize(); tokens/s = 8,192 / median. One run a side, the anchor first."),
+    (r"GPU MFU, ", "GPU MFU, GPT-2 124M (fp32, bf16)",
+     "The throughput rows' tokens/s x FLOPs per token over the device's dense peak, in percent. FLOPs per token: "
+     "the nanoGPT / PaLM convention, 6 N (N the parameters less the position embedding) + 12 x layers x n_embd x "
+     "seq (attention), 855 M for GPT-2 124M at 1024 tokens. Peak by device name (gpt2_gpu.py): H100 and H200 "
+     "SXM 989.4 TFLOPS bf16 (dense), 66.9 fp32 (no TF32). Anchor: the same for eager PyTorch."),
+    (r"GPU checkpoint stall per round, ", "GPU checkpoint stall per round, GPT-2 124M",
+     "`trainer_bench.py gpu`: dttrainer as in the throughput rows, bf16, 95 steps, an asynchronous round every "
+     "30 (`--ckpt-freq 30`, about 2.4 s apart, longer than a round's write); for each round begun at step S (30, "
+     "60, 90), the time from S's metric point to S + 1's (what the loop did between them: a wait for a round "
+     "still in flight, BeginCheckpoint, queueing the device-to-host copies on their side stream, step S + 1 with "
+     "its optimizer step's wait on the device for the copies) less the median of that time for the steps not "
+     "after a round, after the first 5; median of the rounds. Anchor: that median step time. Goal absolute: "
+     "<= 10 ms."),
+    (r"GPU checkpoint pause per round, ", "GPU checkpoint pause per round (dttrainer's own figure)",
+     "The same rounds: dttrainer's `checkpoint_pause_seconds` of step S + 1's point (BeginCheckpoint and "
+     "queueing the copies, plus a host copy's rest at the optimizer step; not a wait for the round before), "
+     "median. Anchor: `checkpoint_seconds` (the round's start to its commit), median. No goal."),
     (r"step time with a live stack capture", "step time with a live stack capture",
      "`trainer_bench.py capture-cost`: 2-rank dttrainer runs (tiny GPT-2, 120 steps, 300 full) while `dtctl "
      "stacks` captures every rank every 10 s; mean of rank 0's step times after the first 5; 1 pair (2 full), "
@@ -244,12 +278,15 @@ def main():
             groups.append(found)
 
     with open(md_file, "w") as f:
-        f.write("# dt benchmarks\n\n")
-        f.write("Written by `scripts/bench.sh%s` (`bench/report.py`) on %s, on one machine: %s. "
+        f.write("# dt benchmarks%s\n\n" % (" on a GPU" if "gpu-check" in (os.environ.get("DT_BENCH_COMMAND") or "") else ""))
+        command = os.environ.get("DT_BENCH_COMMAND") or "scripts/bench.sh%s" % (" --quick" if mode == "quick" else "")
+        f.write("Written by `%s` (`bench/report.py`) on %s, on one machine: %s. "
                 "Ratios = dt / anchor measured in the same run, on the same machine; the goal and whether this run "
                 "met it are the last columns. These machines are noisy: compare ratios, not absolute figures. How "
-                "each row is measured is below the table; why a figure is what it is, in [bench/findings.md](%s).\n\n"
-                % (" --quick" if mode == "quick" else "", date, machine, findings))
+                "each row is measured is below the table; why a figure is what it is, in [bench/findings.md](%s).%s"
+                "\n\n" % (command, date, machine, findings, "" if "gpu-check" in command else
+                           " GPU rows (dttrainer against PyTorch on the same card): [benchmarks-gpu.md]"
+                           "(benchmarks-gpu.md), written by `scripts/gpu-check.sh` on a GPU machine."))
         f.write("| what | dt | anchor | anchor figure | ratio | goal | met | machine | date |\n")
         f.write("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
         for r in results:

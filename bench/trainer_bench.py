@@ -22,6 +22,11 @@
   5. Memory of --zero 1 against --zero 0 (GPT-2 small at 2 and 4 ranks): the AdamW moments each
      rank holds (goal: 1/world of them) and each rank's peak resident memory; the training stall
      of a --zero 1 sharded round against its write time (goal <= 0.1x).
+  6. gpu (not in the default list: it needs a CUDA build of dt, a CUDA torch in DT_BENCH_PYTHON and
+     a GPU): GPT-2 124M, batch 8 x 1024 tokens, one GPU, dttrainer --precision fp32 and bf16 vs
+     bench/python/gpt2_gpu.py (the same model, batch and precision in eager PyTorch): tokens/s
+     (goal >= 1x) and MFU; beside it, without a goal, torch.compile in bf16. Then the training
+     stall of an asynchronous checkpoint round (bf16, a round every 10 steps): goal <= 10 ms.
 
 Results go to $DT_BENCH_OUT as JSON lines (see bench/bench_util.h); DT_BENCH_QUICK=1 shortens.
 """
@@ -37,10 +42,13 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "bin")
+# DT_BENCH_BIN: dt's binaries (dtcoord, dtctl, dttrainer) from another build, e.g. a CUDA one;
+# DT_BENCH_PYTHON: the anchors' Python, e.g. a virtual environment with a CUDA torch.
+BIN = os.environ.get("DT_BENCH_BIN") or os.path.join(ROOT, "build", "bin")
 DATA = os.path.join(ROOT, "data")
-PY = "/usr/bin/python3"
+PY = os.environ.get("DT_BENCH_PYTHON") or "/usr/bin/python3"
 ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
+GPU_ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_gpu.py")
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
 QUICK = os.environ.get("DT_BENCH_QUICK") == "1"
 # Launch rounds each side: an odd count in quick mode, so the median is a round, not the mean of two.
@@ -98,9 +106,11 @@ def dt_trainer_args(trainer_args):
             "--eval-split", "0", *trainer_args]
 
 
-def dt_submit(coord, name, procs, trainer_args):
+def dt_submit(coord, name, procs, trainer_args, omp_threads=1):
+    """`omp_threads` None: no --omp-threads, dtctl's local default (cores / trainers)."""
+    threads = ["--omp-threads", str(omp_threads)] if omp_threads is not None else []
     r = coord.dtctl("submit", "-o", "json", "--name", name, "--save-dir", os.path.join(WORK, "runs"),
-                    "--nproc-per-node", str(procs), "--omp-threads", "1", "--", *dt_trainer_args(trainer_args))
+                    "--nproc-per-node", str(procs), *threads, "--", *dt_trainer_args(trainer_args))
     return json.loads(r.stdout)
 
 
@@ -533,6 +543,163 @@ def capture_cost():
            medians["off"], "<= 1.05x", 1.05)
 
 
+GPU_SHAPE = (768, 12, 12, 1024, 8)  # GPT-2 124M: n_embd, n_layer, n_head, seq (= n_positions), batch
+
+
+def gpu_anchor(precision, steps, warmup, compile=False):
+    """bench/python/gpt2_gpu.py on GPU_SHAPE: its DT_BENCH_RESULT (step_times, tokens_per_s, mfu,
+    flops_per_token, peak_tflops, ...)."""
+    n_embd, n_layer, n_head, seq, batch = GPU_SHAPE
+    cmd = [PY, GPU_ANCHOR, "--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head),
+           "--n-positions", str(seq), "--seq-len", str(seq), "--batch-size", str(batch), "--steps", str(steps),
+           "--warmup", str(warmup), "--precision", precision, "--device", "cuda"] + (["--compile"] if compile else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    m = re.search(r"DT_BENCH_RESULT (\{.*\})", r.stdout)
+    if r.returncode != 0 or not m:
+        raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(cmd), r.returncode, r.stdout[-2000:], r.stderr[-4000:]))
+    return json.loads(m.group(1))
+
+
+def dt_gpu_run(coord, name, trainer_args):
+    """A 1-rank dttrainer run on the GPU: rank 0's step points as {step: (step_time_s, time)} (the
+    time a point was made: Unix seconds, at the end of the step's loop body, before a checkpoint
+    round begun at that step), and {key: {step: value}} of the checkpoint metrics. Its files are
+    removed after (each checkpoint of GPT-2 124M with AdamW is 1.5 GB)."""
+    n_embd, n_layer, n_head, seq, batch = GPU_SHAPE
+    # No --omp-threads 1: one trainer on a GPU gets dtctl's local default (the cores), as the
+    # anchor gets torch's (the cores); --omp-threads 1 is for several CPU ranks sharing the cores.
+    run = dt_submit(coord, name, 1, shape_args(n_embd, n_layer, n_head, seq, batch) +
+                    ["--backend", "nccl", "--log-freq", "1"] + trainer_args, omp_threads=None)
+    dt_wait(coord, run["run_id"])
+
+    def records(key):
+        return json.loads(coord.dtctl("metrics", run["run_id"], "--key", key, "--rank", "0", "-o", "json").stdout)
+    steps = {r["step"]: (r["value"], r["time"]) for r in records("step_time_s")}
+    ckpt = {key: {r["step"]: r["value"] for r in records(key)}
+            for key in ("checkpoint_pause_seconds", "checkpoint_seconds")}
+    shutil.rmtree(run["exp_dir"], ignore_errors=True)
+    return steps, ckpt
+
+
+def step_periods(steps, skip, after_rounds=()):
+    """{step: seconds from the previous step's point to this one's}, steps after the first `skip`
+    and not right after a checkpoint round (`after_rounds`: the steps rounds began at): the whole
+    loop per step, the optimizer's device work and the per-step logging included."""
+    return {k: steps[k][1] - steps[k - 1][1] for k in sorted(steps)
+            if k > skip and k - 1 in steps and k - 1 not in after_rounds}
+
+
+def check_gpu_build():
+    trainer = os.path.join(BIN, "dttrainer")
+    version = subprocess.run([trainer, "--version"], capture_output=True, text=True).stdout
+    if "nccl" not in version:
+        raise RuntimeError("gpu: %s is not a CUDA build (--version: %r); set DT_BENCH_BIN" % (trainer, version.strip()))
+    if "--precision" not in subprocess.run([trainer, "--help"], capture_output=True, text=True).stdout:
+        raise RuntimeError("gpu: %s has no --precision flag (fp32|bf16)" % trainer)
+    print("dttrainer %s; anchor python %s" % (version.strip(), PY))
+
+
+def gpu():
+    """GPT-2 124M, batch 8 x 1024, one GPU: dttrainer vs gpt2_gpu.py in fp32 and bf16 (tokens/s,
+    goal >= 1x eager; MFU beside), the checkpoint stall per round (goal <= 10 ms), torch.compile
+    in bf16 beside (no goal). About 3 to 4 minutes on an H200, most of it torch.compile."""
+    check_gpu_build()
+    n_embd, n_layer, n_head, seq, batch = GPU_SHAPE
+    steps = 20 if QUICK else 30
+    skip = 5
+    coord = Coordinator()
+    dt_tps_by, dt_period_by = {}, {}
+    try:
+        for precision in ("fp32", "bf16"):
+            eager = gpu_anchor(precision, steps, skip)
+            dt_steps, _ = dt_gpu_run(coord, "gpu-%s" % precision, ["--precision", precision,
+                                                                   "--max-steps", str(steps + skip)])
+            periods = list(step_periods(dt_steps, skip).values())
+            dt_period_by[precision] = statistics.median(periods)
+            dt_tps = dt_tps_by[precision] = batch * seq / dt_period_by[precision]
+            reported = batch * seq / statistics.median(v for k, (v, _) in dt_steps.items() if k > skip)
+            print("%s: dttrainer %.0f tokens/s (point to point; %.0f from its step_time_s), eager %.0f tokens/s "
+                  "on %s, torch %s, fp32 matmul %s" % (precision, dt_tps, reported, eager["tokens_per_s"],
+                                                       eager["device"], eager["torch"], eager["fp32_matmul"]))
+            name = "GPT-2 124M, batch %dx%d, %s" % (batch, seq, precision)
+            report("GPU training throughput, " + name, dt_tps, "tokens/s", "PyTorch eager (Python)",
+                   eager["tokens_per_s"], ">= 1x", 1.0, higher=True)
+            peak = eager["peak_tflops"]
+            if peak:
+                dt_mfu = dt_tps * eager["flops_per_token"] / (peak * 1e12)
+                print("%s MFU (peak %.1f TFLOPS, %.4g FLOPs/token): dttrainer %.1f%%, eager %.1f%%" % (
+                    precision, peak, eager["flops_per_token"], 100 * dt_mfu, 100 * eager["mfu"]))
+                report("GPU MFU, " + name, 100 * dt_mfu, "%", "PyTorch eager (Python)", 100 * eager["mfu"], "")
+            else:
+                print("%s MFU: no peak known for %s (gpt2_gpu.py --peak-tflops)" % (precision, eager["device"]))
+
+        gpu_checkpoint_stall(coord, dt_period_by["bf16"])
+        gpu_compile_row(dt_tps_by["bf16"], steps, skip)
+    finally:
+        coord.stop()
+
+
+def gpu_checkpoint_stall(coord, bf16_period=None):
+    """The checkpoint stall of dttrainer's asynchronous rounds on the GPU (row and goal: report.py)."""
+    skip = 5
+    # The checkpoint stall: rounds begun at steps 30, 60 and 90 (95 steps), bf16. 30 steps (about
+    # 2.4 s) outlast a round's write (1.5 s on the H200): a round that began while the last was
+    # still writing would wait for it, a cost of rounds closer than their write, not of a round.
+    freq, ckpt_steps = 30, 95
+    dt_steps, ckpt = dt_gpu_run(coord, "gpu-ckpt", ["--precision", "bf16", "--max-steps", str(ckpt_steps),
+                                                    "--ckpt-freq", str(freq)])
+    rounds = [s for s in range(freq, ckpt_steps, freq) if s + 1 in dt_steps]
+    base = statistics.median(step_periods(dt_steps, skip, rounds).values())
+    # What a round begun at S costs training: the time from S's point to S + 1's (the wait for
+    # a round still in flight, BeginCheckpoint, queueing the copies, the optimizer step's wait
+    # for them, step S + 1) less a step without a round.
+    stalls = [dt_steps[s + 1][1] - dt_steps[s][1] - base for s in rounds]
+    pauses = [ckpt["checkpoint_pause_seconds"].get(s + 1, 0.0) for s in rounds]
+    writes = list(ckpt["checkpoint_seconds"].values())
+    # Beside it, whether a write in flight slows the steps it overlaps (not in the row): the
+    # steps S + 2 .. S + freq, against the bf16 run without rounds.
+    overlapped = statistics.median(p for k, p in step_periods(dt_steps, skip).items()
+                                   if any(s + 2 <= k <= s + freq for s in rounds))
+    print("checkpoint rounds at steps %s: stall %s ms, dttrainer's checkpoint_pause_seconds %s ms; writes %s s; "
+          "step without a round %.1f ms (%s in the bf16 run without rounds; %.1f ms for steps 2 to %d "
+          "after a round), %.2f s between rounds" % (
+              rounds, ["%.1f" % (1e3 * s) for s in stalls], ["%.1f" % (1e3 * p) for p in pauses],
+              ["%.2f" % w for w in writes], 1e3 * base,
+              "%.1f ms" % (1e3 * bf16_period) if bf16_period else "not measured", 1e3 * overlapped, freq,
+              freq * base))
+    stall_ms = 1e3 * statistics.median(stalls)
+    report("GPU checkpoint stall per round, GPT-2 124M", stall_ms, "ms", "step without a round (median)",
+           1e3 * base, "<= 10 ms (absolute)", 0, met=stall_ms <= 10)
+    report("GPU checkpoint pause per round, dttrainer's checkpoint_pause_seconds, GPT-2 124M",
+           1e3 * statistics.median(pauses), "ms", "the round's write time (median)",
+           1e3 * statistics.median(writes) if writes else 0, "")
+
+
+def gpu_compile_row(dt_bf16_tps, steps, skip):
+    """torch.compile beside, bf16 only (its compilation takes about a minute): no goal, so a torch
+    without it (or without Triton or a C compiler for its kernels) skips the row."""
+    batch, seq = GPU_SHAPE[4], GPU_SHAPE[3]
+    try:
+        compiled = gpu_anchor("bf16", steps, skip, compile=True)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print("torch.compile anchor skipped: %s" % str(e)[-1500:])
+        return
+    print("bf16 torch.compile: %.0f tokens/s%s" % (compiled["tokens_per_s"], ", MFU %.1f%%" % (
+        100 * compiled["mfu"]) if compiled["mfu"] else ""))
+    report("GPU training throughput, GPT-2 124M, batch %dx%d, bf16, against torch.compile" % (batch, seq),
+           dt_bf16_tps, "tokens/s", "PyTorch torch.compile (Python)", compiled["tokens_per_s"], "")
+
+
+def gpu_checkpoint_only():
+    """`gpu-ckpt`: the checkpoint stall row alone (a short run on a GPU machine)."""
+    check_gpu_build()
+    coord = Coordinator()
+    try:
+        gpu_checkpoint_stall(coord)
+    finally:
+        coord.stop()
+
+
 def main():
     which = sys.argv[1:] or ["launch", "exec-launch", "throughput", "metrics-cost", "capture-cost", "zero-memory",
                              "zero-stall"]
@@ -552,6 +719,10 @@ def main():
             zero_memory()
         if "zero-stall" in which:
             zero_stall()
+        if "gpu" in which:
+            gpu()
+        if "gpu-ckpt" in which:
+            gpu_checkpoint_only()
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
 

@@ -6,7 +6,8 @@ Run under torchrun (python3-torch 1.13):
   python3 -m torch.distributed.run --standalone --nproc_per_node N --redirects 1 --tee 1 gpt2_ddp.py [flags]
 
 Prints "DT_BENCH_FIRST_STEP" from rank 0 after the first optimizer step and, at the end, one JSON
-line "DT_BENCH_RESULT {...}" with the per-step times of rank 0.
+line "DT_BENCH_RESULT {...}" with the per-step times of rank 0. gpt2_gpu.py (the single-process GPU
+anchor) imports this file's model classes.
 """
 import argparse
 import json
@@ -70,7 +71,7 @@ class GPT2(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
