@@ -7,7 +7,7 @@
 #                                       dtcoord dtctl dttrainer trainer_cuda_e2e_test in build-gpu/
 #                                       against the wheel's LibTorch; run the test, then
 #                                       bench/trainer_bench.py gpu where it exists. Logs in $OUT.
-#                                       DT_GPU_TEST_TIMEOUT (300 s), DT_GPU_BENCH_TIMEOUT (180 s),
+#                                       DT_GPU_TEST_TIMEOUT (300 s), DT_GPU_BENCH_TIMEOUT (300 s),
 #                                       DT_GPU_BENCH=0 (no benchmark), DT_GPU_JOBS (16),
 #                                       DT_GPU_TEST_FILTER (a gtest filter), DT_GPU_BENCH_MODE (gpu;
 #                                       gpu-ckpt: the checkpoint stall row alone).
@@ -196,7 +196,7 @@ bench() {
   if [[ ${DT_GPU_BENCH:-1} == 0 ]]; then log "DT_GPU_BENCH=0: not run"; return 0; fi
   if ! grep -qE "[\"']gpu[\"']" bench/trainer_bench.py; then log "bench/trainer_bench.py has no gpu mode: not run"; return 0; fi
   DT_BENCH_BIN=$B/bin DT_BENCH_OUT=$OUT/bench.jsonl DT_BENCH_PYTHON=$(command -v python3) PYTHONUNBUFFERED=1 \
-    timeout "${DT_GPU_BENCH_TIMEOUT:-180}" python3 bench/trainer_bench.py "${DT_GPU_BENCH_MODE:-gpu}" || return
+    timeout "${DT_GPU_BENCH_TIMEOUT:-300}" python3 bench/trainer_bench.py "${DT_GPU_BENCH_MODE:-gpu}" || return
   # The page for docs/benchmarks-gpu.md, the card and its software named as the machine.
   local machine
   machine=$(python3 -c 'import torch, os

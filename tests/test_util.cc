@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -339,6 +340,43 @@ void ExpectResumedLossesMatch(const CoordinatorProcess& coord, const std::string
     EXPECT_EQ(got[i].step(), from + 1 + i);
     EXPECT_EQ(got[i].value(), want[from + i].value()) << "step " << from + 1 + i;  // bit for bit
   }
+}
+
+void ExpectResumeAfterACrashIsExact(const CoordinatorProcess& coord, const std::string& save_dir,
+                                    const std::string& log_dir, const std::string& name,
+                                    const std::vector<std::string>& args, int crash_step, int steps,
+                                    const TrainRun& train) {
+  const std::string straight_name = name + "-straight", crashed_name = name + "-crashed";
+  v1::SubmitRunResponse straight = train(straight_name, args, 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  std::vector<std::string> crash_args = args;
+  crash_args.insert(crash_args.end(), {"--exit-after-step", std::to_string(crash_step)});
+  v1::SubmitRunResponse crashed = train(crashed_name, crash_args, 137);
+  if (::testing::Test::HasFatalFailure()) return;
+  // The coordinator notices the vanished ranks; the run (no restarts allowed) fails.
+  ASSERT_TRUE(WaitFor([&] { return coord.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
+  v1::SubmitRunResponse resumed = train(crashed_name, args, 0);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(resumed.resume_step(), crash_step);
+  EXPECT_NE(Slurp(TrainerLog(log_dir, resumed, 0)).find("resumed from"), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(ExpectResumedLossesMatch(coord, straight.run_id(), resumed.run_id(), crash_step, steps));
+  EXPECT_EQ(CheckpointMaxAbsDiff(save_dir, straight_name, crashed_name, steps), 0.0);
+  EXPECT_EQ(CheckpointMaxAbsDiff(save_dir, straight_name, crashed_name, crash_step), 0.0);
+}
+
+double ExpectLossesClose(const CoordinatorProcess& coord, const std::string& reference, const std::string& run,
+                         double relative, size_t points) {
+  std::vector<v1::MetricRecord> want = coord.Metrics(reference, "loss", 0);
+  std::vector<v1::MetricRecord> got = coord.Metrics(run, "loss", 0);
+  EXPECT_EQ(want.size(), points);
+  EXPECT_EQ(got.size(), points);
+  double worst = 0;
+  for (size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+    EXPECT_EQ(got[i].step(), want[i].step());
+    EXPECT_NEAR(got[i].value(), want[i].value(), relative * want[i].value()) << "step " << want[i].step();
+    worst = std::max(worst, std::abs(got[i].value() - want[i].value()) / want[i].value());
+  }
+  return worst;
 }
 
 nlohmann::json DtctlJson(const CommandResult& r) {

@@ -190,6 +190,25 @@ double CheckpointMaxAbsDiff(const std::string& save_dir, const std::string& a, c
 void ExpectResumedLossesMatch(const CoordinatorProcess& coord, const std::string& straight_run,
                               const std::string& resumed_run, int from, int to);
 
+// Submits experiment `name` and trains it with dttrainer `args`, expecting exit code `code` (the
+// ranks and the device are the caller's choice); returns the submission.
+using TrainRun =
+    std::function<v1::SubmitRunResponse(const std::string& name, const std::vector<std::string>& args, int code)>;
+
+// A run of `args` (`steps` steps, a checkpoint at `crash_step`) that vanishes after that checkpoint
+// (--exit-after-step) and is resumed ends bit for bit where one that never stopped ends: every
+// loss after the crash, and the checkpoints at `steps` and at `crash_step` (the straight run copied
+// that one while its next step ran). Experiments `name`-straight and `name`-crashed.
+void ExpectResumeAfterACrashIsExact(const CoordinatorProcess& coord, const std::string& save_dir,
+                                    const std::string& log_dir, const std::string& name,
+                                    const std::vector<std::string>& args, int crash_step, int steps,
+                                    const TrainRun& train);
+
+// Every logged loss of `run` within `relative` of `reference`'s at the same step, `points` of each;
+// returns the largest relative difference.
+double ExpectLossesClose(const CoordinatorProcess& coord, const std::string& reference, const std::string& run,
+                         double relative, size_t points);
+
 // A RunSpec with the given shape, saving under `save_dir`.
 v1::RunSpec MakeSpec(const std::string& name, const std::string& save_dir, int nodes, int procs_per_node,
                      int max_restarts = 0);

@@ -57,35 +57,31 @@ class TrainerCudaE2ETest : public ::testing::Test {
   }
 
   // With dropout, whose masks a GPU draws from the device's generator: a run that vanishes after
-  // its checkpoint at step 4 (--exit-after-step) and is resumed ends bit for bit where a run that
-  // never stopped ends. `extra`: more trainer flags; `name` prefixes the experiments.
+  // its checkpoint at step 4 and is resumed ends bit for bit where a run that never stopped ends
+  // (testing::ExpectResumeAfterACrashIsExact). `extra`: more trainer flags.
   void ExpectResumeAfterACrashIsExact(const std::string& name, const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"--max-steps",  "8", "--ckpt-freq", "4",    "--batch-size",   "2",
                                      "--seed",       "5", "--lr",        "1e-3", "--warmup-steps", "3",
                                      "--eval-split", "0", "--dropout",   "0.1",  "--backend",      "nccl"};
     args.insert(args.end(), extra.begin(), extra.end());
-    const std::string straight_name = name + "-straight", crashed_name = name + "-crashed";
-    auto straight = Submit(straight_name);
-    ASSERT_NO_FATAL_FAILURE(Train(straight, args, 0));
-    std::string log = testing::Slurp(Log(straight));
+    testing::ExpectResumeAfterACrashIsExact(
+        coord_, save_dir_, tmp_.path(), name, args, 4, 8,
+        [&](const std::string& experiment, const std::vector<std::string>& a, int code) {
+          auto run = Submit(experiment);
+          Train(run, a, code);
+          if (code == 0) ExpectCleanNcclRun(run);
+          return run;
+        });
+  }
+
+  // A run on the GPU over NCCL that ended cleanly shut its NCCL group down: LibTorch 2.x warns of
+  // a group never destroyed otherwise.
+  void ExpectCleanNcclRun(const v1::SubmitRunResponse& run) {
+    std::string log = testing::Slurp(Log(run));
     EXPECT_NE(log.find("nccl process group ready"), std::string::npos) << log;
     EXPECT_NE(log.find("device pre-flight on cuda:0"), std::string::npos) << log;
-    // A clean exit shuts the NCCL group down: LibTorch warns of a group never destroyed otherwise.
+    EXPECT_NE(log.find("NCCL process group shut down"), std::string::npos) << log;
     EXPECT_EQ(log.find("has NOT been destroyed"), std::string::npos) << log;
-
-    auto crashed = Submit(crashed_name);
-    auto crash_args = args;
-    crash_args.insert(crash_args.end(), {"--exit-after-step", "4"});
-    ASSERT_NO_FATAL_FAILURE(Train(crashed, crash_args, 137));
-    ASSERT_TRUE(
-        testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
-    auto resumed = Submit(crashed_name);
-    EXPECT_EQ(resumed.resume_step(), 4);
-    ASSERT_NO_FATAL_FAILURE(Train(resumed, args, 0));
-    EXPECT_NE(testing::Slurp(Log(resumed)).find("resumed from"), std::string::npos);
-
-    ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 4, 8));
-    EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, straight_name, crashed_name, 8), 0.0);
   }
 };
 
@@ -94,35 +90,33 @@ TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
 }
 
 // bf16 autocast on the GPU: fp32 master weights and AdamW state, checkpointed whole, so the resume
-// is exact as well. The checkpoint's device-to-host copy runs on a side stream (DeviceToHostCopies)
-// while the next step runs: an exact resume also shows that the copy took the state of its step.
+// is exact as well. The straight run's step-4 copy ran on a side stream (DeviceToHostCopies) beside
+// step 5: its equality with the crashed run's step 4, copied with no step after it, shows the copy
+// took the state of its step. (A tiny model's copy is short; GPT-2 small's was not measured so.)
 TEST_F(TrainerCudaE2ETest, ABf16GpuRunResumesExactlyAfterACrash) {
   ASSERT_NO_FATAL_FAILURE(ExpectResumeAfterACrashIsExact("gpu-bf16", {"--precision", "bf16"}));
 }
 
 // bf16 trains what fp32 trains on the GPU: over 200 steps on the same data and seed, every logged
-// loss within 2% of fp32's.
+// loss within 2% of fp32's (measured on an H200: at most 1.3%).
 TEST_F(TrainerCudaE2ETest, Bf16LossesStayWithinTwoPercentOfFp32OnTheGpu) {
   std::vector<std::string> args = {"--max-steps",    "200", "--batch-size", "8", "--lr",       "2e-3",
                                    "--warmup-steps", "20",  "--eval-split", "0", "--log-freq", "10",
                                    "--backend",      "nccl"};
-  std::map<std::string, std::vector<v1::MetricRecord>> losses;
+  std::map<std::string, std::string> runs;
   for (const char* precision : {"fp32", "bf16"}) {
     auto run = Submit(absl::StrCat("gpu-learn-", precision));
     auto run_args = args;
     run_args.insert(run_args.end(), {"--precision", precision});
     ASSERT_NO_FATAL_FAILURE(Train(run, run_args, 0));
-    losses[precision] = coord_.Metrics(run.run_id(), "loss", 0);
+    EXPECT_NE(testing::Slurp(Log(run)).find(absl::StrCat(precision, " on cuda:0")), std::string::npos);
+    runs[precision] = run.run_id();
   }
-  ASSERT_EQ(losses["fp32"].size(), 20u);
-  ASSERT_EQ(losses["bf16"].size(), 20u);
-  double worst = 0;
-  for (size_t i = 0; i < 20; ++i) {
-    double fp32 = losses["fp32"][i].value(), bf16 = losses["bf16"][i].value();
-    EXPECT_NEAR(bf16, fp32, 0.02 * fp32) << "step " << losses["fp32"][i].step();
-    worst = std::max(worst, std::abs(bf16 - fp32) / fp32);
-  }
-  EXPECT_LT(losses["bf16"].back().value(), losses["bf16"].front().value() - 2.0);  // it learned
+  double worst = testing::ExpectLossesClose(coord_, runs["fp32"], runs["bf16"], 0.02, 20);
+  auto bf16 = coord_.Metrics(runs["bf16"], "loss", 0);
+  ASSERT_EQ(bf16.size(), 20u);
+  EXPECT_LT(bf16.back().value(), bf16.front().value() - 2.0);  // it learned
+  EXPECT_GT(worst, 1e-4);                                      // autocast did run the products in bf16
   std::cout << "bf16 against fp32 on the GPU: largest relative loss difference " << worst << "\n";
 }
 

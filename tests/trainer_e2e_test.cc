@@ -58,35 +58,21 @@ class TrainerE2ETest : public ::testing::Test {
 
   std::string Log(const v1::SubmitRunResponse& run, int rank) { return testing::TrainerLog(tmp_.path(), run, rank); }
 
-  // A 2-rank run that vanishes after its checkpoint at step 10 (--exit-after-step) and is resumed
-  // ends bit for bit where a run that never stopped ends: losses and parameters. `extra`: more
-  // trainer flags; `name` prefixes the experiments.
+  // A 2-rank run of `extra` more flags that vanishes after its checkpoint at step 10 and is
+  // resumed ends bit for bit where a run that never stopped ends (testing::ExpectResumeAfterACrashIsExact).
   void ExpectResumeAfterACrashIsExact(const std::string& name, const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"--max-steps",  "20", "--ckpt-freq", "10",   "--batch-size",   "2",
                                      "--seed",       "5",  "--lr",        "1e-3", "--warmup-steps", "3",
                                      "--eval-split", "0",  "--dropout",   "0.1"};
     args.insert(args.end(), extra.begin(), extra.end());
-    const std::string straight_name = name + "-straight", crashed_name = name + "-crashed";
-    auto straight = Submit(straight_name, 2);
-    auto ps = Start(straight, 2, args);
-    ASSERT_NO_FATAL_FAILURE(ExpectExit(straight, ps, 0));
-
-    auto crashed = Submit(crashed_name, 2);
-    auto crash_args = args;
-    crash_args.insert(crash_args.end(), {"--exit-after-step", "10"});
-    auto pc = Start(crashed, 2, crash_args);
-    ASSERT_NO_FATAL_FAILURE(ExpectExit(crashed, pc, 137));
-    // The coordinator notices the vanished ranks; the run (no restarts allowed) fails.
-    ASSERT_TRUE(
-        testing::WaitFor([&] { return coord_.GetRun(crashed.run_id()).state() == v1::FAILED; }, absl::Seconds(30)));
-    auto resumed = Submit(crashed_name, 2);
-    EXPECT_EQ(resumed.resume_step(), 10);
-    auto pr = Start(resumed, 2, args);
-    ASSERT_NO_FATAL_FAILURE(ExpectExit(resumed, pr, 0));
-    EXPECT_NE(testing::Slurp(Log(resumed, 0)).find("resumed from"), std::string::npos);
-
-    ASSERT_NO_FATAL_FAILURE(testing::ExpectResumedLossesMatch(coord_, straight.run_id(), resumed.run_id(), 10, 20));
-    EXPECT_EQ(testing::CheckpointMaxAbsDiff(save_dir_, straight_name, crashed_name, 20), 0.0);
+    testing::ExpectResumeAfterACrashIsExact(
+        coord_, save_dir_, tmp_.path(), name, args, 10, 20,
+        [&](const std::string& experiment, const std::vector<std::string>& a, int code) {
+          auto run = Submit(experiment, 2);
+          auto procs = Start(run, 2, a);
+          ExpectExit(run, procs, code);
+          return run;
+        });
   }
 
   // Waits for every trainer and expects exit code `code`.
@@ -168,7 +154,7 @@ TEST_F(TrainerE2ETest, Bf16LossesStayWithinTwoPercentOfFp32) {
   std::vector<std::string> args = {"--max-steps",    "200", "--batch-size", "8", "--lr",       "2e-3",
                                    "--warmup-steps", "20",  "--eval-split", "0", "--log-freq", "10",
                                    "--threads",      "2"};
-  std::map<std::string, std::vector<v1::MetricRecord>> losses;
+  std::map<std::string, std::string> runs;
   for (const char* precision : {"fp32", "bf16"}) {
     auto run = Submit(absl::StrCat("learn-", precision), 1);
     auto run_args = args;
@@ -176,19 +162,14 @@ TEST_F(TrainerE2ETest, Bf16LossesStayWithinTwoPercentOfFp32) {
     auto p = Start(run, 1, run_args);
     ASSERT_NO_FATAL_FAILURE(ExpectExit(run, p, 0, absl::Minutes(5)));
     EXPECT_NE(testing::Slurp(Log(run, 0)).find(absl::StrCat(precision, " on cpu")), std::string::npos);
-    losses[precision] = coord_.Metrics(run.run_id(), "loss", 0);
+    runs[precision] = run.run_id();
   }
-  ASSERT_EQ(losses["fp32"].size(), 20u);
-  ASSERT_EQ(losses["bf16"].size(), 20u);
-  double worst = 0;
-  for (size_t i = 0; i < 20; ++i) {
-    double fp32 = losses["fp32"][i].value(), bf16 = losses["bf16"][i].value();
-    EXPECT_NEAR(bf16, fp32, 0.02 * fp32) << "step " << losses["fp32"][i].step();
-    worst = std::max(worst, std::abs(bf16 - fp32) / fp32);
-  }
-  EXPECT_LT(losses["bf16"].back().value(), losses["bf16"].front().value() - 2.0);  // it learned
+  double worst = testing::ExpectLossesClose(coord_, runs["fp32"], runs["bf16"], 0.02, 20);
+  auto bf16 = coord_.Metrics(runs["bf16"], "loss", 0);
+  ASSERT_EQ(bf16.size(), 20u);
+  EXPECT_LT(bf16.back().value(), bf16.front().value() - 2.0);  // it learned
   // Not the same numbers: autocast did run the products in bf16.
-  EXPECT_NE(losses["bf16"].back().value(), losses["fp32"].back().value());
+  EXPECT_GT(worst, 1e-4);
   std::cout << "bf16 against fp32: largest relative loss difference " << worst << "\n";
 }
 

@@ -26,6 +26,7 @@
 #include "client/checkpoint_manifest.h"
 #include "client/hashing_file_writer.h"
 #include "common/fs.h"
+#include "common/log.h"
 
 namespace dt {
 namespace {
@@ -88,9 +89,18 @@ void RestoreRngState(at::Generator gen, const torch::Tensor& state) {
 }
 
 // Copies tensors into host memory that training cannot change (device tensors come to the CPU),
-// into kept buffers when there is a staging area. Copies of host tensors into staging buffers are
-// collected while the archives are built, into a SnapshotCopy; others (a device's) are made by
-// torch on the calling thread.
+// into kept buffers when there is a staging area. Copies into staging buffers are collected while
+// the archives are built, into a SnapshotCopy: a host tensor's as pieces for threads to copy, a
+// device's queued at once on the device's side stream (DeviceToHostCopies). Others (another
+// layout or type) are made by torch on the calling thread.
+// A tensor standing for `numel` floats on `like`'s device (its shape and type are what staging
+// reads): on the meta device for a device, so that its host buffer is pinned without taking
+// device memory; on the CPU otherwise.
+torch::Tensor FlatLike(int64_t numel, const torch::Tensor& like) {
+  bool device = like.defined() && !like.is_cpu();
+  return torch::empty({numel}, torch::TensorOptions().dtype(torch::kFloat).device(device ? torch::kMeta : torch::kCPU));
+}
+
 class Copier {
  public:
   explicit Copier(SnapshotStaging* staging) : staging_(staging), pending_(std::make_shared<SnapshotCopy>()) {}
@@ -115,7 +125,7 @@ class Copier {
       host = torch::empty({numel}, torch::kFloat);
     } else {
       bool copied = false;
-      host = staging_->Claim(torch::empty({numel}, torch::kFloat), &copied);
+      host = staging_->Claim(FlatLike(numel, parts.empty() ? torch::Tensor() : parts.front().first), &copied);
     }
     int64_t covered = 0;
     for (const auto& [part, at] : parts) covered += part.numel();
@@ -127,15 +137,16 @@ class Copier {
     return host;
   }
 
-  // `source` into `to` (its shape): left pending where a plain memory copy will do, made now
-  // otherwise (another device, layout or type).
+  // `source` into `to` (its shape): left pending where a plain memory copy (or a device's copy to
+  // the host) will do, made now otherwise (another layout or type).
   void CopyInto(torch::Tensor to, const torch::Tensor& source) {
     if (source.is_cpu() && source.is_contiguous() && to.is_contiguous() && source.scalar_type() == to.scalar_type() &&
         source.numel() == to.numel()) {
       pending_->Add(static_cast<char*>(to.data_ptr()), static_cast<const char*>(source.data_ptr()),
                     source.numel() * source.element_size(), source);
-    } else if (!source.is_cpu() && to.is_cpu()) {
-      pending_->AddFromDevice(to, source.reshape(to.sizes()));
+    } else if (!source.is_cpu() && to.is_cpu() && source.scalar_type() == to.scalar_type() &&
+               source.numel() == to.numel()) {
+      pending_->AddFromDevice(to, source);
     } else {
       to.copy_(source.reshape(to.sizes()));
     }
@@ -211,7 +222,8 @@ std::vector<torch::Tensor> StagingShapes(Gpt2& model, bool with_moments) {
 std::vector<torch::Tensor> ZeroStagingShapes(Gpt2& model, const ZeroAdamW& zero, bool with_model) {
   std::vector<torch::Tensor> like;
   if (with_model) like = StagingShapes(model, /*with_moments=*/false);
-  torch::Tensor moment = torch::empty({zero.end() - zero.begin()}, torch::kFloat);
+  std::vector<torch::Tensor> params = model->parameters();
+  torch::Tensor moment = FlatLike(zero.end() - zero.begin(), params.empty() ? torch::Tensor() : params.front());
   like.insert(like.end(), {moment, moment});
   return like;
 }
@@ -232,9 +244,19 @@ bool SameShape(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 // An uninitialised host buffer for a copy of `t`: pinned when `t` is on a device, so that the copy
-// can run on the device's side stream while training goes on.
+// can run on the device's side stream while training goes on; pageable where pinned memory cannot
+// be had (the copy then makes the host wait).
 torch::Tensor HostBufferFor(const torch::Tensor& t) {
-  return torch::empty(t.sizes(), torch::TensorOptions().dtype(t.scalar_type()).pinned_memory(!t.is_cpu()));
+  torch::TensorOptions options = torch::TensorOptions().dtype(t.scalar_type());
+  if (!t.is_cpu()) {
+    try {
+      return torch::empty(t.sizes(), options.pinned_memory(true));
+    } catch (const c10::Error& e) {
+      DT_LOG(Warning) << "no pinned host memory for a checkpoint buffer of " << t.numel() * t.element_size()
+                      << " bytes (" << e.what_without_backtrace() << "): its copy will make training wait";
+    }
+  }
+  return torch::empty(t.sizes(), options);
 }
 
 }  // namespace

@@ -121,7 +121,8 @@ class SnapshotStaging {
   // Starts a snapshot: every buffer is free again.
   void BeginSnapshot();
   // A free buffer of `t`'s shape and type, claimed, for a copy of `t` the caller makes; when none
-  // is free, a new buffer that already holds the copy (`*copied` says which).
+  // is free, a new one: for a host `t`, one that already holds the copy (`*copied` says which); for
+  // a device's, a pinned one the caller copies into.
   torch::Tensor Claim(const torch::Tensor& t, bool* copied);
   // Ends a snapshot: buffers it did not use are dropped.
   void EndSnapshot();

@@ -53,9 +53,10 @@ class CheckpointRounds {
   // model too) and commits them with the partition as the layout. A share that cannot be copied
   // aborts the round (its outcome says why); training goes on.
   absl::StatusOr<absl::Duration> StartZero(Gpt2& model, const ZeroAdamW& zero, const TrainState& state);
-  // Returns once the round's copy of the state is complete, helping to make it on every core;
-  // returns how long that took (zero when nothing was left to copy). The model and optimizer may
-  // change after it.
+  // Returns once the round's copy of the host's state is complete, helping to make it on every
+  // core, and once a device's copies are ordered before the device's next work (the device waits
+  // for them, the host does not); returns how long the host waited (zero when nothing was left to
+  // copy). The model and optimizer may change after it.
   absl::Duration AwaitSnapshot();
   // Maps the host buffers of asynchronous rounds on a thread, ahead of the first round (which
   // would otherwise pay for it): one for each of `like`'s shapes. Call on the rank that will

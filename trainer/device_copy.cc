@@ -16,13 +16,28 @@ DeviceToHostCopies::DeviceToHostCopies(torch::Device device)
   ready.block(side_);
 }
 
+DeviceToHostCopies::~DeviceToHostCopies() {
+  try {
+    if (!sealed_) Seal();
+    Wait();
+  } catch (const std::exception&) {
+    // The device failed (its error surfaces in training too): nothing is left to wait for.
+  }
+}
+
 void DeviceToHostCopies::Add(const torch::Tensor& to, const torch::Tensor& from) {
+  TORCH_CHECK(from.device() == device_, "a snapshot's device copies come from one device: ", from.device(), " is not ",
+              device_);
   c10::StreamGuard on_side(side_);
-  to.copy_(from, /*non_blocking=*/true);
+  // Reshaped on the side stream: a reshape that copies must come after the stream's wait too.
+  to.copy_(from.reshape(to.sizes()), /*non_blocking=*/true);
   sources_.push_back(from);
 }
 
-void DeviceToHostCopies::Seal() { copied_.record(side_); }
+void DeviceToHostCopies::Seal() {
+  copied_.record(side_);
+  sealed_ = true;
+}
 
 void DeviceToHostCopies::OrderBeforeNextDeviceWork() const { copied_.block(guard_.getStream(device_)); }
 

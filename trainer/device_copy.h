@@ -21,8 +21,14 @@ class DeviceToHostCopies {
  public:
   // Copies from `device`, starting after everything its current stream has queued so far.
   explicit DeviceToHostCopies(torch::Device device);
-  // Queues `to` = `from` on the side stream. `to`: host memory of `from`'s shape and type, pinned
-  // for the copy to run asynchronously (a pageable one makes it wait).
+  // Copies queued but never sealed (a snapshot that failed half-way) are waited for: their buffers
+  // and sources must not be reused while the device still copies.
+  ~DeviceToHostCopies();
+  DeviceToHostCopies(const DeviceToHostCopies&) = delete;
+  DeviceToHostCopies& operator=(const DeviceToHostCopies&) = delete;
+  // Queues `to` = `from` (`to`'s shape; `from` on this device, the same number of elements) on the
+  // side stream. `to`: host memory, pinned for the copy to run asynchronously (a pageable one makes
+  // the host wait for it).
   void Add(const torch::Tensor& to, const torch::Tensor& from);
   // After the last Add: marks where the copies end.
   void Seal();
@@ -39,6 +45,7 @@ class DeviceToHostCopies {
   torch::Device device_;
   c10::Stream side_;
   c10::Event copied_;
+  bool sealed_ = false;
   std::vector<torch::Tensor> sources_;  // alive until copied (the live state usually is anyway)
 };
 

@@ -92,8 +92,10 @@ void CloseProcessGroup(CommGroup& group, bool clean) {
   try {
     if (clean) {
       nccl->shutdown();
+      DT_LOG(Info) << "NCCL process group shut down";
     } else {
       nccl->abort();
+      DT_LOG(Info) << "NCCL process group aborted";
     }
   } catch (const std::exception& e) {
     DT_LOG(Warning) << "closing the NCCL process group: " << e.what();

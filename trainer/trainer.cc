@@ -193,12 +193,6 @@ class Trainer {
 
   // The process's exit code; throws CollectiveError, ConfigError, StorageFullError or any other
   // exception for RunTrainer to report.
-  // Ends the process group's communicators (process_group.h) before the process exits. The group
-  // stays referenced: a collective's thread may still hold it after a failure.
-  void CloseProcessGroup(bool clean) {
-    if (group_) dt::CloseProcessGroup(*group_, clean);
-  }
-
   int Run() {
     const v1::RegisterResponse& a = agent_.assignment();
     rank_ = a.rank();
@@ -228,7 +222,7 @@ class Trainer {
     // Every point up to a round's step is stored before this rank commits the round, so a
     // checkpoint at S means the history holds every step to S: a rank killed later resumes from S
     // and logs only what comes after it again (a failed delivery is said, and the round goes on).
-    // On the round's thread: the training loop does not wait for the delivery.
+    // An asynchronous round delivers on its own thread: the training loop does not wait for it.
     rounds_->SetBeforeCommit([this](int64_t step) {
       if (!reporter_) return;
       if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
@@ -258,6 +252,11 @@ class Trainer {
       }
     }
     return Finish();
+  }
+
+  // Ends the process group's communicators (process_group.h) before the process exits.
+  void CloseProcessGroup(bool clean) {
+    if (group_) dt::CloseProcessGroup(*group_, clean);
   }
 
  private:
@@ -550,32 +549,7 @@ class Trainer {
     double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
 
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
-      last_loss_ = AllReduceMean(loss_sum.item<double>() / grad_accum_);
-      const double grad_norm = grad_norm_on_device.item<double>();
-      // Since the last logged step: everything the loop did, logging and reporting included, on
-      // every thread (the metrics reporter, gRPC, a checkpoint's writer): on a busy node, the step's cost.
-      const double cpu_now = ProcessCpuSeconds();
-      const double cpu_per_step = (cpu_now - cpu_at_log_) / static_cast<double>(step - step_at_log_);
-      cpu_at_log_ = cpu_now;
-      step_at_log_ = step;
-      double epoch = static_cast<double>(state_.epoch) +
-                     static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
-      step_metrics_.insert({{"loss", last_loss_},
-                            {"lr", lr},
-                            {"grad_norm", grad_norm},
-                            {"tokens_per_s", tokens_per_step / step_seconds},
-                            {"step_time_s", step_seconds},
-                            {"cpu_time_s", cpu_per_step},
-                            {"data_time_s", absl::ToDoubleSeconds(data_time)},
-                            {"epoch", epoch},
-                            {"tokens_seen", static_cast<double>(state_.tokens_seen)},
-                            {"samples_seen", static_cast<double>(state_.samples_seen)},
-                            {"rss_bytes", static_cast<double>(RssBytes())},
-                            {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
-                            {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
-      Log(absl::StrFormat(
-          "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f cpu %.3fs", step,
-          total_steps_, last_loss_, lr, grad_norm, tokens_per_step / step_seconds, step_seconds, epoch, cpu_per_step));
+      LogStep(step, {loss_sum, grad_norm_on_device, lr, tokens_per_step, step_seconds, data_time});
     }
     if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
       double eval_loss = EvaluateLoss();
@@ -591,6 +565,47 @@ class Trainer {
     step_metrics_.clear();
     if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
     if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
+  }
+
+  // What a logged step reports: read back from the device here, and only here.
+  struct StepFigures {
+    torch::Tensor loss_sum;   // the micro-steps' losses, summed
+    torch::Tensor grad_norm;  // before clipping
+    double lr;
+    int64_t tokens_per_step;
+    double step_seconds;
+    absl::Duration data_time;
+  };
+
+  // A logged step: its metrics into this step's point, and a line in rank 0's log.
+  void LogStep(int64_t step, const StepFigures& f) {
+    last_loss_ = AllReduceMean(f.loss_sum.item<double>() / grad_accum_);
+    const double grad_norm = f.grad_norm.item<double>();
+    // Since the last logged step: everything the loop did, logging and reporting included, on
+    // every thread (the metrics reporter, gRPC, a checkpoint's writer): on a busy node, the step's cost.
+    const double cpu_now = ProcessCpuSeconds();
+    const double cpu_per_step = (cpu_now - cpu_at_log_) / static_cast<double>(step - step_at_log_);
+    cpu_at_log_ = cpu_now;
+    step_at_log_ = step;
+    double epoch = static_cast<double>(state_.epoch) +
+                   static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
+    const double tokens_per_s = static_cast<double>(f.tokens_per_step) / f.step_seconds;
+    step_metrics_.insert({{"loss", last_loss_},
+                          {"lr", f.lr},
+                          {"grad_norm", grad_norm},
+                          {"tokens_per_s", tokens_per_s},
+                          {"step_time_s", f.step_seconds},
+                          {"cpu_time_s", cpu_per_step},
+                          {"data_time_s", absl::ToDoubleSeconds(f.data_time)},
+                          {"epoch", epoch},
+                          {"tokens_seen", static_cast<double>(state_.tokens_seen)},
+                          {"samples_seen", static_cast<double>(state_.samples_seen)},
+                          {"rss_bytes", static_cast<double>(RssBytes())},
+                          {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
+                          {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
+    Log(absl::StrFormat(
+        "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f cpu %.3fs", step,
+        total_steps_, last_loss_, f.lr, grad_norm, tokens_per_s, f.step_seconds, epoch, cpu_per_step));
   }
 
   double AllReduceMean(double value) {
