@@ -78,16 +78,22 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def add_shape_arguments(ap, n_embd, n_layer, n_head, seq_len, batch_size, steps):
+    """The model, batch and step flags of both anchors (this one and gpt2_gpu.py), with the given
+    defaults."""
+    ap.add_argument("--n-embd", type=int, default=n_embd)
+    ap.add_argument("--n-layer", type=int, default=n_layer)
+    ap.add_argument("--n-head", type=int, default=n_head)
+    ap.add_argument("--n-positions", type=int, default=seq_len)
+    ap.add_argument("--vocab", type=int, default=50257)
+    ap.add_argument("--seq-len", type=int, default=seq_len)
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--steps", type=int, default=steps, help="timed steps")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n-embd", type=int, default=128)
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-head", type=int, default=4)
-    ap.add_argument("--n-positions", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=20)
+    add_shape_arguments(ap, n_embd=128, n_layer=4, n_head=4, seq_len=128, batch_size=4, steps=20)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

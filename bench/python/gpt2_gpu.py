@@ -31,7 +31,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_ddp import GPT2  # noqa: E402
+from gpt2_ddp import GPT2, add_shape_arguments  # noqa: E402
 
 # Dense peak TFLOPS by device name, (bf16, fp32), from NVIDIA's data sheets: H100 and H200 SXM
 # 989.4 bf16 (tensor cores, dense: without 2:4 sparsity) and 66.9 fp32 (CUDA cores, not tensor
@@ -65,14 +65,7 @@ def flops_per_token(model, n_layer, n_embd, seq_len):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n-embd", type=int, default=768)
-    ap.add_argument("--n-layer", type=int, default=12)
-    ap.add_argument("--n-head", type=int, default=12)
-    ap.add_argument("--n-positions", type=int, default=1024)
-    ap.add_argument("--vocab", type=int, default=50257)
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=30, help="timed steps")
+    add_shape_arguments(ap, n_embd=768, n_layer=12, n_head=12, seq_len=1024, batch_size=8, steps=30)
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps before them (compilation among them)")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2.0)")
