@@ -51,42 +51,22 @@ class ConsoleBrowserTest : public ::testing::Test {
 
   // A 2-rank local run of the tiny model, long enough to be watched while it trains.
   std::string SubmitTrainingRun() {
-    CommandResult r = testing::RunDtctl(*coord_,
-                                        {"submit",
-                                         "-o",
-                                         "json",
-                                         "--name",
-                                         "console-demo",
-                                         "--save-dir",
-                                         tmp_.Sub("runs"),
-                                         "--nproc-per-node",
-                                         "2",
-                                         "--omp-threads",
-                                         "1",
-                                         "--",
-                                         "--dataset",
-                                         JoinPath(testing::DataDir(), "alpaca_sample.json"),
-                                         "--tokenizer-dir",
-                                         JoinPath(testing::DataDir(), "gpt2"),
-                                         "--model",
-                                         "tiny",
-                                         "--seq-len",
-                                         "64",
-                                         "--batch-size",
-                                         "2",
-                                         "--max-steps",
-                                         "2000",
-                                         "--log-freq",
-                                         "1",
-                                         "--eval-split",
-                                         "0.05",
-                                         "--eval-freq",
-                                         "10",
-                                         "--eval-batches",
-                                         "1",
-                                         "--ckpt-freq",
-                                         "25"},
-                                        {{"HOME", tmp_.path()}});
+    std::vector<std::string> args = {"submit",
+                                     "-o",
+                                     "json",
+                                     "--name",
+                                     "console-demo",
+                                     "--save-dir",
+                                     tmp_.Sub("runs"),
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--omp-threads",
+                                     "1",
+                                     "--"};
+    for (std::string& a : testing::TinyModelArgs()) args.push_back(std::move(a));
+    args.insert(args.end(), {"--batch-size", "2", "--max-steps", "2000", "--eval-split", "0.05", "--eval-freq", "10",
+                             "--eval-batches", "1", "--ckpt-freq", "25"});
+    CommandResult r = testing::RunDtctl(*coord_, args, {{"HOME", tmp_.path()}});
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return testing::DtctlJson(r).value("run_id", "");
   }

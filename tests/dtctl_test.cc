@@ -47,23 +47,9 @@ class DtctlTest : public ::testing::Test {
   }
 
   std::vector<std::string> TrainerArgs(int steps, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"--",
-                                  "--dataset",
-                                  JoinPath(testing::DataDir(), "alpaca_sample.json"),
-                                  "--tokenizer-dir",
-                                  JoinPath(testing::DataDir(), "gpt2"),
-                                  "--model",
-                                  "tiny",
-                                  "--seq-len",
-                                  "64",
-                                  "--batch-size",
-                                  "2",
-                                  "--max-steps",
-                                  std::to_string(steps),
-                                  "--log-freq",
-                                  "1",
-                                  "--eval-split",
-                                  "0"};
+    std::vector<std::string> a = {"--"};
+    for (std::string& arg : testing::TinyModelArgs()) a.push_back(std::move(arg));
+    a.insert(a.end(), {"--batch-size", "2", "--max-steps", std::to_string(steps), "--eval-split", "0"});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }

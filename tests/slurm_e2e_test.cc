@@ -155,21 +155,10 @@ class SlurmTest : public ::testing::Test {
 
   // After "--": the tiny model on the shipped data for `steps` steps, every step logged.
   static std::vector<std::string> TinyTrainer(int steps) {
-    return {"--",
-            "--dataset",
-            JoinPath(testing::DataDir(), "alpaca_sample.json"),
-            "--tokenizer-dir",
-            JoinPath(testing::DataDir(), "gpt2"),
-            "--model",
-            "tiny",
-            "--seq-len",
-            "64",
-            "--max-steps",
-            std::to_string(steps),
-            "--log-freq",
-            "1",
-            "--eval-split",
-            "0"};
+    std::vector<std::string> args = {"--"};
+    for (std::string& a : testing::TinyModelArgs()) args.push_back(std::move(a));
+    args.insert(args.end(), {"--max-steps", std::to_string(steps), "--eval-split", "0"});
+    return args;
   }
 
   // The elastic tests' trainer arguments beside TinyTrainer's: a global batch of 6, which every

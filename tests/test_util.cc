@@ -232,6 +232,14 @@ std::string ExpectedOpenBlasKernels() {
   return absl::StrCat("(OpenBLAS ", better.empty() ? OpenBlasPickedCore() : better, " kernels)");
 }
 
+std::vector<std::string> TinyModelArgs() {
+  return {"--dataset",       JoinPath(DataDir(), "alpaca_sample.json"),
+          "--tokenizer-dir", JoinPath(DataDir(), "gpt2"),
+          "--model",         "tiny",
+          "--seq-len",       "64",
+          "--log-freq",      "1"};
+}
+
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
                                                        const v1::SubmitRunResponse& run, int nodes, int procs,
                                                        const std::vector<std::string>& args,
@@ -239,21 +247,9 @@ std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess&
   std::vector<std::unique_ptr<Subprocess>> out;
   for (int n = 0; n < nodes; ++n) {
     for (int i = 0; i < procs; ++i) {
-      std::vector<std::string> argv = {BinaryPath("dttrainer"),
-                                       "--dataset",
-                                       JoinPath(DataDir(), "alpaca_sample.json"),
-                                       "--tokenizer-dir",
-                                       JoinPath(DataDir(), "gpt2"),
-                                       "--model",
-                                       "tiny",
-                                       "--seq-len",
-                                       "64",
-                                       "--node",
-                                       absl::StrCat("n", n + 1),
-                                       "--local-rank",
-                                       std::to_string(i),
-                                       "--log-freq",
-                                       "1"};
+      std::vector<std::string> argv = {BinaryPath("dttrainer")};
+      for (std::string& a : TinyModelArgs()) argv.push_back(std::move(a));
+      argv.insert(argv.end(), {"--node", absl::StrCat("n", n + 1), "--local-rank", std::to_string(i)});
       argv.insert(argv.end(), args.begin(), args.end());
       out.push_back(std::make_unique<Subprocess>(argv,
                                                  std::map<std::string, std::string>{{"DT_COORDINATOR", coord.address()},

@@ -166,6 +166,10 @@ class CoordinatorProcess {
   void Launch(const std::string& listen);
 };
 
+// dttrainer's arguments for the tiny model on the tree's Alpaca sample, sequences of 64 tokens,
+// every step logged: what the tests' runs train, before their own flags (a later flag wins).
+std::vector<std::string> TinyModelArgs();
+
 // Starts nodes × procs dttrainer processes of a run (nodes named n1..nN), output to
 // <log_dir>/<run>-rank<i>.log, with the tiny model on the tree's Alpaca sample plus `args`.
 std::vector<std::unique_ptr<Subprocess>> StartTrainers(const CoordinatorProcess& coord,
