@@ -334,11 +334,7 @@ void SnapshotCopy::Seal() {
 
 bool SnapshotCopy::CompleteBeforeUpdate() {
   if (device_) device_->OrderBeforeNextDeviceWork();
-  bool already = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    already = copied_ == pieces_.size();
-  }
+  bool already = complete();
   CompleteHostPieces();  // at once when nothing is left
   return already;
 }
@@ -378,11 +374,8 @@ void SnapshotCopy::CompleteHostPieces() {
 }
 
 bool SnapshotCopy::complete() const {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (copied_ != pieces_.size()) return false;
-  }
-  return !device_ || device_->done();
+  std::lock_guard<std::mutex> lock(mu_);
+  return copied_ == pieces_.size();
 }
 
 absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::Optimizer& optimizer,

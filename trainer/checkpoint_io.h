@@ -62,6 +62,7 @@ class SnapshotCopy {
   // Complete), the device's copies ordered before the device's next work, without the host waiting
   // for them. Returns whether the host pieces were already copied.
   bool CompleteBeforeUpdate();
+  // Whether every host piece is copied (a device's copies are waited for by Complete).
   bool complete() const;
   bool empty() const { return pieces_.empty() && !device_; }
   size_t pieces() const { return pieces_.size(); }  // the host's

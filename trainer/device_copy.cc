@@ -41,8 +41,6 @@ void DeviceToHostCopies::Seal() {
 
 void DeviceToHostCopies::OrderBeforeNextDeviceWork() const { copied_.block(guard_.getStream(device_)); }
 
-bool DeviceToHostCopies::done() const { return copied_.query(); }
-
 void DeviceToHostCopies::Wait() const {
   // c10::Event has no blocking wait in LibTorch 1.13; the writer's thread polls (a 1.5 GB copy
   // takes tens of milliseconds).

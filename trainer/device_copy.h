@@ -35,8 +35,6 @@ class DeviceToHostCopies {
   // The device's current stream waits, on the device, for the copies: work queued on it afterwards
   // may change their sources. The host does not wait.
   void OrderBeforeNextDeviceWork() const;
-  // Whether every copy has finished.
-  bool done() const;
   // Waits on the host until every copy has finished.
   void Wait() const;
 
