@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/job_requeue.h"
+#include "client/slurm_job.h"
 #include "common/crypto.h"
 #include "common/duration.h"
 #include "common/env.h"
@@ -220,8 +220,9 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     absl::StatusOr<v1::HeartbeatResponse> reply =
         Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline, reconnecting);
     reconnecting = !reply.ok();
-    // Before anything else: the coordinator chose this rank to requeue the job, whatever it does next.
-    if (reply.ok() && !reply->requeue_job().empty()) RequeueJobOfLostBatchHost(reply->requeue_job());
+    // Before anything else: the coordinator chose this rank to requeue or cancel the job, whatever
+    // it does next.
+    if (reply.ok()) ActOnJobOfLostBatchHost(*reply);
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/job_requeue.h"
+#include "client/slurm_job.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/timeout_policy.h"
@@ -136,10 +136,7 @@ std::optional<std::string> NodeHeartbeats::Heed(std::vector<v1::NodeHeartbeatRes
   for (v1::NodeHeartbeatResponse& answer : answers) {
     for (v1::NodeHeartbeatResponse::RankAnswer& rank : *answer.mutable_ranks()) {
       // Whichever rank it came for, active or not, and even when a later answer replaces it.
-      if (!rank.reply().requeue_job().empty() && !requeued_) {
-        requeued_ = true;
-        RequeueJobOfLostBatchHost(rank.reply().requeue_job());
-      }
+      if (!acted_on_job_ && ActOnJobOfLostBatchHost(rank.reply())) acted_on_job_ = true;
       auto it = std::find_if(agents_.begin(), agents_.end(), [&](const Agent* a) { return a->rank() == rank.rank(); });
       const size_t i = static_cast<size_t>(it - agents_.begin());
       if (it == agents_.end() || !active[i]) continue;

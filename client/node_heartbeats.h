@@ -55,7 +55,7 @@ class NodeHeartbeats {
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);  // by index into agents_: not dropped
   // Each rank's standing answer, by index into agents_ (heartbeat thread only).
   std::vector<v1::HeartbeatResponse> standing_;
-  bool requeued_ = false;  // the coordinator's requeue_job was acted on (Heed runs on one thread)
+  bool acted_on_job_ = false;  // the coordinator's requeue_job or cancel_job was acted on (Heed runs on one thread)
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -238,19 +238,22 @@ class Coordinator {
     // Ranks this run holds of the coordinator's --max-ranks (RankAdmission), until it ends.
     int64_t ranks_admitted ABSL_GUARDED_BY(mu) = 0;
     // An elastic Slurm run's batch host went silent with its generation: Slurm keeps the --no-kill
-    // job RUNNING without its script, and nothing would launch the next generation. The first of
-    // `ranks` (generation `generation`'s ranks on the nodes that remain) to heartbeat is chosen, and
-    // every STOP it gets names the job to requeue (a reply lost on the way is sent again), until the
-    // requeued job's script attaches. Not saved: after a coordinator restart, the operator requeues
+    // job RUNNING without its script. If the run restarts, nothing would launch the next
+    // generation: the job is requeued. If the run ended (FAILED), the job would hold the nodes that
+    // remain until its time limit: it is cancelled. The first of `ranks` (generation
+    // `generation`'s ranks on the nodes that remain) to heartbeat is chosen, and every STOP it gets
+    // names the job (a reply lost on the way is sent again), until the requeued job's script
+    // attaches. Not saved: after a coordinator restart, the operator acts
     // (docs/guide/failures-and-hangs.md).
-    struct JobToRequeue {
+    struct OrphanedJob {
+      bool cancel = false;  // scancel, not scontrol requeue: the run has ended
       std::string job;
       std::string batch_host;
       int64_t generation = -1;
       absl::flat_hash_set<int> ranks;
       int chosen_rank = -1;
     };
-    std::optional<JobToRequeue> job_to_requeue ABSL_GUARDED_BY(mu);
+    std::optional<OrphanedJob> orphaned_job ABSL_GUARDED_BY(mu);
     // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without
     // `mu`), against CoordinatorOptions::metric_bytes_per_run.
     std::atomic<int64_t> metric_bytes_held{0};
@@ -299,14 +302,18 @@ class Coordinator {
   // ABORTED.
   void WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Elastic runs: the nodes the generation after `failure` forms on (run.gen, not yet ended).
-  NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // `silent`: SilentNodes(run) for a heartbeat timeout, else empty.
+  NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure,
+                             const std::vector<std::string>& silent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // The formed generation's nodes all of whose ranks went silent (a heartbeat timeout), in the
   // order they went; empty when the timeout is too short to tell a lost node from a slow rank.
   std::vector<std::string> SilentNodes(const RunEntry& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // An elastic Slurm run whose generation failed because its batch host went silent, and which
-  // restarts: a rank on a node that remains will be told to requeue the job (job_to_requeue).
-  void RequeueIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // An elastic Slurm run whose generation failed because its batch host went silent (among
+  // `silent`): a rank on a node that remains will be told to requeue the job if the run restarts,
+  // or to cancel it if the run ended (`cancel`) (RunEntry::orphaned_job).
+  void HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure,
+                                             const std::vector<std::string>& silent, bool cancel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.

@@ -111,7 +111,8 @@ void Coordinator::WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) {
                << " forms on all " << r.spec().nodes() << " nodes (" << r.world_size() << " ranks), not on " << shrunk;
 }
 
-NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure) const {
+NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure,
+                                        const std::vector<std::string>& silent) const {
   const Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;
   const v1::RunSpec& spec = r.spec();
@@ -125,7 +126,7 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
     return kept;
   }
-  std::vector<std::string> lost_now = SilentNodes(run);
+  const std::vector<std::string>& lost_now = silent;
   if (lost_now.empty()) return kept;
   std::vector<std::string> nodes;
   for (const v1::RankStatus& rank : g.ranks) {
@@ -160,7 +161,8 @@ std::vector<std::string> Coordinator::SilentNodes(const RunEntry& run) const {
   return LostNodes(ranks, threshold);
 }
 
-void Coordinator::RequeueIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure) {
+void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure,
+                                                        const std::vector<std::string>& silent, bool cancel) {
   const v1::Run& r = run.stored.run;
   const v1::RunSpec& spec = r.spec();
   // Only an elastic run's job is --no-kill; any other job ends NODE_FAIL and Slurm requeues it.
@@ -168,19 +170,25 @@ void Coordinator::RequeueIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& 
       r.batch_host().empty() || r.scheduler_job_id().empty()) {
     return;
   }
-  std::vector<std::string> silent = SilentNodes(run);
   if (!absl::c_linear_search(silent, r.batch_host())) return;
-  RunEntry::JobToRequeue requeue;
-  requeue.job = r.scheduler_job_id();
-  requeue.batch_host = r.batch_host();
-  requeue.generation = run.gen->number;
+  RunEntry::OrphanedJob job;
+  job.cancel = cancel;
+  job.job = r.scheduler_job_id();
+  job.batch_host = r.batch_host();
+  job.generation = run.gen->number;
   for (const v1::RankStatus& rank : run.gen->ranks) {
-    if (!absl::c_linear_search(silent, rank.node())) requeue.ranks.insert(rank.rank());
+    if (!absl::c_linear_search(silent, rank.node())) job.ranks.insert(rank.rank());
   }
-  if (requeue.ranks.empty()) return;  // no rank is left to do it
-  DT_LOG(Warning) << "run " << r.run_id() << ": node " << requeue.batch_host << ", the batch host of job "
-                  << requeue.job << ", is lost: a rank on a node that remains will requeue the job";
-  run.job_to_requeue = std::move(requeue);
+  const char* action = cancel ? "cancel" : "requeue";
+  if (job.ranks.empty()) {  // no rank is left to do it
+    DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
+                    << ", is lost with every other node of the run: " << action << " the job by hand (`"
+                    << (cancel ? "scancel " : "scontrol requeue ") << job.job << "`)";
+    return;
+  }
+  DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
+                  << ", is lost: a rank on a node that remains will " << action << " the job";
+  run.orphaned_job = std::move(job);
 }
 
 std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {
@@ -305,7 +313,9 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   }
   bool cancelled = failure.kind() == v1::Failure::CANCELLED;
   AddStoppedRanks(run, failure);
-  NextNodes next = ElasticNextNodes(run, failure);
+  std::vector<std::string> silent;
+  if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT) silent = SilentNodes(run);
+  NextNodes next = ElasticNextNodes(run, failure, silent);
   bool shrinks = next.lost.size() > static_cast<size_t>(r.lost_nodes_size());  // not a kept shape
   if (shrinks && r.restarts() < r.spec().max_restarts()) {
     failure.set_message(absl::StrCat(failure.message(), "; node", next.lost.size() == 1 ? " " : "s ",
@@ -336,9 +346,10 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   } else if (failure.fatal()) {
     DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of " << r.spec().max_restarts()
                  << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
+    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/true);
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
-    RequeueIfTheBatchHostIsLost(run, failure);  // before `g` goes
+    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/false);  // before `g` goes
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
                  << " as generation " << g.number + 1;
@@ -351,6 +362,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     }
     SetState(run, v1::RESTARTING, deferred);
   } else {
+    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/true);
     SetState(run, v1::FAILED, deferred);
   }
 }

@@ -82,7 +82,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocke
     absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
     out.set_directive(v1::HeartbeatResponse::STOP);
     out.set_reason(std::string(live.status().message()));
-    if (!IsTerminal(r.state())) HandOutTheRequeue(run, generation, beat.rank(), out);
+    HandOutTheOrphanedJob(run, generation, beat.rank(), out);
     return out;
   }
   absl::StatusOr<Generation*> live = coordinator_.LiveGeneration(run, generation, beat.rank());
@@ -109,17 +109,26 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocke
   return out;
 }
 
-void Coordinator::HealthMonitor::HandOutTheRequeue(RunEntry& run, int64_t generation, int rank,
-                                                   v1::HeartbeatResponse& out) {
-  std::optional<RunEntry::JobToRequeue>& requeue = run.job_to_requeue;
-  if (!requeue || requeue->generation != generation || !requeue->ranks.contains(rank)) return;
-  // One rank requeues: a second could end the requeued job.
-  if (requeue->chosen_rank < 0) {
-    requeue->chosen_rank = rank;
+void Coordinator::HealthMonitor::HandOutTheOrphanedJob(RunEntry& run, int64_t generation, int rank,
+                                                       v1::HeartbeatResponse& out) {
+  std::optional<RunEntry::OrphanedJob>& job = run.orphaned_job;
+  if (!job || job->generation != generation || !job->ranks.contains(rank)) return;
+  // A requeue is for a run that goes on (a cancel after the decision ended it: `dtctl cancel`
+  // cancels the job itself).
+  if (!job->cancel && IsTerminal(run.stored.run.state())) return;
+  // One rank acts: a second requeue could end the requeued job.
+  if (job->chosen_rank < 0) {
+    job->chosen_rank = rank;
     DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": rank " << rank << " of generation " << generation
-                    << " requeues job " << requeue->job << ", whose batch host " << requeue->batch_host << " is lost";
+                    << (job->cancel ? " cancels" : " requeues") << " job " << job->job << ", whose batch host "
+                    << job->batch_host << " is lost";
   }
-  if (rank == requeue->chosen_rank) out.set_requeue_job(requeue->job);
+  if (rank != job->chosen_rank) return;
+  if (job->cancel) {
+    out.set_cancel_job(job->job);
+  } else {
+    out.set_requeue_job(job->job);
+  }
 }
 
 absl::StatusOr<v1::ReportErrorResponse> Coordinator::HealthMonitor::ReportError(const v1::ReportErrorRequest& request) {

@@ -389,6 +389,52 @@ TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
   EXPECT_THAT(after->requeue_job(), IsEmpty());
 }
 
+// The batch host is lost and the run has no restart left: it fails, and the --no-kill job would
+// hold the nodes that remain until its time limit. One rank on a node that remains is told to
+// cancel the job, in every STOP it gets; no other rank is.
+TEST_F(ElasticTest, ARankThatRemainsCancelsTheJobOfAFailedRunWhoseBatchHostIsLost) {
+  std::string run = SubmitElastic(3, 2, /*max_restarts=*/0, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
+  auto ranks = LoseNodeThree(run);
+  ASSERT_EQ(State(run), v1::FAILED);
+
+  absl::StatusOr<v1::HeartbeatResponse> lost = Beat(run, ranks[5], 0);
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  EXPECT_EQ(lost->directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_THAT(lost->cancel_job(), IsEmpty());
+  for (int pass = 0; pass < 2; ++pass) {  // told again: its first answer may have been lost
+    absl::StatusOr<v1::HeartbeatResponse> chosen = Beat(run, ranks[1], 0);
+    ASSERT_TRUE(chosen.ok()) << chosen.status();
+    EXPECT_EQ(chosen->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_EQ(chosen->cancel_job(), "123");
+    EXPECT_THAT(chosen->requeue_job(), IsEmpty());
+  }
+  for (int k : {0, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> other = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ(other->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(other->cancel_job(), IsEmpty()) << "rank " << k;
+    EXPECT_THAT(other->requeue_job(), IsEmpty()) << "rank " << k;
+  }
+}
+
+// A requeue decided for a run that restarts is not handed out once the run was cancelled: the
+// requeued job would run a cancelled run (`dtctl cancel` cancels the job itself).
+TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
+  auto ranks = LoseNodeThree(run);
+  ASSERT_EQ(State(run), v1::RESTARTING);
+  ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
+  for (int k : {0, 1, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
+    EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
+  }
+}
+
 // A lost node that is not the batch host leaves the script to launch the shrunk generation.
 TEST_F(ElasticTest, NoRankRequeuesWhileTheBatchScriptLives) {
   std::string run = SubmitElastic(3, 2, 3, v1::SLURM);

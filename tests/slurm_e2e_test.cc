@@ -153,6 +153,31 @@ class SlurmTest : public ::testing::Test {
     for (int pid : {slurmd, stepd}) ASSERT_EQ(::kill(pid, SIGSTOP), 0) << pid;
   }
 
+  // n1, the batch host of `job`, is lost as a machine would be. Its batch script stops now: the
+  // generation that follows must not be launched, nor the job ended, by a script a dead machine
+  // could not run. Once n1's trainer `trainer` stopped itself (--stop-after-step, --stop-node n1),
+  // everything else of the job on n1 stops too: srun, the step daemons, and n1's slurmd. They go
+  // into `revival`.
+  void LoseTheBatchHostOnceItsTrainerStops(const std::string& job, int trainer, NodeRevival& revival) {
+    const int batch_stepd = BatchStepd(job);
+    ASSERT_GT(batch_stepd, 1);
+    std::vector<pid_t> script;
+    for (const ProcessInfo& p : AllProcesses()) {
+      if (p.ppid == batch_stepd) script.push_back(p.pid);
+    }
+    ASSERT_EQ(script.size(), 1u);
+    revival.stopped.push_back(script[0]);
+    ASSERT_EQ(::kill(script[0], SIGSTOP), 0);
+    ASSERT_TRUE(testing::WaitFor([&] { return Stopped(trainer); }, absl::Minutes(3)));
+    std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(trainer), batch_stepd};
+    for (const ProcessInfo& p : AllProcesses()) {
+      if (ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1") n1.push_back(p.pid);
+    }
+    ASSERT_GE(n1.size(), 5u);  // slurmd, the step's and the batch's daemons, the script, srun
+    revival.stopped.insert(revival.stopped.end(), n1.begin(), n1.end());
+    SignalProcesses(n1, SIGSTOP);
+  }
+
   // After "--": the tiny model on the shipped data for `steps` steps, every step logged.
   static std::vector<std::string> TinyTrainer(int steps) {
     std::vector<std::string> args = {"--"};
@@ -778,26 +803,8 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
         return true;
       },
       absl::Minutes(3)));
-  const int batch_stepd = BatchStepd(job);
-  ASSERT_GT(batch_stepd, 1);
-  std::vector<pid_t> script;
-  for (const ProcessInfo& p : AllProcesses()) {
-    if (p.ppid == batch_stepd) script.push_back(p.pid);
-  }
-  ASSERT_EQ(script.size(), 1u);
-  revival.stopped.push_back(script[0]);
-  ASSERT_EQ(::kill(script[0], SIGSTOP), 0);
   // n1's trainer stops itself after step 16.
-  ASSERT_TRUE(testing::WaitFor([&] { return Stopped(n1_trainer); }, absl::Minutes(3)));
-  // Everything else of the job on n1 stops as the machine would: srun, the step daemons, and n1's
-  // slurmd.
-  std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(n1_trainer), batch_stepd};
-  for (const ProcessInfo& p : AllProcesses()) {
-    if (ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1") n1.push_back(p.pid);
-  }
-  ASSERT_GE(n1.size(), 5u);  // slurmd, the step's and the batch's daemons, the script, srun
-  revival.stopped.insert(revival.stopped.end(), n1.begin(), n1.end());
-  SignalProcesses(n1, SIGSTOP);
+  ASSERT_NO_FATAL_FAILURE(LoseTheBatchHostOnceItsTrainerStops(job, n1_trainer, revival));
 
   // Nothing here requeues the job: n2's rank does.
   CommandResult watch = Dtctl({"watch", run});
@@ -837,6 +844,68 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
 
   std::string whole = RunUninterrupted("whole", 3, 24, batch);
   testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 24, 1e-4);
+}
+
+// The batch host is lost and the run has no restart left. An elastic run (--nodes 2:3, no restart
+// allowed) loses n1, the node that runs its batch script, after step 8: the run fails on the
+// heartbeat timeout. Slurm 22.05 would keep the --no-kill job RUNNING on n2 and n3 until its time
+// limit, holding their nodes for nothing. The coordinator knows n1 ran the script, so a rank on n2
+// or n3, stopped with the failed run, cancels the job itself, and its log says so.
+TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
+  std::vector<std::string> stop = ElasticBatch();
+  stop.insert(stop.end(), {"--stop-after-step", "8", "--stop-node", "n1"});
+  UseElasticCoordinator();
+  NodeRevival revival;
+  revival.nodes = {"n1"};
+  std::string run = Submit("slurm-batch-host-ends", 24, /*max_restarts=*/0, stop, {"--nodes", "2:3"});
+  ASSERT_FALSE(run.empty());
+  int n1_trainer = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
+        if (g["ranks"].size() != 3u || g["ranks"][0]["node"] != "n1" || g.value("batch_host", "") != "n1") {
+          return false;
+        }
+        n1_trainer = g["ranks"][0]["pid"];
+        revival.job = g["scheduler_job_id"];
+        return true;
+      },
+      absl::Minutes(3)));
+  const std::string job = revival.job;
+  ASSERT_NO_FATAL_FAILURE(LoseTheBatchHostOnceItsTrainerStops(job, n1_trainer, revival));
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_NE(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "FAILED") << s;
+  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
+  EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
+  // Nothing here cancels the job (the revival does so only after these checks): a rank does. The
+  // job shows COMPLETING while n1's slurmd cannot confirm its end (a dead node until Slurm's
+  // SlurmdTimeout), then CANCELLED; never COMPLETED, since its script (stopped) did not end.
+  std::string shown;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto r = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+        shown = r.ok() ? r->output : r.status().ToString();
+        return shown.find(" JobState=CANCELLED ") != std::string::npos ||
+               shown.find(" JobState=COMPLETING ") != std::string::npos;
+      },
+      absl::Minutes(1)))
+      << shown;
+  std::string said = "the run ended and the batch host of Slurm job " + job + " is lost";
+  std::string logs = testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/rank-1.log") +
+                     testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/rank-2.log");
+  EXPECT_NE(logs.find(said +
+                      ": Slurm would keep the job, and the nodes that remain, until its time limit; "
+                      "cancelling it (scancel " +
+                      job + ")"),
+            std::string::npos)
+      << logs;
+  EXPECT_EQ(logs.find(said), logs.rfind(said)) << "one rank cancels: " << logs;
 }
 
 // A straggler: one node's device is far slower than the others' (here its trainer shares a CPU

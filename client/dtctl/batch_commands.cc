@@ -13,7 +13,7 @@
 #include "client/dtctl/node_failure.h"
 #include "client/dtctl/slurm.h"
 #include "client/dtctl/srun_report.h"
-#include "client/job_requeue.h"
+#include "client/slurm_job.h"
 #include "common/fs.h"
 #include "common/host.h"
 #include "common/run_state.h"

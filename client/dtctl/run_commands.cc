@@ -14,6 +14,7 @@
 #include "client/checkpoint_manifest.h"
 #include "client/dtctl/output.h"
 #include "client/dtctl/slurm.h"
+#include "client/slurm_job.h"
 #include "common/fs.h"
 #include "common/run_json.h"
 #include "common/run_state.h"
@@ -301,7 +302,7 @@ int Cancel(Global& g, const std::string& run_id) {
   if (!r.ok()) return Fail(g, r.status(), absl::StrCat("cancel ", run_id));
   // Slurm: take the allocation away too. Local: the launcher sees CANCELLED and stops its trainers.
   if (r->spec().scheduler() == v1::SLURM && !r->scheduler_job_id().empty()) {
-    if (absl::Status s = CancelJob(r->scheduler_job_id()); !s.ok()) {
+    if (absl::Status s = CancelSlurmJob(r->scheduler_job_id()); !s.ok()) {
       std::cerr << "dtctl: the run is cancelled but scancel failed: " << s.message() << "\n";
     }
   }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/job_requeue.h"
+#include "client/slurm_job.h"
 #include "common/fs.h"
 #include "common/names.h"
 #include "common/subprocess.h"
@@ -175,15 +175,6 @@ absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id) {
   std::vector<std::string> parts = absl::StrSplit(line, '|');
   parts.resize(3);
   return SlurmJob{job_id, parts[0], parts[1], parts[2]};
-}
-
-absl::Status CancelJob(const std::string& job_id) {
-  // The id came from the coordinator: checked again here, and after "--" it is never an option.
-  if (absl::Status s = ValidateSlurmJobId(job_id); !s.ok()) return s;
-  absl::StatusOr<CommandResult> r = RunCommand({"scancel", "--", job_id}, absl::Seconds(30));
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return absl::InternalError(absl::StrCat("scancel ", job_id, ": ", r->output));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> DescribeNode(const std::string& node) {

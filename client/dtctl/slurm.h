@@ -58,7 +58,6 @@ struct SlurmJob {
 };
 // NOT_FOUND once Slurm forgot the job.
 absl::StatusOr<SlurmJob> QueryJob(const std::string& job_id);
-absl::Status CancelJob(const std::string& job_id);
 
 // `scontrol show node -o NAME`, one line; NOT_FOUND when Slurm does not know the node.
 absl::StatusOr<std::string> DescribeNode(const std::string& node);

@@ -368,38 +368,47 @@ def log(metrics, step):
             raise
         return
     if reply.directive == rz.HeartbeatResponse.STOP:
-        if reply.requeue_job:
-            _requeue_job_of_lost_batch_host(reply.requeue_job)
+        if reply.requeue_job or reply.cancel_job:
+            _act_on_job_of_lost_batch_host(reply.requeue_job or reply.cancel_job, cancel=not reply.requeue_job)
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
 
 
-def _requeue_job_of_lost_batch_host(job):
+def _act_on_job_of_lost_batch_host(job, cancel):
     """The run's Slurm job lost its batch host, and Slurm keeps an elastic run's --no-kill job
-    RUNNING without its script: this rank was chosen to requeue it (HeartbeatResponse.requeue_job),
-    as dtrun and dttrainer do."""
+    RUNNING without its script: this rank was chosen to requeue it (HeartbeatResponse.requeue_job)
+    or, once the run has ended, to cancel it so it frees the nodes that remain
+    (HeartbeatResponse.cancel_job), as dtrun and dttrainer do."""
     import subprocess
     what = f"the batch host of Slurm job {job} is lost"
     if not re.fullmatch(r"[0-9]+([_+][0-9]+)?", job):
-        sys.stderr.write(f"dt: {what}, and {job!r} is not a Slurm job id: not requeued\n")
+        sys.stderr.write(f"dt: {what}, and {job!r} is not a Slurm job id: left alone\n")
         return
-    # Said first: the requeue ends this job's processes, this one included, maybe before it returns.
-    sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it (scontrol requeue "
-                     f"{job}); the requeued job runs the next generation\n")
+    # Said first: requeue and scancel end this job's processes, this one included, maybe before
+    # they return.
+    if cancel:
+        sys.stderr.write(f"dt: the run ended and {what}: Slurm would keep the job, and the nodes that remain, until "
+                         f"its time limit; cancelling it (scancel {job})\n")
+        command, by_hand = ["scancel", "--", job], f"`scancel {job}`"
+    else:
+        sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it (scontrol requeue "
+                         f"{job}); the requeued job runs the next generation\n")
+        command, by_hand = ["scontrol", "requeue", job], f"`scontrol requeue {job}` (or `dtctl cancel RUN`)"
     sys.stderr.flush()
     try:
-        # A job requeued since this process started is left alone: a second requeue would end it.
+        # A job requeued since this process started is left alone: it runs something new, and a
+        # second requeue would end it.
         shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
         restarts = re.search(r" Restarts=(\d+) ", shown.stdout)
         if restarts and restarts.group(1) != (os.environ.get("SLURM_RESTART_COUNT") or "0"):
-            sys.stderr.write(f"dt: job {job} was already requeued (Restarts={restarts.group(1)})\n")
+            sys.stderr.write(f"dt: job {job} was requeued meanwhile (Restarts={restarts.group(1)}): left alone\n")
             return
-        r = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
-        failure = None if r.returncode == 0 else f"scontrol exited with {r.returncode}: {r.stderr.strip()}"
+        r = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        failure = None if r.returncode == 0 else f"{command[0]} exited with {r.returncode}: {r.stderr.strip()}"
     except (OSError, subprocess.TimeoutExpired) as e:
         failure = str(e)
     if failure is not None:
-        sys.stderr.write(f"dt: requeueing Slurm job {job} failed: {failure}. Run `scontrol requeue {job}` (or "
-                         "`dtctl cancel RUN`), or the job holds its nodes until its time limit\n")
+        sys.stderr.write(f"dt: {'cancelling' if cancel else 'requeueing'} Slurm job {job} failed: {failure}. Run "
+                         f"{by_hand}, or the job holds its nodes until its time limit\n")
 
 
 def barrier(name, timeout=None):

@@ -1,4 +1,4 @@
-#include "client/job_requeue.h"
+#include "client/slurm_job.h"
 
 #include <cstdlib>
 #include <optional>
@@ -50,6 +50,17 @@ absl::Status RequeueSlurmJob(const std::string& job) {
   return RunScontrol({"requeue", job}).status();
 }
 
+absl::Status CancelSlurmJob(const std::string& job) {
+  // The id came from the coordinator: checked again here, and after "--" it is never an option.
+  if (absl::Status s = ValidateSlurmJobId(job); !s.ok()) return s;
+  absl::StatusOr<CommandResult> r = RunCommand({"scancel", "--", job}, absl::Seconds(30));
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::InternalError(absl::StrCat("scancel ", job, ": ", absl::StripAsciiWhitespace(r->output)));
+  }
+  return absl::OkStatus();
+}
+
 void RequeueJobOfLostBatchHost(const std::string& job) {
   // Said first: the requeue ends this job's processes, this one included, maybe before it returns.
   DT_LOG(Warning) << "the batch host of Slurm job " << job
@@ -65,6 +76,36 @@ void RequeueJobOfLostBatchHost(const std::string& job) {
     return;
   }
   DT_LOG(Info) << "requeued Slurm job " << job;
+}
+
+void CancelJobOfLostBatchHost(const std::string& job) {
+  // Said first: scancel ends this job's processes, this one included, maybe before it returns.
+  DT_LOG(Warning)
+      << "the run ended and the batch host of Slurm job " << job
+      << " is lost: Slurm would keep the job, and the nodes that remain, until its time limit; cancelling it"
+      << " (scancel " << job << ")";
+  if (std::optional<std::string> restarts = RequeuedSinceThisProcessStarted(job)) {
+    DT_LOG(Info) << "job " << job << " was requeued meanwhile (Restarts=" << *restarts << "): not cancelled";
+    return;
+  }
+  if (absl::Status s = CancelSlurmJob(job); !s.ok()) {
+    DT_LOG(Error) << "cancelling Slurm job " << job << " failed: " << s.message() << ". Run `scancel " << job
+                  << "`, or the job holds its nodes until its time limit";
+    return;
+  }
+  DT_LOG(Info) << "cancelled Slurm job " << job;
+}
+
+bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply) {
+  if (!reply.requeue_job().empty()) {
+    RequeueJobOfLostBatchHost(reply.requeue_job());
+    return true;
+  }
+  if (!reply.cancel_job().empty()) {
+    CancelJobOfLostBatchHost(reply.cancel_job());
+    return true;
+  }
+  return false;
 }
 
 }  // namespace dt

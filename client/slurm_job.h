@@ -1,0 +1,43 @@
+// Slurm's scontrol and scancel for dtctl and for a rank: a job requeued or cancelled, and what a
+// rank does when the coordinator says its Slurm job lost its batch host. Slurm keeps an elastic
+// run's --no-kill job RUNNING without its script when the batch host dies: no one else would
+// launch the next generation (HeartbeatResponse.requeue_job), or, once the run has ended, end the
+// job that still holds the nodes that remain (HeartbeatResponse.cancel_job).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dt/v1/rendezvous.pb.h"
+
+namespace dt {
+
+// `scontrol ARGS...` (scontrol from PATH, 30 s at most): its output, or FAILED_PRECONDITION naming
+// the command and its output when it exits non-zero.
+absl::StatusOr<std::string> RunScontrol(const std::vector<std::string>& args);
+
+// `scontrol requeue JOB`: the job goes back to the queue and its batch script starts again.
+// INVALID_ARGUMENT for a job id that is not Slurm's; as RunScontrol when scontrol fails.
+absl::Status RequeueSlurmJob(const std::string& job);
+
+// `scancel -- JOB`. INVALID_ARGUMENT for a job id that is not Slurm's; INTERNAL naming scancel's
+// output when it fails.
+absl::Status CancelSlurmJob(const std::string& job);
+
+// RequeueSlurmJob, unless Slurm shows the job requeued since this process started (its Restarts
+// past SLURM_RESTART_COUNT: a second requeue would end the requeued job), saying on the log what
+// happened and, when it failed, what the user can do.
+void RequeueJobOfLostBatchHost(const std::string& job);
+
+// CancelSlurmJob for a run that ended while its job's batch host is lost, with the same check as
+// RequeueJobOfLostBatchHost (a job requeued meanwhile runs something new: it is left alone), saying
+// on the log what happened and, when it failed, what the user can do.
+void CancelJobOfLostBatchHost(const std::string& job);
+
+// What a heartbeat's answer asks of this rank about its job: RequeueJobOfLostBatchHost for
+// requeue_job, CancelJobOfLostBatchHost for cancel_job. False when it asks nothing.
+bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply);
+
+}  // namespace dt
