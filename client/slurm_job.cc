@@ -61,51 +61,42 @@ absl::Status CancelSlurmJob(const std::string& job) {
   return absl::OkStatus();
 }
 
-void RequeueJobOfLostBatchHost(const std::string& job) {
-  // Said first: the requeue ends this job's processes, this one included, maybe before it returns.
-  DT_LOG(Warning) << "the batch host of Slurm job " << job
-                  << " is lost and Slurm keeps the job without its script: requeueing it (scontrol requeue " << job
-                  << "); the requeued job runs the next generation";
-  if (std::optional<std::string> restarts = RequeuedSinceThisProcessStarted(job)) {
-    DT_LOG(Info) << "job " << job << " was already requeued (Restarts=" << *restarts << ")";
-    return;
-  }
-  if (absl::Status s = RequeueSlurmJob(job); !s.ok()) {
-    DT_LOG(Error) << "requeueing Slurm job " << job << " failed: " << s.message() << ". Run `scontrol requeue " << job
-                  << "` (or `dtctl cancel RUN`), or the job holds its nodes until its time limit";
-    return;
-  }
-  DT_LOG(Info) << "requeued Slurm job " << job;
-}
-
-void CancelJobOfLostBatchHost(const std::string& job) {
-  // Said first: scancel ends this job's processes, this one included, maybe before it returns.
-  DT_LOG(Warning)
-      << "the run ended and the batch host of Slurm job " << job
-      << " is lost: Slurm would keep the job, and the nodes that remain, until its time limit; cancelling it"
-      << " (scancel " << job << ")";
-  if (std::optional<std::string> restarts = RequeuedSinceThisProcessStarted(job)) {
-    DT_LOG(Info) << "job " << job << " was requeued meanwhile (Restarts=" << *restarts << "): not cancelled";
-    return;
-  }
-  if (absl::Status s = CancelSlurmJob(job); !s.ok()) {
-    DT_LOG(Error) << "cancelling Slurm job " << job << " failed: " << s.message() << ". Run `scancel " << job
-                  << "`, or the job holds its nodes until its time limit";
-    return;
-  }
-  DT_LOG(Info) << "cancelled Slurm job " << job;
-}
-
 bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply) {
-  if (!reply.requeue_job().empty()) {
-    RequeueJobOfLostBatchHost(reply.requeue_job());
+  const bool cancel = reply.requeue_job().empty();
+  const std::string& job = cancel ? reply.cancel_job() : reply.requeue_job();
+  if (job.empty()) return false;
+  const char* doing = cancel ? "cancelling" : "requeueing";
+  const std::string by_hand = cancel ? absl::StrCat("`scancel ", job, "`")
+                                     : absl::StrCat("`scontrol requeue ", job, "` (or `dtctl cancel RUN`)");
+  if (absl::Status s = ValidateSlurmJobId(job); !s.ok()) {
+    DT_LOG(Error) << "the coordinator asked this rank to act on Slurm job " << job << ": " << s.message();
     return true;
   }
-  if (!reply.cancel_job().empty()) {
-    CancelJobOfLostBatchHost(reply.cancel_job());
+  // Said first: a requeue or a cancel ends this job's processes, this one included, maybe before it
+  // returns.
+  if (cancel) {
+    DT_LOG(Warning) << "the run ended and the batch host of Slurm job " << job
+                    << " is lost: Slurm would keep the job, and the nodes that remain, until its time limit; "
+                       "cancelling it (scancel "
+                    << job << ")";
+  } else {
+    DT_LOG(Warning) << "the batch host of Slurm job " << job
+                    << " is lost and Slurm keeps the job without its script: requeueing it (scontrol requeue " << job
+                    << "); the requeued job runs the next generation";
+  }
+  // A job requeued since this process started runs something new, and a second requeue would end it.
+  if (std::optional<std::string> restarts = RequeuedSinceThisProcessStarted(job)) {
+    DT_LOG(Info) << "job " << job << " was requeued meanwhile (Restarts=" << *restarts << "): left alone";
     return true;
   }
-  return false;
+  absl::Status s = cancel ? CancelSlurmJob(job) : RequeueSlurmJob(job);
+  if (!s.ok()) {
+    DT_LOG(Error) << doing << " Slurm job " << job << " failed: " << s.message() << ". Run " << by_hand
+                  << ", or the job holds its nodes until its time limit";
+    return true;
+  }
+  DT_LOG(Info) << (cancel ? "cancelled" : "requeued") << " Slurm job " << job;
+  return true;
 }
 
 }  // namespace dt

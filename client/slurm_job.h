@@ -26,18 +26,11 @@ absl::Status RequeueSlurmJob(const std::string& job);
 // output when it fails.
 absl::Status CancelSlurmJob(const std::string& job);
 
-// RequeueSlurmJob, unless Slurm shows the job requeued since this process started (its Restarts
-// past SLURM_RESTART_COUNT: a second requeue would end the requeued job), saying on the log what
-// happened and, when it failed, what the user can do.
-void RequeueJobOfLostBatchHost(const std::string& job);
-
-// CancelSlurmJob for a run that ended while its job's batch host is lost, with the same check as
-// RequeueJobOfLostBatchHost (a job requeued meanwhile runs something new: it is left alone), saying
-// on the log what happened and, when it failed, what the user can do.
-void CancelJobOfLostBatchHost(const std::string& job);
-
-// What a heartbeat's answer asks of this rank about its job: RequeueJobOfLostBatchHost for
-// requeue_job, CancelJobOfLostBatchHost for cancel_job. False when it asks nothing.
+// What a heartbeat's answer asks of this rank about its job, whose batch host is lost:
+// RequeueSlurmJob for requeue_job, CancelSlurmJob for cancel_job, unless Slurm shows the job
+// requeued since this process started (its Restarts past SLURM_RESTART_COUNT: it runs something
+// new, and a second requeue would end it). Says on the log what happened and, when it failed, what
+// the user can do. False when the answer asks nothing.
 bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply);
 
 }  // namespace dt

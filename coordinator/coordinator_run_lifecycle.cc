@@ -126,15 +126,14 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
   if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
     return kept;
   }
-  const std::vector<std::string>& lost_now = silent;
-  if (lost_now.empty()) return kept;
+  if (silent.empty()) return kept;
   std::vector<std::string> nodes;
   for (const v1::RankStatus& rank : g.ranks) {
     if (nodes.empty() || nodes.back() != rank.node()) nodes.push_back(rank.node());
   }
-  NextNodes next = NextGenerationNodes(nodes, lost_now, spec.min_nodes());
+  NextNodes next = NextGenerationNodes(nodes, silent, spec.min_nodes());
   // Fewer than MIN left: full size (under Slurm, a requeue without the lost nodes).
-  if (next.nodes.empty()) return lost_now.empty() ? kept : next;
+  if (next.nodes.empty()) return next;
   // The nodes lost by the shrinks before this one stay lost until the world is full again.
   std::vector<std::string> lost(r.lost_nodes().begin(), r.lost_nodes().end());
   for (std::string& node : next.lost) {
@@ -179,15 +178,11 @@ void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const v1:
   for (const v1::RankStatus& rank : run.gen->ranks) {
     if (!absl::c_linear_search(silent, rank.node())) job.ranks.insert(rank.rank());
   }
-  const char* action = cancel ? "cancel" : "requeue";
-  if (job.ranks.empty()) {  // no rank is left to do it
-    DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
-                    << ", is lost with every other node of the run: " << action << " the job by hand (`"
-                    << (cancel ? "scancel " : "scontrol requeue ") << job.job << "`)";
-    return;
-  }
+  // Every node silent: most often the whole job ended (its time limit, a scancel, a requeue whose
+  // script waits to attach), and nobody is left to ask anyway.
+  if (job.ranks.empty()) return;
   DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
-                  << ", is lost: a rank on a node that remains will " << action << " the job";
+                  << ", is lost: a rank on a node that remains will " << (cancel ? "cancel" : "requeue") << " the job";
   run.orphaned_job = std::move(job);
 }
 
@@ -346,7 +341,6 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   } else if (failure.fatal()) {
     DT_LOG(Info) << "run " << r.run_id() << ": not restarted (" << r.restarts() << " of " << r.spec().max_restarts()
                  << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
-    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/true);
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
     HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/false);  // before `g` goes

@@ -113,8 +113,8 @@ void Coordinator::HealthMonitor::HandOutTheOrphanedJob(RunEntry& run, int64_t ge
                                                        v1::HeartbeatResponse& out) {
   std::optional<RunEntry::OrphanedJob>& job = run.orphaned_job;
   if (!job || job->generation != generation || !job->ranks.contains(rank)) return;
-  // A requeue is for a run that goes on (a cancel after the decision ended it: `dtctl cancel`
-  // cancels the job itself).
+  // A requeue is for a run that goes on: not for one a user cancelled after the decision
+  // (`dtctl cancel` cancels the job itself).
   if (!job->cancel && IsTerminal(run.stored.run.state())) return;
   // One rank acts: a second requeue could end the requeued job.
   if (job->chosen_rank < 0) {

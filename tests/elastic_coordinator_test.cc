@@ -416,6 +416,36 @@ TEST_F(ElasticTest, ARankThatRemainsCancelsTheJobOfAFailedRunWhoseBatchHostIsLos
     EXPECT_THAT(other->cancel_job(), IsEmpty()) << "rank " << k;
     EXPECT_THAT(other->requeue_job(), IsEmpty()) << "rank " << k;
   }
+  // In a node's heartbeat too (dtrun's), to the chosen rank only.
+  v1::NodeHeartbeatRequest node;
+  node.set_run_id(run);
+  node.set_generation(0);
+  for (int k : {0, 1}) {
+    v1::RankHeartbeat& beat = *node.add_ranks();
+    beat.set_rank(k);
+    beat.set_incarnation(absl::StrCat("n1-", ranks[k].local_rank()));
+  }
+  absl::StatusOr<v1::NodeHeartbeatResponse> answers = coord_->health().NodeHeartbeat(node);
+  ASSERT_TRUE(answers.ok()) << answers.status();
+  ASSERT_EQ(answers->ranks_size(), 2);
+  EXPECT_THAT(answers->ranks(0).reply().cancel_job(), IsEmpty());
+  EXPECT_EQ(answers->ranks(1).reply().directive(), v1::HeartbeatResponse::STOP);
+  EXPECT_EQ(answers->ranks(1).reply().cancel_job(), "123");
+}
+
+// A failed run whose batch host lives: its script ends the job, and no rank is told to.
+TEST_F(ElasticTest, NoRankCancelsTheJobOfAFailedRunWhileTheBatchScriptLives) {
+  std::string run = SubmitElastic(3, 2, /*max_restarts=*/0, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
+  auto ranks = LoseNodeThree(run);
+  ASSERT_EQ(State(run), v1::FAILED);
+  for (int k : {0, 1, 2, 3}) {
+    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
+    ASSERT_TRUE(stop.ok()) << stop.status();
+    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
+    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
+  }
 }
 
 // A requeue decided for a run that restarts is not handed out once the run was cancelled: the
@@ -425,8 +455,11 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
   ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
   auto ranks = LoseNodeThree(run);
   ASSERT_EQ(State(run), v1::RESTARTING);
+  absl::StatusOr<v1::HeartbeatResponse> chosen = Beat(run, ranks[2], 0);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  ASSERT_EQ(chosen->requeue_job(), "123");  // chosen before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
-  for (int k : {0, 1, 2, 3}) {
+  for (int k : {2, 0, 1, 3}) {
     absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
     ASSERT_TRUE(stop.ok()) << stop.status();
     EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);

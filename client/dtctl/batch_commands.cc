@@ -78,7 +78,8 @@ absl::StatusOr<v1::Run> AttachFromBatchScript(Global& g, const std::string& run_
 
 // Used by the batch script when the job first starts: the coordinator learns the batch host. When
 // an elastic run loses that node, Slurm keeps the --no-kill job RUNNING without its script; a rank
-// on a node that remains is then told to requeue the job.
+// on a node that remains is then told to requeue the job (or, once the run failed with no restart
+// left, to cancel it).
 int AttachBatch(Global& g, const std::string& run_id, const std::string& job_id) {
   auto reply = AttachFromBatchScript(g, run_id, job_id, /*requeued=*/false);
   if (!reply.ok()) return Fail(g, reply.status(), "attach-batch");

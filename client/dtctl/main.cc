@@ -107,8 +107,9 @@ struct BatchScriptCommands {
 void DeclareBatchScriptCommands(CLI::App& app, BatchScriptCommands& c) {
   c.await_restart = app.add_subcommand("await-restart", "exit 0 when the run wants another generation");
   c.requeue_wanted = app.add_subcommand("requeue-wanted", "exit 0 when the run waits for its job to be requeued");
-  c.attach_batch = app.add_subcommand(
-      "attach-batch", "tell the coordinator the node that runs the run's batch script (it requeues the job if lost)");
+  c.attach_batch = app.add_subcommand("attach-batch",
+                                      "tell the coordinator the node that runs the run's batch script (a rank requeues "
+                                      "or cancels the job if it is lost)");
   c.attach_batch->add_option("--job", c.job_id, "the Slurm job ($SLURM_JOB_ID)")->required();
   c.attach_requeued = app.add_subcommand(
       "attach-requeued", "tell the coordinator Slurm requeued the run's job (a new batch host, a whole allocation)");
