@@ -301,18 +301,18 @@ class Coordinator {
   // made again at the same number on the run's full size; anything waiting in it is answered
   // ABORTED.
   void WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // Elastic runs: the nodes the generation after `failure` forms on (run.gen, not yet ended).
-  // `silent`: SilentNodes(run) for a heartbeat timeout, else empty.
-  NextNodes ElasticNextNodes(const RunEntry& run, const v1::Failure& failure,
-                             const std::vector<std::string>& silent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  // Elastic runs: the nodes the generation after a failure forms on (run.gen, not yet ended).
+  // `silent`: SilentNodes(run) for a heartbeat timeout, else empty (the failure lost no node).
+  NextNodes ElasticNextNodes(const RunEntry& run, const std::vector<std::string>& silent) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // The formed generation's nodes all of whose ranks went silent (a heartbeat timeout), in the
   // order they went; empty when the timeout is too short to tell a lost node from a slow rank.
   std::vector<std::string> SilentNodes(const RunEntry& run) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // An elastic Slurm run whose generation failed because its batch host went silent (among
-  // `silent`): a rank on a node that remains will be told to requeue the job if the run restarts,
-  // or to cancel it if the run ended (`cancel`) (RunEntry::orphaned_job).
-  void HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure,
-                                             const std::vector<std::string>& silent, bool cancel)
+  // An elastic Slurm run whose generation failed on a heartbeat timeout that found its batch host
+  // silent (among `silent`, as for ElasticNextNodes): a rank on a node that remains will be told to
+  // requeue the job if the run restarts, or to cancel it if the run ended (`cancel`)
+  // (RunEntry::orphaned_job).
+  void HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const std::vector<std::string>& silent, bool cancel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get

@@ -111,8 +111,7 @@ void Coordinator::WholeAgainAfterRequeue(RunEntry& run, Deferred& deferred) {
                << " forms on all " << r.spec().nodes() << " nodes (" << r.world_size() << " ranks), not on " << shrunk;
 }
 
-NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& failure,
-                                        const std::vector<std::string>& silent) const {
+NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const std::vector<std::string>& silent) const {
   const Generation& g = *run.gen;
   const v1::Run& r = run.stored.run;
   const v1::RunSpec& spec = r.spec();
@@ -123,10 +122,8 @@ NextNodes Coordinator::ElasticNextNodes(const RunEntry& run, const v1::Failure& 
     kept.nodes.assign(r.generation_nodes().begin(), r.generation_nodes().end());
     kept.lost.assign(r.lost_nodes().begin(), r.lost_nodes().end());
   }
-  if (spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT || !g.assigned || !g.health) {
-    return kept;
-  }
-  if (silent.empty()) return kept;
+  // Only a heartbeat timeout of a formed generation finds silent nodes (FailGeneration).
+  if (spec.min_nodes() <= 0 || silent.empty()) return kept;
   std::vector<std::string> nodes;
   for (const v1::RankStatus& rank : g.ranks) {
     if (nodes.empty() || nodes.back() != rank.node()) nodes.push_back(rank.node());
@@ -160,13 +157,13 @@ std::vector<std::string> Coordinator::SilentNodes(const RunEntry& run) const {
   return LostNodes(ranks, threshold);
 }
 
-void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const v1::Failure& failure,
-                                                        const std::vector<std::string>& silent, bool cancel) {
+void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const std::vector<std::string>& silent,
+                                                        bool cancel) {
   const v1::Run& r = run.stored.run;
   const v1::RunSpec& spec = r.spec();
   // Only an elastic run's job is --no-kill; any other job ends NODE_FAIL and Slurm requeues it.
-  if (spec.scheduler() != v1::SLURM || spec.min_nodes() <= 0 || failure.kind() != v1::Failure::HEARTBEAT_TIMEOUT ||
-      r.batch_host().empty() || r.scheduler_job_id().empty()) {
+  if (spec.scheduler() != v1::SLURM || spec.min_nodes() <= 0 || r.batch_host().empty() ||
+      r.scheduler_job_id().empty()) {
     return;
   }
   if (!absl::c_linear_search(silent, r.batch_host())) return;
@@ -310,7 +307,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
   AddStoppedRanks(run, failure);
   std::vector<std::string> silent;
   if (failure.kind() == v1::Failure::HEARTBEAT_TIMEOUT) silent = SilentNodes(run);
-  NextNodes next = ElasticNextNodes(run, failure, silent);
+  NextNodes next = ElasticNextNodes(run, silent);
   bool shrinks = next.lost.size() > static_cast<size_t>(r.lost_nodes_size());  // not a kept shape
   if (shrinks && r.restarts() < r.spec().max_restarts()) {
     failure.set_message(absl::StrCat(failure.message(), "; node", next.lost.size() == 1 ? " " : "s ",
@@ -343,7 +340,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
                  << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
-    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/false);  // before `g` goes
+    HandTheJobToARankIfTheBatchHostIsLost(run, silent, /*cancel=*/false);  // before `g` goes
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
                  << " as generation " << g.number + 1;
@@ -356,7 +353,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     }
     SetState(run, v1::RESTARTING, deferred);
   } else {
-    HandTheJobToARankIfTheBatchHostIsLost(run, failure, silent, /*cancel=*/true);
+    HandTheJobToARankIfTheBatchHostIsLost(run, silent, /*cancel=*/true);
     SetState(run, v1::FAILED, deferred);
   }
 }

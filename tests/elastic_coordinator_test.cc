@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <initializer_list>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/health_monitor.h"
@@ -72,6 +74,19 @@ class ElasticTest : public CoordinatorTest {
     RegisterAll(run, 2, 2);
     CrashRankOne(run, 1);
     return coord_->GetRun(run);
+  }
+
+  // Each of `ranks` named in `which` heartbeats generation 0 and is told to STOP, with no job to
+  // requeue or cancel.
+  void ExpectStopsWithNoJobToActOn(const std::string& run, const std::vector<v1::RegisterResponse>& ranks,
+                                   std::initializer_list<int> which) {
+    for (int k : which) {
+      absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
+      ASSERT_TRUE(stop.ok()) << stop.status();
+      EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP) << "rank " << k;
+      EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
+      EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
+    }
   }
 
   // Node n3 of a 3-node run goes silent: the run goes on with n1 and n2.
@@ -354,12 +369,7 @@ TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->directive(), v1::HeartbeatResponse::STOP);
   EXPECT_EQ(first->requeue_job(), "123");
-  for (int k : {0, 1, 3}) {
-    absl::StatusOr<v1::HeartbeatResponse> other = Beat(run, ranks[k], 0);
-    ASSERT_TRUE(other.ok()) << other.status();
-    EXPECT_EQ(other->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_THAT(other->requeue_job(), IsEmpty()) << "rank " << k;  // one requeue: a second could end the new job
-  }
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 3});  // one requeue: a second could end the new job
   // The chosen rank is told again (its first answer may have been lost), in a node's heartbeat too.
   v1::NodeHeartbeatRequest node;
   node.set_run_id(run);
@@ -409,13 +419,7 @@ TEST_F(ElasticTest, ARankThatRemainsCancelsTheJobOfAFailedRunWhoseBatchHostIsLos
     EXPECT_EQ(chosen->cancel_job(), "123");
     EXPECT_THAT(chosen->requeue_job(), IsEmpty());
   }
-  for (int k : {0, 2, 3}) {
-    absl::StatusOr<v1::HeartbeatResponse> other = Beat(run, ranks[k], 0);
-    ASSERT_TRUE(other.ok()) << other.status();
-    EXPECT_EQ(other->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_THAT(other->cancel_job(), IsEmpty()) << "rank " << k;
-    EXPECT_THAT(other->requeue_job(), IsEmpty()) << "rank " << k;
-  }
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 2, 3});
   // In a node's heartbeat too (dtrun's), to the chosen rank only.
   v1::NodeHeartbeatRequest node;
   node.set_run_id(run);
@@ -439,13 +443,7 @@ TEST_F(ElasticTest, NoRankCancelsTheJobOfAFailedRunWhileTheBatchScriptLives) {
   ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
   auto ranks = LoseNodeThree(run);
   ASSERT_EQ(State(run), v1::FAILED);
-  for (int k : {0, 1, 2, 3}) {
-    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
-    ASSERT_TRUE(stop.ok()) << stop.status();
-    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
-    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
-  }
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 
 // A requeue decided for a run that restarts is not handed out once the run was cancelled: the
@@ -459,13 +457,7 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   ASSERT_EQ(chosen->requeue_job(), "123");  // chosen before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
-  for (int k : {2, 0, 1, 3}) {
-    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
-    ASSERT_TRUE(stop.ok()) << stop.status();
-    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
-    EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
-  }
+  ExpectStopsWithNoJobToActOn(run, ranks, {2, 0, 1, 3});
 }
 
 // A lost node that is not the batch host leaves the script to launch the shrunk generation.
@@ -473,12 +465,7 @@ TEST_F(ElasticTest, NoRankRequeuesWhileTheBatchScriptLives) {
   std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
   ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
   auto ranks = LoseNodeThree(run);
-  for (int k : {0, 1, 2, 3}) {
-    absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
-    ASSERT_TRUE(stop.ok()) << stop.status();
-    EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
-  }
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 
 TEST_F(ElasticTest, OnlyASlurmRunHasABatchHost) {
