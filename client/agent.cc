@@ -220,9 +220,9 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     absl::StatusOr<v1::HeartbeatResponse> reply =
         Call(*client_, &v1::RendezvousService::Stub::Heartbeat, client_->rendezvous(), request, deadline, reconnecting);
     reconnecting = !reply.ok();
-    // Before anything else: the coordinator chose this rank to requeue or cancel the job, whatever
+    // Before anything else: the coordinator asked this rank to requeue or cancel the job, whatever
     // it does next.
-    if (reply.ok()) ActOnJobOfLostBatchHost(*reply);
+    if (reply.ok()) ActOnJobOfLostBatchHost(*reply, assignment_.exp_dir(), rank());
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {

@@ -5,11 +5,13 @@
 // job that still holds the nodes that remain (HeartbeatResponse.cancel_job).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "dt/v1/rendezvous.pb.h"
 
 namespace dt {
@@ -26,11 +28,21 @@ absl::Status RequeueSlurmJob(const std::string& job);
 // output when it fails.
 absl::Status CancelSlurmJob(const std::string& job);
 
-// What a heartbeat's answer asks of this rank about its job, whose batch host is lost:
-// RequeueSlurmJob for requeue_job, CancelSlurmJob for cancel_job, unless Slurm shows the job
-// requeued since this process started (its Restarts past SLURM_RESTART_COUNT: it runs something
-// new, and a second requeue would end it). Says on the log what happened and, when it failed, what
-// the user can do. False when the answer asks nothing.
-bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply);
+// Claims the action on `job`, whose batch host is lost, for this process: several ranks are told
+// (HeartbeatResponse.requeue_job), one must act, since a second requeue would end the requeued job.
+// The claim is <exp_dir>/logs/slurm-job-<job>-restart-<SLURM_RESTART_COUNT>, created with O_EXCL
+// on the shared file system and holding `what` (who acts, and how). Nothing when this process
+// claimed it; the claim's text when another process had; an error naming the file when neither
+// can be told (a file system that refuses the create), and then the caller acts anyway.
+absl::StatusOr<std::optional<std::string>> ClaimTheJobOfTheLostBatchHost(const std::string& exp_dir,
+                                                                         const std::string& job,
+                                                                         absl::string_view what);
+
+// What a heartbeat's answer asks of `rank` about its job, whose batch host is lost, once claimed
+// (ClaimTheJobOfTheLostBatchHost in `exp_dir`): RequeueSlurmJob for requeue_job, CancelSlurmJob for
+// cancel_job, unless Slurm shows the job requeued since this process started (its Restarts past
+// SLURM_RESTART_COUNT: it runs something new, and a second requeue would end it). Says on the log
+// what happened and, when it failed, what the user can do. False when the answer asks nothing.
+bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::string& exp_dir, int rank);
 
 }  // namespace dt

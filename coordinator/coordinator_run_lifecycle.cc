@@ -157,8 +157,8 @@ std::vector<std::string> Coordinator::SilentNodes(const RunEntry& run) const {
   return LostNodes(ranks, threshold);
 }
 
-void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const std::vector<std::string>& silent,
-                                                        bool cancel) {
+void Coordinator::HandTheJobToNodesThatRemainIfTheBatchHostIsLost(RunEntry& run, const std::vector<std::string>& silent,
+                                                                  bool cancel) {
   const v1::Run& r = run.stored.run;
   const v1::RunSpec& spec = r.spec();
   // Only an elastic run's job is --no-kill; any other job ends NODE_FAIL and Slurm requeues it.
@@ -172,14 +172,23 @@ void Coordinator::HandTheJobToARankIfTheBatchHostIsLost(RunEntry& run, const std
   job.job = r.scheduler_job_id();
   job.batch_host = r.batch_host();
   job.generation = run.gen->number;
+  // Ranks of a few nodes, not all: one create of the claim file per rank on the shared file
+  // system, where 12,000 nodes at once would be a storm, and spares enough for a node that dies.
+  std::vector<std::string> acting_nodes;
   for (const v1::RankStatus& rank : run.gen->ranks) {
-    if (!absl::c_linear_search(silent, rank.node())) job.ranks.insert(rank.rank());
+    if (absl::c_linear_search(silent, rank.node())) continue;
+    if (!absl::c_linear_search(acting_nodes, rank.node())) {
+      if (acting_nodes.size() == RunEntry::OrphanedJob::kNodesThatMayAct) continue;
+      acting_nodes.push_back(rank.node());
+    }
+    job.ranks.insert(rank.rank());
   }
   // Every node silent: most often the whole job ended (its time limit, a scancel, a requeue whose
   // script waits to attach), and nobody is left to ask anyway.
   if (job.ranks.empty()) return;
   DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
-                  << ", is lost: a rank on a node that remains will " << (cancel ? "cancel" : "requeue") << " the job";
+                  << ", is lost: a rank on " << absl::StrJoin(acting_nodes, ", ") << " will "
+                  << (cancel ? "cancel" : "requeue") << " the job";
   run.orphaned_job = std::move(job);
 }
 
@@ -340,7 +349,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
                  << " restarts spent): restarting cannot help (" << v1::Failure::Kind_Name(failure.kind()) << ")";
     SetState(run, v1::FAILED, deferred);
   } else if (r.restarts() < r.spec().max_restarts()) {
-    HandTheJobToARankIfTheBatchHostIsLost(run, silent, /*cancel=*/false);  // before `g` goes
+    HandTheJobToNodesThatRemainIfTheBatchHostIsLost(run, silent, /*cancel=*/false);  // before `g` goes
     r.set_restarts(r.restarts() + 1);
     DT_LOG(Info) << "run " << r.run_id() << ": restart " << r.restarts() << " of " << r.spec().max_restarts()
                  << " as generation " << g.number + 1;
@@ -353,7 +362,7 @@ void Coordinator::FailGeneration(RunEntry& run, v1::Failure failure, Deferred& d
     }
     SetState(run, v1::RESTARTING, deferred);
   } else {
-    HandTheJobToARankIfTheBatchHostIsLost(run, silent, /*cancel=*/true);
+    HandTheJobToNodesThatRemainIfTheBatchHostIsLost(run, silent, /*cancel=*/true);
     SetState(run, v1::FAILED, deferred);
   }
 }

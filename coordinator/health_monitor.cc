@@ -116,14 +116,6 @@ void Coordinator::HealthMonitor::HandOutTheOrphanedJob(RunEntry& run, int64_t ge
   // A requeue is for a run that goes on: not for one a user cancelled after the decision
   // (`dtctl cancel` cancels the job itself).
   if (!job->cancel && IsTerminal(run.stored.run.state())) return;
-  // One rank acts: a second requeue could end the requeued job.
-  if (job->chosen_rank < 0) {
-    job->chosen_rank = rank;
-    DT_LOG(Warning) << "run " << run.stored.run.run_id() << ": rank " << rank << " of generation " << generation
-                    << (job->cancel ? " cancels" : " requeues") << " job " << job->job << ", whose batch host "
-                    << job->batch_host << " is lost";
-  }
-  if (rank != job->chosen_rank) return;
   if (job->cancel) {
     out.set_cancel_job(job->job);
   } else {

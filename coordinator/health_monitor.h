@@ -55,9 +55,9 @@ class Coordinator::HealthMonitor : private ManagerBase {
   absl::StatusOr<v1::HeartbeatResponse> HeartbeatLocked(RunEntry& run, int64_t generation,
                                                         const v1::RankHeartbeat& beat, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
-  // The STOP of an ended generation's rank: the first of run.orphaned_job's ranks to heartbeat is
-  // told to requeue the job (a run that restarts) or cancel it (a run that ended), in every STOP
-  // it gets; no other rank is.
+  // The STOP of an ended generation's rank: each of run.orphaned_job's ranks is told to requeue
+  // the job (a run that restarts) or cancel it (a run that ended), in every STOP it gets; no other
+  // rank is. The ranks claim the action among themselves (client/slurm_job.h).
   void HandOutTheOrphanedJob(RunEntry& run, int64_t generation, int rank, v1::HeartbeatResponse& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // The rank a ReportError names by rank, by node and slot, or by scheduler task: -1 when the

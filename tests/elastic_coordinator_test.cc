@@ -76,17 +76,21 @@ class ElasticTest : public CoordinatorTest {
     return coord_->GetRun(run);
   }
 
-  // Each of `ranks` named in `which` heartbeats generation 0 and is told to STOP, with no job to
-  // requeue or cancel.
-  void ExpectStopsWithNoJobToActOn(const std::string& run, const std::vector<v1::RegisterResponse>& ranks,
-                                   std::initializer_list<int> which) {
+  // Each of `ranks` named in `which` heartbeats generation 0 and is told to STOP, with `requeue` as
+  // its requeue_job and `cancel` as its cancel_job.
+  void ExpectStopsNaming(const std::string& run, const std::vector<v1::RegisterResponse>& ranks,
+                         std::initializer_list<int> which, const std::string& requeue, const std::string& cancel) {
     for (int k : which) {
       absl::StatusOr<v1::HeartbeatResponse> stop = Beat(run, ranks[k], 0);
       ASSERT_TRUE(stop.ok()) << stop.status();
       EXPECT_EQ(stop->directive(), v1::HeartbeatResponse::STOP) << "rank " << k;
-      EXPECT_THAT(stop->requeue_job(), IsEmpty()) << "rank " << k;
-      EXPECT_THAT(stop->cancel_job(), IsEmpty()) << "rank " << k;
+      EXPECT_EQ(stop->requeue_job(), requeue) << "rank " << k;
+      EXPECT_EQ(stop->cancel_job(), cancel) << "rank " << k;
     }
+  }
+  void ExpectStopsWithNoJobToActOn(const std::string& run, const std::vector<v1::RegisterResponse>& ranks,
+                                   std::initializer_list<int> which) {
+    ExpectStopsNaming(run, ranks, which, "", "");
   }
 
   // Node n3 of a 3-node run goes silent: the run goes on with n1 and n2.
@@ -353,24 +357,18 @@ TEST_F(ElasticTest, OnlyASlurmRunsJobIsRequeued) {
 }
 
 // The batch host is lost with its node: Slurm keeps the --no-kill job RUNNING without its script,
-// and nothing would launch the next generation. One rank on a node that remains is told, in its
-// STOP, to requeue the job; no other rank is, and no rank of the lost node.
-TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
+// and nothing would launch the next generation. Every rank on a node that remains is told, in
+// each STOP it gets, to requeue the job (they claim it among themselves, so one acts, and one that
+// died leaves the others); no rank of the lost node is.
+TEST_F(ElasticTest, TheRanksThatRemainAreToldToRequeueTheJobWhoseBatchHostIsLost) {
   std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
   ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
   auto ranks = LoseNodeThree(run);
   ASSERT_EQ(State(run), v1::RESTARTING);
 
-  absl::StatusOr<v1::HeartbeatResponse> lost = Beat(run, ranks[4], 0);  // n3 comes back too late
-  ASSERT_TRUE(lost.ok()) << lost.status();
-  EXPECT_EQ(lost->directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_THAT(lost->requeue_job(), IsEmpty());
-  absl::StatusOr<v1::HeartbeatResponse> first = Beat(run, ranks[2], 0);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_EQ(first->requeue_job(), "123");
-  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 3});  // one requeue: a second could end the new job
-  // The chosen rank is told again (its first answer may have been lost), in a node's heartbeat too.
+  ExpectStopsWithNoJobToActOn(run, ranks, {4});                                      // n3 comes back too late
+  ExpectStopsNaming(run, ranks, {2, 0, 1, 3, 2}, /*requeue=*/"123", /*cancel=*/"");  // told again: a reply may be lost
+  // In a node's heartbeat too (dtrun's).
   v1::NodeHeartbeatRequest node;
   node.set_run_id(run);
   node.set_generation(0);
@@ -382,10 +380,10 @@ TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
   absl::StatusOr<v1::NodeHeartbeatResponse> answers = coord_->health().NodeHeartbeat(node);
   ASSERT_TRUE(answers.ok()) << answers.status();
   ASSERT_EQ(answers->ranks_size(), 2);
-  EXPECT_EQ(answers->ranks(0).reply().directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_THAT(answers->ranks(0).reply().requeue_job(), IsEmpty());
-  EXPECT_EQ(answers->ranks(1).reply().directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_EQ(answers->ranks(1).reply().requeue_job(), "123");
+  for (const v1::NodeHeartbeatResponse::RankAnswer& answer : answers->ranks()) {
+    EXPECT_EQ(answer.reply().directive(), v1::HeartbeatResponse::STOP);
+    EXPECT_EQ(answer.reply().requeue_job(), "123") << "rank " << answer.rank();
+  }
 
   // Once the requeued job's script attached, nobody is told any more.
   v1::AttachLaunchRequest attach;
@@ -394,47 +392,31 @@ TEST_F(ElasticTest, ARankThatRemainsRequeuesTheJobWhoseBatchHostIsLost) {
   attach.set_batch_host("n2");
   attach.set_requeued(true);
   ASSERT_TRUE(coord_->AttachLaunch(attach).ok());
-  absl::StatusOr<v1::HeartbeatResponse> after = Beat(run, ranks[2], 0);
-  ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_THAT(after->requeue_job(), IsEmpty());
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 
 // The batch host is lost and the run has no restart left: it fails, and the --no-kill job would
-// hold the nodes that remain until its time limit. One rank on a node that remains is told to
-// cancel the job, in every STOP it gets; no other rank is.
-TEST_F(ElasticTest, ARankThatRemainsCancelsTheJobOfAFailedRunWhoseBatchHostIsLost) {
+// hold the nodes that remain until its time limit. Every rank on a node that remains is told to
+// cancel the job, in every STOP it gets; the lost node's ranks are not.
+TEST_F(ElasticTest, TheRanksThatRemainAreToldToCancelTheJobOfAFailedRunWhoseBatchHostIsLost) {
   std::string run = SubmitElastic(3, 2, /*max_restarts=*/0, v1::SLURM);
   ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
   auto ranks = LoseNodeThree(run);
   ASSERT_EQ(State(run), v1::FAILED);
+  ExpectStopsWithNoJobToActOn(run, ranks, {5, 4});
+  ExpectStopsNaming(run, ranks, {1, 1, 0, 2, 3}, /*requeue=*/"", /*cancel=*/"123");
+}
 
-  absl::StatusOr<v1::HeartbeatResponse> lost = Beat(run, ranks[5], 0);
-  ASSERT_TRUE(lost.ok()) << lost.status();
-  EXPECT_EQ(lost->directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_THAT(lost->cancel_job(), IsEmpty());
-  for (int pass = 0; pass < 2; ++pass) {  // told again: its first answer may have been lost
-    absl::StatusOr<v1::HeartbeatResponse> chosen = Beat(run, ranks[1], 0);
-    ASSERT_TRUE(chosen.ok()) << chosen.status();
-    EXPECT_EQ(chosen->directive(), v1::HeartbeatResponse::STOP);
-    EXPECT_EQ(chosen->cancel_job(), "123");
-    EXPECT_THAT(chosen->requeue_job(), IsEmpty());
-  }
-  ExpectStopsWithNoJobToActOn(run, ranks, {0, 2, 3});
-  // In a node's heartbeat too (dtrun's), to the chosen rank only.
-  v1::NodeHeartbeatRequest node;
-  node.set_run_id(run);
-  node.set_generation(0);
-  for (int k : {0, 1}) {
-    v1::RankHeartbeat& beat = *node.add_ranks();
-    beat.set_rank(k);
-    beat.set_incarnation(absl::StrCat("n1-", ranks[k].local_rank()));
-  }
-  absl::StatusOr<v1::NodeHeartbeatResponse> answers = coord_->health().NodeHeartbeat(node);
-  ASSERT_TRUE(answers.ok()) << answers.status();
-  ASSERT_EQ(answers->ranks_size(), 2);
-  EXPECT_THAT(answers->ranks(0).reply().cancel_job(), IsEmpty());
-  EXPECT_EQ(answers->ranks(1).reply().directive(), v1::HeartbeatResponse::STOP);
-  EXPECT_EQ(answers->ranks(1).reply().cancel_job(), "123");
+// A large run: the ranks of the first three nodes that remain are told, not every rank (each one
+// claims the action with a create on the shared file system; three nodes leave spares enough).
+TEST_F(ElasticTest, OnlyTheRanksOfThreeNodesThatRemainAreToldToActOnTheJob) {
+  std::string run = SubmitElastic(5, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
+  auto ranks = RegisterAll(run, 5, 2);
+  OnlyTheseBeat(run, {ranks[2], ranks[3], ranks[4], ranks[5], ranks[6], ranks[7], ranks[8], ranks[9]});
+  ASSERT_EQ(State(run), v1::RESTARTING);
+  ExpectStopsNaming(run, ranks, {2, 3, 4, 5, 6, 7}, /*requeue=*/"123", /*cancel=*/"");
+  ExpectStopsWithNoJobToActOn(run, ranks, {8, 9, 0, 1});
 }
 
 // A failed run whose batch host lives: its script ends the job, and no rank is told to.
@@ -453,9 +435,7 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
   ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
   auto ranks = LoseNodeThree(run);
   ASSERT_EQ(State(run), v1::RESTARTING);
-  absl::StatusOr<v1::HeartbeatResponse> chosen = Beat(run, ranks[2], 0);
-  ASSERT_TRUE(chosen.ok()) << chosen.status();
-  ASSERT_EQ(chosen->requeue_job(), "123");  // chosen before the cancel
+  ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"123", /*cancel=*/"");  // told before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
   ExpectStopsWithNoJobToActOn(run, ranks, {2, 0, 1, 3});
 }

@@ -841,6 +841,10 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
                           " is lost and Slurm keeps the job without its script: requeueing it"),
             std::string::npos)
       << requeuer;
+  // Its claim, which makes it the one rank that acts, says so beside the logs.
+  std::string claim = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/slurm-job-" + job + "-restart-0");
+  EXPECT_EQ(claim.rfind("rank 1 (pid ", 0), 0u) << claim;
+  EXPECT_NE(claim.find(" on n2) ran `scontrol requeue " + job + "` at "), std::string::npos) << claim;
 
   std::string whole = RunUninterrupted("whole", 3, 24, batch);
   testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 24, 1e-4);
@@ -849,8 +853,9 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
 // The batch host is lost and the run has no restart left. An elastic run (--nodes 2:3, no restart
 // allowed) loses n1, the node that runs its batch script, after step 8: the run fails on the
 // heartbeat timeout. Slurm 22.05 would keep the --no-kill job RUNNING on n2 and n3 until its time
-// limit, holding their nodes for nothing. The coordinator knows n1 ran the script, so a rank on n2
-// or n3, stopped with the failed run, cancels the job itself, and its log says so.
+// limit, holding their nodes for nothing. The coordinator knows n1 ran the script, so it tells the
+// ranks on n2 and n3, stopped with the failed run, to cancel the job: the one whose claim lands
+// cancels it, and its log and the claim say so.
 TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
   auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
   ASSERT_TRUE(started.ok() && started->exit_code == 0)
@@ -906,6 +911,14 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
             std::string::npos)
       << logs;
   EXPECT_EQ(logs.find(said), logs.rfind(said)) << "one rank cancels: " << logs;
+  // Ranks 1 and 2 were both told; the claim names the one that acted.
+  std::string claim = testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/slurm-job-" + job + "-restart-0");
+  EXPECT_NE(claim.find(") ran `scancel " + job + "` at "), std::string::npos) << claim;
+  const bool by_rank_1 = claim.rfind("rank 1 (pid ", 0) == 0;
+  EXPECT_TRUE(by_rank_1 || claim.rfind("rank 2 (pid ", 0) == 0) << claim;
+  std::string actor =
+      testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/rank-" + (by_rank_1 ? "1" : "2") + ".log");
+  EXPECT_NE(actor.find(said), std::string::npos) << claim << "\n" << actor;
 }
 
 // A straggler: one node's device is far slower than the others' (here its trainer shares a CPU

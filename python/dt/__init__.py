@@ -373,33 +373,78 @@ def log(metrics, step):
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
 
 
+def _restart_count():
+    """SLURM_RESTART_COUNT: how many times this process's job was requeued before it started."""
+    count = os.environ.get("SLURM_RESTART_COUNT") or "0"
+    return count if count.isdigit() and len(count) <= 9 else "0"
+
+
+def _claim_job_of_lost_batch_host(job, what):
+    """Several ranks are told to act on the job; the one that creates the claim file acts (a second
+    requeue would end the requeued job), as dtrun and dttrainer do (client/slurm_job.h). None when
+    this process claimed it, else the claim's text. OSError when neither can be told."""
+    exp = os.environ.get("DT_EXPERIMENT_DIR")
+    if not exp:
+        raise OSError("the run's experiment directory is not known here (DT_EXPERIMENT_DIR)")
+    logs = os.path.join(exp, "logs")
+    os.makedirs(logs, exist_ok=True)
+    path = os.path.join(logs, f"slurm-job-{job}-restart-{_restart_count()}")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            text = ""
+        return text or f"claimed in {path}"  # empty while its creator writes it: claimed all the same
+    with os.fdopen(fd, "w") as f:
+        f.write(what + "\n")
+    return None
+
+
 def _act_on_job_of_lost_batch_host(job, cancel):
     """The run's Slurm job lost its batch host, and Slurm keeps an elastic run's --no-kill job
-    RUNNING without its script: this rank was chosen to requeue it (HeartbeatResponse.requeue_job)
-    or, once the run has ended, to cancel it so it frees the nodes that remain
-    (HeartbeatResponse.cancel_job), as dtrun and dttrainer do."""
+    RUNNING without its script: this rank is among those told to requeue it
+    (HeartbeatResponse.requeue_job) or, once the run has ended, to cancel it so it frees the nodes
+    that remain (HeartbeatResponse.cancel_job); it acts once it claimed the action, as dtrun and
+    dttrainer do."""
     import subprocess
     what = f"the batch host of Slurm job {job} is lost"
     if not re.fullmatch(r"[0-9]+([_+][0-9]+)?", job):
         sys.stderr.write(f"dt: {what}, and {job!r} is not a Slurm job id: left alone\n")
+        return
+    if cancel:
+        command, by_hand = ["scancel", "--", job], f"`scancel {job}`"
+    else:
+        command, by_hand = ["scontrol", "requeue", job], f"`scontrol requeue {job}` (or `dtctl cancel RUN`)"
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    ran = f"scancel {job}" if cancel else f"scontrol requeue {job}"
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        claim = _claim_job_of_lost_batch_host(job, f"rank {rank()} (pid {os.getpid()} on {node}) ran `{ran}` at {at}: "
+                                                   f"the batch host of Slurm job {job} was lost")
+    except OSError as e:
+        sys.stderr.write(f"dt: cannot claim the action on Slurm job {job} ({e}): acting without it\n")
+        claim = None
+    if claim is not None:
+        sys.stderr.write(f"dt: Slurm job {job} is left to the rank that claimed it: {claim}\n")
         return
     # Said first: requeue and scancel end this job's processes, this one included, maybe before
     # they return.
     if cancel:
         sys.stderr.write(f"dt: the run ended and {what}: Slurm would keep the job, and the nodes that remain, until "
                          f"its time limit; cancelling it (scancel {job})\n")
-        command, by_hand = ["scancel", "--", job], f"`scancel {job}`"
     else:
         sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it (scontrol requeue "
                          f"{job}); the requeued job runs the next generation\n")
-        command, by_hand = ["scontrol", "requeue", job], f"`scontrol requeue {job}` (or `dtctl cancel RUN`)"
     sys.stderr.flush()
     try:
         # A job requeued since this process started is left alone: it runs something new, and a
         # second requeue would end it.
         shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
         restarts = re.search(r" Restarts=(\d+) ", shown.stdout)
-        if restarts and restarts.group(1) != (os.environ.get("SLURM_RESTART_COUNT") or "0"):
+        if restarts and restarts.group(1) != _restart_count():
             sys.stderr.write(f"dt: job {job} was requeued meanwhile (Restarts={restarts.group(1)}): left alone\n")
             return
         r = subprocess.run(command, capture_output=True, text=True, timeout=30)
