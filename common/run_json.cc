@@ -79,6 +79,18 @@ nlohmann::json RankJson(const v1::RankStatus& rank) {
   return j;
 }
 
+// null without one.
+nlohmann::json OrphanedJobJson(const v1::Run& r) {
+  if (!r.has_orphaned_job()) return nullptr;
+  const v1::OrphanedJob& o = r.orphaned_job();
+  return {{"job", o.job()},
+          {"action", o.cancel() ? "cancel" : "requeue"},
+          {"batch_host", o.batch_host()},
+          {"generation", o.generation()},
+          {"nodes", std::vector<std::string>(o.nodes().begin(), o.nodes().end())},
+          {"ranks", std::vector<int>(o.ranks().begin(), o.ranks().end())}};
+}
+
 }  // namespace
 
 nlohmann::json RunJson(const v1::Run& r) {
@@ -134,6 +146,7 @@ nlohmann::json RunJson(const v1::Run& r) {
           {"scheduler", v1::Scheduler_Name(r.spec().scheduler())},
           {"scheduler_job_id", r.scheduler_job_id()},
           {"batch_host", r.batch_host()},
+          {"orphaned_job", OrphanedJobJson(r)},
           {"trainer_args", std::vector<std::string>(r.spec().trainer_args().begin(), r.spec().trainer_args().end())},
           {"ranks", ranks},
           {"failures", failures},

@@ -237,25 +237,6 @@ class Coordinator {
     uint64_t persist_sequence ABSL_GUARDED_BY(mu) = 0;
     // Ranks this run holds of the coordinator's --max-ranks (RankAdmission), until it ends.
     int64_t ranks_admitted ABSL_GUARDED_BY(mu) = 0;
-    // An elastic Slurm run's batch host went silent with its generation: Slurm keeps the --no-kill
-    // job RUNNING without its script. If the run restarts, nothing would launch the next
-    // generation: the job is requeued. If the run ended (FAILED), the job would hold the nodes that
-    // remain until its time limit: it is cancelled. Every STOP of `ranks` (generation
-    // `generation`'s ranks on the first kNodesThatMayActOnTheJob nodes that remain) names the job,
-    // until the requeued job's script attaches: a rank that died before acting leaves the others,
-    // and a reply lost on the way is sent again. The ranks claim the action through a file in the
-    // experiment directory (client/slurm_job.h), so one acts: a second requeue could end the
-    // requeued job. Not saved: after a coordinator restart, the operator acts
-    // (docs/guide/failures-and-hangs.md).
-    struct OrphanedJob {
-      static constexpr size_t kNodesThatMayAct = 3;
-      bool cancel = false;  // scancel, not scontrol requeue: the run has ended
-      std::string job;
-      std::string batch_host;
-      int64_t generation = -1;
-      absl::flat_hash_set<int> ranks;
-    };
-    std::optional<OrphanedJob> orphaned_job ABSL_GUARDED_BY(mu);
     // Bytes of this run's metric batches accepted and not yet stored and delivered (taken without
     // `mu`), against CoordinatorOptions::metric_bytes_per_run.
     std::atomic<int64_t> metric_bytes_held{0};
@@ -313,9 +294,12 @@ class Coordinator {
   // An elastic Slurm run whose generation failed on a heartbeat timeout that found its batch host
   // silent (among `silent`, as for ElasticNextNodes): the ranks of a few nodes that remain will be
   // told to requeue the job if the run restarts, or to cancel it if the run ended (`cancel`)
-  // (RunEntry::orphaned_job).
+  // (Run.orphaned_job, saved with the run). The first kNodesThatMayActOnTheJob nodes, not all:
+  // each rank claims the action with a create on the shared file system, where 12,000 nodes at
+  // once would be a storm, and three leave spares enough for a node that dies.
   void HandTheJobToNodesThatRemainIfTheBatchHostIsLost(RunEntry& run, const std::vector<std::string>& silent,
                                                        bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
+  static constexpr int kNodesThatMayActOnTheJob = 3;
   void SetState(RunEntry& run, v1::RunState state, Deferred& deferred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(run.mu);
   // Fails the current generation with `failure` as its root cause; waiting calls get
   // `waiter_status` (ABORTED naming the cause unless given). Then restarts or fails the run.

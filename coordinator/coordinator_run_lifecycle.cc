@@ -167,29 +167,26 @@ void Coordinator::HandTheJobToNodesThatRemainIfTheBatchHostIsLost(RunEntry& run,
     return;
   }
   if (!absl::c_linear_search(silent, r.batch_host())) return;
-  RunEntry::OrphanedJob job;
-  job.cancel = cancel;
-  job.job = r.scheduler_job_id();
-  job.batch_host = r.batch_host();
-  job.generation = run.gen->number;
-  // Ranks of a few nodes, not all: one create of the claim file per rank on the shared file
-  // system, where 12,000 nodes at once would be a storm, and spares enough for a node that dies.
-  std::vector<std::string> acting_nodes;
+  v1::OrphanedJob job;
+  job.set_cancel(cancel);
+  job.set_job(r.scheduler_job_id());
+  job.set_batch_host(r.batch_host());
+  job.set_generation(run.gen->number);
   for (const v1::RankStatus& rank : run.gen->ranks) {
     if (absl::c_linear_search(silent, rank.node())) continue;
-    if (!absl::c_linear_search(acting_nodes, rank.node())) {
-      if (acting_nodes.size() == RunEntry::OrphanedJob::kNodesThatMayAct) continue;
-      acting_nodes.push_back(rank.node());
+    if (!absl::c_linear_search(job.nodes(), rank.node())) {
+      if (job.nodes_size() == kNodesThatMayActOnTheJob) continue;
+      job.add_nodes(rank.node());
     }
-    job.ranks.insert(rank.rank());
+    job.add_ranks(rank.rank());
   }
   // Every node silent: most often the whole job ended (its time limit, a scancel, a requeue whose
   // script waits to attach), and nobody is left to ask anyway.
-  if (job.ranks.empty()) return;
-  DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host << ", the batch host of job " << job.job
-                  << ", is lost: a rank on " << absl::StrJoin(acting_nodes, ", ") << " will "
+  if (job.ranks().empty()) return;
+  DT_LOG(Warning) << "run " << r.run_id() << ": node " << job.batch_host() << ", the batch host of job " << job.job()
+                  << ", is lost: a rank on " << absl::StrJoin(job.nodes(), ", ") << " will "
                   << (cancel ? "cancel" : "requeue") << " the job";
-  run.orphaned_job = std::move(job);
+  *run.stored.run.mutable_orphaned_job() = std::move(job);
 }
 
 std::string Coordinator::DescribeRank(const RunEntry& run, int rank) const {

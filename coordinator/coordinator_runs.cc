@@ -313,7 +313,7 @@ absl::StatusOr<v1::Run> Coordinator::AttachLaunch(const v1::AttachLaunchRequest&
   if (!request.launcher_host().empty()) r.set_launcher_host(request.launcher_host());
   if (!request.batch_host().empty()) r.set_batch_host(request.batch_host());
   if (request.requeued()) {
-    run->orphaned_job.reset();  // done: no rank of the old job requeues the new one
+    r.clear_orphaned_job();  // done: no rank of the old job requeues the new one
     WholeAgainAfterRequeue(*run, deferred);
   }
   persistence_->Persist(*run, deferred);

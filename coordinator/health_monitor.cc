@@ -111,15 +111,17 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::HealthMonitor::HeartbeatLocke
 
 void Coordinator::HealthMonitor::HandOutTheOrphanedJob(RunEntry& run, int64_t generation, int rank,
                                                        v1::HeartbeatResponse& out) {
-  std::optional<RunEntry::OrphanedJob>& job = run.orphaned_job;
-  if (!job || job->generation != generation || !job->ranks.contains(rank)) return;
+  const v1::Run& r = run.stored.run;
+  if (!r.has_orphaned_job()) return;
+  const v1::OrphanedJob& job = r.orphaned_job();
+  if (job.generation() != generation || !absl::c_linear_search(job.ranks(), rank)) return;
   // A requeue is for a run that goes on: not for one a user cancelled after the decision
   // (`dtctl cancel` cancels the job itself).
-  if (!job->cancel && IsTerminal(run.stored.run.state())) return;
-  if (job->cancel) {
-    out.set_cancel_job(job->job);
+  if (!job.cancel() && IsTerminal(r.state())) return;
+  if (job.cancel()) {
+    out.set_cancel_job(job.job());
   } else {
-    out.set_requeue_job(job->job);
+    out.set_requeue_job(job.job());
   }
 }
 

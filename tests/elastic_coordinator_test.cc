@@ -395,6 +395,40 @@ TEST_F(ElasticTest, TheRanksThatRemainAreToldToRequeueTheJobWhoseBatchHostIsLost
   ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 
+// Whom the coordinator told is saved with the run: a coordinator restarted before the ranks heard
+// it still tells them, and the run shows the job, its lost batch host and the nodes told.
+TEST_F(ElasticTest, ARestartedCoordinatorStillTellsTheRanksToRequeueTheJob) {
+  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
+  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
+  auto ranks = LoseNodeThree(run);
+  ASSERT_EQ(State(run), v1::RESTARTING);
+  Reopen();
+  absl::StatusOr<v1::Run> r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_orphaned_job()) << r->ShortDebugString();
+  EXPECT_EQ(r->orphaned_job().job(), "123");
+  EXPECT_FALSE(r->orphaned_job().cancel());
+  EXPECT_EQ(r->orphaned_job().batch_host(), "n3");
+  EXPECT_EQ(r->orphaned_job().generation(), 0);
+  EXPECT_THAT(r->orphaned_job().nodes(), ElementsAre("n1", "n2"));
+  EXPECT_THAT(r->orphaned_job().ranks(), ElementsAre(0, 1, 2, 3));
+  ExpectStopsNaming(run, ranks, {3, 0}, /*requeue=*/"123", /*cancel=*/"");
+  ExpectStopsWithNoJobToActOn(run, ranks, {4, 5});
+
+  // The requeued job's script attached: the record goes, and that too is saved.
+  v1::AttachLaunchRequest attach;
+  attach.set_run_id(run);
+  attach.set_scheduler_job_id("123");
+  attach.set_batch_host("n2");
+  attach.set_requeued(true);
+  ASSERT_TRUE(coord_->AttachLaunch(attach).ok());
+  Reopen();
+  r = coord_->GetRun(run);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->has_orphaned_job()) << r->ShortDebugString();
+  ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
+}
+
 // The batch host is lost and the run has no restart left: it fails, and the --no-kill job would
 // hold the nodes that remain until its time limit. Every rank on a node that remains is told to
 // cancel the job, in every STOP it gets; the lost node's ranks are not.

@@ -818,6 +818,7 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
   EXPECT_EQ(s["generation"], 2) << s;
   EXPECT_EQ(s["world_size"], 3) << s;
   EXPECT_TRUE(s["generation_nodes"].empty()) << s;
+  EXPECT_TRUE(s["orphaned_job"].is_null()) << s;  // the requeued script attached
   std::set<std::string> nodes;
   for (const auto& rank : s["ranks"]) nodes.insert(rank["node"].get<std::string>());
   EXPECT_EQ(nodes, (std::set<std::string>{"n2", "n4", "n5"})) << s;
@@ -888,6 +889,12 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
   EXPECT_EQ(s["state"], "FAILED") << s;
   EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
   EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
+  EXPECT_EQ(s["orphaned_job"]["action"], "cancel") << s;
+  EXPECT_EQ(s["orphaned_job"]["batch_host"], "n1") << s;
+  EXPECT_EQ(s["orphaned_job"]["nodes"], nlohmann::json({"n2", "n3"})) << s;
+  CommandResult text = Dtctl({"status", run});
+  EXPECT_NE(text.output.find("batch host n1 lost: a rank on n2, n3 cancels Slurm job " + job), std::string::npos)
+      << text.output;
   // Nothing here cancels the job (the revival does so only after these checks): a rank does. The
   // job shows COMPLETING while n1's slurmd cannot confirm its end (a dead node until Slurm's
   // SlurmdTimeout), then CANCELLED; never COMPLETED, since its script (stopped) did not end.

@@ -27,7 +27,6 @@ std::string StepCell(const v1::Run& r) {
   return r.total_steps() > 0 ? absl::StrCat(r.step(), "/", r.total_steps()) : absl::StrCat(r.step());
 }
 
-// "16 = 2 node(s) x 8", with how a counted --nproc-per-node came to its number.
 // An elastic run's generations and their world sizes, the newest 8: "0: 6 ranks, 1: 4 ranks
 // (without n3), 2: 6 ranks".
 std::string GenerationsCell(const v1::Run& r) {
@@ -44,6 +43,7 @@ std::string GenerationsCell(const v1::Run& r) {
   return absl::StrCat(first > 0 ? "..., " : "", absl::StrJoin(cells, ", "));
 }
 
+// "16 = 2 node(s) x 8", with how a counted --nproc-per-node came to its number.
 std::string WorldCell(const v1::Run& r) {
   const v1::RunSpec& spec = r.spec();
   if (spec.procs_per_node() == 0) {
@@ -66,6 +66,18 @@ std::string WorldCell(const v1::Run& r) {
                     ")");
   }
   return out;
+}
+
+// The status line of a job whose batch host is lost (Run.orphaned_job), with where the rank that
+// acted names itself; empty without one.
+std::string OrphanedJobLine(const v1::Run& r) {
+  if (!r.has_orphaned_job()) return "";
+  const v1::OrphanedJob& o = r.orphaned_job();
+  return absl::StrCat("batch host ", PrintableForTerminal(o.batch_host()), " lost: a rank on ",
+                      PrintableForTerminal(absl::StrJoin(o.nodes(), ", ")), o.cancel() ? " cancels" : " requeues",
+                      " Slurm job ", PrintableForTerminal(o.job()),
+                      " (the one that did: ", PrintableForTerminal(JoinPath(r.exp_dir(), "logs")), "/slurm-job-",
+                      PrintableForTerminal(o.job()), "-restart-*)\n");
 }
 
 // ---- Commands -------------------------------------------------------------------------------
@@ -133,7 +145,7 @@ int Status(Global& g, const std::string& run_id) {
             << (r->latest_checkpoint_step() >= 0 ? absl::StrCat("step ", r->latest_checkpoint_step()) : "none")
             << (r->resumed_from_step() > 0 ? absl::StrCat("  (resumed from step ", r->resumed_from_step(), ")") : "")
             << "\n"
-            << "exp dir    " << r->exp_dir() << "\n"
+            << OrphanedJobLine(*r) << "exp dir    " << r->exp_dir() << "\n"
             << "created    " << Iso8601(r->created_at())
             << (r->has_ended_at() ? absl::StrCat("   ended ", Iso8601(r->ended_at())) : "") << "\n";
   if (job)
