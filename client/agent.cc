@@ -222,7 +222,7 @@ void Agent::HeartbeatLoop(std::function<void(const std::string&)> on_stop) {
     reconnecting = !reply.ok();
     // Before anything else: the coordinator asked this rank to requeue or cancel the job, whatever
     // it does next.
-    if (reply.ok()) ActOnJobOfLostBatchHost(*reply, assignment_.exp_dir(), rank());
+    if (reply.ok()) ActOnJobOfLostBatchHost(*reply, assignment_.exp_dir(), generation(), rank());
     if (stop_heartbeats_.HasBeenNotified()) return;
     if (reply.ok()) {
       if (reply->directive() == v1::HeartbeatResponse::STOP) {

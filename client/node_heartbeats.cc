@@ -136,8 +136,8 @@ std::optional<std::string> NodeHeartbeats::Heed(std::vector<v1::NodeHeartbeatRes
   for (v1::NodeHeartbeatResponse& answer : answers) {
     for (v1::NodeHeartbeatResponse::RankAnswer& rank : *answer.mutable_ranks()) {
       // Whichever rank it came for, active or not, and even when a later answer replaces it.
-      if (!acted_on_job_ &&
-          ActOnJobOfLostBatchHost(rank.reply(), agents_.front()->assignment().exp_dir(), rank.rank())) {
+      if (!acted_on_job_ && ActOnJobOfLostBatchHost(rank.reply(), agents_.front()->assignment().exp_dir(),
+                                                    agents_.front()->generation(), rank.rank())) {
         acted_on_job_ = true;
       }
       auto it = std::find_if(agents_.begin(), agents_.end(), [&](const Agent* a) { return a->rank() == rank.rank(); });

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -80,13 +81,14 @@ absl::Status CancelSlurmJob(const std::string& job) {
 }
 
 absl::StatusOr<std::optional<std::string>> ClaimTheJobOfTheLostBatchHost(const std::string& exp_dir,
-                                                                         const std::string& job,
+                                                                         const std::string& job, int64_t generation,
                                                                          absl::string_view what) {
   if (absl::Status s = ValidateSlurmJobId(job); !s.ok()) return s;
   if (exp_dir.empty()) return absl::FailedPreconditionError("the run's experiment directory is not known here");
   const std::string logs = JoinPath(exp_dir, "logs");
   if (absl::Status s = MakeDirs(logs); !s.ok()) return s;
-  const std::string path = JoinPath(logs, absl::StrCat("slurm-job-", job, "-restart-", ThisJobsRestartCount()));
+  const std::string path =
+      JoinPath(logs, absl::StrCat("slurm-job-", job, "-restart-", ThisJobsRestartCount(), "-generation-", generation));
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     const int err = errno;
@@ -101,7 +103,8 @@ absl::StatusOr<std::optional<std::string>> ClaimTheJobOfTheLostBatchHost(const s
   return std::optional<std::string>();
 }
 
-bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::string& exp_dir, int rank) {
+bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::string& exp_dir, int64_t generation,
+                             int rank) {
   const bool cancel = reply.requeue_job().empty();
   const std::string& job = cancel ? reply.cancel_job() : reply.requeue_job();
   if (job.empty()) return false;
@@ -114,13 +117,21 @@ bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::stri
     return true;
   }
   // Several ranks are asked; the one whose claim lands acts.
-  const std::string what = absl::StrCat("rank ", rank, " (pid ", ::getpid(), " on ", NodeName(), ") ran `", command,
-                                        "` at ", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
-                                        ": the batch host of Slurm job ", job, " was lost");
-  absl::StatusOr<std::optional<std::string>> claim = ClaimTheJobOfTheLostBatchHost(exp_dir, job, what);
+  const std::string what =
+      absl::StrCat("rank ", rank, " (pid ", ::getpid(), " on ", NodeName(), ") claimed `", command, "` at ",
+                   absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()),
+                   ": the batch host of Slurm job ", job, " was lost");
+  absl::StatusOr<std::optional<std::string>> claim = ClaimTheJobOfTheLostBatchHost(exp_dir, job, generation, what);
+  if (!claim.ok() && !cancel) {
+    // Every rank told would requeue, and a second requeue can end the requeued job.
+    DT_LOG(Error) << "cannot claim the requeue of Slurm job " << job << ", whose batch host is lost ("
+                  << claim.status().message() << "): left alone. Run " << by_hand
+                  << ", or the job holds its nodes until its time limit";
+    return true;
+  }
   if (!claim.ok()) {
-    DT_LOG(Warning) << "cannot claim the action on Slurm job " << job << " (" << claim.status().message() << "): rank "
-                    << rank << " acts without it";
+    DT_LOG(Warning) << "cannot claim the cancel of Slurm job " << job << " (" << claim.status().message()
+                    << "): cancelling it all the same (a second scancel changes nothing)";
   } else if (claim->has_value()) {
     DT_LOG(Info) << "Slurm job " << job << " is left to the rank that claimed it: " << **claim;
     return true;

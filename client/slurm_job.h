@@ -5,6 +5,7 @@
 // job that still holds the nodes that remain (HeartbeatResponse.cancel_job).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,19 +31,23 @@ absl::Status CancelSlurmJob(const std::string& job);
 
 // Claims the action on `job`, whose batch host is lost, for this process: several ranks are told
 // (HeartbeatResponse.requeue_job), one must act, since a second requeue would end the requeued job.
-// The claim is <exp_dir>/logs/slurm-job-<job>-restart-<SLURM_RESTART_COUNT>, created with O_EXCL
-// on the shared file system and holding `what` (who acts, and how). Nothing when this process
-// claimed it; the claim's text when another process had; an error naming the file when neither
-// can be told (a file system that refuses the create), and then the caller acts anyway.
+// The claim is <exp_dir>/logs/slurm-job-<job>-restart-<SLURM_RESTART_COUNT>-generation-<generation>
+// (the generation whose ranks were told), created with O_EXCL on the shared file system and
+// holding `what` (who claimed it, and for what). Nothing when this process claimed it; the claim's
+// text when another process had; an error naming the file when neither can be told (a file system
+// that refuses the create).
 absl::StatusOr<std::optional<std::string>> ClaimTheJobOfTheLostBatchHost(const std::string& exp_dir,
-                                                                         const std::string& job,
+                                                                         const std::string& job, int64_t generation,
                                                                          absl::string_view what);
 
-// What a heartbeat's answer asks of `rank` about its job, whose batch host is lost, once claimed
-// (ClaimTheJobOfTheLostBatchHost in `exp_dir`): RequeueSlurmJob for requeue_job, CancelSlurmJob for
-// cancel_job, unless Slurm shows the job requeued since this process started (its Restarts past
-// SLURM_RESTART_COUNT: it runs something new, and a second requeue would end it). Says on the log
-// what happened and, when it failed, what the user can do. False when the answer asks nothing.
-bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::string& exp_dir, int rank);
+// What a heartbeat's answer asks of `rank` of `generation` about its job, whose batch host is lost,
+// once claimed (ClaimTheJobOfTheLostBatchHost in `exp_dir`): RequeueSlurmJob for requeue_job,
+// CancelSlurmJob for cancel_job, unless Slurm shows the job requeued since this process started
+// (its Restarts past SLURM_RESTART_COUNT: it runs something new, and a second requeue would end
+// it). A claim that cannot be made leaves a requeue to the user (every rank told would requeue)
+// and a cancel done anyway (a second scancel changes nothing). Says on the log what happened and,
+// when it failed, what the user can do. False when the answer asks nothing.
+bool ActOnJobOfLostBatchHost(const v1::HeartbeatResponse& reply, const std::string& exp_dir, int64_t generation,
+                             int rank);
 
 }  // namespace dt

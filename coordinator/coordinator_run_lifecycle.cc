@@ -209,6 +209,8 @@ void Coordinator::SetState(RunEntry& run, v1::RunState state, Deferred& deferred
     admission_.Release(run.ranks_admitted);
     run.ranks_admitted = 0;
   }
+  // A requeue is for a run that goes on; a cancel stays, as the record of what was done.
+  if (IsTerminal(state) && r.has_orphaned_job() && !r.orphaned_job().cancel()) r.clear_orphaned_job();
   std::string detail;
   if (state == v1::RUNNING) {
     detail = absl::StrCat(" (generation ", r.generation(), ", ", r.world_size(), " ranks)");

@@ -78,6 +78,7 @@ std::optional<v1::SubmitRunResponse> Coordinator::JoinSubmittedRun(const std::st
   out.set_exp_dir(r.exp_dir());
   out.set_resume_step(r.resumed_from_step());
   out.set_joined(true);
+  *out.mutable_timeouts() = policy_;
   return out;  // no run token: the caller's own token already may act on the run
 }
 
@@ -178,6 +179,7 @@ absl::StatusOr<v1::SubmitRunResponse> Coordinator::SubmitRun(const v1::RunSpec& 
   out.set_run_token(token);
   out.set_exp_dir(dir->path);
   out.set_resume_step(r.resumed_from_step());
+  *out.mutable_timeouts() = policy_;
   return out;
 }
 

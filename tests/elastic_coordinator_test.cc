@@ -439,6 +439,9 @@ TEST_F(ElasticTest, TheRanksThatRemainAreToldToCancelTheJobOfAFailedRunWhoseBatc
   ASSERT_EQ(State(run), v1::FAILED);
   ExpectStopsWithNoJobToActOn(run, ranks, {5, 4});
   ExpectStopsNaming(run, ranks, {1, 1, 0, 2, 3}, /*requeue=*/"", /*cancel=*/"123");
+  Reopen();  // the cancel stays, as the record of what was done, and is still told
+  EXPECT_TRUE(coord_->GetRun(run)->orphaned_job().cancel());
+  ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"", /*cancel=*/"123");
 }
 
 // A large run: the ranks of the first three nodes that remain are told, not every rank (each one
@@ -472,6 +475,7 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
   ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"123", /*cancel=*/"");  // told before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
   ExpectStopsWithNoJobToActOn(run, ranks, {2, 0, 1, 3});
+  EXPECT_FALSE(coord_->GetRun(run)->has_orphaned_job());  // nor shown as a requeue to come
 }
 
 // A lost node that is not the batch host leaves the script to launch the shrunk generation.

@@ -1,6 +1,7 @@
 // dt on a real Slurm: slurmctld + two slurmd (node names n1, n2) + munge on this machine, started by
 // the project's own deploy/slurm/local-cluster.sh. Skipped, with the reason printed, only when
 // the Slurm daemons cannot run here.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -29,6 +30,9 @@
 
 namespace dt {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Script() { return JoinPath(DT_SOURCE_DIR, "deploy/slurm/local-cluster.sh"); }
 
@@ -843,9 +847,9 @@ TEST_F(SlurmTest, AnElasticRunWhoseBatchHostDiesIsRequeuedAndFormsAtFullSize) {
             std::string::npos)
       << requeuer;
   // Its claim, which makes it the one rank that acts, says so beside the logs.
-  std::string claim = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/slurm-job-" + job + "-restart-0");
+  std::string claim = testing::Slurp(save_dir_ + "/slurm-batch-host/logs/slurm-job-" + job + "-restart-0-generation-1");
   EXPECT_EQ(claim.rfind("rank 1 (pid ", 0), 0u) << claim;
-  EXPECT_NE(claim.find(" on n2) ran `scontrol requeue " + job + "` at "), std::string::npos) << claim;
+  EXPECT_NE(claim.find(" on n2) claimed `scontrol requeue " + job + "` at "), std::string::npos) << claim;
 
   std::string whole = RunUninterrupted("whole", 3, 24, batch);
   testing::ExpectTheUninterruptedLosses(coord_->Metrics(whole, "loss", 0), coord_->Metrics(run, "loss", 0), 24, 1e-4);
@@ -919,8 +923,9 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
       << logs;
   EXPECT_EQ(logs.find(said), logs.rfind(said)) << "one rank cancels: " << logs;
   // Ranks 1 and 2 were both told; the claim names the one that acted.
-  std::string claim = testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/slurm-job-" + job + "-restart-0");
-  EXPECT_NE(claim.find(") ran `scancel " + job + "` at "), std::string::npos) << claim;
+  std::string claim =
+      testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/slurm-job-" + job + "-restart-0-generation-0");
+  EXPECT_NE(claim.find(") claimed `scancel " + job + "` at "), std::string::npos) << claim;
   const bool by_rank_1 = claim.rfind("rank 1 (pid ", 0) == 0;
   EXPECT_TRUE(by_rank_1 || claim.rfind("rank 2 (pid ", 0) == 0) << claim;
   std::string actor =
@@ -991,6 +996,34 @@ TEST_F(SlurmTest, ANodeThatFailsTheDevicePreflightIsExcludedAndTheRunSucceedsWit
     EXPECT_GT(rank["preflight"]["matmul_seconds"].get<double>(), 0) << rank;
   }
   EXPECT_NE(out.find("requeued without " + slow), std::string::npos) << out;
+}
+
+// Slurm ends a step on every node once it declares one of them dead (SlurmdTimeout, 10 s here): an
+// elastic run must have gone on without the node before that. dtctl submit says so when the
+// coordinator's heartbeat timeout is too long (15 s here), naming both and what to change; with
+// 5 s it says nothing.
+TEST_F(SlurmTest, AnElasticSubmitWarnsWhenSlurmWouldEndItsStepBeforeDtGoesOnWithoutTheNode) {
+  auto submit = [&](const std::string& name) {
+    std::vector<std::string> args = {"submit", "-o",      "json",       "--scheduler", "slurm",
+                                     "--name", name,      "--save-dir", save_dir_,     "--nproc-per-node",
+                                     "1",      "--nodes", "1:2"};
+    std::vector<std::string> trainer = TinyTrainer(100000);
+    args.insert(args.end(), trainer.begin(), trainer.end());
+    CommandResult r = Dtctl(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::string run = Json(r).value("run_id", "");
+    EXPECT_FALSE(run.empty()) << r.output;
+    if (!run.empty()) EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+    return r.output;
+  };
+  std::string warned = submit("slurm-warned");
+  EXPECT_THAT(warned, HasSubstr("dtctl: warning: Slurm declares a silent node dead after its SlurmdTimeout (10s) and "
+                                "then ends the job's step on every node, before dt goes on without the node (the "
+                                "coordinator's heartbeat timeout, 15s, and two heartbeats)"));
+  EXPECT_THAT(warned, HasSubstr("(--nodes 1:2)"));
+  EXPECT_THAT(warned, HasSubstr("Start dtcoord with a --heartbeat-timeout under 9.6s, or raise SlurmdTimeout"));
+  UseElasticCoordinator();
+  EXPECT_THAT(submit("slurm-not-warned"), Not(HasSubstr("warning: Slurm declares")));
 }
 
 TEST_F(SlurmTest, CancelEndsARunningJobAndNoTrainerIsLeft) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -49,7 +50,7 @@ TEST(JobClaimTest, OneOfManyClaimsTheJobAndTheOthersAreToldWho) {
   std::vector<std::thread> ranks;
   for (int k = 0; k < kRanks; ++k) {
     ranks.emplace_back([&, k] {
-      claims[k] = ClaimTheJobOfTheLostBatchHost(exp.path(), "4242", absl::StrCat("rank ", k, " requeues"));
+      claims[k] = ClaimTheJobOfTheLostBatchHost(exp.path(), "4242", 3, absl::StrCat("rank ", k, " requeues"));
     });
   }
   for (std::thread& t : ranks) t.join();
@@ -62,11 +63,24 @@ TEST(JobClaimTest, OneOfManyClaimsTheJobAndTheOthersAreToldWho) {
   }
   ASSERT_NE(claimed, -1) << "no rank claimed the job";
   const std::string who = absl::StrCat("rank ", claimed, " requeues");
-  EXPECT_EQ(testing::Slurp(JoinPath(exp.path(), "logs/slurm-job-4242-restart-0")), who + "\n");
-  // A claim read while its creator still writes it is a claim all the same: none is taken twice.
-  absl::StatusOr<std::optional<std::string>> late = ClaimTheJobOfTheLostBatchHost(exp.path(), "4242", "late");
+  EXPECT_EQ(testing::Slurp(JoinPath(exp.path(), "logs/slurm-job-4242-restart-0-generation-3")), who + "\n");
+  absl::StatusOr<std::optional<std::string>> late = ClaimTheJobOfTheLostBatchHost(exp.path(), "4242", 3, "late");
   ASSERT_TRUE(late.ok()) << late.status();
   EXPECT_EQ(late->value_or("claimed by me"), who);
+  // Another generation's ranks were told of another loss: theirs is a claim of its own.
+  EXPECT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "4242", 4, "generation 4"), std::nullopt);
+}
+
+// A claim read while its creator still writes it (empty) is a claim all the same.
+TEST(JobClaimTest, AnEmptyClaimIsAClaim) {
+  testing::TempDir exp;
+  RestartCount restart("0");
+  ASSERT_TRUE(MakeDirs(JoinPath(exp.path(), "logs")).ok());
+  const std::string path = JoinPath(exp.path(), "logs/slurm-job-5-restart-0-generation-0");
+  ASSERT_TRUE(WriteFileAtomic(path, "").ok());
+  absl::StatusOr<std::optional<std::string>> claim = ClaimTheJobOfTheLostBatchHost(exp.path(), "5", 0, "me");
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ(*claim, "claimed in " + path);
 }
 
 // The requeued job is another incarnation: a batch host it loses again is claimed afresh.
@@ -74,50 +88,55 @@ TEST(JobClaimTest, TheRequeuedJobClaimsAfresh) {
   testing::TempDir exp;
   {
     RestartCount restart("0");
-    ASSERT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "77", "first"), std::nullopt);
+    ASSERT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "77", 0, "first"), std::nullopt);
   }
   RestartCount restart("1");
-  absl::StatusOr<std::optional<std::string>> again = ClaimTheJobOfTheLostBatchHost(exp.path(), "77", "second");
+  absl::StatusOr<std::optional<std::string>> again = ClaimTheJobOfTheLostBatchHost(exp.path(), "77", 0, "second");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, std::nullopt);
-  EXPECT_EQ(testing::Slurp(JoinPath(exp.path(), "logs/slurm-job-77-restart-1")), "second\n");
+  EXPECT_EQ(testing::Slurp(JoinPath(exp.path(), "logs/slurm-job-77-restart-1-generation-0")), "second\n");
   // Another job in the same experiment directory is its own claim.
-  EXPECT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "78", "other"), std::nullopt);
+  EXPECT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "78", 0, "other"), std::nullopt);
 }
 
 // dtrun and the dt module in one of its ranks are both told: the module claims the same file, so
-// only one of the two acts.
+// only one of the two acts. A SLURM_RESTART_COUNT that is not a count reads 0 on both sides.
 TEST(JobClaimTest, TheDtModuleClaimsTheSameFileAsDtrun) {
-  testing::TempDir exp;
-  RestartCount restart("2");
-  ASSERT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "9_1", "dtrun on n2 cancels"), std::nullopt);
-  const std::string python = R"(
+  for (const char* count : {"2", "", "x1", "1234567890", "\xd9\xa3"}) {
+    testing::TempDir exp;
+    RestartCount restart(count);
+    ASSERT_EQ(*ClaimTheJobOfTheLostBatchHost(exp.path(), "9_1", 5, "dtrun on n2 cancels"), std::nullopt);
+    const std::string python = R"(
 import dt
-print("MODULE:", dt._claim_job_of_lost_batch_host("9_1", "module"))
-print("MODULE:", dt._claim_job_of_lost_batch_host("10", "module claims 10"))
+print("MODULE:", dt._claim_job_of_lost_batch_host("9_1", 5, "module"))
+print("MODULE:", dt._claim_job_of_lost_batch_host("10", 5, "module claims 10"))
 )";
-  absl::StatusOr<CommandResult> r =
-      RunCommand({"/usr/bin/python3", "-c", python}, absl::Minutes(1),
-                 {{"PYTHONPATH", JoinPath(DT_BINARY_DIR, "../python")}, {"DT_EXPERIMENT_DIR", exp.path()}});
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->exit_code, 0) << r->output;
-  EXPECT_THAT(r->output, HasSubstr("MODULE: dtrun on n2 cancels\nMODULE: None\n"));
-  absl::StatusOr<std::optional<std::string>> ten = ClaimTheJobOfTheLostBatchHost(exp.path(), "10", "dtrun");
-  ASSERT_TRUE(ten.ok()) << ten.status();
-  EXPECT_EQ(*ten, "module claims 10");
+    absl::StatusOr<CommandResult> r =
+        RunCommand({"/usr/bin/python3", "-c", python}, absl::Minutes(1),
+                   {{"PYTHONPATH", JoinPath(DT_BINARY_DIR, "../python")}, {"DT_EXPERIMENT_DIR", exp.path()}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->exit_code, 0) << r->output;
+    EXPECT_THAT(r->output, HasSubstr("MODULE: dtrun on n2 cancels\nMODULE: None\n")) << "count " << count;
+    absl::StatusOr<std::optional<std::string>> ten = ClaimTheJobOfTheLostBatchHost(exp.path(), "10", 5, "dtrun");
+    ASSERT_TRUE(ten.ok()) << ten.status();
+    EXPECT_EQ(*ten, "module claims 10") << "count " << count;
+    const std::string named = std::string(count) == "2" ? "2" : "0";
+    EXPECT_TRUE(std::filesystem::exists(JoinPath(exp.path(), "logs/slurm-job-9_1-restart-" + named + "-generation-5")))
+        << "count " << count;
+  }
 }
 
 // A claim that cannot be made says why; the caller then acts without one.
 TEST(JobClaimTest, AClaimThatCannotBeMadeSaysWhy) {
   testing::TempDir exp;
-  absl::StatusOr<std::optional<std::string>> bad_id = ClaimTheJobOfTheLostBatchHost(exp.path(), "1;rm -rf /", "x");
+  absl::StatusOr<std::optional<std::string>> bad_id = ClaimTheJobOfTheLostBatchHost(exp.path(), "1;rm -rf /", 0, "x");
   EXPECT_EQ(bad_id.status().code(), absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<std::optional<std::string>> no_dir = ClaimTheJobOfTheLostBatchHost("", "12", "x");
+  absl::StatusOr<std::optional<std::string>> no_dir = ClaimTheJobOfTheLostBatchHost("", "12", 0, "x");
   EXPECT_EQ(no_dir.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(no_dir.status().message(), HasSubstr("experiment directory"));
   // logs/ is a file here: nothing can be created under it.
   ASSERT_TRUE(WriteFileAtomic(JoinPath(exp.path(), "logs"), "not a directory").ok());
-  absl::StatusOr<std::optional<std::string>> blocked = ClaimTheJobOfTheLostBatchHost(exp.path(), "12", "x");
+  absl::StatusOr<std::optional<std::string>> blocked = ClaimTheJobOfTheLostBatchHost(exp.path(), "12", 0, "x");
   EXPECT_FALSE(blocked.ok());
   EXPECT_THAT(blocked.status().message(), HasSubstr(JoinPath(exp.path(), "logs")));
 }

@@ -77,9 +77,9 @@ absl::StatusOr<v1::Run> AttachFromBatchScript(Global& g, const std::string& run_
 }  // namespace
 
 // Used by the batch script when the job first starts: the coordinator learns the batch host. When
-// an elastic run loses that node, Slurm keeps the --no-kill job RUNNING without its script; a rank
-// on a node that remains is then told to requeue the job (or, once the run failed with no restart
-// left, to cancel it).
+// an elastic run loses that node, Slurm keeps the --no-kill job RUNNING without its script; the
+// ranks of up to three nodes that remain are then told to requeue the job (or, once the run failed
+// with no restart left, to cancel it), and the one that claims it acts.
 int AttachBatch(Global& g, const std::string& run_id, const std::string& job_id) {
   auto reply = AttachFromBatchScript(g, run_id, job_id, /*requeued=*/false);
   if (!reply.ok()) return Fail(g, reply.status(), "attach-batch");

@@ -69,15 +69,15 @@ std::string WorldCell(const v1::Run& r) {
 }
 
 // The status line of a job whose batch host is lost (Run.orphaned_job), with where the rank that
-// acted names itself; empty without one.
+// claimed it names itself; empty without one.
 std::string OrphanedJobLine(const v1::Run& r) {
   if (!r.has_orphaned_job()) return "";
   const v1::OrphanedJob& o = r.orphaned_job();
   return absl::StrCat("batch host ", PrintableForTerminal(o.batch_host()), " lost: a rank on ",
                       PrintableForTerminal(absl::StrJoin(o.nodes(), ", ")), o.cancel() ? " cancels" : " requeues",
                       " Slurm job ", PrintableForTerminal(o.job()),
-                      " (the one that did: ", PrintableForTerminal(JoinPath(r.exp_dir(), "logs")), "/slurm-job-",
-                      PrintableForTerminal(o.job()), "-restart-*)\n");
+                      " (the rank that claimed it: ", PrintableForTerminal(JoinPath(r.exp_dir(), "logs")),
+                      "/slurm-job-", PrintableForTerminal(o.job()), "-restart-*-generation-", o.generation(), ")\n");
 }
 
 // ---- Commands -------------------------------------------------------------------------------

@@ -521,6 +521,30 @@ absl::StatusOr<absl::Duration> ParseIdleTimeout(const std::string& text) {
   return *d;
 }
 
+namespace {
+
+// Slurm declares a silent node dead after its SlurmdTimeout and then ends the step on every node
+// (srun --no-kill keeps the job, not the step). dt must have gone on without the node before that
+// (its heartbeat timeout, then up to two heartbeats to stop the generation), or an elastic run
+// loses every rank instead of shrinking, and a lost batch host's job holds its nodes with no rank
+// left to requeue or cancel it. Said at submit, where the user can still change either.
+void WarnIfSlurmEndsTheStepFirst(const SubmitOptions& o, const v1::TimeoutPolicy& timeouts) {
+  if (timeouts.heartbeat_timeout_ms() <= 0) return;  // an older coordinator does not say
+  absl::StatusOr<absl::Duration> slurmd = SlurmdTimeout();
+  if (!slurmd.ok()) return;
+  const absl::Duration timeout = absl::Milliseconds(timeouts.heartbeat_timeout_ms());
+  const absl::Duration beats = 2 * absl::Milliseconds(timeouts.heartbeat_interval_ms());
+  if (*slurmd > timeout + beats) return;
+  std::cerr << "dtctl: warning: Slurm declares a silent node dead after its SlurmdTimeout ("
+            << absl::FormatDuration(*slurmd) << ") and then ends the job's step on every node, before dt goes on "
+            << "without the node (the coordinator's heartbeat timeout, " << absl::FormatDuration(timeout)
+            << ", and two heartbeats). A node this elastic run (--nodes " << o.min_nodes << ":" << o.nodes
+            << ") loses would end every rank instead of shrinking the run. Start dtcoord with a --heartbeat-timeout "
+            << "under " << absl::FormatDuration(*slurmd - beats) << ", or raise SlurmdTimeout in slurm.conf\n";
+}
+
+}  // namespace
+
 absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClient>& client, const SubmitOptions& o,
                                           const std::string& tls_ca) {
   v1::SubmitRunRequest req;
@@ -581,6 +605,7 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
     if (absl::Status s = WriteFileAtomic(path, *script, 0600); !s.ok()) return fail_run(s);
     absl::StatusOr<std::string> job = SubmitBatch(path);
     if (!job.ok()) return fail_run(job.status());
+    if (o.min_nodes > 0) WarnIfSlurmEndsTheStepFirst(o, run->timeouts());
     out.job_id = *job;
   }
   v1::AttachLaunchRequest attach;

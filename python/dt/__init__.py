@@ -369,26 +369,33 @@ def log(metrics, step):
         return
     if reply.directive == rz.HeartbeatResponse.STOP:
         if reply.requeue_job or reply.cancel_job:
-            _act_on_job_of_lost_batch_host(reply.requeue_job or reply.cancel_job, cancel=not reply.requeue_job)
+            # dtrun hears the same stop and ends its workers: a claim this process won is carried
+            # out first (SIGTERM waits; dtrun's SIGKILL comes only after its grace).
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+            try:
+                _act_on_job_of_lost_batch_host(reply.requeue_job or reply.cancel_job, cancel=not reply.requeue_job)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
 
 
 def _restart_count():
     """SLURM_RESTART_COUNT: how many times this process's job was requeued before it started."""
     count = os.environ.get("SLURM_RESTART_COUNT") or "0"
-    return count if count.isdigit() and len(count) <= 9 else "0"
+    return count if count.isascii() and count.isdigit() and len(count) <= 9 else "0"
 
 
-def _claim_job_of_lost_batch_host(job, what):
-    """Several ranks are told to act on the job; the one that creates the claim file acts (a second
-    requeue would end the requeued job), as dtrun and dttrainer do (client/slurm_job.h). None when
-    this process claimed it, else the claim's text. OSError when neither can be told."""
+def _claim_job_of_lost_batch_host(job, generation, what):
+    """Several ranks (of `generation`) are told to act on the job; the one that creates the claim
+    file acts (a second requeue would end the requeued job), as dtrun and dttrainer do: the same
+    file (client/slurm_job.h). None when this process claimed it, else the claim's text. OSError
+    when neither can be told."""
     exp = os.environ.get("DT_EXPERIMENT_DIR")
     if not exp:
         raise OSError("the run's experiment directory is not known here (DT_EXPERIMENT_DIR)")
     logs = os.path.join(exp, "logs")
     os.makedirs(logs, exist_ok=True)
-    path = os.path.join(logs, f"slurm-job-{job}-restart-{_restart_count()}")
+    path = os.path.join(logs, f"slurm-job-{job}-restart-{_restart_count()}-generation-{generation}")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileExistsError:
@@ -422,10 +429,15 @@ def _act_on_job_of_lost_batch_host(job, cancel):
     ran = f"scancel {job}" if cancel else f"scontrol requeue {job}"
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        claim = _claim_job_of_lost_batch_host(job, f"rank {rank()} (pid {os.getpid()} on {node}) ran `{ran}` at {at}: "
-                                                   f"the batch host of Slurm job {job} was lost")
+        claim = _claim_job_of_lost_batch_host(job, _session.generation,
+                                              f"rank {rank()} (pid {os.getpid()} on {node}) claimed `{ran}` at {at}: "
+                                              f"the batch host of Slurm job {job} was lost")
     except OSError as e:
-        sys.stderr.write(f"dt: cannot claim the action on Slurm job {job} ({e}): acting without it\n")
+        if not cancel:  # every rank told would requeue, and a second requeue can end the requeued job
+            sys.stderr.write(f"dt: cannot claim the requeue of Slurm job {job}, whose batch host is lost ({e}): left "
+                             f"alone. Run {by_hand}, or the job holds its nodes until its time limit\n")
+            return
+        sys.stderr.write(f"dt: cannot claim the cancel of Slurm job {job} ({e}): cancelling it all the same\n")
         claim = None
     if claim is not None:
         sys.stderr.write(f"dt: Slurm job {job} is left to the rank that claimed it: {claim}\n")
