@@ -440,7 +440,9 @@ TEST_F(ElasticTest, TheRanksThatRemainAreToldToCancelTheJobOfAFailedRunWhoseBatc
   ExpectStopsWithNoJobToActOn(run, ranks, {5, 4});
   ExpectStopsNaming(run, ranks, {1, 1, 0, 2, 3}, /*requeue=*/"", /*cancel=*/"123");
   Reopen();  // the cancel stays, as the record of what was done, and is still told
-  EXPECT_TRUE(coord_->GetRun(run)->orphaned_job().cancel());
+  absl::StatusOr<v1::Run> after = coord_->GetRun(run);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->orphaned_job().cancel());
   ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"", /*cancel=*/"123");
 }
 
@@ -475,7 +477,9 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
   ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"123", /*cancel=*/"");  // told before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
   ExpectStopsWithNoJobToActOn(run, ranks, {2, 0, 1, 3});
-  EXPECT_FALSE(coord_->GetRun(run)->has_orphaned_job());  // nor shown as a requeue to come
+  absl::StatusOr<v1::Run> after = coord_->GetRun(run);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(after->has_orphaned_job());  // nor shown as a requeue to come
 }
 
 // A lost node that is not the batch host leaves the script to launch the shrunk generation.

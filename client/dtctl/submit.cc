@@ -527,7 +527,7 @@ namespace {
 // (srun --no-kill keeps the job, not the step). dt must have gone on without the node before that
 // (its heartbeat timeout, then up to two heartbeats to stop the generation), or an elastic run
 // loses every rank instead of shrinking, and a lost batch host's job holds its nodes with no rank
-// left to requeue or cancel it. Said at submit, where the user can still change either.
+// left to requeue or cancel it. Said at submit, before the job is queued.
 void WarnIfSlurmEndsTheStepFirst(const SubmitOptions& o, const v1::TimeoutPolicy& timeouts) {
   if (timeouts.heartbeat_timeout_ms() <= 0) return;  // an older coordinator does not say
   absl::StatusOr<absl::Duration> slurmd = SlurmdTimeout();
@@ -539,8 +539,11 @@ void WarnIfSlurmEndsTheStepFirst(const SubmitOptions& o, const v1::TimeoutPolicy
             << absl::FormatDuration(*slurmd) << ") and then ends the job's step on every node, before dt goes on "
             << "without the node (the coordinator's heartbeat timeout, " << absl::FormatDuration(timeout)
             << ", and two heartbeats). A node this elastic run (--nodes " << o.min_nodes << ":" << o.nodes
-            << ") loses would end every rank instead of shrinking the run. Start dtcoord with a --heartbeat-timeout "
-            << "under " << absl::FormatDuration(*slurmd - beats) << ", or raise SlurmdTimeout in slurm.conf\n";
+            << ") loses would end every rank instead of shrinking the run. "
+            << (*slurmd - beats > 2 * beats ? absl::StrCat("Start dtcoord with a --heartbeat-timeout under ",
+                                                           absl::FormatDuration(*slurmd - beats), ", or raise ")
+                                            : "Raise ")
+            << "SlurmdTimeout in slurm.conf\n";
 }
 
 }  // namespace
@@ -603,9 +606,9 @@ absl::StatusOr<Submitted> SubmitAndLaunch(const std::shared_ptr<CoordinatorClien
     if (!script.ok()) return fail_run(script.status());
     std::string path = JoinPath(logs, absl::StrCat(out.run_id, ".sbatch"));
     if (absl::Status s = WriteFileAtomic(path, *script, 0600); !s.ok()) return fail_run(s);
+    if (o.min_nodes > 0) WarnIfSlurmEndsTheStepFirst(o, run->timeouts());
     absl::StatusOr<std::string> job = SubmitBatch(path);
     if (!job.ok()) return fail_run(job.status());
-    if (o.min_nodes > 0) WarnIfSlurmEndsTheStepFirst(o, run->timeouts());
     out.job_id = *job;
   }
   v1::AttachLaunchRequest attach;

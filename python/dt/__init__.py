@@ -369,14 +369,29 @@ def log(metrics, step):
         return
     if reply.directive == rz.HeartbeatResponse.STOP:
         if reply.requeue_job or reply.cancel_job:
-            # dtrun hears the same stop and ends its workers: a claim this process won is carried
-            # out first (SIGTERM waits; dtrun's SIGKILL comes only after its grace).
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-            try:
-                _act_on_job_of_lost_batch_host(reply.requeue_job or reply.cancel_job, cancel=not reply.requeue_job)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            _unstopped(lambda: _act_on_job_of_lost_batch_host(reply.requeue_job or reply.cancel_job, s.generation,
+                                                              cancel=not reply.requeue_job))
         raise DtError(f"the coordinator stopped this rank: {reply.reason}")
+
+
+def _unstopped(action):
+    """Runs `action` with SIGTERM held off: dtrun hears the same stop as this rank, finds the claim
+    this process won taken, and stops its workers, this one included. From the main thread, a
+    SIGTERM meanwhile is only noted (whichever thread the kernel gives it to) and raised again
+    after; the commands it runs inherit it blocked. dtrun's SIGKILL comes after its grace (10 s by
+    default), which bounds the commands' time. From another thread it cannot be held off."""
+    if threading.current_thread() is not threading.main_thread():
+        return action()
+    came = []
+    handler = signal.signal(signal.SIGTERM, lambda signum, frame: came.append(signum))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    try:
+        return action()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGTERM, handler)
+        if came:
+            signal.raise_signal(signal.SIGTERM)
 
 
 def _restart_count():
@@ -400,17 +415,20 @@ def _claim_job_of_lost_batch_host(job, generation, what):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileExistsError:
         try:
-            with open(path) as f:
+            with open(path, errors="replace") as f:
                 text = f.read().strip()
         except OSError:
             text = ""
         return text or f"claimed in {path}"  # empty while its creator writes it: claimed all the same
-    with os.fdopen(fd, "w") as f:
-        f.write(what + "\n")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(what + "\n")
+    except OSError:
+        pass  # the file is the claim; its text only says who
     return None
 
 
-def _act_on_job_of_lost_batch_host(job, cancel):
+def _act_on_job_of_lost_batch_host(job, generation, cancel):
     """The run's Slurm job lost its batch host, and Slurm keeps an elastic run's --no-kill job
     RUNNING without its script: this rank is among those told to requeue it
     (HeartbeatResponse.requeue_job) or, once the run has ended, to cancel it so it frees the nodes
@@ -429,7 +447,7 @@ def _act_on_job_of_lost_batch_host(job, cancel):
     ran = f"scancel {job}" if cancel else f"scontrol requeue {job}"
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        claim = _claim_job_of_lost_batch_host(job, _session.generation,
+        claim = _claim_job_of_lost_batch_host(job, generation,
                                               f"rank {rank()} (pid {os.getpid()} on {node}) claimed `{ran}` at {at}: "
                                               f"the batch host of Slurm job {job} was lost")
     except OSError as e:
@@ -453,13 +471,17 @@ def _act_on_job_of_lost_batch_host(job, cancel):
     sys.stderr.flush()
     try:
         # A job requeued since this process started is left alone: it runs something new, and a
-        # second requeue would end it.
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30)
+        # second requeue would end it. Short: dtrun's SIGKILL follows its SIGTERM after its grace
+        # (10 s by default); a controller that does not answer in time does not stop the act.
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=3)
         restarts = re.search(r" Restarts=(\d+) ", shown.stdout)
-        if restarts and restarts.group(1) != _restart_count():
-            sys.stderr.write(f"dt: job {job} was requeued meanwhile (Restarts={restarts.group(1)}): left alone\n")
-            return
-        r = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        restarts = None
+    if restarts and restarts.group(1) != _restart_count():
+        sys.stderr.write(f"dt: job {job} was requeued meanwhile (Restarts={restarts.group(1)}): left alone\n")
+        return
+    try:
+        r = subprocess.run(command, capture_output=True, text=True, timeout=6)
         failure = None if r.returncode == 0 else f"{command[0]} exited with {r.returncode}: {r.stderr.strip()}"
     except (OSError, subprocess.TimeoutExpired) as e:
         failure = str(e)
