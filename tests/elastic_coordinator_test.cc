@@ -59,13 +59,15 @@ class ElasticTest : public CoordinatorTest {
     ASSERT_TRUE(coord_->health().ReportError(err).ok());
   }
 
-  // The batch script's first attach: job `job` runs its script on `node`.
-  absl::Status AttachBatchHost(const std::string& run, const std::string& node, const std::string& job = "123") {
+  // The batch script's attach: job `job` runs its script on `node`, first or once requeued.
+  absl::StatusOr<v1::Run> AttachBatchHost(const std::string& run, const std::string& node,
+                                          const std::string& job = "123", bool requeued = false) {
     v1::AttachLaunchRequest attach;
     attach.set_run_id(run);
     attach.set_scheduler_job_id(job);
     attach.set_batch_host(node);
-    return coord_->AttachLaunch(attach).status();
+    attach.set_requeued(requeued);
+    return coord_->AttachLaunch(attach);
   }
 
   // n3 is lost, then generation 1 on n1 and n2 fails for another cause: the run as it is then.
@@ -284,12 +286,7 @@ TEST_F(ElasticTest, ARequeuedJobMakesTheShrunkNextGenerationWholeAgain) {
   ASSERT_FALSE(stale.arrived());
   const v1::RunState waiting = State(run);
 
-  v1::AttachLaunchRequest attach;
-  attach.set_run_id(run);
-  attach.set_scheduler_job_id("123");
-  attach.set_batch_host("n2");
-  attach.set_requeued(true);
-  absl::StatusOr<v1::Run> r = coord_->AttachLaunch(attach);
+  absl::StatusOr<v1::Run> r = AttachBatchHost(run, "n2", "123", /*requeued=*/true);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->batch_host(), "n2");
   EXPECT_EQ(r->state(), waiting);  // the generation still waits for its ranks
@@ -386,12 +383,7 @@ TEST_F(ElasticTest, TheRanksThatRemainAreToldToRequeueTheJobWhoseBatchHostIsLost
   }
 
   // Once the requeued job's script attached, nobody is told any more.
-  v1::AttachLaunchRequest attach;
-  attach.set_run_id(run);
-  attach.set_scheduler_job_id("123");
-  attach.set_batch_host("n2");
-  attach.set_requeued(true);
-  ASSERT_TRUE(coord_->AttachLaunch(attach).ok());
+  ASSERT_TRUE(AttachBatchHost(run, "n2", "123", /*requeued=*/true).ok());
   ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 
@@ -416,12 +408,7 @@ TEST_F(ElasticTest, ARestartedCoordinatorStillTellsTheRanksToRequeueTheJob) {
   ExpectStopsWithNoJobToActOn(run, ranks, {4, 5});
 
   // The requeued job's script attached: the record goes, and that too is saved.
-  v1::AttachLaunchRequest attach;
-  attach.set_run_id(run);
-  attach.set_scheduler_job_id("123");
-  attach.set_batch_host("n2");
-  attach.set_requeued(true);
-  ASSERT_TRUE(coord_->AttachLaunch(attach).ok());
+  ASSERT_TRUE(AttachBatchHost(run, "n2", "123", /*requeued=*/true).ok());
   Reopen();
   r = coord_->GetRun(run);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -492,7 +479,7 @@ TEST_F(ElasticTest, NoRankRequeuesWhileTheBatchScriptLives) {
 
 TEST_F(ElasticTest, OnlyASlurmRunHasABatchHost) {
   std::string local = SubmitElastic(3, 2);
-  absl::Status s = AttachBatchHost(local, "n1", "local:42");
+  absl::Status s = AttachBatchHost(local, "n1", "local:42").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("is not a Slurm run; only a Slurm job has a batch host"));
   absl::StatusOr<v1::Run> r = coord_->GetRun(local);
@@ -502,7 +489,7 @@ TEST_F(ElasticTest, OnlyASlurmRunHasABatchHost) {
 
 TEST_F(ElasticTest, ABatchHostIsANodeName) {
   std::string slurm = SubmitElastic(3, 2, 3, v1::SLURM);
-  absl::Status s = AttachBatchHost(slurm, "n1 --all");
+  absl::Status s = AttachBatchHost(slurm, "n1 --all").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("batch host:"));
   absl::StatusOr<v1::Run> r = coord_->GetRun(slurm);
