@@ -114,10 +114,9 @@ void Coordinator::HealthMonitor::HandOutTheOrphanedJob(RunEntry& run, int64_t ge
   const v1::Run& r = run.stored.run;
   if (!r.has_orphaned_job()) return;
   const v1::OrphanedJob& job = r.orphaned_job();
+  // A requeue is never handed to a run that ended, one a user cancelled after the decision
+  // included (`dtctl cancel` cancels the job itself): SetState clears it then.
   if (job.generation() != generation || !absl::c_linear_search(job.ranks(), rank)) return;
-  // A requeue is for a run that goes on: not for one a user cancelled after the decision
-  // (`dtctl cancel` cancels the job itself).
-  if (!job.cancel() && IsTerminal(r.state())) return;
   if (job.cancel()) {
     out.set_cancel_job(job.job());
   } else {

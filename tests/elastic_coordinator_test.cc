@@ -70,6 +70,15 @@ class ElasticTest : public CoordinatorTest {
     return coord_->AttachLaunch(attach);
   }
 
+  // A 3-node elastic Slurm run (job 123, its batch script on `batch_host`) loses n3: the run and
+  // its ranks of generation 0.
+  std::pair<std::string, std::vector<v1::RegisterResponse>> LoseNodeThreeOfASlurmRun(const std::string& batch_host,
+                                                                                     int max_restarts) {
+    std::string run = SubmitElastic(3, 2, max_restarts, v1::SLURM);
+    EXPECT_TRUE(AttachBatchHost(run, batch_host).ok());
+    return {run, LoseNodeThree(run)};
+  }
+
   // n3 is lost, then generation 1 on n1 and n2 fails for another cause: the run as it is then.
   absl::StatusOr<v1::Run> ShrinkThenCrash(const std::string& run) {
     LoseNodeThree(run);
@@ -358,9 +367,7 @@ TEST_F(ElasticTest, OnlyASlurmRunsJobIsRequeued) {
 // each STOP it gets, to requeue the job (they claim it among themselves, so one acts, and one that
 // died leaves the others); no rank of the lost node is.
 TEST_F(ElasticTest, TheRanksThatRemainAreToldToRequeueTheJobWhoseBatchHostIsLost) {
-  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n3", 3);
   ASSERT_EQ(State(run), v1::RESTARTING);
 
   ExpectStopsWithNoJobToActOn(run, ranks, {4});                                      // n3 comes back too late
@@ -390,9 +397,7 @@ TEST_F(ElasticTest, TheRanksThatRemainAreToldToRequeueTheJobWhoseBatchHostIsLost
 // Whom the coordinator told is saved with the run: a coordinator restarted before the ranks heard
 // it still tells them, and the run shows the job, its lost batch host and the nodes told.
 TEST_F(ElasticTest, ARestartedCoordinatorStillTellsTheRanksToRequeueTheJob) {
-  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n3", 3);
   ASSERT_EQ(State(run), v1::RESTARTING);
   Reopen();
   absl::StatusOr<v1::Run> r = coord_->GetRun(run);
@@ -420,9 +425,7 @@ TEST_F(ElasticTest, ARestartedCoordinatorStillTellsTheRanksToRequeueTheJob) {
 // hold the nodes that remain until its time limit. Every rank on a node that remains is told to
 // cancel the job, in every STOP it gets; the lost node's ranks are not.
 TEST_F(ElasticTest, TheRanksThatRemainAreToldToCancelTheJobOfAFailedRunWhoseBatchHostIsLost) {
-  std::string run = SubmitElastic(3, 2, /*max_restarts=*/0, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n3", /*max_restarts=*/0);
   ASSERT_EQ(State(run), v1::FAILED);
   ExpectStopsWithNoJobToActOn(run, ranks, {5, 4});
   ExpectStopsNaming(run, ranks, {1, 1, 0, 2, 3}, /*requeue=*/"", /*cancel=*/"123");
@@ -447,9 +450,7 @@ TEST_F(ElasticTest, OnlyTheRanksOfThreeNodesThatRemainAreToldToActOnTheJob) {
 
 // A failed run whose batch host lives: its script ends the job, and no rank is told to.
 TEST_F(ElasticTest, NoRankCancelsTheJobOfAFailedRunWhileTheBatchScriptLives) {
-  std::string run = SubmitElastic(3, 2, /*max_restarts=*/0, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n1", /*max_restarts=*/0);
   ASSERT_EQ(State(run), v1::FAILED);
   ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
@@ -457,9 +458,7 @@ TEST_F(ElasticTest, NoRankCancelsTheJobOfAFailedRunWhileTheBatchScriptLives) {
 // A requeue decided for a run that restarts is not handed out once the run was cancelled: the
 // requeued job would run a cancelled run (`dtctl cancel` cancels the job itself).
 TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
-  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n3").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n3", 3);
   ASSERT_EQ(State(run), v1::RESTARTING);
   ExpectStopsNaming(run, ranks, {2}, /*requeue=*/"123", /*cancel=*/"");  // told before the cancel
   ASSERT_TRUE(coord_->CancelRun(run, "test").ok());
@@ -471,9 +470,7 @@ TEST_F(ElasticTest, NoRankRequeuesTheJobOfARunCancelledMeanwhile) {
 
 // A lost node that is not the batch host leaves the script to launch the shrunk generation.
 TEST_F(ElasticTest, NoRankRequeuesWhileTheBatchScriptLives) {
-  std::string run = SubmitElastic(3, 2, 3, v1::SLURM);
-  ASSERT_TRUE(AttachBatchHost(run, "n1").ok());
-  auto ranks = LoseNodeThree(run);
+  auto [run, ranks] = LoseNodeThreeOfASlurmRun("n1", 3);
   ExpectStopsWithNoJobToActOn(run, ranks, {0, 1, 2, 3});
 }
 

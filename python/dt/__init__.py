@@ -439,12 +439,10 @@ def _act_on_job_of_lost_batch_host(job, generation, cancel):
     if not re.fullmatch(r"[0-9]+([_+][0-9]+)?", job):
         sys.stderr.write(f"dt: {what}, and {job!r} is not a Slurm job id: left alone\n")
         return
-    if cancel:
-        command, by_hand = ["scancel", "--", job], f"`scancel {job}`"
-    else:
-        command, by_hand = ["scontrol", "requeue", job], f"`scontrol requeue {job}` (or `dtctl cancel RUN`)"
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    command = ["scancel", "--", job] if cancel else ["scontrol", "requeue", job]
     ran = f"scancel {job}" if cancel else f"scontrol requeue {job}"
+    by_hand = f"`{ran}`" if cancel else f"`{ran}` (or `dtctl cancel RUN`)"
+    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         claim = _claim_job_of_lost_batch_host(job, generation,
@@ -464,10 +462,10 @@ def _act_on_job_of_lost_batch_host(job, generation, cancel):
     # they return.
     if cancel:
         sys.stderr.write(f"dt: the run ended and {what}: Slurm would keep the job, and the nodes that remain, until "
-                         f"its time limit; cancelling it (scancel {job})\n")
+                         f"its time limit; cancelling it ({ran})\n")
     else:
-        sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it (scontrol requeue "
-                         f"{job}); the requeued job runs the next generation\n")
+        sys.stderr.write(f"dt: {what} and Slurm keeps the job without its script: requeueing it ({ran}); the "
+                         f"requeued job runs the next generation\n")
     sys.stderr.flush()
     try:
         # A job requeued since this process started is left alone: it runs something new, and a
