@@ -31,6 +31,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -735,9 +736,12 @@ BarrierTimes NodeBarrier(const NodeAgents& agents) {
 
 // The curve at 1K, 8K, 32K and 98K ranks (nodes of 8): registration time and dtcoord CPU per
 // rank, and heartbeat load; the 98,304-rank rows are the goals.
+// Node counts for NodeAgentBench; `bench_scale nodes 12288` runs one (for investigating a row).
+std::vector<int> node_counts = {128, 1024, 4096, 12288};
+
 void NodeAgentBench(const std::string& dir) {
   const int ppn = 8;
-  for (int nodes : {128, 1024, 4096, 12288}) {
+  for (int nodes : node_counts) {
     const int n = nodes * ppn;
     Coordinator c = StartCoordinator(TempDir("nodes"), "off", {"--heartbeat-timeout", "10m"});
     v1::SubmitRunResponse run = Submit(c, nodes, ppn, dir);
@@ -906,6 +910,7 @@ void StormBench(const std::string& dir) {
 }  // namespace dt::bench
 
 // Arguments name the parts to run (rendezvous, heartbeat, load, storm, nodes); none: all of them.
+// Numbers among them are the node counts of `nodes` (8 ranks each).
 int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   struct rlimit rl;
@@ -919,7 +924,17 @@ int main(int argc, char** argv) {
                                                                              {"load", dt::bench::LoadBench},
                                                                              {"storm", dt::bench::StormBench},
                                                                              {"nodes", dt::bench::NodeAgentBench}};
-  std::vector<std::string> asked(argv + 1, argv + argc);
+  std::vector<std::string> asked;
+  std::vector<int> counts;
+  for (int i = 1; i < argc; ++i) {
+    int count = 0;
+    if (absl::SimpleAtoi(argv[i], &count) && count > 0) {
+      counts.push_back(count);
+    } else {
+      asked.push_back(argv[i]);
+    }
+  }
+  if (!counts.empty()) dt::bench::node_counts = counts;
   for (const auto& [name, part] : parts) {
     if (asked.empty() || std::find(asked.begin(), asked.end(), name) != asked.end()) part(dir);
   }

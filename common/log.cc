@@ -31,6 +31,11 @@ LogLevel LevelFromEnv() {
   return LogLevel::kInfo;
 }
 
+std::atomic<int>& SecondFd() {
+  static std::atomic<int> fd{-1};
+  return fd;
+}
+
 std::atomic<int>& MinLevel() {
   static std::atomic<int> level{static_cast<int>(LevelFromEnv())};
   return level;
@@ -44,6 +49,8 @@ void SetLogProgram(std::string name) {
 }
 
 void SetMinLogLevel(LogLevel level) { MinLevel() = static_cast<int>(level); }
+
+void AlsoLogTo(int fd) { SecondFd() = fd; }
 
 LogLine::LogLine(LogLevel level) : level_(level) {}
 
@@ -65,6 +72,7 @@ LogLine::~LogLine() {
   line += '\n';
   // One write(2) per line so lines of concurrent threads and processes do not interleave.
   ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());
+  if (int fd = SecondFd().load(); fd >= 0) unused = ::write(fd, line.data(), line.size());
   (void)unused;
 }
 

@@ -160,10 +160,17 @@ class SlurmTest : public ::testing::Test {
   // n1, the batch host of `job`, is lost as a machine would be. Its batch script stops now: the
   // generation that follows must not be launched, nor the job ended, by a script a dead machine
   // could not run. Once n1's trainer `trainer` stopped itself (--stop-after-step, --stop-node n1),
-  // everything else of the job on n1 stops too: srun, the step daemons, and n1's slurmd. They go
-  // into `revival`.
+  // everything else of the job on n1 stops too (LoseTheRestOfTheBatchHost).
   void LoseTheBatchHostOnceItsTrainerStops(const std::string& job, int trainer, NodeRevival& revival) {
-    const int batch_stepd = BatchStepd(job);
+    int batch_stepd = 0;
+    ASSERT_NO_FATAL_FAILURE(StopTheBatchScript(job, revival, batch_stepd));
+    ASSERT_TRUE(testing::WaitFor([&] { return Stopped(trainer); }, absl::Minutes(3)));
+    ASSERT_NO_FATAL_FAILURE(LoseTheRestOfTheBatchHost(job, {ParentOf(trainer), batch_stepd}, revival));
+  }
+
+  // Stops `job`'s batch script (into `revival`); `batch_stepd`: its step daemon.
+  static void StopTheBatchScript(const std::string& job, NodeRevival& revival, int& batch_stepd) {
+    batch_stepd = BatchStepd(job);
     ASSERT_GT(batch_stepd, 1);
     std::vector<pid_t> script;
     for (const ProcessInfo& p : AllProcesses()) {
@@ -172,8 +179,14 @@ class SlurmTest : public ::testing::Test {
     ASSERT_EQ(script.size(), 1u);
     revival.stopped.push_back(script[0]);
     ASSERT_EQ(::kill(script[0], SIGSTOP), 0);
-    ASSERT_TRUE(testing::WaitFor([&] { return Stopped(trainer); }, absl::Minutes(3)));
-    std::vector<pid_t> n1 = {SlurmdOf("n1"), ParentOf(trainer), batch_stepd};
+  }
+
+  // Everything of `job` on n1 stops: srun, the step's programs, the step daemons `stepds` and n1's
+  // slurmd. They go into `revival`.
+  static void LoseTheRestOfTheBatchHost(const std::string& job, const std::vector<pid_t>& stepds,
+                                        NodeRevival& revival) {
+    std::vector<pid_t> n1 = stepds;
+    n1.push_back(SlurmdOf("n1"));
     for (const ProcessInfo& p : AllProcesses()) {
       if (ProcessEnv(p.pid, "SLURM_JOB_ID") == job && ProcessEnv(p.pid, "SLURMD_NODENAME") == "n1") n1.push_back(p.pid);
     }
@@ -933,6 +946,86 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
   EXPECT_NE(actor.find(said), std::string::npos) << claim << "\n" << actor;
 }
 
+// The same loss under --exec, where two processes on each node that remains hear the cancel: dtrun,
+// whose node heartbeats carry it, and the program's dt module, whose dt.log heartbeats do. An
+// elastic run of train_dt.py (--nodes 2:3, no restart allowed) loses n1, the batch host: its batch
+// script, dtrun, program, step daemons and slurmd stop. The run fails on the heartbeat timeout;
+// one process on n2 or n3 claims the cancel and Slurm ends the job, not its time limit.
+TEST_F(SlurmTest, AFailedElasticExecRunWhoseBatchHostDiesHasItsJobCancelledByOneProcess) {
+  auto started = RunCommand({Script(), "start", "--nodes", "3"}, absl::Minutes(2));
+  ASSERT_TRUE(started.ok() && started->exit_code == 0)
+      << (started.ok() ? started->output : started.status().ToString());
+  const std::string exp_dir = JoinPath(save_dir_, "slurm-batch-host-exec");
+  UseElasticCoordinator();
+  NodeRevival revival;
+  revival.nodes = {"n1"};
+  std::string run = SubmitExec("slurm-batch-host-exec", {"--nodes", "2:3", "--max-restarts", "0"},
+                               {"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_dt.py"), "--steps",
+                                "100000", "--step-sleep", "0.05"});
+  ASSERT_FALSE(run.empty());
+  int rank0 = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
+        if (g["ranks"].size() != 3u || g["ranks"][0]["node"] != "n1" || g.value("batch_host", "") != "n1" ||
+            g.value("step", 0) < 3) {
+          return false;
+        }
+        rank0 = g["ranks"][0]["pid"];
+        revival.job = g["scheduler_job_id"];
+        return true;
+      },
+      absl::Minutes(3)));
+  const std::string job = revival.job;
+  // n1's step daemon: the first ancestor of rank 0's program that is one.
+  pid_t stepd = rank0;
+  while (stepd > 1 &&
+         testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd") == std::string::npos) {
+    stepd = ParentOf(stepd);
+  }
+  ASSERT_GT(stepd, 1);
+  int batch_stepd = 0;
+  ASSERT_NO_FATAL_FAILURE(StopTheBatchScript(job, revival, batch_stepd));
+  ASSERT_NO_FATAL_FAILURE(LoseTheRestOfTheBatchHost(job, {stepd, batch_stepd}, revival));
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_NE(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "FAILED") << s;
+  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
+  EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
+  EXPECT_EQ(s["orphaned_job"]["action"], "cancel") << s;
+  EXPECT_EQ(s["orphaned_job"]["nodes"], nlohmann::json({"n2", "n3"})) << s;
+  // Nothing here cancels the job: a process on n2 or n3 does (COMPLETING while n1's slurmd cannot
+  // confirm the end, then CANCELLED).
+  std::string shown;
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        auto r = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+        shown = r.ok() ? r->output : r.status().ToString();
+        return shown.find(" JobState=CANCELLED ") != std::string::npos ||
+               shown.find(" JobState=COMPLETING ") != std::string::npos;
+      },
+      absl::Minutes(1)))
+      << shown;
+  // One claim, by rank 1's or rank 2's dtrun or program, on its node.
+  std::string claim = testing::Slurp(JoinPath(exp_dir, "logs/slurm-job-" + job + "-restart-0-generation-0"));
+  EXPECT_NE(claim.find(") claimed `scancel " + job + "` at "), std::string::npos) << claim;
+  const bool by_rank_1 = claim.rfind("rank 1 (pid ", 0) == 0;
+  EXPECT_TRUE(by_rank_1 ? claim.find(" on n2) ") != std::string::npos
+                        : claim.rfind("rank 2 (pid ", 0) == 0 && claim.find(" on n3) ") != std::string::npos)
+      << claim;
+  // Exactly one process says it cancels: the claimant. Its log survives n1: the programs' logs are
+  // written on the shared file system, and so is dtrun's (its stderr went through srun on n1).
+  std::string logs;
+  for (const char* log : {"rank-1.log", "rank-2.log", "dtrun-n2.log", "dtrun-n3.log"}) {
+    logs += testing::Slurp(JoinPath(exp_dir, std::string("logs/") + log));
+  }
+  const std::string cancelling = "cancelling it (scancel " + job + ")";
+  EXPECT_NE(logs.find(cancelling), std::string::npos) << claim << "\n" << logs;
+  EXPECT_EQ(logs.find(cancelling), logs.rfind(cancelling)) << "one process cancels: " << logs;
+}
+
 // A straggler: one node's device is far slower than the others' (here its trainer shares a CPU
 // with five busy processes, as on a node with a runaway job). The device pre-flight before the
 // first step names it (NODE_UNHEALTHY); the node is excluded, the job requeued without it, and
@@ -1013,7 +1106,9 @@ TEST_F(SlurmTest, AnElasticSubmitWarnsWhenSlurmWouldEndItsStepBeforeDtGoesOnWith
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::string run = Json(r).value("run_id", "");
     EXPECT_FALSE(run.empty()) << r.output;
-    if (!run.empty()) EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+    if (!run.empty()) {
+      EXPECT_EQ(Dtctl({"cancel", run}).exit_code, 0);
+    }
     return r.output;
   };
   std::string warned = submit("slurm-warned");

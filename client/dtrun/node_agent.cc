@@ -1,11 +1,13 @@
 #include "client/dtrun/node_agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <unistd.h>
 #include <cerrno>
+#include <cstring>
 
 #include <atomic>
 #include <fstream>
@@ -167,6 +169,7 @@ class NodeAgent {
     for (Worker& w : workers_) agents.push_back(w.agent.get());
     if (absl::Status s = Agent::RegisterNode(agents, config_.rendezvous_timeout); !s.ok()) return s;
     registered_ = true;
+    LogToTheExperiment();
     const v1::RegisterResponse& a = workers_.front().agent->assignment();
     SetLogProgram(absl::StrCat("dtrun ", config_.node));
     DT_LOG(Info) << "node " << config_.node << " is group rank " << a.node_rank() << " of " << a.nodes() << ": ranks "
@@ -174,6 +177,28 @@ class NodeAgent {
                  << ", generation " << a.generation() << " (restart " << a.restarts() << " of "
                  << a.spec().max_restarts() << ")";
     return absl::OkStatus();
+  }
+
+  // dtrun's log from now on also goes to <exp_dir>/logs/dtrun-NODE.log on the shared file system,
+  // unless its stderr is that file already (the local launcher's). Under Slurm, stderr travels
+  // through srun on the batch host and is lost with that node: the lines saying what the nodes
+  // that remain did about it (a claimed scancel or requeue) with it.
+  void LogToTheExperiment() {
+    const std::string logs = JoinPath(workers_.front().agent->assignment().exp_dir(), "logs");
+    (void)MakeDirs(logs);
+    const std::string path = JoinPath(logs, absl::StrCat("dtrun-", config_.node, ".log"));
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      DT_LOG(Warning) << "cannot log to " << path << " (" << std::strerror(errno) << "): this log goes to stderr only";
+      return;
+    }
+    struct stat file = {}, err = {};
+    if (::fstat(fd, &file) == 0 && ::fstat(STDERR_FILENO, &err) == 0 && file.st_dev == err.st_dev &&
+        file.st_ino == err.st_ino) {
+      ::close(fd);
+      return;
+    }
+    AlsoLogTo(fd);  // open for the rest of the process: lines go there until it exits
   }
 
   // Whatever an earlier generation of the run left on this machine (its dtrun was killed with
