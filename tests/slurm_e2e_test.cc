@@ -101,7 +101,22 @@ class SlurmTest : public ::testing::Test {
                           absl::StrCat("setsid /usr/sbin/slurmd -D -N ", node, " -f /etc/slurm/slurm.conf >>",
                                        JoinPath(SlurmDir(), "log/slurmd-" + node + ".out"), " 2>&1 </dev/null &")},
                          absl::Seconds(30));
+        // Slurm keeps the killed job COMPLETING on the node until it resends the job's end (a minute
+        // or more later), and the next test's job would wait for the node that long: an
+        // administrator's down-and-resume clears it at once.
+        (void)RunCommand({"scontrol", "update", "nodename=" + node, "state=down", "reason=dt-test-revival"},
+                         absl::Seconds(10));
+        (void)RunCommand({"scontrol", "update", "nodename=" + node, "state=resume"}, absl::Seconds(10));
       }
+      (void)testing::WaitFor(
+          [&] {
+            for (const std::string& node : nodes) {
+              auto state = RunCommand({"sinfo", "-h", "-N", "-n", node, "-o", "%T"}, absl::Seconds(10));
+              if (!state.ok() || absl::StripAsciiWhitespace(state->output) != "idle") return false;
+            }
+            return true;
+          },
+          absl::Minutes(1));
     }
   };
 
