@@ -734,11 +734,11 @@ BarrierTimes NodeBarrier(const NodeAgents& agents) {
   return out;
 }
 
-// The curve at 1K, 8K, 32K and 98K ranks (nodes of 8): registration time and dtcoord CPU per
-// rank, and heartbeat load; the 98,304-rank rows are the goals.
-// Node counts for NodeAgentBench; `bench_scale nodes 12288` runs one (for investigating a row).
+// Node counts for NodeAgentBench; `bench_scale 12288` runs one (for investigating a row).
 std::vector<int> node_counts = {128, 1024, 4096, 12288};
 
+// The curve at 1K, 8K, 32K and 98K ranks (nodes of 8): registration time and dtcoord CPU per
+// rank, and heartbeat load; the 98,304-rank rows are the goals.
 void NodeAgentBench(const std::string& dir) {
   const int ppn = 8;
   for (int nodes : node_counts) {
@@ -910,7 +910,7 @@ void StormBench(const std::string& dir) {
 }  // namespace dt::bench
 
 // Arguments name the parts to run (rendezvous, heartbeat, load, storm, nodes); none: all of them.
-// Numbers among them are the node counts of `nodes` (8 ranks each).
+// Numbers among them are the node counts of `nodes` (8 ranks each); numbers alone run `nodes`.
 int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   struct rlimit rl;
@@ -928,13 +928,20 @@ int main(int argc, char** argv) {
   std::vector<int> counts;
   for (int i = 1; i < argc; ++i) {
     int count = 0;
-    if (absl::SimpleAtoi(argv[i], &count) && count > 0) {
+    if (absl::SimpleAtoi(argv[i], &count)) {
+      if (count <= 0) {
+        std::cerr << "bench_scale: a node count must be positive, not " << argv[i] << "\n";
+        return 2;
+      }
       counts.push_back(count);
     } else {
       asked.push_back(argv[i]);
     }
   }
-  if (!counts.empty()) dt::bench::node_counts = counts;
+  if (!counts.empty()) {
+    dt::bench::node_counts = counts;
+    if (asked.empty()) asked.push_back("nodes");  // counts alone: the node agents' part
+  }
   for (const auto& [name, part] : parts) {
     if (asked.empty() || std::find(asked.begin(), asked.end(), name) != asked.end()) part(dir);
   }

@@ -71,8 +71,10 @@ LogLine::~LogLine() {
   line += stream_.str();
   line += '\n';
   // One write(2) per line so lines of concurrent threads and processes do not interleave.
-  ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());
+  // The file first: a stderr that cannot drain (a pipe to srun on a lost node) blocks this write.
+  ssize_t unused = 0;
   if (int fd = SecondFd().load(); fd >= 0) unused = ::write(fd, line.data(), line.size());
+  unused = ::write(STDERR_FILENO, line.data(), line.size());
   (void)unused;
 }
 

@@ -13,9 +13,10 @@ enum class LogLevel { kInfo, kWarning, kError };
 void SetLogProgram(std::string name);
 // Lines below this level are dropped (default kInfo). DT_LOG_LEVEL=warning|error sets it too.
 void SetMinLogLevel(LogLevel level);
-// Every line from now on also goes to `fd` (an O_APPEND file the caller keeps open; -1: none).
-// For a log whose stderr may be lost: under Slurm a step's stderr travels through srun on the
-// batch host, and nothing of it arrives once that node is gone.
+// Every line from now on also goes to `fd`, an O_APPEND file that stays open for the rest of the
+// process (another thread may be writing a line to it at any time). For a log whose stderr may be
+// lost: under Slurm a step's stderr travels through srun on the batch host, and nothing of it
+// arrives once that node is gone.
 void AlsoLogTo(int fd);
 
 class LogLine {
