@@ -202,6 +202,14 @@ TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoin
   std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
   EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
   EXPECT_NE(log.find("done: 40 steps"), std::string::npos) << log;
+  // Each generation's dtrun logged once to its node's file: the launcher made that file its stderr,
+  // which dtrun's own copy of its log (for Slurm, where stderr goes through srun) does not double.
+  const std::string node = s["ranks"][1]["node"];
+  std::string dtrun_log = testing::Slurp(JoinPath(exp_dir, "logs/dtrun-" + node + ".log"));
+  const std::string said = "node " + node + " is group rank ";
+  int times = 0;
+  for (size_t at = dtrun_log.find(said); at != std::string::npos; at = dtrun_log.find(said, at + 1)) ++times;
+  EXPECT_EQ(times, 2) << dtrun_log;
 }
 
 // The dtrun of the node that runs `pid` (its nearest dtrun ancestor); 0 when there is none.
