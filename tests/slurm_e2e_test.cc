@@ -191,6 +191,22 @@ class SlurmTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(LoseTheRestOfTheBatchHost(job, {ParentOf(trainer), batch_stepd}, revival));
   }
 
+  // Within a minute Slurm shows `job` COMPLETING (while a lost node's slurmd cannot confirm its
+  // end, a dead node until Slurm's SlurmdTimeout) or CANCELLED; never COMPLETED, since its script
+  // (stopped) did not end.
+  static void ExpectSlurmEndsTheJobCancelled(const std::string& job) {
+    std::string shown;
+    EXPECT_TRUE(testing::WaitFor(
+        [&] {
+          auto r = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
+          shown = r.ok() ? r->output : r.status().ToString();
+          return shown.find(" JobState=CANCELLED ") != std::string::npos ||
+                 shown.find(" JobState=COMPLETING ") != std::string::npos;
+        },
+        absl::Minutes(1)))
+        << shown;
+  }
+
   // Stops `job`'s batch script (into `revival`); `batch_stepd`: its step daemon.
   static void StopTheBatchScript(const std::string& job, NodeRevival& revival, int& batch_stepd) {
     batch_stepd = BatchStepd(job);
@@ -938,19 +954,8 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
   EXPECT_NE(text.output.find("batch host n1 lost: a rank on " + node1 + ", " + node2 + " cancels Slurm job " + job),
             std::string::npos)
       << text.output;
-  // Nothing here cancels the job (the revival does so only after these checks): a rank does. The
-  // job shows COMPLETING while n1's slurmd cannot confirm its end (a dead node until Slurm's
-  // SlurmdTimeout), then CANCELLED; never COMPLETED, since its script (stopped) did not end.
-  std::string shown;
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        auto r = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
-        shown = r.ok() ? r->output : r.status().ToString();
-        return shown.find(" JobState=CANCELLED ") != std::string::npos ||
-               shown.find(" JobState=COMPLETING ") != std::string::npos;
-      },
-      absl::Minutes(1)))
-      << shown;
+  // Nothing here cancels the job (the revival does so only after these checks): a rank does.
+  ExpectSlurmEndsTheJobCancelled(job);
   std::string said = "the run ended and the batch host of Slurm job " + job + " is lost";
   std::string logs = testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/rank-1.log") +
                      testing::Slurp(save_dir_ + "/slurm-batch-host-ends/logs/rank-2.log");
@@ -1025,18 +1030,8 @@ TEST_F(SlurmTest, AFailedElasticExecRunWhoseBatchHostDiesHasItsJobCancelledByDtr
   // The nodes that remain: whichever two of the cluster's Slurm allocated beside n1.
   const std::string node1 = s["ranks"][1]["node"], node2 = s["ranks"][2]["node"];
   EXPECT_EQ(s["orphaned_job"]["nodes"], nlohmann::json({node1, node2})) << s;
-  // Nothing here cancels the job: a process on one of them does (COMPLETING while n1's slurmd
-  // cannot confirm the end, then CANCELLED).
-  std::string shown;
-  EXPECT_TRUE(testing::WaitFor(
-      [&] {
-        auto r = RunCommand({"scontrol", "show", "job", "-o", job}, absl::Seconds(10));
-        shown = r.ok() ? r->output : r.status().ToString();
-        return shown.find(" JobState=CANCELLED ") != std::string::npos ||
-               shown.find(" JobState=COMPLETING ") != std::string::npos;
-      },
-      absl::Minutes(1)))
-      << shown;
+  // Nothing here cancels the job: a process on one of them does.
+  ExpectSlurmEndsTheJobCancelled(job);
   // One claim, by a process of rank 1 or rank 2, on its node.
   std::string claim = testing::Slurp(JoinPath(exp_dir, "logs/slurm-job-" + job + "-restart-0-generation-0"));
   EXPECT_NE(claim.find(") claimed `scancel " + job + "` at "), std::string::npos) << claim;
