@@ -191,6 +191,36 @@ class SlurmTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(LoseTheRestOfTheBatchHost(job, {ParentOf(trainer), batch_stepd}, revival));
   }
 
+  // Waits until `run` has three ranks, rank 0 on n1, which also runs the batch script, and has
+  // reached `step`. `rank0`: rank 0's pid; the run's job goes into `revival`.
+  void AwaitThreeRanksWithRankZeroOnTheBatchHostN1(const std::string& run, int step, NodeRevival& revival, int& rank0) {
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
+          if (g["ranks"].size() != 3u || g["ranks"][0]["node"] != "n1" || g.value("batch_host", "") != "n1" ||
+              g.value("step", 0) < step) {
+            return false;
+          }
+          rank0 = g["ranks"][0]["pid"];
+          revival.job = g["scheduler_job_id"];
+          return true;
+        },
+        absl::Minutes(3)));
+  }
+
+  // Waits for `run` to end, and checks it FAILED on n1's heartbeat timeout with a cancel of its job
+  // handed to the nodes that remain. Returns its status.
+  nlohmann::json AwaitTheRunFailedOnLosingN1WithACancelToHandOut(const std::string& run) {
+    CommandResult watch = Dtctl({"watch", run});
+    EXPECT_NE(watch.exit_code, 0) << watch.output;
+    nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+    EXPECT_EQ(s["state"], "FAILED") << s;
+    EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
+    EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
+    EXPECT_EQ(s["orphaned_job"]["action"], "cancel") << s;
+    return s;
+  }
+
   // Within a minute Slurm shows `job` COMPLETING (while a lost node's slurmd cannot confirm its
   // end, a dead node until Slurm's SlurmdTimeout) or CANCELLED; never COMPLETED, since its script
   // (stopped) did not end.
@@ -925,27 +955,11 @@ TEST_F(SlurmTest, AFailedElasticRunWhoseBatchHostDiesHasItsJobCancelled) {
   std::string run = Submit("slurm-batch-host-ends", 24, /*max_restarts=*/0, stop, {"--nodes", "2:3"});
   ASSERT_FALSE(run.empty());
   int n1_trainer = 0;
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
-        if (g["ranks"].size() != 3u || g["ranks"][0]["node"] != "n1" || g.value("batch_host", "") != "n1") {
-          return false;
-        }
-        n1_trainer = g["ranks"][0]["pid"];
-        revival.job = g["scheduler_job_id"];
-        return true;
-      },
-      absl::Minutes(3)));
+  ASSERT_NO_FATAL_FAILURE(AwaitThreeRanksWithRankZeroOnTheBatchHostN1(run, 0, revival, n1_trainer));
   const std::string job = revival.job;
   ASSERT_NO_FATAL_FAILURE(LoseTheBatchHostOnceItsTrainerStops(job, n1_trainer, revival));
 
-  CommandResult watch = Dtctl({"watch", run});
-  EXPECT_NE(watch.exit_code, 0) << watch.output;
-  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-  EXPECT_EQ(s["state"], "FAILED") << s;
-  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
-  EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
-  EXPECT_EQ(s["orphaned_job"]["action"], "cancel") << s;
+  nlohmann::json s = AwaitTheRunFailedOnLosingN1WithACancelToHandOut(run);
   EXPECT_EQ(s["orphaned_job"]["batch_host"], "n1") << s;
   // The nodes that remain: whichever two of the cluster's Slurm allocated beside n1.
   const std::string node1 = s["ranks"][1]["node"], node2 = s["ranks"][2]["node"];
@@ -996,18 +1010,7 @@ TEST_F(SlurmTest, AFailedElasticExecRunWhoseBatchHostDiesHasItsJobCancelledByDtr
                                 "100000", "--step-sleep", "0.05"});
   ASSERT_FALSE(run.empty());
   int rank0 = 0;
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        nlohmann::json g = Json(Dtctl({"status", run, "-o", "json"}));
-        if (g["ranks"].size() != 3u || g["ranks"][0]["node"] != "n1" || g.value("batch_host", "") != "n1" ||
-            g.value("step", 0) < 3) {
-          return false;
-        }
-        rank0 = g["ranks"][0]["pid"];
-        revival.job = g["scheduler_job_id"];
-        return true;
-      },
-      absl::Minutes(3)));
+  ASSERT_NO_FATAL_FAILURE(AwaitThreeRanksWithRankZeroOnTheBatchHostN1(run, 3, revival, rank0));
   const std::string job = revival.job;
   // n1's step daemon: the first ancestor of rank 0's program that is one.
   pid_t stepd = rank0;
@@ -1020,13 +1023,7 @@ TEST_F(SlurmTest, AFailedElasticExecRunWhoseBatchHostDiesHasItsJobCancelledByDtr
   ASSERT_NO_FATAL_FAILURE(StopTheBatchScript(job, revival, batch_stepd));
   ASSERT_NO_FATAL_FAILURE(LoseTheRestOfTheBatchHost(job, {stepd, batch_stepd}, revival));
 
-  CommandResult watch = Dtctl({"watch", run});
-  EXPECT_NE(watch.exit_code, 0) << watch.output;
-  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
-  EXPECT_EQ(s["state"], "FAILED") << s;
-  EXPECT_EQ(s["failures"][0]["kind"], "HEARTBEAT_TIMEOUT") << s;
-  EXPECT_EQ(s["failures"][0]["node"], "n1") << s;
-  EXPECT_EQ(s["orphaned_job"]["action"], "cancel") << s;
+  nlohmann::json s = AwaitTheRunFailedOnLosingN1WithACancelToHandOut(run);
   // The nodes that remain: whichever two of the cluster's Slurm allocated beside n1.
   const std::string node1 = s["ranks"][1]["node"], node2 = s["ranks"][2]["node"];
   EXPECT_EQ(s["orphaned_job"]["nodes"], nlohmann::json({node1, node2})) << s;
