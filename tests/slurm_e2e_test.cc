@@ -96,6 +96,16 @@ class SlurmTest : public ::testing::Test {
       SignalProcesses(stopped, SIGKILL);
       if (!job.empty()) (void)RunCommand({"scancel", job}, absl::Seconds(10));
       if (stopped.empty()) return;
+      // The job out of the queue first: a node taken down (below) under a running job requeues it.
+      if (!job.empty()) {
+        (void)testing::WaitFor(
+            [&] {
+              auto left = RunCommand({"squeue", "-h", "-j", job, "-t", "PENDING,RUNNING,REQUEUED", "-o", "%i"},
+                                     absl::Seconds(10));
+              return left.ok() && absl::StripAsciiWhitespace(left->output).empty();
+            },
+            absl::Seconds(30));
+      }
       for (const std::string& node : nodes) {
         (void)RunCommand({"bash", "-c",
                           absl::StrCat("setsid /usr/sbin/slurmd -D -N ", node, " -f /etc/slurm/slurm.conf >>",
@@ -103,15 +113,7 @@ class SlurmTest : public ::testing::Test {
                          absl::Seconds(30));
         // Slurm keeps the killed job COMPLETING on the node until it resends the job's end (a minute
         // or more later), and the next test's job would wait for the node that long: an
-        // administrator's down-and-resume clears it at once. (Once the job is no longer running:
-        // a node taken down under a running job would requeue it.)
-        (void)testing::WaitFor(
-            [&] {
-              auto left = RunCommand({"squeue", "-h", "-j", job, "-t", "PENDING,RUNNING,REQUEUED", "-o", "%i"},
-                                     absl::Seconds(10));
-              return job.empty() || (left.ok() && absl::StripAsciiWhitespace(left->output).empty());
-            },
-            absl::Seconds(30));
+        // administrator's down-and-resume clears it at once.
         (void)RunCommand({"scontrol", "update", "nodename=" + node, "state=down", "reason=dt-test-revival"},
                          absl::Seconds(10));
         (void)RunCommand({"scontrol", "update", "nodename=" + node, "state=resume"}, absl::Seconds(10));
@@ -150,6 +152,14 @@ class SlurmTest : public ::testing::Test {
   }
 
   // The step daemon of `job`'s batch script (0 when none is found).
+  // The step daemon that runs `pid`: its first ancestor that is one (1 or less: none).
+  static pid_t StepDaemonOf(pid_t pid) {
+    while (pid > 1 && testing::Slurp(absl::StrCat("/proc/", pid, "/cmdline")).find("slurmstepd") == std::string::npos) {
+      pid = ParentOf(pid);
+    }
+    return pid;
+  }
+
   static int BatchStepd(const std::string& job) {
     for (const ProcessInfo& p : AllProcesses()) {
       if (testing::Slurp(absl::StrCat("/proc/", p.pid, "/cmdline")).find("[" + job + ".batch]") != std::string::npos) {
@@ -814,12 +824,7 @@ TEST_F(SlurmTest, AnElasticExecRunGoesOnWithTheNodesThatRemain) {
   ASSERT_EQ(s["ranks"][2]["node"], "n3") << s;
   std::string job = s["scheduler_job_id"];
   revival.job = job;
-  // n3's step daemon: the first ancestor of rank 2's program that is one.
-  pid_t stepd = s["ranks"][2]["pid"].get<int>();
-  while (stepd > 1 &&
-         testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd") == std::string::npos) {
-    stepd = ParentOf(stepd);
-  }
+  const pid_t stepd = StepDaemonOf(s["ranks"][2]["pid"].get<int>());  // n3's
   ASSERT_GT(stepd, 1);
   revival.stopped = Descendants(stepd);
   revival.stopped.insert(revival.stopped.end(), {stepd, SlurmdOf("n3")});
@@ -1012,12 +1017,7 @@ TEST_F(SlurmTest, AFailedElasticExecRunWhoseBatchHostDiesHasItsJobCancelledByDtr
   int rank0 = 0;
   ASSERT_NO_FATAL_FAILURE(AwaitThreeRanksWithRankZeroOnTheBatchHostN1(run, 3, revival, rank0));
   const std::string job = revival.job;
-  // n1's step daemon: the first ancestor of rank 0's program that is one.
-  pid_t stepd = rank0;
-  while (stepd > 1 &&
-         testing::Slurp(absl::StrCat("/proc/", stepd, "/cmdline")).find("slurmstepd") == std::string::npos) {
-    stepd = ParentOf(stepd);
-  }
+  const pid_t stepd = StepDaemonOf(rank0);  // n1's
   ASSERT_GT(stepd, 1);
   int batch_stepd = 0;
   ASSERT_NO_FATAL_FAILURE(StopTheBatchScript(job, revival, batch_stepd));
