@@ -4,10 +4,6 @@
 #include <cmath>
 #include <map>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <google/protobuf/wire_format_lite.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/names.h"
 
@@ -56,6 +52,8 @@ absl::Status ValidateColumns(const v1::MetricColumns& c) {
 }
 
 }  // namespace
+
+bool MetricValueAbsent(const v1::MetricColumns& columns, size_t cell) { return Absent(columns.absent(), cell); }
 
 int64_t MetricPointCount(const v1::MetricBatch& batch) {
   return int64_t{batch.points_size()} + batch.columns().steps_size();
@@ -129,26 +127,6 @@ std::optional<v1::MetricColumns> ToMetricColumns(const std::vector<const v1::Met
   // Bits past the last value stay set; they are never read.
   if (present < cells) *c.mutable_absent() = std::move(absent);
   return c;
-}
-
-void AppendMetricPointRecord(const MetricPointView& point, std::string* out) {
-  using google::protobuf::internal::WireFormatLite;
-  using google::protobuf::io::CodedOutputStream;
-  google::protobuf::io::StringOutputStream stream(out);
-  CodedOutputStream coded(&stream);
-  WireFormatLite::WriteInt64(1, point.step, &coded);
-  WireFormatLite::WriteDouble(2, point.time, &coded);
-  for (const auto& [name, value] : point.values) {
-    // A map entry is a message of its own: key (field 1), value (field 2).
-    const uint32_t key_bytes = static_cast<uint32_t>(name.size());
-    const uint32_t entry_bytes = 1 + CodedOutputStream::VarintSize32(key_bytes) + key_bytes + 1 + 8;
-    WireFormatLite::WriteTag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
-    coded.WriteVarint32(entry_bytes);
-    WireFormatLite::WriteTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &coded);
-    coded.WriteVarint32(key_bytes);
-    coded.WriteRaw(name.data(), static_cast<int>(key_bytes));
-    WireFormatLite::WriteDouble(2, value, &coded);
-  }
 }
 
 }  // namespace dt

@@ -26,6 +26,9 @@ struct MetricPointView {
 // Points in the batch: `points`, then `columns`.
 int64_t MetricPointCount(const v1::MetricBatch& batch);
 
+// Whether value `cell` (point i's value of names[j] is cell i * names_size + j) is absent.
+bool MetricValueAbsent(const v1::MetricColumns& columns, size_t cell);
+
 // Calls `fn` for every point, `points` first, then `columns` (in their order). The view is reused
 // between calls. Safe on any batch: columns whose arrays disagree (refused by ValidateMetricPoints,
 // but possible in a damaged database) are read only as far as they go.
@@ -38,9 +41,5 @@ absl::Status ValidateMetricPoints(const v1::MetricBatch& batch);
 // `points` as columns, when that is smaller: nullopt for points whose names barely overlap (the
 // columns would be mostly absent values). Names keep their first-seen order.
 std::optional<v1::MetricColumns> ToMetricColumns(const std::vector<const v1::MetricPoint*>& points);
-
-// Appends `point` to `out` in dt.v1.MetricPoint's wire format (the W&B spool's record; step and time
-// written even when zero), without building a message.
-void AppendMetricPointRecord(const MetricPointView& point, std::string* out);
 
 }  // namespace dt

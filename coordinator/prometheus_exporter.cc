@@ -301,6 +301,50 @@ void PrometheusExporter::OnRunChanged(const v1::Run& run) {
   }
 }
 
+PrometheusExporter::Feed PrometheusExporter::FeedOf(absl::string_view name) {
+  if (name == "loss") return Feed::kLoss;
+  if (name == "lr") return Feed::kLr;
+  if (name == "grad_norm") return Feed::kGradNorm;
+  if (name == "tokens_per_s") return Feed::kTokensPerSecond;
+  if (name == "eval_loss") return Feed::kEvalLoss;
+  if (name == "step_time_s") return Feed::kStepTime;
+  if (name == "tokens_seen") return Feed::kTokensSeen;
+  return Feed::kNone;
+}
+
+void PrometheusExporter::Apply(RankSeries& s, Feed feed, double value, int world) {
+  switch (feed) {
+    case Feed::kNone:
+      return;
+    case Feed::kLoss:
+      return s.loss->Set(value);
+    case Feed::kLr:
+      return s.lr->Set(value);
+    case Feed::kGradNorm:
+      return s.grad_norm->Set(value);
+    case Feed::kTokensPerSecond:
+      return s.tokens_per_second->Set(value);
+    case Feed::kEvalLoss:
+      return s.eval_loss->Set(value);
+    case Feed::kStepTime:
+      return s.step_time->Observe(value);
+    case Feed::kTokensSeen: {
+      // Trainers report the run's running total; this rank's share is a world-th of it. A
+      // resumed run starts lower again, which Prometheus reads as a counter reset.
+      double share = value / std::max(1, world);
+      if (share >= s.tokens_seen_value) {
+        s.tokens_seen->Increment(share - s.tokens_seen_value);
+      } else {
+        tokens_seen_->Remove(s.tokens_seen);
+        s.tokens_seen = &tokens_seen_->Add(s.labels);
+        s.tokens_seen->Increment(share);
+      }
+      s.tokens_seen_value = share;
+      return;
+    }
+  }
+}
+
 void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
   const auto points = static_cast<double>(MetricPointCount(batch));
   points_ingested_->Increment(points);
@@ -310,36 +354,30 @@ void PrometheusExporter::OnMetrics(const v1::Run& run, const v1::MetricBatch& ba
     series_omitted_->Increment(points);
     return;
   }
-  ForEachMetricPoint(batch, [&](const MetricPointView& p) {
-    for (const auto& [name, value] : p.values) {
-      if (name == "loss") {
-        s->loss->Set(value);
-      } else if (name == "lr") {
-        s->lr->Set(value);
-      } else if (name == "grad_norm") {
-        s->grad_norm->Set(value);
-      } else if (name == "tokens_per_s") {
-        s->tokens_per_second->Set(value);
-      } else if (name == "eval_loss") {
-        s->eval_loss->Set(value);
-      } else if (name == "step_time_s") {
-        s->step_time->Observe(value);
-      } else if (name == "tokens_seen") {
-        // Trainers report the run's running total; this rank's share is a world-th of it. A
-        // resumed run starts lower again, which Prometheus reads as a counter reset.
-        double share = value / std::max(1, run.world_size());
-        if (share >= s->tokens_seen_value) {
-          s->tokens_seen->Increment(share - s->tokens_seen_value);
-        } else {
-          tokens_seen_->Remove(s->tokens_seen);
-          s->tokens_seen = &tokens_seen_->Add(s->labels);
-          s->tokens_seen->Increment(share);
-        }
-        s->tokens_seen_value = share;
-      }
+  const int world = run.world_size();
+  double last_step = s->last_step->Value();
+  for (const v1::MetricPoint& p : batch.points()) {
+    for (const auto& [name, value] : p.values()) Apply(*s, FeedOf(name), value, world);
+    last_step = std::max(last_step, static_cast<double>(p.step()));
+  }
+  // Columns (after the points, in point order): a gauge takes its column's last value, a
+  // histogram and the token counter every value. The batch was validated: the arrays agree.
+  const v1::MetricColumns& c = batch.columns();
+  const int n = c.names_size();
+  for (int j = 0; j < n; ++j) {
+    const Feed feed = FeedOf(c.names(j));
+    if (feed == Feed::kNone) continue;
+    const bool every_value = feed == Feed::kStepTime || feed == Feed::kTokensSeen;
+    for (int k = 0; k < c.steps_size(); ++k) {
+      const int i = every_value ? k : c.steps_size() - 1 - k;
+      const size_t cell = static_cast<size_t>(i) * n + j;
+      if (cell >= static_cast<size_t>(c.values_size()) || MetricValueAbsent(c, cell)) continue;
+      Apply(*s, feed, c.values(static_cast<int>(cell)), world);
+      if (!every_value) break;
     }
-    if (p.step > s->last_step->Value()) s->last_step->Set(static_cast<double>(p.step));
-  });
+  }
+  for (int64_t step : c.steps()) last_step = std::max(last_step, static_cast<double>(step));
+  if (last_step > s->last_step->Value()) s->last_step->Set(last_step);
 }
 
 void PrometheusExporter::Prune() {

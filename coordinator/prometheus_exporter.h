@@ -85,6 +85,11 @@ class PrometheusExporter : public RunObserver, public RpcObserver, public Coordi
     int world_size = 0;  // of the newest snapshot seen (OnRunChanged); 0: none yet
   };
   RankSeries* SeriesFor(const v1::Run& run, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The series a metric name feeds, decided once per name (a column holds many points' values).
+  enum class Feed { kNone, kLoss, kLr, kGradNorm, kTokensPerSecond, kEvalLoss, kStepTime, kTokensSeen };
+  static Feed FeedOf(absl::string_view name);
+  // One value of a rank's `feed`, `world` ranks sharing the run's tokens.
+  void Apply(RankSeries& s, Feed feed, double value, int world) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveRank(RankSeries& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   class CensusCollectable;

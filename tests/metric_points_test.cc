@@ -1,5 +1,5 @@
 // A metric batch's two forms (a map per point, and columns) carry the same points; malformed
-// columns are refused naming the fault; the W&B spool's record written from either form parses.
+// columns are refused naming the fault.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -124,33 +124,6 @@ TEST(MetricPoints, MalformedColumnsAreRefusedNamingTheFault) {
     // Read anyway (as from a damaged database): no more than the arrays hold, nothing past them.
     EXPECT_LE(PointsOf(b).size(), 1u) << k.what;
   }
-}
-
-TEST(MetricPoints, ARecordWrittenFromEitherFormParsesAsItsMetricPoint) {
-  v1::MetricBatch batch;
-  *batch.add_points() = Point(7, 123.25, {{"loss", 1.5}, {"lr", 0.0}});
-  v1::MetricColumns* c = batch.mutable_columns();
-  c->add_names("grad_norm");
-  c->add_steps(0);  // zero step and time: written, and read back as zero
-  c->add_times(0);
-  c->add_values(-2.0);
-  std::vector<v1::MetricPoint> parsed;
-  ForEachMetricPoint(batch, [&](const MetricPointView& p) {
-    std::string record = "prefix";
-    AppendMetricPointRecord(p, &record);
-    ASSERT_EQ(record.substr(0, 6), "prefix") << "what was in the buffer is kept";
-    v1::MetricPoint back;
-    ASSERT_TRUE(back.ParseFromString(record.substr(6)));
-    parsed.push_back(back);
-  });
-  ASSERT_EQ(parsed.size(), 2u);
-  EXPECT_EQ(parsed[0].step(), 7);
-  EXPECT_EQ(parsed[0].time(), 123.25);
-  EXPECT_EQ(parsed[0].values().size(), 2u);
-  EXPECT_EQ(parsed[0].values().at("loss"), 1.5);
-  EXPECT_EQ(parsed[0].values().at("lr"), 0.0);
-  EXPECT_EQ(parsed[1].step(), 0);
-  EXPECT_EQ(parsed[1].values().at("grad_norm"), -2.0);
 }
 
 }  // namespace

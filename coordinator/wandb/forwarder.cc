@@ -450,10 +450,13 @@ void Forwarder::OnRunChanged(const v1::Run& run) {
     }
   }
   for (Target* t : ended) {
-    absl::MutexLock tl(&t->mu);
-    t->spool->state().exitcode = run.state() == v1::SUCCEEDED ? 0 : 1;
-    (void)t->spool->SaveState();
-    t->ended = true;
+    {
+      absl::MutexLock tl(&t->mu);
+      t->spool->state().exitcode = run.state() == v1::SUCCEEDED ? 0 : 1;
+      t->spool->StateChanged();
+      t->ended = true;
+    }
+    (void)t->spool->FlushState();
   }
   absl::MutexLock lock(&mu_);
   work_.SignalAll();
@@ -577,97 +580,133 @@ void Forwarder::Backoff(Target& t, const HttpResult& r) {
 
 void Forwarder::Serve(Target& t) {
   std::optional<Request> req;
+  std::optional<StreamView> stream;
   {
     absl::MutexLock tl(&t.mu);
-    t.spool->Sync();
-    req = NextRequest(t);
-    if (!req) return;
-    t.inflight = *req;
+    req = NextRequest(t, &stream);
+    if (req) t.inflight = *req;
   }
+  t.spool->Sync();
+  if (stream) {
+    StreamPost post = BuildStreamPost(*t.spool, *stream, options_.clock->Now());
+    absl::MutexLock tl(&t.mu);
+    req = TakeStreamPost(t, std::move(post));
+    if (req) t.inflight = *req;
+  }
+  (void)t.spool->FlushState();
+  if (!req) return;
   HttpResult r = t.http->PostJson(req->url, req->body);
   if (stats_ != nullptr) stats_->CountWandbRequest(r.code);
-  absl::MutexLock tl(&t.mu);
-  if (r.code >= 200 && r.code < 300) {
-    t.inflight.reset();
-    t.backoff = absl::ZeroDuration();
-    Accepted(t, *req, r);
-  } else if (Retryable(r)) {
-    DT_LOG(Warning) << "W&B run " << t.name << ": " << (r.code == 0 ? r.error : absl::StrCat("HTTP ", r.code))
-                    << "; retrying the same request";
-    Backoff(t, r);
-  } else {
-    t.inflight.reset();
-    Refused(t, *req, r);
+  {
+    absl::MutexLock tl(&t.mu);
+    if (r.code >= 200 && r.code < 300) {
+      t.inflight.reset();
+      t.backoff = absl::ZeroDuration();
+      Accepted(t, *req, r);
+    } else if (Retryable(r)) {
+      DT_LOG(Warning) << "W&B run " << t.name << ": " << (r.code == 0 ? r.error : absl::StrCat("HTTP ", r.code))
+                      << "; retrying the same request";
+      Backoff(t, r);
+    } else {
+      t.inflight.reset();
+      Refused(t, *req, r);
+    }
   }
+  (void)t.spool->FlushState();  // what W&B now has, written before the next request is built
 }
 
-std::optional<Forwarder::Request> Forwarder::NextRequest(Target& t) {
+std::optional<Forwarder::Request> Forwarder::NextRequest(Target& t, std::optional<StreamView>* stream) {
   const SpoolMeta& meta = t.spool->meta();
   if (t.inflight) return *t.inflight;
   if (!t.checked) return Request{Request::kResume, absl::StrCat(meta.base_url, "/graphql"), ResumeStatusBody(meta.run)};
   if (!t.upserted) {
     return Request{Request::kUpsert, absl::StrCat(meta.base_url, "/graphql"), UpsertBucketBody(meta.run, "")};
   }
-  return NextStreamRequest(t);
+  const SpoolState& st = t.spool->state();
+  StreamView& view = stream->emplace();
+  view.url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
+  view.acked_points = st.acked_points;
+  view.acked_lines = st.acked_lines;
+  view.last_step = st.last_step;
+  view.spooled = t.spool->size();
+  view.runtime_base = st.runtime_base;
+  view.start_time = st.start_time;
+  view.summary = st.summary;
+  view.ended = t.ended;
+  return std::nullopt;
 }
 
-std::optional<Forwarder::Request> Forwarder::NextStreamRequest(Target& t) {
+Forwarder::StreamPost Forwarder::BuildStreamPost(const Spool& spool, const StreamView& view, absl::Time now) const {
+  StreamPost post;
+  const size_t waiting = static_cast<size_t>(std::max<int64_t>(0, view.spooled - view.acked_points));
+  absl::StatusOr<std::vector<Point>> points = spool.Read(view.acked_points, std::min<size_t>(waiting, 20'000));
+  if (!points.ok()) {
+    post.read = points.status();
+    return post;
+  }
+  RowBatch batch = BatchRows(*points, view.last_step, options_.max_post_bytes / 2);
+  std::vector<Row>& rows = batch.rows;
+  post.consumed = batch.consumed;
+  post.skipped = batch.skipped;
+  // The newest step may still be completed by points still on their way (eval after train):
+  // hold it back briefly unless the run is over.
+  bool at_end = view.acked_points + post.consumed == view.spooled;
+  double unix_now = absl::ToDoubleSeconds(now - absl::UnixEpoch());
+  if (!rows.empty() && at_end && !view.ended &&
+      unix_now - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
+    post.consumed -= rows.back().points;
+    rows.pop_back();
+  }
+  if (rows.empty()) return post;
+  SpoolState st;  // what HistoryLines reads: the runtime's origin
+  st.runtime_base = view.runtime_base;
+  st.start_time = view.start_time;
+  std::map<std::string, double> latest;
+  std::vector<std::string> lines = HistoryLines(rows, st, &latest);
+  std::map<std::string, double> summary = view.summary;
+  for (const auto& [k, v] : latest) summary[k] = v;
+  nlohmann::json sj = nlohmann::json::object();
+  for (const auto& [k, v] : summary) sj[k] = Number(v);
+  sj["_wandb"] = {{"runtime", static_cast<int64_t>(summary["_runtime"])}};
+  Request& req = post.request.emplace(Request::kStream, view.url,
+                                      FileStreamBody(view.acked_lines, lines, sj.dump(), std::nullopt));
+  req.points = post.consumed;
+  req.rows = static_cast<int64_t>(rows.size());
+  req.last_step = rows.back().step;
+  req.values = std::move(latest);
+  return post;
+}
+
+std::optional<Forwarder::Request> Forwarder::TakeStreamPost(Target& t, StreamPost post) {
   Spool& spool = *t.spool;
   SpoolState& st = spool.state();
-  const SpoolMeta& meta = spool.meta();
   absl::Time now = options_.clock->Now();
-  std::string url = FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id);
-  absl::StatusOr<std::vector<Point>> points = spool.Read(st.acked_points, 20'000);
-  if (!points.ok()) {
+  if (!post.read.ok()) {
     // A damaged spool: say so, and look again later rather than spinning on it.
-    DT_LOG(Error) << "W&B run " << t.name << ": " << points.status();
+    DT_LOG(Error) << "W&B run " << t.name << ": " << post.read;
     Backoff(t, HttpResult{});
     return std::nullopt;
   }
-  RowBatch batch = BatchRows(*points, st.last_step, options_.max_post_bytes / 2);
-  std::vector<Row>& rows = batch.rows;
-  int64_t consumed = batch.consumed;
-  int64_t skipped = batch.skipped;
-  // The newest step may still be completed by points still on their way (eval after train):
-  // hold it back briefly unless the run is over.
-  bool at_end = st.acked_points + consumed == spool.size();
-  double unix_now = absl::ToDoubleSeconds(now - absl::UnixEpoch());
-  if (!rows.empty() && at_end && !t.ended &&
-      unix_now - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
-    consumed -= rows.back().points;
-    rows.pop_back();
-  }
-  if (!rows.empty()) {
-    std::map<std::string, double> latest;
-    std::vector<std::string> lines = HistoryLines(rows, st, &latest);
-    std::map<std::string, double> summary = st.summary;
-    for (const auto& [k, v] : latest) summary[k] = v;
-    nlohmann::json sj = nlohmann::json::object();
-    for (const auto& [k, v] : summary) sj[k] = Number(v);
-    sj["_wandb"] = {{"runtime", static_cast<int64_t>(summary["_runtime"])}};
-    Request req{Request::kStream, url, FileStreamBody(st.acked_lines, lines, sj.dump(), std::nullopt)};
-    req.points = consumed;
-    req.rows = static_cast<int64_t>(rows.size());
-    req.last_step = rows.back().step;
-    req.values = latest;
-    if (skipped > 0 && stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
-    return req;
-  }
-  if (skipped > 0) {
-    if (stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", skipped);
-    st.acked_points += consumed;
+  if (post.skipped > 0 && stats_ != nullptr) stats_->CountDroppedPoints("step_already_logged", post.skipped);
+  if (post.request) return std::move(post.request);
+  if (post.skipped > 0) {
+    st.acked_points += post.consumed;
     t.acked = st.acked_points;
-    (void)spool.SaveState();
+    spool.StateChanged();
     return std::nullopt;  // due now: the next step reads on
   }
-  if (t.ended && at_end && st.exitcode) {
+  if (t.ended && st.acked_points + post.consumed == spool.size() && st.exitcode) {
     nlohmann::json sj = nlohmann::json::object();
     for (const auto& [k, v] : st.summary) sj[k] = Number(v);
     sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
-    return Request{Request::kFinal, url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
+    const SpoolMeta& meta = spool.meta();
+    return Request{Request::kFinal, FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id),
+                   FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
   }
   if (now - t.last_post() >= options_.heartbeat_after && !t.ended) {
-    return Request{Request::kHeartbeat, url, HeartbeatBody()};
+    const SpoolMeta& meta = spool.meta();
+    return Request{Request::kHeartbeat, FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id),
+                   HeartbeatBody()};
   }
   SetDue(t, now + absl::Milliseconds(200));  // a held-back row: look again soon
   return std::nullopt;
@@ -694,7 +733,7 @@ void Forwarder::Accepted(Target& t, const Request& req, const HttpResult& r) {
                      << ", after step " << st.last_step;
       }
       t.checked = true;
-      (void)t.spool->SaveState();
+      t.spool->StateChanged();
       break;
     }
     case Request::kUpsert: {
@@ -714,13 +753,13 @@ void Forwarder::Accepted(Target& t, const Request& req, const HttpResult& r) {
       st.acked_lines += req.rows;
       st.last_step = req.last_step;
       for (const auto& [k, v] : req.values) st.summary[k] = v;
-      (void)t.spool->SaveState();
+      t.spool->StateChanged();
       t.acked = st.acked_points;
       next_due = now + options_.post_interval;
       break;
     case Request::kFinal:
       st.finished = true;
-      (void)t.spool->SaveState();
+      t.spool->StateChanged();
       t.finished = true;
       DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
                    << st.acked_lines << " history lines)";
@@ -738,12 +777,12 @@ void Forwarder::Refused(Target& t, const Request& req, const HttpResult& r) {
   if (req.kind == Request::kStream) {
     st.acked_points += req.points;
     t.acked = st.acked_points;
-    (void)t.spool->SaveState();
+    t.spool->StateChanged();
     if (stats_ != nullptr) stats_->CountDroppedPoints("wandb_rejected", req.points);
   } else if (req.kind == Request::kFinal) {
     st.finished = true;
     t.finished = true;
-    (void)t.spool->SaveState();
+    t.spool->StateChanged();
   } else {
     // The run cannot be created or checked (bad key, no such entity): try again much later.
     SetDue(t, options_.clock->Now() + absl::Minutes(5));

@@ -102,8 +102,10 @@ class Forwarder : public RunObserver {
   // One W&B run's session. Defined in the class (not in the .cc) so clang's thread-safety analysis
   // sees `mu` in the ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) contracts below.
   struct Target {
-    absl::Mutex mu;  // the spool and the session; never held across HTTP
-    std::unique_ptr<Spool> spool ABSL_PT_GUARDED_BY(mu);
+    absl::Mutex mu;  // the spool's appends and state, and the session; never held across HTTP
+    // Set once. Append, state() and Rebind under `mu`; Read, Sync and FlushState are the spool's
+    // own (see Spool), so a worker does them without `mu`, and ingest never waits behind them.
+    std::unique_ptr<Spool> spool;
     std::string api_key;
     std::unique_ptr<HttpPoster> http;
     // Session state of this coordinator process.
@@ -156,12 +158,30 @@ class Forwarder : public RunObserver {
   Target* TakeDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One step of one W&B run's protocol (resume check, upsert, a history post, the final post).
   void Serve(Target& t);
-  // The request to send next (the one in flight again, byte for byte, until it is accepted);
-  // nullopt when there is nothing to send now (and `t.due` says when to look again).
-  std::optional<Request> NextRequest(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
-  // The history rows after the last accepted point, batched into one file_stream post, or the
-  // final post, or a heartbeat.
-  std::optional<Request> NextStreamRequest(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // What a history post is built from, copied under the W&B run's lock: reading the spool and
+  // building the body (milliseconds for thousands of rows) then hold no lock that ingest takes.
+  struct StreamView {
+    std::string url;
+    int64_t acked_points = 0, acked_lines = 0, last_step = -1;
+    int64_t spooled = 0;  // points in the spool when the view was taken: the post reads no further
+    double runtime_base = 0, start_time = 0;
+    std::map<std::string, double> summary;
+    bool ended = false;
+  };
+  // What the spool's next points make: a history post, or points to skip (W&B has their steps).
+  struct StreamPost {
+    absl::Status read;  // of the spool
+    std::optional<Request> request;
+    int64_t consumed = 0, skipped = 0;
+  };
+  // The request to send next that needs no spool read (the one in flight again, byte for byte,
+  // until it is accepted; a resume check; an upsert); else nullopt with `stream` set.
+  std::optional<Request> NextRequest(Target& t, std::optional<StreamView>* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // The history rows after the last accepted point, batched into one file_stream post: under no lock.
+  StreamPost BuildStreamPost(const Spool& spool, const StreamView& view, absl::Time now) const;
+  // Under the lock again: the post; else the skipped points acknowledged, or the final post, or a
+  // heartbeat; nullopt when there is nothing to send now (and `t.due` says when to look again).
+  std::optional<Request> TakeStreamPost(Target& t, StreamPost post) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   void Accepted(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   // Not retryable (400, 401, 403, 404, 409, 410): counted, and the run moves on.
   void Refused(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);

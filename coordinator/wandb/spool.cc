@@ -12,6 +12,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -176,23 +179,34 @@ absl::Status Spool::OpenFiles() {
   std::string path = JoinPath(dir_, "points.bin");
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd_ < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  // Index the complete records; a torn last record (a crash mid-write) is cut off.
+  // Index the complete records; a torn last record (a crash mid-write) is cut off. A record that
+  // does not parse counts as one point, which Read refuses (DATA_LOSS) when it comes to it.
   absl::StatusOr<std::string> content = ReadFile(path);
   if (!content.ok()) return content.status();
+  absl::MutexLock lock(&index_mu_);
   size_t pos = 0;
+  v1::MetricSpoolRecord record;
   while (pos + sizeof(uint32_t) <= content->size()) {
     uint32_t len = 0;
     std::memcpy(&len, content->data() + pos, sizeof(len));
-    if (pos + sizeof(len) + len > content->size()) break;
-    offsets_.push_back(static_cast<int64_t>(pos));
+    if (len > content->size() - pos - sizeof(len)) break;
+    records_.push_back(Record{static_cast<int64_t>(pos), points_});
+    bool parsed = record.ParseFromArray(content->data() + pos + sizeof(len), static_cast<int>(len));
+    points_ += parsed && record.has_columns() ? record.columns().steps_size() : 1;
     pos += sizeof(len) + len;
   }
   if (pos != content->size() && ::ftruncate(fd_, static_cast<off_t>(pos)) != 0) {
     return absl::InternalError("cannot truncate a torn spool record");
   }
   file_bytes_ = static_cast<int64_t>(pos);
-  if (state_.acked_points > size()) state_.acked_points = size();
+  if (state_.acked_points > points_) state_.acked_points = points_;
   return absl::OkStatus();
+}
+
+size_t Spool::RecordOf(int64_t point) const {
+  auto after = std::upper_bound(records_.begin(), records_.end(), point,
+                                [](int64_t p, const Record& r) { return p < r.first_point; });
+  return static_cast<size_t>(after - records_.begin()) - 1;
 }
 
 Spool::~Spool() {
@@ -202,35 +216,69 @@ Spool::~Spool() {
   }
 }
 
-int64_t Spool::unacked_bytes() const {
-  int64_t acked = std::clamp<int64_t>(state_.acked_points, 0, size());
-  return acked == size() ? 0 : file_bytes_ - offsets_[static_cast<size_t>(acked)];
+int64_t Spool::size() const {
+  absl::MutexLock lock(&index_mu_);
+  return points_;
 }
 
+int64_t Spool::unacked_bytes() const {
+  absl::MutexLock lock(&index_mu_);
+  int64_t acked = std::clamp<int64_t>(state_.acked_points, 0, points_);
+  return acked == points_ ? 0 : file_bytes_ - records_[RecordOf(acked)].offset;
+}
+
+namespace {
+
+// Appends one record: its length, then `write` of the record's bytes.
+template <typename Write>
+void AppendRecord(std::string* buf, Write write) {
+  const size_t at = buf->size();
+  buf->append(sizeof(uint32_t), '\0');  // the record's length, known once it is written
+  write();
+  const uint32_t len = static_cast<uint32_t>(buf->size() - at - sizeof(uint32_t));
+  std::memcpy(buf->data() + at, &len, sizeof(len));
+}
+
+}  // namespace
+
 absl::Status Spool::Append(const v1::MetricBatch& batch) {
-  std::string buf;
-  std::vector<int64_t> new_offsets;
-  new_offsets.reserve(static_cast<size_t>(MetricPointCount(batch)));
-  ForEachMetricPoint(batch, [&](const MetricPointView& p) {
-    const size_t at = buf.size();
-    new_offsets.push_back(file_bytes_ + static_cast<int64_t>(at));
-    buf.append(sizeof(uint32_t), '\0');  // the record's length, known once it is written
-    AppendMetricPointRecord(p, &buf);
-    const uint32_t len = static_cast<uint32_t>(buf.size() - at - sizeof(uint32_t));
-    std::memcpy(buf.data() + at, &len, sizeof(len));
-  });
-  size_t done = 0;
-  while (done < buf.size()) {
-    ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(errno)));
-    }
-    done += static_cast<size_t>(n);
+  int64_t file_bytes, points;
+  {
+    // The caller's lock makes this the only appender: these change only here.
+    absl::MutexLock lock(&index_mu_);
+    file_bytes = file_bytes_;
+    points = points_;
   }
+  std::string buf;
+  std::vector<Record> added;
+  for (const v1::MetricPoint& p : batch.points()) {
+    added.push_back(Record{file_bytes + static_cast<int64_t>(buf.size()), points++});
+    AppendRecord(&buf, [&] { p.AppendToString(&buf); });  // MetricSpoolRecord's fields 1-3
+  }
+  if (batch.columns().steps_size() > 0) {
+    added.push_back(Record{file_bytes + static_cast<int64_t>(buf.size()), points});
+    points += batch.columns().steps_size();
+    AppendRecord(&buf, [&] {
+      using google::protobuf::internal::WireFormatLite;
+      const v1::MetricColumns& columns = batch.columns();
+      google::protobuf::io::StringOutputStream stream(&buf);
+      google::protobuf::io::CodedOutputStream coded(&stream);
+      WireFormatLite::WriteTag(v1::MetricSpoolRecord::kColumnsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED,
+                               &coded);
+      coded.WriteVarint32(static_cast<uint32_t>(columns.ByteSizeLong()));
+      columns.SerializeWithCachedSizes(&coded);
+    });
+  }
+  if (int err = WriteFully(fd_, buf.data(), buf.size()); err != 0) {
+    // Cut off what was written: the next record must start where the index says.
+    (void)!::ftruncate(fd_, static_cast<off_t>(file_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(err)));
+  }
+  absl::MutexLock lock(&index_mu_);
   file_bytes_ += static_cast<int64_t>(buf.size());
-  offsets_.insert(offsets_.end(), new_offsets.begin(), new_offsets.end());
+  records_.insert(records_.end(), added.begin(), added.end());
+  points_ = points;
   dirty_ = true;
   return absl::OkStatus();
 }
@@ -238,33 +286,51 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
 absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) const {
   std::vector<Point> out;
   if (from < 0) return absl::InvalidArgumentError(absl::StrCat("spool read from point ", from));
-  if (from >= size()) return out;
-  int64_t to = std::min<int64_t>(size(), from + static_cast<int64_t>(max_points));
-  int64_t begin = offsets_[from];
-  int64_t end = to < size() ? offsets_[to] : file_bytes_;
+  if (max_points == 0) return out;
+  int64_t to, begin, end, point;
+  {
+    // Records already indexed are whole on disk and never change: read them unlocked.
+    absl::MutexLock lock(&index_mu_);
+    if (from >= points_) return out;
+    to = std::min<int64_t>(points_, from + static_cast<int64_t>(max_points));
+    const size_t first = RecordOf(from), last = RecordOf(to - 1);
+    begin = records_[first].offset;
+    end = last + 1 < records_.size() ? records_[last + 1].offset : file_bytes_;
+    point = records_[first].first_point;
+  }
   std::string buf(static_cast<size_t>(end - begin), '\0');
   ssize_t n = ::pread(fd_, buf.data(), buf.size(), begin);
   if (n != static_cast<ssize_t>(buf.size()))
     return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
-  v1::MetricPoint record;
-  for (size_t pos = 0; pos < buf.size();) {
+  auto corrupt = [this] { return absl::DataLossError(absl::StrCat("corrupt record in the W&B spool in ", dir_)); };
+  v1::MetricSpoolRecord record;
+  v1::MetricBatch columns;  // a columns record, read through the batch's own checks and reader
+  out.reserve(static_cast<size_t>(to - from));
+  for (size_t pos = 0; pos < buf.size() && point < to;) {
     uint32_t len = 0;
     std::memcpy(&len, buf.data() + pos, sizeof(len));
     pos += sizeof(len);
-    if (pos + len > buf.size() || !record.ParseFromArray(buf.data() + pos, static_cast<int>(len))) {
-      return absl::DataLossError(absl::StrCat("corrupt record in the W&B spool in ", dir_));
-    }
+    if (len > buf.size() - pos || !record.ParseFromArray(buf.data() + pos, static_cast<int>(len))) return corrupt();
     pos += len;
-    Point p;
-    p.step = record.step();
-    p.time = record.time();
-    p.values.insert(record.values().begin(), record.values().end());
-    out.push_back(std::move(p));
+    if (!record.has_columns()) {
+      if (point++ < from) continue;
+      out.push_back(Point{record.step(), record.time(), {record.values().begin(), record.values().end()}});
+      continue;
+    }
+    columns.mutable_columns()->Swap(record.mutable_columns());
+    if (!ValidateMetricPoints(columns).ok()) return corrupt();
+    ForEachMetricPoint(columns, [&](const MetricPointView& p) {
+      if (point >= from && point < to) {
+        Point& added = out.emplace_back(Point{p.step, p.time, {}});
+        for (const auto& [name, value] : p.values) added.values.emplace(std::string(name), value);
+      }
+      ++point;
+    });
   }
   return out;
 }
 
-absl::Status Spool::SaveState() {
+void Spool::StateChanged() {
   nlohmann::json summary = nlohmann::json::object();
   for (const auto& [k, v] : state_.summary) summary[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   nlohmann::json s = {{"acked_points", state_.acked_points},
@@ -275,7 +341,30 @@ absl::Status Spool::SaveState() {
                       {"finished", state_.finished},
                       {"exitcode", state_.exitcode ? nlohmann::json(*state_.exitcode) : nlohmann::json(nullptr)},
                       {"summary", summary}};
-  return WriteFileAtomic(JoinPath(dir_, "state.json"), s.dump() + "\n", 0600);
+  std::string content = s.dump() + "\n";
+  absl::MutexLock lock(&taken_mu_);
+  taken_state_ = std::move(content);
+  ++taken_number_;
+}
+
+absl::Status Spool::FlushState() {
+  absl::MutexLock saving(&save_mu_);
+  std::string content;
+  uint64_t number;
+  {
+    absl::MutexLock lock(&taken_mu_);
+    if (taken_number_ == written_state_) return absl::OkStatus();
+    content = taken_state_;
+    number = taken_number_;
+  }
+  if (absl::Status s = WriteFileAtomic(JoinPath(dir_, "state.json"), content, 0600); !s.ok()) return s;
+  written_state_ = number;
+  return absl::OkStatus();
+}
+
+absl::Status Spool::SaveState() {
+  StateChanged();
+  return FlushState();
 }
 
 absl::Status Spool::Rebind(const std::string& dt_run_id) {
@@ -287,12 +376,15 @@ absl::Status Spool::Rebind(const std::string& dt_run_id) {
 }
 
 void Spool::Sync(bool force) {
-  if (!dirty_ || fd_ < 0) return;
-  int64_t now = absl::GetCurrentTimeNanos();
-  if (!force && now - last_sync_ns_ < 1'000'000'000) return;
+  {
+    absl::MutexLock lock(&index_mu_);
+    if (!dirty_ || fd_ < 0) return;
+    int64_t now = absl::GetCurrentTimeNanos();
+    if (!force && now - last_sync_ns_ < 1'000'000'000) return;
+    dirty_ = false;  // what is appended from now on waits for the next sync
+    last_sync_ns_ = now;
+  }
   ::fdatasync(fd_);
-  dirty_ = false;
-  last_sync_ns_ = now;
 }
 
 }  // namespace dt::wandb

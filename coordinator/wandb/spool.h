@@ -1,6 +1,7 @@
 // One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
-// dt.v1.MetricPoint records) before anything is sent (write(2) per batch, so a killed coordinator
-// loses nothing; fdatasync about once a second against power loss). state.json records what W&B has accepted — points,
+// dt.v1.MetricSpoolRecord records: a batch's columns as one record, a point of the map form as one)
+// before anything is sent (write(2) per batch, so a killed coordinator loses nothing; fdatasync
+// about once a second against power loss). state.json records what W&B has accepted — points,
 // history lines, last step — and is replaced atomically after each accepted post, so a restart resumes at the right
 // offset and sends nothing twice. meta.json describes the W&B run.
 #pragma once
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/wandb/wandb_protocol.h"
 #include "dt/v1/metrics.pb.h"
 
@@ -42,6 +44,10 @@ struct SpoolMeta {
   std::string dt_run_id;
 };
 
+// The caller (the forwarder, under its W&B run's lock) serializes Append, state(), StateChanged,
+// SaveState and Rebind. Read, Sync, FlushState and size take the spool's own short locks, so a
+// worker reads points, syncs and writes state.json while the next batch is appended: no ingest
+// waits for a post's body to be built or for an fsync.
 class Spool {
  public:
   // Opens `dir`, creating it with `meta` when new; an existing spool keeps its meta.
@@ -52,15 +58,24 @@ class Spool {
 
   const SpoolMeta& meta() const { return meta_; }
   SpoolState& state() { return state_; }
-  int64_t size() const { return static_cast<int64_t>(offsets_.size()); }
+  // Points spooled (not records: a columns record holds many).
+  int64_t size() const;
   // Bytes of points.bin after the last point W&B has accepted: what waits for W&B.
   int64_t unacked_bytes() const;
 
-  // The batch's points (either form), each written as a MetricPoint record straight from the batch
-  // (no Point or message built first): this runs for every batch.
+  // The batch's points: its columns as one record (serialized as they arrived), each point of its
+  // map form as a record of its own, written straight from the batch. This runs for every batch.
+  // A failed write is cut off again (RESOURCE_EXHAUSTED), so the file stays whole records.
   absl::Status Append(const v1::MetricBatch& batch);
-  // Up to `max_points` points starting at point index `from`.
+  // Up to `max_points` points starting at point index `from`, which may lie inside a record.
+  // DATA_LOSS for a record that does not parse or whose columns disagree.
   absl::StatusOr<std::vector<Point>> Read(int64_t from, size_t max_points) const;
+  // Takes the state as it is now for the next FlushState (a copy: cheap under the caller's lock).
+  void StateChanged();
+  // Writes the newest state taken to state.json (atomically, fsync) unless it was written
+  // already; an older one never replaces a newer. Called without the caller's lock.
+  absl::Status FlushState();
+  // StateChanged, then FlushState.
   absl::Status SaveState();
   // The W&B run now belongs to another dt run (a new run of the same experiment): it is not
   // finished any more and ends when that run ends.
@@ -73,14 +88,28 @@ class Spool {
   Spool() = default;
   absl::Status OpenFiles();
 
+  struct Record {
+    int64_t offset = 0;       // of its length prefix in points.bin
+    int64_t first_point = 0;  // index of its first point
+  };
+  // The record holding point `point` (< points_).
+  size_t RecordOf(int64_t point) const ABSL_SHARED_LOCKS_REQUIRED(index_mu_);
+
   std::string dir_;
   SpoolMeta meta_;
   SpoolState state_;
   int fd_ = -1;
-  int64_t file_bytes_ = 0;
-  std::vector<int64_t> offsets_;  // byte offset of each point's record
-  bool dirty_ = false;
-  int64_t last_sync_ns_ = 0;
+  mutable absl::Mutex index_mu_;  // never held across a read, a write or a sync
+  std::vector<Record> records_ ABSL_GUARDED_BY(index_mu_);
+  int64_t points_ ABSL_GUARDED_BY(index_mu_) = 0;
+  int64_t file_bytes_ ABSL_GUARDED_BY(index_mu_) = 0;
+  bool dirty_ ABSL_GUARDED_BY(index_mu_) = false;
+  int64_t last_sync_ns_ ABSL_GUARDED_BY(index_mu_) = 0;
+  absl::Mutex save_mu_;                                   // held while state.json is written: one writer at a time
+  uint64_t written_state_ ABSL_GUARDED_BY(save_mu_) = 0;  // the number of the state last written
+  absl::Mutex taken_mu_ ABSL_ACQUIRED_AFTER(save_mu_);
+  std::string taken_state_ ABSL_GUARDED_BY(taken_mu_);  // state.json's content as last taken
+  uint64_t taken_number_ ABSL_GUARDED_BY(taken_mu_) = 0;
 };
 
 }  // namespace dt::wandb
