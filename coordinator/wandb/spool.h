@@ -27,7 +27,7 @@ struct Point {
 };
 
 struct SpoolState {
-  int64_t acked_points = 0;     // points of points.jsonl that W&B has (or that were dropped)
+  int64_t acked_points = 0;     // points of points.bin that W&B has (or that were dropped)
   int64_t acked_lines = 0;      // history lines W&B has: the next file_stream offset
   int64_t last_step = -1;       // the highest _step W&B has
   double runtime_base = 0;      // W&B runtime before this spool's first point (a resumed run)
