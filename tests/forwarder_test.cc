@@ -339,6 +339,24 @@ TEST_F(ForwarderTest, TheNewestStepIsHeldBackBrieflyThenTheEndedRunGetsItsFinalP
   EXPECT_EQ(Streams().size(), 2u);  // nothing after the final post, not even a heartbeat
 }
 
+// A held-back newest step with a replayed point read after it (a rank resumed from a checkpoint
+// logs an older step again): holding the row back leaves both unread, so the newest step is
+// posted once it settles, not acknowledged unsent.
+TEST_F(ForwarderTest, AHeldBackStepFollowedByAReplayedStepIsStillPosted) {
+  wandb_.ExistingRun(/*lines=*/4, /*step=*/4, /*runtime=*/100);
+  Log(5, 5, /*age_s=*/0);  // just logged: held back
+  Log(3, 3);               // W&B has step 3: skipped
+  RunFor(absl::Milliseconds(500));
+  EXPECT_TRUE(Streams().empty());
+  RunFor(absl::Seconds(3));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 1u);
+  const nlohmann::json& history = streams[0].body["files"]["wandb-history.jsonl"];
+  EXPECT_EQ(history["offset"], 4);
+  ASSERT_EQ(history["content"].size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(history["content"][0].get<std::string>())["_step"], 5);
+}
+
 // A rank's last points can arrive after the run ended and W&B saw it complete (found by
 // scripts/chaos.sh: a full disk failed the run while the other rank still flushed): the W&B run
 // is resumed before they are streamed, then finished again; nothing is posted to a complete run.

@@ -32,6 +32,9 @@ struct Row {
   double time = 0;
   std::map<std::string, double> values;
   int64_t points = 0;
+  // The batch's consumed and skipped points before the row's first point: holding the row back
+  // leaves it, and everything read after it (skipped points between its points too), unread.
+  int64_t consumed_before = 0, skipped_before = 0;
 };
 
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
@@ -61,7 +64,7 @@ RowBatch BatchRows(const std::vector<Point>& points, int64_t last_step, size_t m
       continue;
     }
     if (bytes > max_bytes) break;
-    b.rows.push_back(Row{p.step, p.time, p.values, 1});
+    b.rows.push_back(Row{p.step, p.time, p.values, 1, b.consumed, b.skipped});
     bytes += 64 + p.values.size() * 48;
     last_step = p.step;
     ++b.consumed;
@@ -654,7 +657,8 @@ Forwarder::StreamPost Forwarder::BuildStreamPost(const Spool& spool, const Strea
   double unix_now = absl::ToDoubleSeconds(now - absl::UnixEpoch());
   if (!rows.empty() && at_end && !view.ended &&
       unix_now - rows.back().time < absl::ToDoubleSeconds(options_.post_interval)) {
-    post.consumed -= rows.back().points;
+    post.consumed = rows.back().consumed_before;
+    post.skipped = rows.back().skipped_before;
     rows.pop_back();
   }
   if (rows.empty()) return post;

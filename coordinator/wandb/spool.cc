@@ -269,9 +269,15 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
       columns.SerializeWithCachedSizes(&coded);
     });
   }
+  if (unaligned_) {
+    return absl::DataLossError(absl::StrCat("the W&B spool in ", dir_,
+                                            " has a torn record that could not be cut off; it takes no more points "
+                                            "until the coordinator restarts and reopens it"));
+  }
   if (int err = WriteFully(fd_, buf.data(), buf.size()); err != 0) {
-    // Cut off what was written: the next record must start where the index says.
-    (void)!::ftruncate(fd_, static_cast<off_t>(file_bytes));
+    // Cut off what was written: the next record must start where the index says. Where even
+    // that fails, the file no longer ends where the index does, and appending stops.
+    unaligned_ = ::ftruncate(fd_, static_cast<off_t>(file_bytes)) != 0;
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(err)));
   }

@@ -1,9 +1,11 @@
 // One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
 // dt.v1.MetricSpoolRecord records: a batch's columns as one record, a point of the map form as one)
 // before anything is sent (write(2) per batch, so a killed coordinator loses nothing; fdatasync
-// about once a second against power loss). state.json records what W&B has accepted — points,
-// history lines, last step — and is replaced atomically after each accepted post, so a restart resumes at the right
-// offset and sends nothing twice. meta.json describes the W&B run.
+// about once a second against power loss). Spools of older coordinators (a record per point) load
+// here; the reverse does not hold: a coordinator from before columns records were spooled reads a
+// columns record as one empty point, so after a downgrade, drain or remove the unfinished spools. state.json records
+// what W&B has accepted — points, history lines, last step — and is replaced atomically after each accepted post, so a
+// restart resumes at the right offset and sends nothing twice. meta.json describes the W&B run.
 #pragma once
 
 #include <cstdint>
@@ -65,7 +67,9 @@ class Spool {
 
   // The batch's points: its columns as one record (serialized as they arrived), each point of its
   // map form as a record of its own, written straight from the batch. This runs for every batch.
-  // A failed write is cut off again (RESOURCE_EXHAUSTED), so the file stays whole records.
+  // A failed write is cut off again (RESOURCE_EXHAUSTED), so the file stays whole records; if
+  // that fails too, every later append is DATA_LOSS until the spool is reopened (whose load cuts
+  // the torn tail).
   absl::Status Append(const v1::MetricBatch& batch);
   // Up to `max_points` points starting at point index `from`, which may lie inside a record.
   // DATA_LOSS for a record that does not parse or whose columns disagree.
@@ -99,6 +103,7 @@ class Spool {
   SpoolMeta meta_;
   SpoolState state_;
   int fd_ = -1;
+  bool unaligned_ = false;        // a failed append could not be cut off (under the caller's lock, as Append)
   mutable absl::Mutex index_mu_;  // never held across a read, a write or a sync
   std::vector<Record> records_ ABSL_GUARDED_BY(index_mu_);
   int64_t points_ ABSL_GUARDED_BY(index_mu_) = 0;
