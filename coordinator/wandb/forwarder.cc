@@ -641,6 +641,7 @@ std::optional<Forwarder::Request> Forwarder::NextRequest(Target& t, std::optiona
 
 Forwarder::StreamPost Forwarder::BuildStreamPost(const Spool& spool, const StreamView& view, absl::Time now) const {
   StreamPost post;
+  post.url = view.url;
   const size_t waiting = static_cast<size_t>(std::max<int64_t>(0, view.spooled - view.acked_points));
   absl::StatusOr<std::vector<Point>> points = spool.Read(view.acked_points, std::min<size_t>(waiting, 20'000));
   if (!points.ok()) {
@@ -703,14 +704,10 @@ std::optional<Forwarder::Request> Forwarder::TakeStreamPost(Target& t, StreamPos
     nlohmann::json sj = nlohmann::json::object();
     for (const auto& [k, v] : st.summary) sj[k] = Number(v);
     sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
-    const SpoolMeta& meta = spool.meta();
-    return Request{Request::kFinal, FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id),
-                   FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
+    return Request{Request::kFinal, post.url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
   }
   if (now - t.last_post() >= options_.heartbeat_after && !t.ended) {
-    const SpoolMeta& meta = spool.meta();
-    return Request{Request::kHeartbeat, FileStreamUrl(meta.base_url, t.entity, t.project, meta.run.run_id),
-                   HeartbeatBody()};
+    return Request{Request::kHeartbeat, post.url, HeartbeatBody()};
   }
   SetDue(t, now + absl::Milliseconds(200));  // a held-back row: look again soon
   return std::nullopt;

@@ -170,6 +170,7 @@ class Forwarder : public RunObserver {
   };
   // What the spool's next points make: a history post, or points to skip (W&B has their steps).
   struct StreamPost {
+    std::string url;    // the run's file_stream, as the view had it (also for a final post or a heartbeat)
     absl::Status read;  // of the spool
     std::optional<Request> request;
     int64_t consumed = 0, skipped = 0;

@@ -242,6 +242,11 @@ void AppendRecord(std::string* buf, Write write) {
 }  // namespace
 
 absl::Status Spool::Append(const v1::MetricBatch& batch) {
+  if (unaligned_) {
+    return absl::DataLossError(absl::StrCat("the W&B spool in ", dir_,
+                                            " has a torn record that could not be cut off; it takes no more points "
+                                            "until the coordinator restarts and reopens it"));
+  }
   int64_t file_bytes, points;
   {
     // The caller's lock makes this the only appender: these change only here.
@@ -268,11 +273,6 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
       coded.WriteVarint32(static_cast<uint32_t>(columns.ByteSizeLong()));
       columns.SerializeWithCachedSizes(&coded);
     });
-  }
-  if (unaligned_) {
-    return absl::DataLossError(absl::StrCat("the W&B spool in ", dir_,
-                                            " has a torn record that could not be cut off; it takes no more points "
-                                            "until the coordinator restarts and reopens it"));
   }
   if (int err = WriteFully(fd_, buf.data(), buf.size()); err != 0) {
     // Cut off what was written: the next record must start where the index says. Where even

@@ -1,11 +1,13 @@
 // One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
 // dt.v1.MetricSpoolRecord records: a batch's columns as one record, a point of the map form as one)
 // before anything is sent (write(2) per batch, so a killed coordinator loses nothing; fdatasync
-// about once a second against power loss). Spools of older coordinators (a record per point) load
-// here; the reverse does not hold: a coordinator from before columns records were spooled reads a
-// columns record as one empty point, so after a downgrade, drain or remove the unfinished spools. state.json records
-// what W&B has accepted — points, history lines, last step — and is replaced atomically after each accepted post, so a
-// restart resumes at the right offset and sends nothing twice. meta.json describes the W&B run.
+// about once a second against power loss). state.json records what W&B has accepted (points,
+// history lines, last step) and is replaced atomically after each accepted post, so a restart
+// resumes at the right offset and sends nothing twice. meta.json describes the W&B run.
+//
+// Spools of older coordinators (a record per point) load here. The reverse does not hold: a
+// coordinator from before columns records were spooled reads one as a single empty point, so
+// drain or remove the unfinished spools before a downgrade.
 #pragma once
 
 #include <cstdint>
