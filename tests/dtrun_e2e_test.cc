@@ -118,8 +118,16 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   }
   EXPECT_EQ(e0["MASTER_ADDR"], "127.0.0.1");  // the address that reaches the coordinator
   EXPECT_EQ(e0["MASTER_ADDR"], e1["MASTER_ADDR"]);
-  EXPECT_EQ(e0["MASTER_PORT"], e1["MASTER_PORT"]);
+  // Rank 0's program hosts the store at its MASTER_PORT; rank 1 reaches it through dtrun's relay,
+  // which listened before either started (client/dtrun/store_relay.h), and its log says so.
   EXPECT_NE(e0["MASTER_PORT"], "0");
+  EXPECT_NE(e1["MASTER_PORT"], "0");
+  EXPECT_NE(e0["MASTER_PORT"], e1["MASTER_PORT"]);
+  std::string rank1_log = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+  EXPECT_TRUE(absl::StrContains(
+      rank1_log, absl::StrCat("MASTER_PORT=", e1["MASTER_PORT"].get<std::string>(),
+                              " (dtrun's relay to rank 0's store on ", e0["MASTER_PORT"].get<std::string>(), ")")))
+      << rank1_log;
 
   // dtrun registered its node's two ranks in one RegisterNode call, not one Register each, and
   // heartbeat them on one NodeHeartbeats stream, not one Heartbeat call each (the coordinator's

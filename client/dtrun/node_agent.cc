@@ -25,6 +25,7 @@
 #include "client/agent.h"
 #include "client/dtrun/agent_store.h"
 #include "client/dtrun/child_failure.h"
+#include "client/dtrun/store_relay.h"
 #include "client/dtrun/worker_env.h"
 #include "client/node_heartbeats.h"
 #include "common/blas_core.h"
@@ -53,7 +54,8 @@ bool HasWandbSettings() {
 constexpr char kMasterKey[] = "dtrun/master_endpoint";
 constexpr size_t kLogTailBytes = 64 * 1024;
 constexpr absl::Duration kSecondaryFailureSettle = absl::Milliseconds(500);
-// How much earlier than the others group rank 0's worker starts (see StartWorkers).
+// How much earlier than the others group rank 0's worker starts when no relay to its store could
+// be started (see StartWorkers).
 constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
 // How much longer than its own grace dtrun gives a dtslot to stop its tree before it kills the
 // dtslot (whose tree would then escape to dtrun, to be killed by marker).
@@ -268,10 +270,13 @@ class NodeAgent {
     std::string dt_python = FindDtPythonDir().value_or("");
     std::string openblas_core = openblas_core_.get();
     if (!openblas_core.empty()) DT_LOG(Info) << OpenBlasCoreNotice(openblas_core);
+    StartStoreRelay(master);
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::AbortedError("stopped before the workers started");
     for (Worker& w : workers_) {
       const v1::RegisterResponse& a = w.agent->assignment();
+      // Rank 0 hosts the store at MASTER_PORT; the node's other ranks reach it through the relay.
+      const int master_port = store_relay_ && a.rank() != 0 ? store_relay_->port() : master.port;
       std::string logs = JoinPath(a.exp_dir(), "logs");
       (void)MakeDirs(logs);
       w.log_file = JoinPath(logs, absl::StrCat("rank-", a.rank(), ".log"));
@@ -280,7 +285,7 @@ class NodeAgent {
       WorkerContext c{a,
                       w.agent->incarnation(),
                       master.addr,
-                      master.port,
+                      master_port,
                       master.agent_store,
                       config_.coordinator,
                       config_.tls_ca,
@@ -313,8 +318,9 @@ class NodeAgent {
       argv.insert(argv.end(), config_.command.begin(), config_.command.end());
       std::ofstream(w.log_file, std::ios::app)
           << "dtrun: rank " << a.rank() << " of " << a.world_size() << ", generation " << a.generation() << " (restart "
-          << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master.port << ": "
-          << absl::StrJoin(config_.command, " ") << "\n";
+          << a.restarts() << "), MASTER_ADDR=" << master.addr << " MASTER_PORT=" << master_port
+          << (master_port != master.port ? absl::StrCat(" (dtrun's relay to rank 0's store on ", master.port, ")") : "")
+          << ": " << absl::StrJoin(config_.command, " ") << "\n";
       absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
       if (!p.ok()) return p.status();
       w.process = std::move(*p);
@@ -328,16 +334,37 @@ class NodeAgent {
         w.exited_at = std::min(w.exited_at, now);
       });
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
-      if (a.rank() == 0 && !master.agent_store && workers_.size() > 1) {
-        // Rank 0 hosts the workers' c10d TCPStore. A rank whose connection is refused because
-        // rank 0 is not listening yet waits a whole second before it tries again (torch 1.13's
-        // client), and two identical `import torch` end within ~10 ms of each other: a short
-        // head start makes rank 0 listen first. The others start that much later.
+      if (a.rank() == 0 && !master.agent_store && !store_relay_ && workers_.size() > 1) {
+        // Without the relay (its address could not be bound here): a rank whose connection is
+        // refused because rank 0 is not listening yet waits a whole second before it tries
+        // again (torch 1.13's client), and two identical `import torch` end within ~10 ms of
+        // each other, so a short head start makes rank 0 listen first most of the time.
         // (A stop asked meanwhile is handled once all are started, as one asked during the loop.)
         mu_.AwaitWithTimeout(absl::Condition(&stopping_), kRankZeroHeadStart);
       }
     }
     return absl::OkStatus();
+  }
+
+  // On group rank 0's node, when rank 0's program hosts the workers' store and the node runs
+  // other ranks: they connect through a relay that is listening before any of them starts
+  // (client/dtrun/store_relay.h), so none waits out torch's one-second retry. Ranks on other
+  // nodes connect to MASTER_PORT directly.
+  void StartStoreRelay(const Endpoint& master) {
+    const v1::RegisterResponse& a = workers_.front().agent->assignment();
+    if (a.node_rank() != 0 || master.agent_store || workers_.size() < 2) return;
+    absl::Duration connect_timeout = absl::Milliseconds(a.timeouts().init_timeout_ms());
+    if (connect_timeout <= absl::ZeroDuration()) connect_timeout = config_.rendezvous_timeout;
+    absl::StatusOr<std::unique_ptr<StoreRelay>> relay =
+        StoreRelay::Start(master.addr, master.port, master.port, connect_timeout);
+    if (!relay.ok()) {
+      DT_LOG(Warning) << "no relay to rank 0's TCPStore (" << relay.status().message()
+                      << "): the node's other ranks connect to it directly, a little after rank 0 starts";
+      return;
+    }
+    store_relay_ = std::move(*relay);
+    DT_LOG(Info) << "rank 0's program hosts the workers' TCPStore on port " << master.port
+                 << "; this node's other ranks reach it through the relay on port " << store_relay_->port();
   }
 
   // Waits for the children: every one exits 0 → each rank leaves and dtrun exits 0; one fails →
@@ -571,6 +598,7 @@ class NodeAgent {
   bool programs_known_ = false;              // every worker's program pid was seen (main thread only)
   absl::Time last_tended_before_;            // the look before (idleness is measured between the two)
   std::unique_ptr<AgentStore> agent_store_;  // on group rank 0's node, for the children's lifetime
+  std::unique_ptr<StoreRelay> store_relay_;  // likewise, when rank 0's program hosts the store
   absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex stop_mu_;

@@ -1,0 +1,229 @@
+#include "client/dtrun/store_relay.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace dt::run {
+namespace {
+
+// How often a waiting connection tries rank 0's store again: torch's own client waits 1 s.
+constexpr int kRetryMillis = 5;
+constexpr int kAttemptsAtAFreshPort = 4;
+
+sockaddr* AsAddr(std::vector<unsigned char>& bytes) { return reinterpret_cast<sockaddr*>(bytes.data()); }
+
+void SetPort(std::vector<unsigned char>& addr, int port) {
+  sockaddr* a = AsAddr(addr);
+  if (a->sa_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(a)->sin6_port = htons(static_cast<uint16_t>(port));
+  } else {
+    reinterpret_cast<sockaddr_in*>(a)->sin_port = htons(static_cast<uint16_t>(port));
+  }
+}
+
+absl::StatusOr<std::vector<unsigned char>> Resolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || found == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", ::gai_strerror(rc)));
+  }
+  auto* first = reinterpret_cast<const unsigned char*>(found->ai_addr);
+  std::vector<unsigned char> addr(first, first + found->ai_addrlen);
+  ::freeaddrinfo(found);
+  return addr;
+}
+
+// A store request is a few bytes and waits for its answer: no Nagle delay on either leg.
+void NoDelay(int fd) {
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Copies `from` to `to` until `from` ends. A clean end is passed on as a half-close, so the other
+// side still answers what it was sent; a broken connection breaks both.
+void Pump(int from, int to) {
+  char buf[64 * 1024];
+  while (true) {
+    ssize_t n = ::recv(from, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {
+      ::shutdown(to, SHUT_WR);
+      return;
+    }
+    if (n < 0 || !WriteAll(to, buf, static_cast<size_t>(n))) {
+      ::shutdown(from, SHUT_RDWR);
+      ::shutdown(to, SHUT_RDWR);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StoreRelay>> StoreRelay::Start(const std::string& addr, int target_port, int avoid_port,
+                                                              absl::Duration connect_timeout) {
+  absl::StatusOr<std::vector<unsigned char>> resolved = Resolve(addr);
+  if (!resolved.ok()) return resolved.status();
+  std::vector<unsigned char> local = *resolved;
+  for (int attempt = 0; attempt < kAttemptsAtAFreshPort; ++attempt) {
+    int fd = ::socket(AsAddr(local)->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+    SetPort(local, 0);
+    socklen_t len = static_cast<socklen_t>(local.size());
+    if (::bind(fd, AsAddr(local), len) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+        ::getsockname(fd, AsAddr(local), &len) != 0) {
+      int err = errno;
+      ::close(fd);
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", addr, ": ", std::strerror(err)));
+    }
+    int port = ntohs(AsAddr(local)->sa_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(local.data())->sin6_port
+                                                          : reinterpret_cast<sockaddr_in*>(local.data())->sin_port);
+    // The store's own port was only free when it was picked: the kernel may hand it out again.
+    if (port == avoid_port) {
+      ::close(fd);
+      continue;
+    }
+    std::vector<unsigned char> target = *resolved;
+    SetPort(target, target_port);
+    return std::unique_ptr<StoreRelay>(new StoreRelay(fd, port, std::move(target), connect_timeout));
+  }
+  return absl::UnavailableError(absl::StrCat("the kernel kept offering port ", avoid_port, " on ", addr));
+}
+
+StoreRelay::StoreRelay(int listen_fd, int port, std::vector<unsigned char> target, absl::Duration connect_timeout)
+    : listen_fd_(listen_fd), port_(port), target_(std::move(target)), connect_timeout_(connect_timeout) {
+  if (::pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+}
+
+StoreRelay::~StoreRelay() {
+  std::vector<Connection> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);
+  }
+  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
+  ::shutdown(listen_fd_, SHUT_RDWR);
+  acceptor_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    connections.swap(connections_);
+  }
+  for (Connection& c : connections) c.thread.join();
+  ::close(listen_fd_);
+  for (int fd : wake_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+bool StoreRelay::Stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
+}
+
+bool StoreRelay::Track(int fd) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    ::close(fd);
+    return false;
+  }
+  open_.push_back(fd);
+  return true;
+}
+
+void StoreRelay::AcceptLoop() {
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    int n = ::poll(fds, wake_[0] >= 0 ? 2 : 1, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (Stopping()) return;
+    int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      DT_LOG(Warning) << "the store relay on port " << port_ << " stopped accepting: " << std::strerror(errno);
+      return;
+    }
+    NoDelay(client);
+    if (!Track(client)) return;
+    std::vector<Connection> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ended = std::partition(connections_.begin(), connections_.end(),
+                                  [](const Connection& c) { return !c.finished->load(); });
+      std::move(ended, connections_.end(), std::back_inserter(finished));
+      connections_.erase(ended, connections_.end());
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      connections_.push_back({std::thread([this, client, done] {
+                                Serve(client);
+                                done->store(true);
+                              }),
+                              done});
+    }
+    for (Connection& c : finished) c.thread.join();
+  }
+}
+
+int StoreRelay::ConnectToTarget() {
+  absl::Time deadline = absl::Now() + connect_timeout_;
+  std::vector<unsigned char> target = target_;
+  while (absl::Now() < deadline) {
+    int fd = ::socket(AsAddr(target)->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (::connect(fd, AsAddr(target), static_cast<socklen_t>(target.size())) == 0) {
+      NoDelay(fd);
+      return Track(fd) ? fd : -1;
+    }
+    ::close(fd);
+    // Refused while rank 0's program is still starting; wait a little, or until told to stop.
+    pollfd wake = {wake_[0], POLLIN, 0};
+    if (::poll(&wake, wake_[0] >= 0 ? 1 : 0, kRetryMillis) > 0 || Stopping()) return -1;
+  }
+  DT_LOG(Warning) << "rank 0's TCPStore did not listen within " << connect_timeout_
+                  << ": a connection through the relay on port " << port_ << " is closed";
+  return -1;
+}
+
+void StoreRelay::Serve(int client) {
+  int target = ConnectToTarget();
+  absl::Cleanup close_both = [&] {
+    absl::MutexLock lock(&mu_);
+    for (int fd : {client, target}) {
+      if (fd < 0) continue;
+      open_.erase(std::remove(open_.begin(), open_.end(), fd), open_.end());
+      ::close(fd);
+    }
+  };
+  if (target < 0) return;
+  std::thread back([=] { Pump(target, client); });
+  Pump(client, target);
+  back.join();
+}
+
+}  // namespace dt::run
