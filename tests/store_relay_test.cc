@@ -1,6 +1,6 @@
 // dtrun's relay to rank 0's TCPStore, over real loopback sockets: a rank that connects before the
 // store listens is joined to it once it does, both ways, half-closes included; a connection
-// whose store never listens, or whose relay stops, ends instead of hanging.
+// whose relay stops ends instead of hanging.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -9,11 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 
 #include "client/dtrun/store_relay.h"
 #include "common/host.h"
+#include "tests/test_util.h"
 
 namespace dt::run {
 namespace {
@@ -73,7 +73,7 @@ void Send(int fd, const std::string& s) { ASSERT_EQ(::send(fd, s.data(), s.size(
 TEST(StoreRelay, ARankThatConnectsBeforeTheStoreListensReachesItOnceItDoesBothWays) {
   absl::StatusOr<int> store_port = FindFreePort();
   ASSERT_TRUE(store_port.ok()) << store_port.status();
-  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port, absl::Seconds(30));
+  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port);
   ASSERT_TRUE(relay.ok()) << relay.status();
   ASSERT_NE((*relay)->port(), *store_port);
 
@@ -104,7 +104,7 @@ TEST(StoreRelay, EachConnectionGetsItsOwnConnectionToTheStore) {
   absl::StatusOr<int> store_port = FindFreePort();
   ASSERT_TRUE(store_port.ok()) << store_port.status();
   int listener = ListenOn(*store_port);
-  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port, absl::Seconds(30));
+  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port);
   ASSERT_TRUE(relay.ok()) << relay.status();
   int first = ConnectTo((*relay)->port());
   int second = ConnectTo((*relay)->port());
@@ -124,24 +124,12 @@ TEST(StoreRelay, EachConnectionGetsItsOwnConnectionToTheStore) {
   for (int fd : {first, second, store_a, store_b, listener}) ::close(fd);
 }
 
-// This process's address space in MiB: a thread that ended but was never joined keeps its stack
-// (8 MiB) mapped; joined ones are reused.
-int64_t VmSizeMiB() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmSize:", 0) == 0) return std::stoll(line.substr(7)) / 1024;
-  }
-  return -1;
-}
-
 TEST(StoreRelay, ConnectionsOpenedOneAfterAnotherLeaveNoThreadsBehind) {
   absl::StatusOr<int> store_port = FindFreePort();
   ASSERT_TRUE(store_port.ok()) << store_port.status();
   int listener = ListenOn(*store_port);
-  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port, absl::Seconds(30));
+  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port);
   ASSERT_TRUE(relay.ok()) << relay.status();
-  const int64_t before = VmSizeMiB();
   for (int i = 0; i < 40; ++i) {
     int rank = ConnectTo((*relay)->port());
     Send(rank, "x");
@@ -152,27 +140,15 @@ TEST(StoreRelay, ConnectionsOpenedOneAfterAnotherLeaveNoThreadsBehind) {
     ASSERT_EQ(Read(store, 1), "<end>");
     ::close(store);
   }
-  // What may remain: the last connection's two threads, still seeing its end (40 stacks kept
-  // would be 320 MiB).
-  EXPECT_LE(VmSizeMiB(), before + 40);
+  // Each accept joins the connections that ended before it: what may remain is the last one.
+  EXPECT_LE((*relay)->connections(), 1u);
   ::close(listener);
-}
-
-TEST(StoreRelay, AConnectionWhoseStoreNeverListensEndsAtTheTimeout) {
-  absl::StatusOr<int> store_port = FindFreePort();
-  ASSERT_TRUE(store_port.ok()) << store_port.status();
-  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port, absl::Milliseconds(200));
-  ASSERT_TRUE(relay.ok()) << relay.status();
-  int rank = ConnectTo((*relay)->port());
-  Send(rank, "validate");
-  EXPECT_EQ(Read(rank, 1), "<end>");
-  ::close(rank);
 }
 
 TEST(StoreRelay, StoppingTheRelayEndsItsConnectionsWaitingOrJoined) {
   absl::StatusOr<int> store_port = FindFreePort();
   ASSERT_TRUE(store_port.ok()) << store_port.status();
-  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port, absl::Seconds(30));
+  auto relay = StoreRelay::Start("127.0.0.1", *store_port, *store_port);
   ASSERT_TRUE(relay.ok()) << relay.status();
   int waiting = ConnectTo((*relay)->port());
   Send(waiting, "a");
@@ -183,6 +159,8 @@ TEST(StoreRelay, StoppingTheRelayEndsItsConnectionsWaitingOrJoined) {
   ::close(listener);  // the next connection waits for a store that is gone
   int joined = waiting;
   int late = ConnectTo((*relay)->port());
+  // The relay has accepted it and is retrying the store, not merely holding it in its backlog.
+  ASSERT_TRUE(testing::WaitFor([&] { return (*relay)->connections() == 2; }, absl::Seconds(10)));
   relay->reset();  // dtrun ending with its workers
   EXPECT_EQ(Read(joined, 1), "<end>");
   EXPECT_EQ(Read(late, 1), "<end>");
@@ -192,7 +170,7 @@ TEST(StoreRelay, StoppingTheRelayEndsItsConnectionsWaitingOrJoined) {
 
 TEST(StoreRelay, AnAddressNotOnThisMachineIsUnavailable) {
   // 192.0.2.0/24 is TEST-NET-1: no machine has it.
-  auto relay = StoreRelay::Start("192.0.2.1", 29500, 29500, absl::Seconds(1));
+  auto relay = StoreRelay::Start("192.0.2.1", 29500, 29500);
   ASSERT_FALSE(relay.ok());
   EXPECT_EQ(relay.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(relay.status().message().find("192.0.2.1"), std::string::npos) << relay.status();

@@ -353,10 +353,7 @@ class NodeAgent {
   void StartStoreRelay(const Endpoint& master) {
     const v1::RegisterResponse& a = workers_.front().agent->assignment();
     if (a.node_rank() != 0 || master.agent_store || workers_.size() < 2) return;
-    absl::Duration connect_timeout = absl::Milliseconds(a.timeouts().init_timeout_ms());
-    if (connect_timeout <= absl::ZeroDuration()) connect_timeout = config_.rendezvous_timeout;
-    absl::StatusOr<std::unique_ptr<StoreRelay>> relay =
-        StoreRelay::Start(master.addr, master.port, master.port, connect_timeout);
+    absl::StatusOr<std::unique_ptr<StoreRelay>> relay = StoreRelay::Start(master.addr, master.port, master.port);
     if (!relay.ok()) {
       DT_LOG(Warning) << "no relay to rank 0's TCPStore (" << relay.status().message()
                       << "): the node's other ranks connect to it directly, a little after rank 0 starts";

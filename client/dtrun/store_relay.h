@@ -20,32 +20,37 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 
 namespace dt::run {
 
 class StoreRelay {
  public:
-  // Listens on `addr` (a numeric address or a host name of this machine) at a port the kernel
-  // picks, other than `avoid_port`, and relays each connection to `addr`:`target_port`. A
-  // connection whose target has not listened within `connect_timeout` is closed.
+  // Listens on `addr` (a numeric address or a host name of this machine: the first of its
+  // addresses that binds) at a port the kernel picks, other than `avoid_port`, and relays each
+  // connection to that address at `target_port`. A connection waits for the target as long as
+  // the relay lives: torch's client has its own timeout, and dtrun ends the relay with the ranks.
   // Errors: UNAVAILABLE when `addr` cannot be resolved or bound here.
-  static absl::StatusOr<std::unique_ptr<StoreRelay>> Start(const std::string& addr, int target_port, int avoid_port,
-                                                           absl::Duration connect_timeout);
+  static absl::StatusOr<std::unique_ptr<StoreRelay>> Start(const std::string& addr, int target_port, int avoid_port);
   // Closes every connection and joins the threads.
   ~StoreRelay();
   StoreRelay(const StoreRelay&) = delete;
   StoreRelay& operator=(const StoreRelay&) = delete;
 
   int port() const { return port_; }
+  // Connections being relayed, or ended and not yet joined (for tests).
+  size_t connections() const;
 
  private:
-  StoreRelay(int listen_fd, int port, std::vector<unsigned char> target, absl::Duration connect_timeout);
+  StoreRelay(int listen_fd, int port, std::vector<unsigned char> target);
   void AcceptLoop();
   // Connects `client`'s relay to the target, retrying while it refuses, then copies both ways.
   void Serve(int client);
-  // The target's socket once it accepts; -1 when stopping or past the timeout.
+  // The target's socket once it accepts; -1 when stopping.
   int ConnectToTarget();
+  // One connect to the target, given up when stopping: its socket, or -1.
+  int TryConnect();
+  // Sleeps `millis`, less when told to stop; false when stopping.
+  bool Pause(int millis);
   // Keeps `fd` to be shut down on stop; false (and `fd` closed) when already stopping.
   bool Track(int fd);
   bool Stopping() const;
@@ -53,8 +58,7 @@ class StoreRelay {
   const int listen_fd_;
   const int port_;
   const std::vector<unsigned char> target_;  // the target's sockaddr, as bytes
-  const absl::Duration connect_timeout_;
-  int wake_[2] = {-1, -1};  // a pipe: written once on stop, wakes the accept loop and the retries
+  int wake_[2] = {-1, -1};                   // a pipe: written once on stop, wakes the accept loop and the retries
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
