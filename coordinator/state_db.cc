@@ -115,6 +115,9 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   if (absl::Status s = state->Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion, ";").c_str()); !s.ok()) {
     return s;
   }
+  absl::StatusOr<std::unique_ptr<WalCheckpointer>> checkpointer = WalCheckpointer::Start(path, db);
+  if (!checkpointer.ok()) return checkpointer.status();
+  state->checkpointer_ = std::move(*checkpointer);
   absl::MutexLock read_lock(&state->read_mu_);
   if (sqlite3_open_v2(path.c_str(), &state->read_db_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) !=
       SQLITE_OK) {
@@ -146,6 +149,7 @@ StateDb::~StateDb() {
     sqlite3_close(read_db_);
   }
   absl::MutexLock lock(&mu_);
+  checkpointer_.reset();
   for (auto& [sql, st] : cache_) sqlite3_finalize(st);
   sqlite3_close(db_);
 }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/wal_checkpointer.h"
 #include "dt/v1/metrics.pb.h"
 #include "dt/v1/runs.pb.h"
 #include "dt/v1/stacks.pb.h"
@@ -115,6 +116,8 @@ class StateDb {
   // while the first one writes, so one run's query never holds another run's writes.
   absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(mu_);
   sqlite3* read_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  // Checkpoints the WAL off the writer's commits (coordinator/wal_checkpointer.h).
+  std::unique_ptr<WalCheckpointer> checkpointer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dt

