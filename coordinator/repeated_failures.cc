@@ -19,10 +19,11 @@ std::string WithoutNumbers(absl::string_view message) {
   return out;
 }
 
+// Any rank: when every rank fails the same way at start-up (a missing module, an unreadable
+// file), which of them is reported first is a race between identical processes.
 bool EndedEarlyTheSameWay(const v1::Failure& before, const v1::Failure& now) {
   bool kind = before.kind() == v1::Failure::REPORTED_ERROR || before.kind() == v1::Failure::PROCESS_EXITED;
-  return kind && before.before_first_step() && before.rank() == now.rank() &&
-         before.exception_type() == now.exception_type() &&
+  return kind && before.before_first_step() && before.exception_type() == now.exception_type() &&
          WithoutNumbers(before.message()) == WithoutNumbers(now.message());
 }
 
@@ -61,9 +62,9 @@ void MarkRepeatedEarlyFailure(const std::vector<v1::Failure>& earlier, v1::Failu
     if (it->generation() >= failure.generation()) continue;
     if (it->generation() != failure.generation() - 1 || !EndedEarlyTheSameWay(*it, failure)) return;
     failure.set_fatal(true);
-    absl::StrAppend(failure.mutable_message(), " [the same ", failure.exception_type(), " from rank ", failure.rank(),
-                    " ended generation ", it->generation(),
-                    " before its first step too: restarting cannot help, so the run ends]");
+    absl::StrAppend(failure.mutable_message(), " [the same ", failure.exception_type(), " ended generation ",
+                    it->generation(), " before its first step too (from rank ", it->rank(),
+                    "): restarting cannot help, so the run ends]");
     return;
   }
 }

@@ -18,8 +18,9 @@ namespace dt {
 void MarkRepeatedHang(const std::vector<v1::Failure>& earlier, int allowed, v1::Failure& failure);
 
 // `failure` (REPORTED_ERROR or PROCESS_EXITED, its before_first_step set by the caller) becomes fatal
-// when generation G-1's newest failure ended it before its first step by the same rank, with the same
-// exception type and the same message but for its digits (pids, ports and times differ each try).
+// when generation G-1's newest failure ended it before its first step, on any rank, with the same
+// exception type and the same message but for its digits (pids, ports, times and rank numbers
+// differ each try; which of several ranks failing alike is reported first is a race).
 void MarkRepeatedEarlyFailure(const std::vector<v1::Failure>& earlier, v1::Failure& failure);
 
 }  // namespace dt

@@ -60,26 +60,24 @@ bool WalCheckpointer::WantedOrStopping() const { return (wanted_ && !writer_turn
 
 // Runs inside the writer's commit, its write lock released: a flag for the thread, and, when the
 // log has outgrown what the thread keeps up with, a checkpoint on the writer itself once the
-// thread's pass is over (SQLite lets one checkpoint run at a time and would answer BUSY). RESTART
-// copies every page and waits for readers to leave the log, so the next commit starts it over.
+// thread's pass is over (SQLite lets one checkpoint run at a time and would answer BUSY). It is
+// PASSIVE, as SQLite's own: with no other writer it copies the whole log, so the next commit
+// starts the log over, and it never waits for a reader (a long one keeps the log, as before).
 int WalCheckpointer::OnCommit(void* self, sqlite3* writer, const char* db_name, int log_pages) {
   auto* c = static_cast<WalCheckpointer*>(self);
   if (log_pages < kCheckpointPages) return SQLITE_OK;
-  if (log_pages < kWriterCheckpointPages) {
-    absl::MutexLock lock(&c->mu_);
-    c->wanted_ = true;
-    return SQLITE_OK;
-  }
   {
     absl::MutexLock lock(&c->mu_);
+    c->wanted_ = true;
+    if (log_pages < kWriterCheckpointPages) return SQLITE_OK;
     c->writer_turn_ = true;
     c->mu_.Await(absl::Condition(
         +[](bool* running) { return !*running; }, &c->running_));
   }
-  (void)sqlite3_wal_checkpoint_v2(writer, db_name, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
+  int rc = sqlite3_wal_checkpoint_v2(writer, db_name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   absl::MutexLock lock(&c->mu_);
   c->writer_turn_ = false;
-  ++c->checkpoints_;
+  if (rc == SQLITE_OK) ++c->checkpoints_;
   return SQLITE_OK;
 }
 
@@ -99,7 +97,7 @@ void WalCheckpointer::Loop() {
     }
     absl::MutexLock lock(&mu_);
     running_ = false;
-    ++checkpoints_;
+    if (rc == SQLITE_OK) ++checkpoints_;
   }
 }
 

@@ -6,8 +6,9 @@
 // past the threshold only wakes this thread, which checkpoints on a second connection while the
 // writer goes on (SQLite's PASSIVE mode). The log starts over at the first commit after a
 // checkpoint caught up with it. A writer that never pauses long enough for that checkpoints
-// itself once the log reaches 16 times the threshold, which bounds it. Durability is unchanged:
-// a commit is in the WAL either way.
+// itself once the log reaches 16 times the threshold, which bounds it while no reader holds the
+// log (a read that lasts keeps it growing, as with SQLite's own checkpoints). Durability is
+// unchanged: a commit is in the WAL either way.
 #pragma once
 
 #include <sqlite3.h>
@@ -33,7 +34,7 @@ class WalCheckpointer {
   WalCheckpointer(const WalCheckpointer&) = delete;
   WalCheckpointer& operator=(const WalCheckpointer&) = delete;
 
-  // Checkpoints run so far (for tests).
+  // Checkpoints that succeeded so far (for tests).
   int64_t checkpoints() const;
 
  private:

@@ -109,14 +109,23 @@ TEST(RepeatedEarlyFailure, TheSameErrorBeforeTheFirstStepTwiceEndsTheRun) {
   v1::Failure now = EarlyError(4, 1, "OSError", "cannot open /data/shard-0017 (pid 4242)");
   MarkRepeatedEarlyFailure({EarlyError(3, 1, "OSError", "cannot open /data/shard-0017 (pid 3131)")}, now);
   EXPECT_TRUE(now.fatal());  // the pid differs, the failure is the same
-  EXPECT_THAT(now.message(), HasSubstr("the same OSError from rank 1 ended generation 3 before its first step too"));
+  EXPECT_THAT(now.message(), HasSubstr("the same OSError ended generation 3 before its first step too (from rank 1)"));
 }
 
-TEST(RepeatedEarlyFailure, AnotherRankTypeMessageOrGenerationIsNotRepeated) {
+TEST(RepeatedEarlyFailure, TheSameErrorFromAnotherRankIsRepeatedToo) {
+  // Every rank lacks the module; rank 1 was reported first in generation 3, rank 0 in 4.
+  v1::Failure now = EarlyError(4, 0, "ModuleNotFoundError", "No module named 'x' (output in logs/rank-0.log)");
+  MarkRepeatedEarlyFailure({EarlyError(3, 1, "ModuleNotFoundError", "No module named 'x' (output in logs/rank-1.log)")},
+                           now);
+  EXPECT_TRUE(now.fatal());
+  EXPECT_THAT(now.message(), HasSubstr("ended generation 3 before its first step too (from rank 1)"));
+}
+
+TEST(RepeatedEarlyFailure, AnotherTypeMessageOrGenerationIsNotRepeated) {
   const v1::Failure before = EarlyError(3, 1, "OSError", "cannot open /data/a");
   for (v1::Failure now :
-       {EarlyError(4, 0, "OSError", "cannot open /data/a"), EarlyError(4, 1, "ValueError", "cannot open /data/a"),
-        EarlyError(4, 1, "OSError", "cannot open /data/b"), EarlyError(5, 1, "OSError", "cannot open /data/a")}) {
+       {EarlyError(4, 1, "ValueError", "cannot open /data/a"), EarlyError(4, 1, "OSError", "cannot open /data/b"),
+        EarlyError(5, 1, "OSError", "cannot open /data/a")}) {
     MarkRepeatedEarlyFailure({before}, now);
     EXPECT_FALSE(now.fatal()) << now.ShortDebugString();
   }
