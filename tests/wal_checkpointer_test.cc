@@ -28,15 +28,21 @@ int64_t FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
 }
 
+// A writer as StateDb's: WAL, synchronous=NORMAL, and a 5 s busy timeout (what a checkpoint
+// waiting for readers would make a commit wait).
+void OpenWriter(const std::string& path, sqlite3** writer) {
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), writer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                            nullptr),
+            SQLITE_OK);
+  sqlite3_busy_timeout(*writer, 5000);
+  Exec(*writer, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
+}
+
 TEST(WalCheckpointer, TheLogStaysBoundedWhileAWriterCommitsAndEveryCommitIsKept) {
   testing::TempDir tmp;
   const std::string path = JoinPath(tmp.path(), "state.db");
   sqlite3* writer = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &writer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                            nullptr),
-            SQLITE_OK);
-  sqlite3_busy_timeout(writer, 5000);  // as StateDb's writer
-  Exec(writer, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
+  ASSERT_NO_FATAL_FAILURE(OpenWriter(path, &writer));
   absl::StatusOr<std::unique_ptr<WalCheckpointer>> checkpointer = WalCheckpointer::Start(path, writer);
   ASSERT_TRUE(checkpointer.ok()) << checkpointer.status();
 
@@ -73,11 +79,7 @@ TEST(WalCheckpointer, AWriterPastTheBoundNeverWaitsForAReader) {
   testing::TempDir tmp;
   const std::string path = JoinPath(tmp.path(), "state.db");
   sqlite3* writer = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &writer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                            nullptr),
-            SQLITE_OK);
-  sqlite3_busy_timeout(writer, 5000);  // as StateDb's writer: a checkpoint waiting for readers would wait this long
-  Exec(writer, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
+  ASSERT_NO_FATAL_FAILURE(OpenWriter(path, &writer));
   Exec(writer, "INSERT INTO t (b) VALUES (zeroblob(10))");
   absl::StatusOr<std::unique_ptr<WalCheckpointer>> checkpointer = WalCheckpointer::Start(path, writer);
   ASSERT_TRUE(checkpointer.ok()) << checkpointer.status();
