@@ -31,6 +31,7 @@ constexpr int kAttemptsAtAFreshPort = 4;
 using SockAddr = std::vector<unsigned char>;
 
 sockaddr* AsAddr(SockAddr& bytes) { return reinterpret_cast<sockaddr*>(bytes.data()); }
+const sockaddr* AsAddr(const SockAddr& bytes) { return reinterpret_cast<const sockaddr*>(bytes.data()); }
 
 int PortOf(SockAddr& addr) {
   sockaddr* a = AsAddr(addr);
@@ -242,10 +243,9 @@ void StoreRelay::AcceptLoop() {
 }
 
 int StoreRelay::TryConnect() {
-  std::vector<unsigned char> target = target_;
-  int fd = ::socket(AsAddr(target)->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = ::socket(AsAddr(target_)->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
-  int rc = ::connect(fd, AsAddr(target), static_cast<socklen_t>(target.size()));
+  int rc = ::connect(fd, AsAddr(target_), static_cast<socklen_t>(target_.size()));
   if (rc != 0 && errno == EINPROGRESS) {
     // Local connects end at once; one whose SYN is dropped is given up, so a stop is never held.
     pollfd fds[2] = {{fd, POLLOUT, 0}, {wake_[0], POLLIN, 0}};
