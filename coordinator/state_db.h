@@ -97,6 +97,11 @@ class StateDb {
     int64_t batches_read = 0;              // stored batches decoded for this page
   };
   absl::StatusOr<MetricPage> QueryMetrics(const MetricQuery& query);
+  // Its statement. Served from metric_batches_by_first_step in step order, so a page stops early;
+  // only batches that start at the same step are sorted (by rowid) before they are read.
+  static constexpr const char* kMetricPageQuery =
+      "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 AND "
+      "(?3 < 0 OR rank = ?3) ORDER BY first_step, rowid";
 
  private:
   explicit StateDb(sqlite3* db);
