@@ -408,6 +408,15 @@ absl::Status StateDb::AppendMetricBatches(const std::vector<MetricAppend>& appen
     batch.SerializeToString(&row.blob);
   }
   if (!any) return absl::OkStatus();
+  {
+    // Before the commit: a page's reader that scanned without these rows sees their width here.
+    absl::MutexLock widest_lock(&widest_mu_);
+    for (size_t i = 0; i < appends.size(); ++i) {
+      if (rows[i].blob.empty()) continue;
+      Widest& w = widest_[*appends[i].run_id];
+      w.steps = std::max(w.steps, rows[i].last - rows[i].first);
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = Exec("BEGIN IMMEDIATE;"); !s.ok()) return s;
   for (size_t i = 0; i < appends.size(); ++i) {
@@ -499,6 +508,30 @@ struct StoredValue {
 
 }  // namespace
 
+absl::StatusOr<int64_t> StateDb::WidestBatch(const std::string& run_id) {
+  {
+    absl::MutexLock lock(&widest_mu_);
+    auto it = widest_.find(run_id);
+    if (it != widest_.end() && it->second.scanned) return it->second.steps;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(read_db_, "SELECT MAX(last_step - first_step) FROM metric_batches WHERE run_id = ?1", -1, &st,
+                         nullptr) != SQLITE_OK) {
+    return absl::InternalError(absl::StrCat("state database: prepare WidestBatch: ", sqlite3_errmsg(read_db_)));
+  }
+  std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> owned(st, &sqlite3_finalize);
+  BindText(st, 1, run_id);
+  if (sqlite3_step(st) != SQLITE_ROW) {
+    return absl::InternalError(absl::StrCat("state database: widest metric batch: ", sqlite3_errmsg(read_db_)));
+  }
+  const int64_t stored = sqlite3_column_int64(st, 0);  // NULL (no batch) reads 0
+  absl::MutexLock lock(&widest_mu_);
+  Widest& w = widest_[run_id];
+  w.steps = std::max(w.steps, stored);
+  w.scanned = true;
+  return w.steps;
+}
+
 absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) {
   const int32_t limit = std::max(q.limit, 1);
   std::optional<MetricKey> after;
@@ -516,6 +549,11 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
   std::optional<int64_t> cut_at;  // the first step a batch not read could hold (the query stopped)
   {
     absl::MutexLock lock(&read_mu_);
+    absl::StatusOr<int64_t> widest = WidestBatch(q.run_id);
+    if (!widest.ok()) return widest.status();
+    const int64_t lowest_first_step = from_step < std::numeric_limits<int64_t>::min() + *widest
+                                          ? std::numeric_limits<int64_t>::min()
+                                          : from_step - *widest;
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(read_db_, kMetricPageQuery, -1, &st, nullptr) != SQLITE_OK) {
       return absl::InternalError(absl::StrCat("state database: prepare QueryMetrics: ", sqlite3_errmsg(read_db_)));
@@ -524,6 +562,7 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
     BindText(st, 1, q.run_id);
     sqlite3_bind_int64(st, 2, from_step);
     sqlite3_bind_int(st, 3, q.rank.value_or(-1));
+    sqlite3_bind_int64(st, 4, lowest_first_step);
     v1::MetricBatch batch;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,10 +99,12 @@ class StateDb {
   };
   absl::StatusOr<MetricPage> QueryMetrics(const MetricQuery& query);
   // Its statement. Served from metric_batches_by_first_step in step order, so a page stops early;
-  // only batches that start at the same step are sorted (by rowid) before they are read.
+  // only batches that start at the same step are sorted (by rowid) before they are read. ?4 lets
+  // a page that starts late in a run seek there: no batch ending at or after ?2 starts before
+  // ?2 less the run's widest batch (WidestBatch).
   static constexpr const char* kMetricPageQuery =
-      "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND last_step >= ?2 AND "
-      "(?3 < 0 OR rank = ?3) ORDER BY first_step, rowid";
+      "SELECT rowid, rank, first_step, points FROM metric_batches WHERE run_id = ?1 AND first_step >= ?4 AND "
+      "last_step >= ?2 AND (?3 < 0 OR rank = ?3) ORDER BY first_step, rowid";
 
  private:
   explicit StateDb(sqlite3* db);
@@ -113,6 +116,9 @@ class StateDb {
   sqlite3_stmt* Prepare(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertMetricRow(const std::string& run_id, int32_t rank, int64_t first_step, int64_t last_step,
                                const std::string& points) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run's widest stored batch (last_step - first_step): from memory once the run's batches
+  // have been scanned for it, else by that scan (its index entries, once per run).
+  absl::StatusOr<int64_t> WidestBatch(const std::string& run_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
@@ -121,6 +127,14 @@ class StateDb {
   // while the first one writes, so one run's query never holds another run's writes.
   absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(mu_);
   sqlite3* read_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  // Each run's widest batch. The writer widens a run's entry before it commits, so a scan that
+  // missed the newest batch still learns its width here; `scanned` once the stored batches are in.
+  struct Widest {
+    int64_t steps = 0;
+    bool scanned = false;
+  };
+  absl::Mutex widest_mu_ ABSL_ACQUIRED_AFTER(read_mu_);
+  std::map<std::string, Widest> widest_ ABSL_GUARDED_BY(widest_mu_);
   // Checkpoints the WAL off the writer's commits (coordinator/wal_checkpointer.h).
   std::unique_ptr<WalCheckpointer> checkpointer_ ABSL_GUARDED_BY(mu_);
 };

@@ -4,6 +4,8 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <thread>
 #include <tuple>
 
@@ -321,32 +323,97 @@ bool SortsEveryBatch(const std::vector<std::string>& plan) {
                      [](const std::string& line) { return line == "USE TEMP B-TREE FOR ORDER BY"; });
 }
 
-// A page is read from an index in step order and stops early: SQLite never sorts a run's whole
-// history (with blobs) before its first row. A database of an older dtcoord, whose index on
-// (run_id, last_step) led the planner to do just that (3.5 s for a page of a 160,000-batch run),
-// loses that index when it is opened.
-TEST(StateDb, AMetricPageIsReadInStepOrderAndAnOlderDatabaseLosesTheIndexThatSortedItWhole) {
+// A page is read from an index in step order, from its first batch, and stops early: SQLite never
+// sorts a run's whole history (with blobs) before its first row, as it did with schema 4's index
+// on (run_id, last_step) (3.5 s for a page of a 160,000-batch run). A database of an older
+// dtcoord loses that index when it is opened.
+TEST(StateDb, AMetricPageIsReadInStepOrderFromItsFirstBatchAndTheOlderIndexIsDropped) {
   testing::TempDir tmp;
   std::string path = JoinPath(tmp.path(), "state.db");
   { ASSERT_TRUE(StateDb::Open(path).ok()); }
-  std::vector<std::string> plan = MetricPagePlan(path);
-  ASSERT_FALSE(plan.empty());
-  EXPECT_FALSE(SortsEveryBatch(plan)) << absl::StrJoin(plan, "\n");
-  EXPECT_NE(plan[0].find("metric_batches_by_first_step"), std::string::npos) << absl::StrJoin(plan, "\n");
+  // From the index, seeking to the page's first batch (a page late in a long run does not walk
+  // the run's earlier batches), with no sort of the whole.
+  auto served_in_step_order = [](const std::vector<std::string>& plan) {
+    ASSERT_FALSE(plan.empty());
+    EXPECT_FALSE(SortsEveryBatch(plan)) << absl::StrJoin(plan, "\n");
+    EXPECT_NE(plan[0].find("metric_batches_by_first_step (run_id=? AND first_step>?)"), std::string::npos)
+        << absl::StrJoin(plan, "\n");
+  };
+  ASSERT_NO_FATAL_FAILURE(served_in_step_order(MetricPagePlan(path)));
 
-  sqlite3* older = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &older), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(older,
-                         "CREATE INDEX metric_batches_by_run ON metric_batches(run_id, last_step); "
-                         "PRAGMA user_version=4;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(older);
-  ASSERT_TRUE(SortsEveryBatch(MetricPagePlan(path))) << "the older schema's plan, which this test guards against";
+  {
+    sqlite3* older = nullptr;
+    int rc = sqlite3_open(path.c_str(), &older);
+    std::unique_ptr<sqlite3, decltype(&sqlite3_close)> owned(older, &sqlite3_close);
+    ASSERT_EQ(rc, SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(older,
+                           "CREATE INDEX metric_batches_by_run ON metric_batches(run_id, last_step); "
+                           "PRAGMA user_version=4;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  ASSERT_NO_FATAL_FAILURE(served_in_step_order(MetricPagePlan(path)));
   auto reopened = StateDb::Open(path);
   ASSERT_TRUE(reopened.ok()) << reopened.status();
-  plan = MetricPagePlan(path);
-  EXPECT_FALSE(SortsEveryBatch(plan)) << absl::StrJoin(plan, "\n");
+  ASSERT_NO_FATAL_FAILURE(served_in_step_order(MetricPagePlan(path)));
+  sqlite3* check = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &check, SQLITE_OPEN_READONLY, nullptr);
+  std::unique_ptr<sqlite3, decltype(&sqlite3_close)> owned(check, &sqlite3_close);
+  ASSERT_EQ(rc, SQLITE_OK);
+  int left = -1;
+  ASSERT_EQ(sqlite3_exec(
+                check, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'metric_batches_by_run'",
+                [](void* out, int, char** values, char**) {
+                  *static_cast<int*>(out) = std::atoi(values[0]);
+                  return 0;
+                },
+                &left, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(left, 0) << "the older index, which every ingested batch paid to keep, is still there";
+}
+
+// A page that starts late seeks past batches that cannot reach it, by the run's widest batch: a
+// batch spanning many steps is still found from a step inside it, including one stored after a
+// page had learned the run's width.
+TEST(StateDb, APageThatStartsLateStillFindsABatchThatBeganLongBefore) {
+  testing::TempDir tmp;
+  auto db = StateDb::Open(tmp.Sub("s") + "/state.db");
+  ASSERT_TRUE(db.ok());
+  ASSERT_NO_FATAL_FAILURE(FillHistory(**db, "r-1", 2'000));  // batches of 10 steps
+  auto point = [](int64_t step, double loss) {
+    v1::MetricPoint p;
+    p.set_step(step);
+    (*p.mutable_values())["wide"] = loss;
+    return p;
+  };
+  auto wide_at = [&](int64_t from_step) {
+    StateDb::MetricQuery q;
+    q.run_id = "r-1";
+    q.name = "wide";
+    q.from_step = from_step;
+    q.limit = 10;
+    std::vector<int64_t> steps;
+    auto page = (*db)->QueryMetrics(q);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (page.ok()) {
+      for (const auto& r : page->records) steps.push_back(r.step());
+    }
+    return steps;
+  };
+  ASSERT_TRUE(Append(**db, "r-1", 2, {point(100, 1), point(1'500, 2)}).ok());
+  EXPECT_EQ(wide_at(1'400), std::vector<int64_t>{1'500});
+  EXPECT_EQ(wide_at(1'501), std::vector<int64_t>{});
+  // Wider than any before, stored after the width above was learned.
+  ASSERT_TRUE(Append(**db, "r-1", 3, {point(10, 3), point(1'900, 4)}).ok());
+  EXPECT_EQ(wide_at(1'800), std::vector<int64_t>{1'900});
+  EXPECT_EQ(wide_at(1'000), (std::vector<int64_t>{1'500, 1'900}));
+  // A coordinator restarted on the same database learns the widths from what is stored.
+  std::string path = tmp.Sub("s") + "/state.db";
+  db->reset();
+  auto again = StateDb::Open(path);
+  ASSERT_TRUE(again.ok());
+  db = std::move(again);
+  EXPECT_EQ(wide_at(1'800), std::vector<int64_t>{1'900});
 }
 
 }  // namespace
