@@ -4,7 +4,6 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -300,22 +299,24 @@ TEST(StateDb, ASmallLimitReadsOnlyTheBatchesItNeeds) {
   EXPECT_FALSE(last->more);
 }
 
+// Column `column` of every row `sql` returns, read from the database file on a connection of the
+// test's own (empty if it cannot be opened or the statement fails).
+std::vector<std::string> ReadColumn(const std::string& path, const std::string& sql, int column) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  std::unique_ptr<sqlite3, decltype(&sqlite3_close)> owned(db, &sqlite3_close);
+  std::vector<std::string> out;
+  sqlite3_stmt* st = nullptr;
+  if (rc != SQLITE_OK || sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) return out;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, column)));
+  sqlite3_finalize(st);
+  return out;
+}
+
 // SQLite's plan for a metric page, one line per step of it.
 std::vector<std::string> MetricPagePlan(const std::string& path) {
-  sqlite3* db = nullptr;
-  std::vector<std::string> plan;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return plan;
-  }
-  sqlite3_stmt* st = nullptr;
-  std::string sql = std::string("EXPLAIN QUERY PLAN ") + StateDb::kMetricPageQuery;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) plan.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 3)));
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(db);
-  return plan;
+  return ReadColumn(path, std::string("EXPLAIN QUERY PLAN ") + StateDb::kMetricPageQuery, 3);
 }
 
 bool SortsEveryBatch(const std::vector<std::string>& plan) {
@@ -356,20 +357,9 @@ TEST(StateDb, AMetricPageIsReadInStepOrderFromItsFirstBatchAndTheOlderIndexIsDro
   auto reopened = StateDb::Open(path);
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   ASSERT_NO_FATAL_FAILURE(served_in_step_order(MetricPagePlan(path)));
-  sqlite3* check = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &check, SQLITE_OPEN_READONLY, nullptr);
-  std::unique_ptr<sqlite3, decltype(&sqlite3_close)> owned(check, &sqlite3_close);
-  ASSERT_EQ(rc, SQLITE_OK);
-  int left = -1;
-  ASSERT_EQ(sqlite3_exec(
-                check, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'metric_batches_by_run'",
-                [](void* out, int, char** values, char**) {
-                  *static_cast<int*>(out) = std::atoi(values[0]);
-                  return 0;
-                },
-                &left, nullptr),
-            SQLITE_OK);
-  EXPECT_EQ(left, 0) << "the older index, which every ingested batch paid to keep, is still there";
+  EXPECT_EQ(ReadColumn(path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'metric_batches_by_run'", 0),
+            std::vector<std::string>{"0"})
+      << "the older index, which every ingested batch paid to keep, is still there";
 }
 
 // A page that starts late seeks past batches that cannot reach it, by the run's widest batch: a
