@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +50,7 @@ void CheckOpened(wandb::Spool& spool, int64_t file_bytes) {
   struct stat sb {};
   Check(::stat(JoinPath(Dir(), "points.bin").c_str(), &sb) == 0, "points.bin is gone");
   Check(sb.st_size <= file_bytes, "points.bin grew on load");
-  absl::StatusOr<std::vector<wandb::Point>> next = spool.Read(st.acked_points, 1000);
+  absl::StatusOr<wandb::Points> next = spool.Read(st.acked_points, 1000);
   CheckRefusal(next.status(), "Spool::Read");
   if (next.ok()) {
     Check(static_cast<int64_t>(next->size()) <= spool.size() - st.acked_points, "read more points than there are");
@@ -98,8 +99,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(again.ok(), "a spool this code saved does not load: " + again.status().ToString());
   Check((*again)->size() == before + 1,
         absl::StrCat("the appended point was lost: ", (*again)->size(), " points, ", before + 1, " expected"));
-  absl::StatusOr<std::vector<wandb::Point>> last = (*again)->Read(before, 1);
-  Check(last.ok() && last->size() == 1 && last->front().values.at("loss") == 1.5,
+  absl::StatusOr<wandb::Points> last = (*again)->Read(before, 1);
+  Check(last.ok() && last->size() == 1 && last->ValuesOf(0) == std::map<std::string, double>{{"loss", 1.5}},
         "the appended point reads back wrong");
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -305,6 +306,43 @@ TEST_F(ForwarderTest, ARefusedBatchIsDroppedAndTheNextOneGoesOn) {
   EXPECT_EQ(history["offset"], 0);  // W&B took no line of the refused batch
   ASSERT_EQ(history["content"].size(), 1u);
   EXPECT_EQ(nlohmann::json::parse(history["content"][0].get<std::string>())["_step"], 3);
+}
+
+// Points of one step (train values, then eval's; two ranks) are one history line: a later value
+// of a name replaces the earlier one, in the line and in the summary.
+TEST_F(ForwarderTest, PointsOfOneStepAreOneLineWhereTheLaterValueOfANameWins) {
+  v1::MetricBatch batch;
+  batch.set_rank(0);
+  auto add = [&](int64_t step, std::map<std::string, double> values) {
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(step);
+    p->set_time(UnixNow() - 10);
+    for (const auto& [k, v] : values) (*p->mutable_values())[k] = v;
+  };
+  add(1, {{"loss", 3.0}, {"lr", 0.1}});
+  add(2, {{"loss", 2.5}, {"lr", 0.2}});
+  add(2, {{"eval_loss", 2.75}, {"loss", 2.25}});
+  add(3, {{"loss", 2.0}});
+  forwarder_->OnMetrics(run_, batch);
+  RunFor(absl::Seconds(1));
+  std::vector<Posted> streams = Streams();
+  ASSERT_EQ(streams.size(), 1u);
+  const nlohmann::json& content = streams[0].body["files"]["wandb-history.jsonl"]["content"];
+  ASSERT_EQ(content.size(), 3u);
+  nlohmann::json two = nlohmann::json::parse(content[1].get<std::string>());
+  EXPECT_EQ(two["_step"], 2);
+  EXPECT_EQ(two["loss"], 2.25);
+  EXPECT_EQ(two["lr"], 0.2);
+  EXPECT_EQ(two["eval_loss"], 2.75);
+  EXPECT_EQ(two.size(), 6u) << two;  // three values, _step, _timestamp, _runtime
+  nlohmann::json three = nlohmann::json::parse(content[2].get<std::string>());
+  EXPECT_EQ(three.size(), 4u) << "step 3 has only its own loss: " << three;
+  nlohmann::json summary =
+      nlohmann::json::parse(streams[0].body["files"]["wandb-summary.json"]["content"][0].get<std::string>());
+  EXPECT_EQ(summary["loss"], 2.0);
+  EXPECT_EQ(summary["lr"], 0.2);
+  EXPECT_EQ(summary["eval_loss"], 2.75);
+  EXPECT_EQ(summary["_step"], 3);
 }
 
 TEST_F(ForwarderTest, AnExistingRunContinuesAfterItsLastLineAndStep) {

@@ -63,9 +63,9 @@ v1::MetricColumns Columns(int64_t first, int n) {
   return c;
 }
 
-std::vector<int64_t> Steps(const std::vector<Point>& points) {
+std::vector<int64_t> Steps(const Points& points) {
   std::vector<int64_t> steps;
-  for (const Point& p : points) steps.push_back(p.step);
+  for (const Points::Point& p : points.points) steps.push_back(p.step);
   return steps;
 }
 
@@ -92,19 +92,22 @@ TEST(Spool, PointsOfBothRecordFormsReadBackInOrderFromAnyPointAcrossAReload) {
 
   for (int reload = 0; reload < 2; ++reload) {
     SCOPED_TRACE(reload ? "after a reload" : "as appended");
-    absl::StatusOr<std::vector<Point>> all = (*spool)->Read(0, 100);
+    absl::StatusOr<Points> all = (*spool)->Read(0, 100);
     ASSERT_TRUE(all.ok()) << all.status();
     EXPECT_EQ(Steps(*all), (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
-    EXPECT_EQ(all->at(0).values.at("loss"), 3.0);
-    EXPECT_EQ(all->at(2).values.at("loss"), 2.25);
-    EXPECT_EQ(all->at(3).time, 1004.0);
-    EXPECT_EQ(all->at(3).values, (std::map<std::string, double>{{"loss", 10.0}, {"lr", 0.5}}));
-    EXPECT_EQ(all->at(4).values, (std::map<std::string, double>{{"loss", 11.0}})) << "its lr is absent";
+    EXPECT_EQ(all->ValuesOf(0).at("loss"), 3.0);
+    EXPECT_EQ(all->ValuesOf(2).at("loss"), 2.25);
+    EXPECT_EQ(all->points[3].time, 1004.0);
+    EXPECT_EQ(all->names, (std::vector<std::string>{"loss", "lr"})) << "a name is kept once per read";
+    EXPECT_EQ(all->ValuesOf(3), (std::map<std::string, double>{{"loss", 10.0}, {"lr", 0.5}}));
+    EXPECT_EQ(all->ValuesOf(4), (std::map<std::string, double>{{"loss", 11.0}})) << "its lr is absent";
     // From inside the columns record, and up to a point inside it.
-    absl::StatusOr<std::vector<Point>> middle = (*spool)->Read(4, 2);
+    absl::StatusOr<Points> middle = (*spool)->Read(4, 2);
     ASSERT_TRUE(middle.ok()) << middle.status();
     EXPECT_EQ(Steps(*middle), (std::vector<int64_t>{5, 6}));
-    absl::StatusOr<std::vector<Point>> across = (*spool)->Read(1, 4);
+    EXPECT_EQ(middle->ValuesOf(0), (std::map<std::string, double>{{"loss", 11.0}}));
+    EXPECT_EQ(middle->ValuesOf(1), (std::map<std::string, double>{{"loss", 12.0}, {"lr", 0.5}}));
+    absl::StatusOr<Points> across = (*spool)->Read(1, 4);
     ASSERT_TRUE(across.ok()) << across.status();
     EXPECT_EQ(Steps(*across), (std::vector<int64_t>{2, 3, 4, 5}));
     EXPECT_TRUE((*spool)->Read(7, 10)->empty());
@@ -137,7 +140,7 @@ TEST(Spool, AColumnsRecordWhoseArraysDisagreeIsDataLossWhenRead) {
   ASSERT_TRUE(spool.ok()) << spool.status();
   EXPECT_EQ((*spool)->size(), 4);
   EXPECT_EQ(Steps(*(*spool)->Read(0, 1)), (std::vector<int64_t>{1}));
-  absl::StatusOr<std::vector<Point>> read = (*spool)->Read(0, 10);
+  absl::StatusOr<Points> read = (*spool)->Read(0, 10);
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss) << read.status();
   EXPECT_NE(read.status().message().find(dir), std::string::npos) << read.status();
 }

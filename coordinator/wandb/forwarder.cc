@@ -2,11 +2,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "common/background_thread.h"
 #include "common/fs.h"
 #include "common/host.h"
@@ -30,7 +33,7 @@ namespace {
 struct Row {
   int64_t step = 0;
   double time = 0;
-  std::map<std::string, double> values;
+  size_t begin = 0, end = 0;  // its values in RowBatch::values, each name once
   int64_t points = 0;
   // The batch's consumed and skipped points before the row's first point: holding the row back
   // leaves it, and everything read after it (skipped points between its points too), unread.
@@ -40,21 +43,35 @@ struct Row {
 nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 // Points after the last accepted one, as history rows: consecutive points of one step merge into
-// one row; points at or below W&B's last step are skipped (a replay after a restart); the batch
-// stops once its rows are about `max_bytes`.
+// one row (a later value of a name replaces the earlier); points at or below W&B's last step are
+// skipped (a replay after a restart); the batch stops once its rows are about `max_bytes`.
 struct RowBatch {
   std::vector<Row> rows;
-  int64_t consumed = 0;  // points the batch covers, skipped ones included
+  std::vector<NamedValue> values;  // the rows' values, row after row (names index Points::names)
+  int64_t consumed = 0;            // points the batch covers, skipped ones included
   int64_t skipped = 0;
 };
 
-RowBatch BatchRows(const std::vector<Point>& points, int64_t last_step, size_t max_bytes) {
+RowBatch BatchRows(const Points& read, int64_t last_step, size_t max_bytes) {
   RowBatch b;
+  b.values.reserve(read.values.size());
   size_t bytes = 0;
-  for (const Point& p : points) {
+  for (const Points::Point& p : read.points) {
+    const NamedValue* first = read.values.data() + p.begin;
+    const NamedValue* last = read.values.data() + p.end;
     if (!b.rows.empty() && b.rows.back().step == p.step) {
-      for (const auto& [k, v] : p.values) b.rows.back().values[k] = v;
-      ++b.rows.back().points;
+      Row& row = b.rows.back();  // the last row: its values end the array
+      for (const NamedValue* v = first; v != last; ++v) {
+        auto same = std::find_if(b.values.begin() + static_cast<std::ptrdiff_t>(row.begin), b.values.end(),
+                                 [&](const NamedValue& w) { return w.name == v->name; });
+        if (same != b.values.end()) {
+          same->value = v->value;
+        } else {
+          b.values.push_back(*v);
+        }
+      }
+      row.end = b.values.size();
+      ++row.points;
       ++b.consumed;
       continue;
     }
@@ -64,8 +81,10 @@ RowBatch BatchRows(const std::vector<Point>& points, int64_t last_step, size_t m
       continue;
     }
     if (bytes > max_bytes) break;
-    b.rows.push_back(Row{p.step, p.time, p.values, 1, b.consumed, b.skipped});
-    bytes += 64 + p.values.size() * 48;
+    b.rows.push_back(
+        Row{p.step, p.time, b.values.size(), b.values.size() + (p.end - p.begin), 1, b.consumed, b.skipped});
+    b.values.insert(b.values.end(), first, last);
+    bytes += 64 + (p.end - p.begin) * 48;
     last_step = p.step;
     ++b.consumed;
   }
@@ -74,22 +93,24 @@ RowBatch BatchRows(const std::vector<Point>& points, int64_t last_step, size_t m
 
 // The rows as W&B history lines (with _step, _timestamp, _runtime); `latest` gets the newest
 // value of each key, for the summary.
-std::vector<std::string> HistoryLines(const std::vector<Row>& rows, const SpoolState& st,
-                                      std::map<std::string, double>* latest) {
-  std::vector<std::string> lines;
-  for (const Row& r : rows) {
-    nlohmann::json line = nlohmann::json::object();
-    for (const auto& [k, v] : r.values) {
-      line[k] = Number(v);
-      (*latest)[k] = v;
-    }
+HistoryContent HistoryLines(const RowBatch& batch, const std::vector<std::string>& names, const SpoolState& st,
+                            std::map<std::string, double>* latest) {
+  HistoryContent lines(names);
+  lines.Reserve(batch.rows.size() * 96 + batch.values.size() * 32);  // about what a line and a value take
+  std::vector<std::optional<double>> newest(names.size());
+  for (const Row& r : batch.rows) {
     double runtime = st.runtime_base + std::max(0.0, r.time - st.start_time);
-    line["_step"] = r.step;
-    line["_timestamp"] = r.time;
-    line["_runtime"] = runtime;
-    lines.push_back(line.dump());
+    absl::Span<const NamedValue> values(batch.values.data() + r.begin, r.end - r.begin);
+    lines.AddLine(r.step, r.time, runtime, values);
+    for (const NamedValue& v : values) newest[v.name] = v.value;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (newest[i]) (*latest)[names[i]] = *newest[i];
+  }
+  if (!batch.rows.empty()) {
+    const Row& r = batch.rows.back();
     (*latest)["_step"] = static_cast<double>(r.step);
-    (*latest)["_runtime"] = runtime;
+    (*latest)["_runtime"] = st.runtime_base + std::max(0.0, r.time - st.start_time);
     (*latest)["_timestamp"] = r.time;
   }
   return lines;
@@ -643,7 +664,7 @@ Forwarder::StreamPost Forwarder::BuildStreamPost(const Spool& spool, const Strea
   StreamPost post;
   post.url = view.url;
   const size_t waiting = static_cast<size_t>(std::max<int64_t>(0, view.spooled - view.acked_points));
-  absl::StatusOr<std::vector<Point>> points = spool.Read(view.acked_points, std::min<size_t>(waiting, 20'000));
+  absl::StatusOr<Points> points = spool.Read(view.acked_points, std::min<size_t>(waiting, 20'000));
   if (!points.ok()) {
     post.read = points.status();
     return post;
@@ -667,7 +688,7 @@ Forwarder::StreamPost Forwarder::BuildStreamPost(const Spool& spool, const Strea
   st.runtime_base = view.runtime_base;
   st.start_time = view.start_time;
   std::map<std::string, double> latest;
-  std::vector<std::string> lines = HistoryLines(rows, st, &latest);
+  HistoryContent lines = HistoryLines(batch, points->names, st, &latest);
   std::map<std::string, double> summary = view.summary;
   for (const auto& [k, v] : latest) summary[k] = v;
   nlohmann::json sj = nlohmann::json::object();
@@ -704,7 +725,8 @@ std::optional<Forwarder::Request> Forwarder::TakeStreamPost(Target& t, StreamPos
     nlohmann::json sj = nlohmann::json::object();
     for (const auto& [k, v] : st.summary) sj[k] = Number(v);
     sj["_wandb"] = {{"runtime", static_cast<int64_t>(st.summary.count("_runtime") ? st.summary["_runtime"] : 0)}};
-    return Request{Request::kFinal, post.url, FileStreamBody(st.acked_lines, {}, sj.dump(), *st.exitcode)};
+    return Request{Request::kFinal, post.url,
+                   FileStreamBody(st.acked_lines, HistoryContent({}), sj.dump(), *st.exitcode)};
   }
   if (now - t.last_post() >= options_.heartbeat_after && !t.ended) {
     return Request{Request::kHeartbeat, post.url, HeartbeatBody()};

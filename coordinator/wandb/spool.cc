@@ -17,6 +17,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fs.h"
@@ -289,8 +290,41 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) const {
-  std::vector<Point> out;
+std::map<std::string, double> Points::ValuesOf(size_t i) const {
+  std::map<std::string, double> out;
+  for (size_t k = points[i].begin; k < points[i].end; ++k) out[names[values[k].name]] = values[k].value;
+  return out;
+}
+
+namespace {
+
+// Builds a read's Points: each name entered in the table once.
+class PointsBuilder {
+ public:
+  explicit PointsBuilder(Points* out) : out_(out) {}
+  uint32_t NameIndex(const std::string& name) {
+    auto [it, added] = index_.try_emplace(name, static_cast<uint32_t>(out_->names.size()));
+    if (added) out_->names.push_back(name);
+    return it->second;
+  }
+  // A new point; its values follow with AddValue.
+  void StartPoint(int64_t step, double time) {
+    out_->points.push_back(Points::Point{step, time, out_->values.size(), out_->values.size()});
+  }
+  void AddValue(uint32_t name, double value) {
+    out_->values.push_back(NamedValue{name, value});
+    out_->points.back().end = out_->values.size();
+  }
+
+ private:
+  Points* out_;
+  absl::flat_hash_map<std::string, uint32_t> index_;
+};
+
+}  // namespace
+
+absl::StatusOr<Points> Spool::Read(int64_t from, size_t max_points) const {
+  Points out;
   if (from < 0) return absl::InvalidArgumentError(absl::StrCat("spool read from point ", from));
   if (max_points == 0) return out;
   int64_t to, begin, end, point;
@@ -310,8 +344,10 @@ absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) 
     return absl::DataLossError(absl::StrCat("short read of the W&B spool in ", dir_));
   auto corrupt = [this] { return absl::DataLossError(absl::StrCat("corrupt record in the W&B spool in ", dir_)); };
   v1::MetricSpoolRecord record;
-  v1::MetricBatch columns;  // a columns record, read through the batch's own checks and reader
-  out.reserve(static_cast<size_t>(to - from));
+  v1::MetricBatch batch;  // a columns record, checked as a batch's columns are
+  PointsBuilder builder(&out);
+  std::vector<uint32_t> column_names;
+  out.points.reserve(static_cast<size_t>(to - from));
   for (size_t pos = 0; pos < buf.size() && point < to;) {
     uint32_t len = 0;
     std::memcpy(&len, buf.data() + pos, sizeof(len));
@@ -320,18 +356,28 @@ absl::StatusOr<std::vector<Point>> Spool::Read(int64_t from, size_t max_points) 
     pos += len;
     if (!record.has_columns()) {
       if (point++ < from) continue;
-      out.push_back(Point{record.step(), record.time(), {record.values().begin(), record.values().end()}});
+      builder.StartPoint(record.step(), record.time());
+      for (const auto& [name, value] : record.values()) builder.AddValue(builder.NameIndex(name), value);
       continue;
     }
-    columns.mutable_columns()->Swap(record.mutable_columns());
-    if (!ValidateMetricPoints(columns).ok()) return corrupt();
-    ForEachMetricPoint(columns, [&](const MetricPointView& p) {
-      if (point >= from && point < to) {
-        Point& added = out.emplace_back(Point{p.step, p.time, {}});
-        for (const auto& [name, value] : p.values) added.values.emplace(std::string(name), value);
+    batch.mutable_columns()->Swap(record.mutable_columns());
+    if (!ValidateMetricPoints(batch).ok()) return corrupt();
+    // Validated: the arrays agree and no name is there twice.
+    const v1::MetricColumns& columns = batch.columns();
+    const size_t width = static_cast<size_t>(columns.names_size());
+    column_names.clear();
+    for (const std::string& name : columns.names()) column_names.push_back(builder.NameIndex(name));
+    // Room for the rest of the read at this record's width: the values are not copied as they grow.
+    out.values.reserve(out.values.size() + static_cast<size_t>(to - point) * width);
+    for (int i = 0; i < columns.steps_size() && point < to; ++i, ++point) {
+      if (point < from) continue;
+      builder.StartPoint(columns.steps(i), columns.times(i));
+      for (size_t j = 0; j < width; ++j) {
+        const size_t cell = static_cast<size_t>(i) * width + j;
+        if (!MetricValueAbsent(columns, cell))
+          builder.AddValue(column_names[j], columns.values(static_cast<int>(cell)));
       }
-      ++point;
-    });
+    }
   }
   return out;
 }

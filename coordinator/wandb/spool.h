@@ -24,10 +24,22 @@
 
 namespace dt::wandb {
 
-struct Point {
-  int64_t step = 0;
-  double time = 0;
-  std::map<std::string, double> values;
+// Points read from a spool. A name is stored once per read: a point's values name their metric
+// by its index in `names`, so reading 20,000 points of 8 values allocates per name, not per value.
+struct Points {
+  struct Point {
+    int64_t step = 0;
+    double time = 0;
+    size_t begin = 0, end = 0;  // its values: values[begin, end), each name at most once
+  };
+  std::vector<std::string> names;
+  std::vector<Point> points;
+  std::vector<NamedValue> values;
+
+  size_t size() const { return points.size(); }
+  bool empty() const { return points.empty(); }
+  // Point i's values by name.
+  std::map<std::string, double> ValuesOf(size_t i) const;
 };
 
 struct SpoolState {
@@ -75,7 +87,7 @@ class Spool {
   absl::Status Append(const v1::MetricBatch& batch);
   // Up to `max_points` points starting at point index `from`, which may lie inside a record.
   // DATA_LOSS for a record that does not parse or whose columns disagree.
-  absl::StatusOr<std::vector<Point>> Read(int64_t from, size_t max_points) const;
+  absl::StatusOr<Points> Read(int64_t from, size_t max_points) const;
   // Takes the state as it is now for the next FlushState (a copy: cheap under the caller's lock).
   void StateChanged();
   // Writes the newest state taken to state.json (atomically, fsync) unless it was written

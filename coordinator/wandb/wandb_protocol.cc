@@ -1,5 +1,8 @@
 #include "coordinator/wandb/wandb_protocol.h"
 
+#include <array>
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -103,19 +106,72 @@ std::string FileStreamUrl(const std::string& base_url, const std::string& entity
   return absl::StrCat(base_url, "/files/", entity, "/", project, "/", run_id, "/file_stream");
 }
 
-std::string FileStreamBody(int64_t offset, const std::vector<std::string>& history,
-                           const std::optional<std::string>& summary_json, std::optional<int> exitcode) {
-  nlohmann::json files = nlohmann::json::object();
-  if (!history.empty()) files["wandb-history.jsonl"] = {{"offset", offset}, {"content", history}};
-  if (summary_json) files["wandb-summary.json"] = {{"offset", 0}, {"content", {*summary_json}}};
-  nlohmann::json body = {{"files", files}};
-  if (exitcode) {
-    body["complete"] = true;
-    body["exitcode"] = *exitcode;
-  } else {
-    body["complete"] = false;
+namespace {
+// As dump() escapes a string, with bytes that are not UTF-8 replaced rather than thrown on.
+std::string JsonString(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+}  // namespace
+
+HistoryContent::HistoryContent(const std::vector<std::string>& names) {
+  keys_.reserve(names.size());
+  for (const std::string& name : names) {
+    if (name == "_step" || name == "_timestamp" || name == "_runtime") {
+      keys_.emplace_back();
+      continue;
+    }
+    // "name": as it stands in a line, then escaped again as the line stands inside the body.
+    std::string in_body = JsonString(JsonString(name) + ":");
+    keys_.push_back(in_body.substr(1, in_body.size() - 2));
   }
-  return body.dump();
+}
+
+void HistoryContent::AppendNumber(double v) {
+  if (!std::isfinite(v)) {
+    text_ += "null";
+    return;
+  }
+  // dump()'s own conversion (the shortest text that reads back as the same double), so a line
+  // reads as it did when nlohmann wrote it.
+  std::array<char, 64> buf;
+  char* end = nlohmann::detail::to_chars(buf.data(), buf.data() + buf.size(), v);
+  text_.append(buf.data(), end);
+}
+
+void HistoryContent::AddLine(int64_t step, double timestamp, double runtime, absl::Span<const NamedValue> values) {
+  if (lines_ > 0) text_ += ',';
+  text_ += "\"{";
+  for (const NamedValue& v : values) {
+    if (v.name >= keys_.size() || keys_[v.name].empty()) continue;
+    text_ += keys_[v.name];
+    AppendNumber(v.value);
+    text_ += ',';
+  }
+  absl::StrAppend(&text_, "\\\"_step\\\":", step, ",\\\"_timestamp\\\":");
+  AppendNumber(timestamp);
+  text_ += ",\\\"_runtime\\\":";
+  AppendNumber(runtime);
+  text_ += "}\"";
+  ++lines_;
+}
+
+// The body's keys in the order nlohmann writes an object's (sorted), as the SDK's bodies have them.
+std::string FileStreamBody(int64_t offset, const HistoryContent& history,
+                           const std::optional<std::string>& summary_json, std::optional<int> exitcode) {
+  std::string body;
+  body.reserve(history.text().size() + (summary_json ? 2 * summary_json->size() : 0) + 160);
+  absl::StrAppend(&body, "{\"complete\":", exitcode ? "true" : "false");
+  if (exitcode) absl::StrAppend(&body, ",\"exitcode\":", *exitcode);
+  body += ",\"files\":{";
+  if (history.lines() > 0) {
+    absl::StrAppend(&body, "\"wandb-history.jsonl\":{\"content\":[", history.text(), "],\"offset\":", offset, "}");
+    if (summary_json) body += ',';
+  }
+  if (summary_json) {
+    absl::StrAppend(&body, "\"wandb-summary.json\":{\"content\":[", JsonString(*summary_json), "],\"offset\":0}");
+  }
+  body += "}}";
+  return body;
 }
 
 std::string HeartbeatBody() { return R"({"complete":false,"failed":false})"; }
