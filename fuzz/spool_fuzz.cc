@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,24 @@ void Write(const std::string& name, const std::string& content) {
   if (!written) Fail("cannot write " + path);
 }
 
+// What the forwarder indexes without checks: each point's values lie in the array, one after the
+// other; each names a table entry, at most once a point; the table holds each name once.
+void CheckLayout(const wandb::Points& read) {
+  Check(std::set<std::string>(read.names.begin(), read.names.end()).size() == read.names.size(),
+        "a name is twice in a read's table");
+  size_t next = 0;
+  for (const wandb::Points::Point& p : read.points) {
+    Check(p.begin == next && p.begin <= p.end && p.end <= read.values.size(), "a point's values are out of place");
+    std::set<uint32_t> names;
+    for (size_t k = p.begin; k < p.end; ++k) {
+      Check(read.values[k].name < read.names.size(), "a value names no table entry");
+      Check(names.insert(read.values[k].name).second, "a point has a name twice");
+    }
+    next = p.end;
+  }
+  Check(next == read.values.size(), "values that belong to no point");
+}
+
 void CheckOpened(wandb::Spool& spool, int64_t file_bytes) {
   const wandb::SpoolState& st = spool.state();
   Check(st.acked_points >= 0 && st.acked_points <= spool.size(),
@@ -54,6 +73,7 @@ void CheckOpened(wandb::Spool& spool, int64_t file_bytes) {
   CheckRefusal(next.status(), "Spool::Read");
   if (next.ok()) {
     Check(static_cast<int64_t>(next->size()) <= spool.size() - st.acked_points, "read more points than there are");
+    CheckLayout(*next);
   } else {
     Check(next.status().code() == absl::StatusCode::kDataLoss, "a read failed with " + next.status().ToString());
   }

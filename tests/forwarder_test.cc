@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/crypto.h"
@@ -335,6 +336,8 @@ TEST_F(ForwarderTest, PointsOfOneStepAreOneLineWhereTheLaterValueOfANameWins) {
   EXPECT_EQ(two["lr"], 0.2);
   EXPECT_EQ(two["eval_loss"], 2.75);
   EXPECT_EQ(two.size(), 6u) << two;  // three values, _step, _timestamp, _runtime
+  std::vector<absl::string_view> around_loss = absl::StrSplit(content[1].get<std::string>(), "\"loss\":");
+  EXPECT_EQ(around_loss.size(), 2u) << "one loss key in the line: " << content[1];
   nlohmann::json three = nlohmann::json::parse(content[2].get<std::string>());
   EXPECT_EQ(three.size(), 4u) << "step 3 has only its own loss: " << three;
   nlohmann::json summary =

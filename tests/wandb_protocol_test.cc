@@ -43,13 +43,30 @@ nlohmann::json Expected(const std::vector<std::string>& names, const std::vector
             {"wandb-summary.json", {{"offset", 0}, {"content", {summary}}}}}}};
 }
 
+// The line as nlohmann writes it with the keys in the order HistoryContent writes them: the row's
+// values (the reserved names left out), then _step, _timestamp, _runtime.
+nlohmann::ordered_json OrderedLine(const std::vector<std::string>& names, const TestRow& r) {
+  nlohmann::ordered_json line = nlohmann::ordered_json::object();
+  for (const NamedValue& v : r.values) {
+    const std::string& name = names[v.name];
+    if (name == "_step" || name == "_timestamp" || name == "_runtime") continue;
+    line[name] = std::isfinite(v.value) ? nlohmann::ordered_json(v.value) : nlohmann::ordered_json(nullptr);
+  }
+  line["_step"] = r.step;
+  line["_timestamp"] = r.time;
+  line["_runtime"] = r.runtime;
+  return line;
+}
+
 TEST(FileStreamBody, HistoryLinesReadBackAsTheObjectsNlohmannWritesForAnyNameAndValue) {
   const double inf = std::numeric_limits<double>::infinity();
-  // Names a damaged or hand-made spool may hold (ingest allows fewer), and one W&B reserves.
-  const std::vector<std::string> names = {"loss", "we\"ird\\name", "\xc3\xbc/metric", "_step", "lr", "tab\there"};
+  // Names ingest refuses but JSON must carry (a quote, a backslash, UTF-8, a tab), and the three
+  // W&B reserves for its own fields.
+  const std::vector<std::string> names = {"loss", "we\"ird\\name", "\xc3\xbc/metric", "_step",
+                                          "lr",   "tab\there",     "_timestamp",      "_runtime"};
   const std::vector<TestRow> rows = {
       {1, 1700000000.25, 0.5, {{0, 2.5}, {1, 1e-5}, {2, 100.0}, {4, 0.1}}},
-      {2, 1700000001.125, 1.375, {{0, std::nan("")}, {1, inf}, {2, -inf}, {3, 7.0}, {5, -0.0}}},
+      {2, 1700000001.125, 1.375, {{0, std::nan("")}, {1, inf}, {2, -inf}, {3, 7.0}, {5, -0.0}, {6, 1.0}, {7, 2.0}}},
       {3, 1700000002.0, 2.0, {}},
       {4, 1700000003.5, 3.5, {{4, 1e300}, {0, 5e-324}, {2, 123456789.125}, {5, -2.2250738585072014e-308}}},
   };
@@ -70,10 +87,12 @@ TEST(FileStreamBody, HistoryLinesReadBackAsTheObjectsNlohmannWritesForAnyNameAnd
     nlohmann::json line = nlohmann::json::parse(text, nullptr, false);
     ASSERT_FALSE(line.is_discarded()) << "line " << i << " is not JSON: " << text;
     EXPECT_EQ(line, want["files"]["wandb-history.jsonl"]["content"][i]) << "line " << i << ": " << text;
-    // The same text for every number as nlohmann writes it (its dump() sorts the keys).
-    EXPECT_EQ(line.dump(), want["files"]["wandb-history.jsonl"]["content"][i].dump());
-    std::vector<absl::string_view> around_step = absl::StrSplit(text, "\"_step\"");
-    EXPECT_EQ(around_step.size(), 2u) << "a metric named _step must not give the line a second _step key: " << text;
+    // Byte for byte what nlohmann writes for the same keys in the same order: every number's text too.
+    EXPECT_EQ(text, OrderedLine(names, rows[i]).dump());
+    for (const char* reserved : {"\"_step\"", "\"_timestamp\"", "\"_runtime\""}) {
+      std::vector<absl::string_view> around = absl::StrSplit(text, reserved);
+      EXPECT_EQ(around.size(), 2u) << "a metric named " << reserved << " must not give the line a second key: " << text;
+    }
     content[i] = line;
   }
   EXPECT_EQ(got, want);

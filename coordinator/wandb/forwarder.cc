@@ -55,21 +55,28 @@ struct RowBatch {
 RowBatch BatchRows(const Points& read, int64_t last_step, size_t max_bytes) {
   RowBatch b;
   b.values.reserve(read.values.size());
+  // Where each name's value sits in the last row: merging a point into it costs one lookup per
+  // value, however wide the row. Valid for a name while its row_of entry is that row's number.
+  std::vector<size_t> slot(read.names.size());
+  std::vector<size_t> row_of(read.names.size(), 0);
+  auto place = [&](const NamedValue& v) {
+    row_of[v.name] = b.rows.size();
+    slot[v.name] = b.values.size();
+    b.values.push_back(v);
+  };
   size_t bytes = 0;
   for (const Points::Point& p : read.points) {
     const NamedValue* first = read.values.data() + p.begin;
     const NamedValue* last = read.values.data() + p.end;
     if (!b.rows.empty() && b.rows.back().step == p.step) {
-      Row& row = b.rows.back();  // the last row: its values end the array
       for (const NamedValue* v = first; v != last; ++v) {
-        auto same = std::find_if(b.values.begin() + static_cast<std::ptrdiff_t>(row.begin), b.values.end(),
-                                 [&](const NamedValue& w) { return w.name == v->name; });
-        if (same != b.values.end()) {
-          same->value = v->value;
+        if (row_of[v->name] == b.rows.size()) {
+          b.values[slot[v->name]].value = v->value;
         } else {
-          b.values.push_back(*v);
+          place(*v);
         }
       }
+      Row& row = b.rows.back();  // the last row: its values end the array
       row.end = b.values.size();
       ++row.points;
       ++b.consumed;
@@ -81,9 +88,9 @@ RowBatch BatchRows(const Points& read, int64_t last_step, size_t max_bytes) {
       continue;
     }
     if (bytes > max_bytes) break;
-    b.rows.push_back(
-        Row{p.step, p.time, b.values.size(), b.values.size() + (p.end - p.begin), 1, b.consumed, b.skipped});
-    b.values.insert(b.values.end(), first, last);
+    b.rows.push_back(Row{p.step, p.time, b.values.size(), b.values.size(), 1, b.consumed, b.skipped});
+    for (const NamedValue* v = first; v != last; ++v) place(*v);
+    b.rows.back().end = b.values.size();
     bytes += 64 + (p.end - p.begin) * 48;
     last_step = p.step;
     ++b.consumed;
