@@ -348,6 +348,10 @@ absl::StatusOr<Points> Spool::Read(int64_t from, size_t max_points) const {
   PointsBuilder builder(&out);
   std::vector<uint32_t> column_names;
   out.points.reserve(static_cast<size_t>(to - from));
+  // Every value read takes at least a double's 8 bytes of the records: room for that many once,
+  // so the values are never copied as they grow (growing them cost page faults on every post),
+  // and never more than twice the bytes read, however wide a record is.
+  out.values.reserve(buf.size() / sizeof(double));
   for (size_t pos = 0; pos < buf.size() && point < to;) {
     uint32_t len = 0;
     std::memcpy(&len, buf.data() + pos, sizeof(len));
@@ -367,11 +371,6 @@ absl::StatusOr<Points> Spool::Read(int64_t from, size_t max_points) const {
     const size_t width = static_cast<size_t>(columns.names_size());
     column_names.clear();
     for (const std::string& name : columns.names()) column_names.push_back(builder.NameIndex(name));
-    // Room for this record's points in the read, at least doubling, so the values are copied
-    // seldom as they grow. (Sized by this record only: one wide record must not size the rest.)
-    const int64_t in_read = std::min<int64_t>(to, point + columns.steps_size()) - std::max(point, from);
-    const size_t want = out.values.size() + static_cast<size_t>(std::max<int64_t>(0, in_read)) * width;
-    if (want > out.values.capacity()) out.values.reserve(std::max(want, 2 * out.values.capacity()));
     for (int i = 0; i < columns.steps_size() && point < to; ++i, ++point) {
       if (point < from) continue;
       builder.StartPoint(columns.steps(i), columns.times(i));
