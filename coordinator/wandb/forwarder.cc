@@ -104,11 +104,11 @@ HistoryContent HistoryLines(const RowBatch& batch, const std::vector<std::string
                             std::map<std::string, double>* latest) {
   HistoryContent lines(names);
   lines.Reserve(batch.rows.size() * 96 + batch.values.size() * 32);  // about what a line and a value take
+  auto runtime = [&](const Row& r) { return st.runtime_base + std::max(0.0, r.time - st.start_time); };
   std::vector<std::optional<double>> newest(names.size());
   for (const Row& r : batch.rows) {
-    double runtime = st.runtime_base + std::max(0.0, r.time - st.start_time);
     absl::Span<const NamedValue> values(batch.values.data() + r.begin, r.end - r.begin);
-    lines.AddLine(r.step, r.time, runtime, values);
+    lines.AddLine(r.step, r.time, runtime(r), values);
     for (const NamedValue& v : values) newest[v.name] = v.value;
   }
   for (size_t i = 0; i < names.size(); ++i) {
@@ -117,7 +117,7 @@ HistoryContent HistoryLines(const RowBatch& batch, const std::vector<std::string
   if (!batch.rows.empty()) {
     const Row& r = batch.rows.back();
     (*latest)["_step"] = static_cast<double>(r.step);
-    (*latest)["_runtime"] = st.runtime_base + std::max(0.0, r.time - st.start_time);
+    (*latest)["_runtime"] = runtime(r);
     (*latest)["_timestamp"] = r.time;
   }
   return lines;
