@@ -170,8 +170,11 @@ void Coordinator::MetricPipeline::StorePass() {
 void Coordinator::MetricPipeline::DeliverPass(std::vector<Waiting>& pass, const absl::Status& status) {
   std::vector<RunObserver*> observers;
   if (status.ok()) observers = coordinator_.Observers();
+  if (status.ok()) {
+    for (Waiting& w : pass) Deliver(*w.run, w.batch, observers);
+    for (RunObserver* o : observers) o->OnMetricPassEnd();
+  }
   for (Waiting& w : pass) {
-    if (status.ok()) Deliver(*w.run, w.batch, observers);
     w.run->metric_bytes_held.fetch_sub(w.bytes);
     {
       absl::MutexLock lock(&mu_);

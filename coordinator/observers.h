@@ -17,6 +17,10 @@ class RunObserver {
   virtual ~RunObserver() = default;
   virtual void OnRunChanged(const v1::Run& run) = 0;
   virtual void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) = 0;
+  // Every batch of one delivery pass has been given to OnMetrics: an observer that buffers them
+  // (the W&B spool, one write per pass) makes them durable here, before any stream that sent them
+  // is told they were delivered.
+  virtual void OnMetricPassEnd() {}
 };
 
 class RpcObserver {

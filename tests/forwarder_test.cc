@@ -144,7 +144,12 @@ class ForwarderTest : public ::testing::Test {
       p->set_time(UnixNow() - age_s);
       (*p->mutable_values())["loss"] = 10.0 - step;
     }
+    Deliver(run, batch);
+  }
+  // One delivery pass of one batch, as the coordinator's metric pipeline makes it.
+  void Deliver(const v1::Run& run, const v1::MetricBatch& batch) {
     forwarder_->OnMetrics(run, batch);
+    forwarder_->OnMetricPassEnd();
   }
 
   // Serves whatever is due, as the workers would, advancing the clock to the next due moment up
@@ -324,7 +329,7 @@ TEST_F(ForwarderTest, PointsOfOneStepAreOneLineWhereTheLaterValueOfANameWins) {
   add(2, {{"loss", 2.5}, {"lr", 0.2}});
   add(2, {{"eval_loss", 2.75}, {"loss", 2.25}});
   add(3, {{"loss", 2.0}});
-  forwarder_->OnMetrics(run_, batch);
+  Deliver(run_, batch);
   RunFor(absl::Seconds(1));
   std::vector<Posted> streams = Streams();
   ASSERT_EQ(streams.size(), 1u);

@@ -125,6 +125,59 @@ TEST(Spool, PointsOfBothRecordFormsReadBackInOrderFromAnyPointAcrossAReload) {
   }
 }
 
+// Batches staged during one delivery pass are invisible until flushed, then read back as if each
+// had been appended on its own, in order, after what was already there and before what follows;
+// a reload finds the same points.
+TEST(Spool, StagedBatchesAreWrittenAtFlushAsIfAppendedOneByOne) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.Sub("spool");
+  absl::StatusOr<std::unique_ptr<Spool>> spool = Spool::Open(dir, Meta());
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  v1::MetricBatch first;
+  *first.mutable_columns() = Columns(1, 2);
+  ASSERT_TRUE((*spool)->Append(first).ok());
+  const int64_t bytes_before = static_cast<int64_t>(ReadFile(JoinPath(dir, "points.bin"))->size());
+
+  v1::MetricBatch second;
+  *second.mutable_columns() = Columns(3, 3);
+  v1::MetricBatch third;
+  v1::MetricPoint* p = third.add_points();
+  p->set_step(6);
+  p->set_time(1006.0);
+  (*p->mutable_values())["loss"] = 1.5;
+  v1::MetricBatch fourth;
+  *fourth.mutable_columns() = Columns(7, 2);
+  (*spool)->Stage(second);
+  (*spool)->Stage(third);
+  (*spool)->Stage(fourth);
+  EXPECT_EQ((*spool)->size(), 2) << "staged points are read before they are written";
+  EXPECT_EQ((*spool)->staged_points(), 6);
+  EXPECT_EQ(static_cast<int64_t>(ReadFile(JoinPath(dir, "points.bin"))->size()), bytes_before);
+  ASSERT_TRUE((*spool)->Flush().ok());
+  EXPECT_EQ((*spool)->staged_points(), 0);
+  EXPECT_EQ((*spool)->size(), 8);
+  v1::MetricBatch fifth;
+  *fifth.mutable_columns() = Columns(9, 1);
+  ASSERT_TRUE((*spool)->Append(fifth).ok());
+
+  const std::vector<int64_t> all{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (int64_t from = 0; from < 9; ++from) {
+    absl::StatusOr<Points> read = (*spool)->Read(from, 100);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(Steps(*read), std::vector<int64_t>(all.begin() + from, all.end())) << "from point " << from;
+  }
+  absl::StatusOr<Points> read = (*spool)->Read(4, 3);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->ValuesOf(0), (std::map<std::string, double>{{"loss", 12.0}, {"lr", 0.5}}));  // step 5
+  EXPECT_EQ(read->ValuesOf(1), (std::map<std::string, double>{{"loss", 1.5}}));                // step 6
+  EXPECT_EQ(read->ValuesOf(2), (std::map<std::string, double>{{"loss", 10.0}, {"lr", 0.5}}));  // step 7
+  spool->reset();
+  absl::StatusOr<std::unique_ptr<Spool>> again = Spool::Load(dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->size(), 9);
+  EXPECT_EQ(Steps(*(*again)->Read(0, 100)), all);
+}
+
 // A columns record whose arrays disagree (a damaged disk) is refused when read, naming the spool;
 // the points before it still read.
 TEST(Spool, AColumnsRecordWhoseArraysDisagreeIsDataLossWhenRead) {

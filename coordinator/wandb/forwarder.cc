@@ -413,6 +413,7 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
   for (auto& [t, dt_run] : rebind) {
     // A W&B run this coordinator already served now belongs to a new dt run: start a new session.
     absl::MutexLock tl(&t->mu);
+    FlushStaged(*t);  // the earlier dt run's last points belong to its session
     if (absl::Status st = t->spool->Rebind(dt_run); !st.ok()) DT_LOG(Error) << st;
     t->checked = false;
     t->upserted = false;
@@ -432,27 +433,51 @@ void Forwarder::OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) {
       if (stats_ != nullptr) stats_->CountDroppedPoints("spool_full", points);
       return;
     }
-    if (absl::Status s = target->spool->Append(batch); !s.ok()) {
-      DT_LOG(Error) << s.message();
-      if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", points);
-      return;
-    }
-    target->spooled = target->spool->size();
-    if (target->finished) {
-      // Points after the final post (a rank's last flush once the run had ended): W&B takes no
-      // more history for a run it saw complete, so the run is resumed first, as the SDK resumes
-      // one (check, upsert), then streamed, then finished again.
-      target->finished = false;
-      target->checked = false;
-      target->upserted = false;
-    }
+    target->spool->Stage(batch);
+  }
+  absl::MutexLock lock(&mu_);
+  if (!target->staged) {
+    target->staged = true;
+    staged_.push_back(target);
+  }
+}
+
+void Forwarder::OnMetricPassEnd() {
+  std::vector<Target*> staged;
+  {
+    absl::MutexLock lock(&mu_);
+    staged.swap(staged_);
+    for (Target* t : staged) t->staged = false;
+  }
+  if (staged.empty()) return;
+  for (Target* target : staged) {
+    absl::MutexLock tl(&target->mu);
+    FlushStaged(*target);
   }
   absl::MutexLock lock(&mu_);
   work_.Signal();
 }
 
+void Forwarder::FlushStaged(Target& t) {
+  const int64_t points = t.spool->staged_points();
+  if (absl::Status s = t.spool->Flush(); !s.ok()) {
+    DT_LOG(Error) << s.message();
+    if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", points);
+    return;
+  }
+  t.spooled = t.spool->size();
+  if (t.finished && points > 0) {
+    // Points after the final post (a rank's last flush once the run had ended): W&B takes no
+    // more history for a run it saw complete, so the run is resumed first, as the SDK resumes
+    // one (check, upsert), then streamed, then finished again.
+    t.finished = false;
+    t.checked = false;
+    t.upserted = false;
+  }
+}
+
 bool Forwarder::SpoolHasRoom(Target& t) {
-  int64_t waiting = t.spool->unacked_bytes();
+  int64_t waiting = t.spool->unacked_bytes() + t.spool->staged_bytes();
   bool full = waiting >= options_.max_spool_bytes;
   if (full && !t.spool_full) {
     DT_LOG(Warning) << "W&B run " << t.name << ": " << waiting << " bytes of points wait for W&B, the limit of "

@@ -76,7 +76,10 @@ class Forwarder : public RunObserver {
   void Stop();
 
   void OnRunChanged(const v1::Run& run) override;
+  // Stages the batch's points in its W&B run's spool; OnMetricPassEnd writes them.
   void OnMetrics(const v1::Run& run, const v1::MetricBatch& batch) override;
+  // Writes each spool's staged points (one write per W&B run per pass) and wakes the workers.
+  void OnMetricPassEnd() override;
 
   // The W&B runs of dt run `dt_run_id` (none when its metrics do not go to W&B).
   std::vector<WandbRunInfo> RunsOf(const std::string& dt_run_id) const;
@@ -127,6 +130,7 @@ class Forwarder : public RunObserver {
     // Scheduling and routing (guarded by the forwarder's mu_).
     std::string dt_run_id;  // the dt run this W&B run belongs to now (the spool's copy is under `mu`)
     bool busy = false;
+    bool staged = false;  // in staged_
     absl::Time due = absl::InfinitePast();
     absl::Duration backoff = absl::ZeroDuration();
   };
@@ -190,6 +194,8 @@ class Forwarder : public RunObserver {
   // Whether the target's spool is under max_spool_bytes of points W&B has not accepted; says so
   // in the log when that changes.
   bool SpoolHasRoom(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // Writes the target's staged points to its spool; a failed write counts them as dropped.
+  void FlushStaged(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   void Backoff(Target& t, const HttpResult& r);
   void SetDue(Target& t, absl::Time due);
 
@@ -204,6 +210,8 @@ class Forwarder : public RunObserver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Existing W&B runs taken over by a new dt run, rebound outside mu_ (lock order: target, then mu_).
   std::vector<std::pair<Target*, std::string>> rebind_ ABSL_GUARDED_BY(mu_);
+  // Targets with points staged since the last OnMetricPassEnd (delivery passes run one at a time).
+  std::vector<Target*> staged_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> opening_ ABSL_GUARDED_BY(mu_);  // targets_ keys whose spool is being opened
   std::vector<std::thread> workers_;
 };

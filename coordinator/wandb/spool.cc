@@ -242,32 +242,29 @@ void AppendRecord(std::string* buf, Write write) {
 
 }  // namespace
 
-absl::Status Spool::Append(const v1::MetricBatch& batch) {
-  if (unaligned_) {
-    return absl::DataLossError(absl::StrCat("the W&B spool in ", dir_,
-                                            " has a torn record that could not be cut off; it takes no more points "
-                                            "until the coordinator restarts and reopens it"));
-  }
-  int64_t file_bytes, points;
-  {
-    // The caller's lock makes this the only appender: these change only here.
+void Spool::Stage(const v1::MetricBatch& batch) {
+  if (staged_.empty()) {
+    // The caller's lock makes this the only appender: these change only in Flush.
     absl::MutexLock lock(&index_mu_);
-    file_bytes = file_bytes_;
-    points = points_;
+    staged_from_bytes_ = file_bytes_;
+    staged_from_points_ = points_;
+    staged_points_ = 0;
   }
-  std::string buf;
-  std::vector<Record> added;
+  auto next_record = [&] {
+    return Record{staged_from_bytes_ + static_cast<int64_t>(staged_.size()), staged_from_points_ + staged_points_};
+  };
   for (const v1::MetricPoint& p : batch.points()) {
-    added.push_back(Record{file_bytes + static_cast<int64_t>(buf.size()), points++});
-    AppendRecord(&buf, [&] { p.AppendToString(&buf); });  // MetricSpoolRecord's fields 1-3
+    staged_records_.push_back(next_record());
+    ++staged_points_;
+    AppendRecord(&staged_, [&] { p.AppendToString(&staged_); });  // MetricSpoolRecord's fields 1-3
   }
   if (batch.columns().steps_size() > 0) {
-    added.push_back(Record{file_bytes + static_cast<int64_t>(buf.size()), points});
-    points += batch.columns().steps_size();
-    AppendRecord(&buf, [&] {
+    staged_records_.push_back(next_record());
+    staged_points_ += batch.columns().steps_size();
+    AppendRecord(&staged_, [&] {
       using google::protobuf::internal::WireFormatLite;
       const v1::MetricColumns& columns = batch.columns();
-      google::protobuf::io::StringOutputStream stream(&buf);
+      google::protobuf::io::StringOutputStream stream(&staged_);
       google::protobuf::io::CodedOutputStream coded(&stream);
       WireFormatLite::WriteTag(v1::MetricSpoolRecord::kColumnsFieldNumber, WireFormatLite::WIRETYPE_LENGTH_DELIMITED,
                                &coded);
@@ -275,10 +272,25 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
       columns.SerializeWithCachedSizes(&coded);
     });
   }
+}
+
+absl::Status Spool::Flush() {
+  if (staged_.empty()) return absl::OkStatus();
+  std::string buf = std::move(staged_);
+  std::vector<Record> added = std::move(staged_records_);
+  staged_.clear();
+  staged_records_.clear();
+  const int64_t points = staged_from_points_ + staged_points_;
+  staged_points_ = 0;
+  if (unaligned_) {
+    return absl::DataLossError(absl::StrCat("the W&B spool in ", dir_,
+                                            " has a torn record that could not be cut off; it takes no more points "
+                                            "until the coordinator restarts and reopens it"));
+  }
   if (int err = WriteFully(fd_, buf.data(), buf.size()); err != 0) {
     // Cut off what was written: the next record must start where the index says. Where even
     // that fails, the file no longer ends where the index does, and appending stops.
-    unaligned_ = ::ftruncate(fd_, static_cast<off_t>(file_bytes)) != 0;
+    unaligned_ = ::ftruncate(fd_, static_cast<off_t>(staged_from_bytes_)) != 0;
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot append to the W&B spool in ", dir_, ": ", std::strerror(err)));
   }
@@ -288,6 +300,11 @@ absl::Status Spool::Append(const v1::MetricBatch& batch) {
   points_ = points;
   dirty_ = true;
   return absl::OkStatus();
+}
+
+absl::Status Spool::Append(const v1::MetricBatch& batch) {
+  Stage(batch);
+  return Flush();
 }
 
 std::map<std::string, double> Points::ValuesOf(size_t i) const {
