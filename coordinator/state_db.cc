@@ -110,7 +110,12 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   std::unique_ptr<StateDb> state(new StateDb(db));
   absl::MutexLock lock(&state->mu_);
   sqlite3_busy_timeout(db, 5000);
-  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", "PRAGMA foreign_keys=ON;"}) {
+  // 16 KiB pages for a new database (an existing one keeps its own): metric batches are most of
+  // what is written, and SQLite writes the log a page at a time (a header and a page, two writes
+  // per page, and a third when checkpointed). With 4 KiB pages that was 42,000 writes a second
+  // under ingest, and metric ingest read 0.73x of what it reads with 16 KiB (bench/findings.md).
+  for (const char* pragma : {"PRAGMA page_size=16384;", "PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
+                             "PRAGMA foreign_keys=ON;"}) {
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;
   }
   if (absl::Status s = state->CheckIsOurs(path); !s.ok()) return s;

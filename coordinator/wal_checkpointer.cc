@@ -1,16 +1,33 @@
 #include "coordinator/wal_checkpointer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
 namespace dt {
 namespace {
 
-// SQLite's own autocheckpoint threshold (pages of the page size, 4 KiB by default).
-constexpr int kCheckpointPages = 1000;
-// A log this long means the writer never paused long enough for the thread to catch up: the
-// writer then checkpoints itself, as SQLite would have at a sixteenth of it.
-constexpr int kWriterCheckpointPages = 16 * kCheckpointPages;
+// SQLite's own autocheckpoint threshold, 1,000 pages of its default 4 KiB, kept in bytes: the
+// state database's pages are larger (StateDb), and a threshold in pages would let the log grow
+// with them.
+constexpr int64_t kCheckpointBytes = 1000 * 4096;
+// A log this many times the threshold means the writer never paused long enough for the thread
+// to catch up: the writer then checkpoints itself, as SQLite would have at a sixteenth of it.
+constexpr int kWriterCheckpointFactor = 16;
+
+// The database's page size, as `db` reads it.
+absl::StatusOr<int64_t> PageSize(sqlite3* db) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, "PRAGMA page_size;", -1, &st, nullptr) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW) {
+    std::string msg = sqlite3_errmsg(db);
+    sqlite3_finalize(st);
+    return absl::FailedPreconditionError(msg);
+  }
+  int64_t size = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return size;
+}
 
 }  // namespace
 
@@ -32,10 +49,18 @@ absl::StatusOr<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(const st
     sqlite3_close(db);
     return absl::FailedPreconditionError(absl::StrCat("cannot read state database ", path, " for checkpoints: ", msg));
   }
-  return std::unique_ptr<WalCheckpointer>(new WalCheckpointer(db, writer));
+  absl::StatusOr<int64_t> page_size = PageSize(db);
+  if (!page_size.ok() || *page_size <= 0) {
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the page size of state database ", path, ": ", page_size.status().message()));
+  }
+  const int pages = static_cast<int>(std::max<int64_t>(1, kCheckpointBytes / *page_size));
+  return std::unique_ptr<WalCheckpointer>(new WalCheckpointer(db, writer, pages));
 }
 
-WalCheckpointer::WalCheckpointer(sqlite3* db, sqlite3* writer) : db_(db), writer_(writer) {
+WalCheckpointer::WalCheckpointer(sqlite3* db, sqlite3* writer, int checkpoint_pages)
+    : db_(db), writer_(writer), checkpoint_pages_(checkpoint_pages) {
   sqlite3_wal_hook(writer_, &WalCheckpointer::OnCommit, this);  // replaces SQLite's autocheckpoint
   thread_ = std::thread([this] { Loop(); });
 }
@@ -47,7 +72,7 @@ WalCheckpointer::~WalCheckpointer() {
   }
   thread_.join();
   sqlite3_wal_hook(writer_, nullptr, nullptr);
-  sqlite3_wal_autocheckpoint(writer_, kCheckpointPages);
+  sqlite3_wal_autocheckpoint(writer_, checkpoint_pages_);
   sqlite3_close(db_);
 }
 
@@ -65,11 +90,11 @@ bool WalCheckpointer::WantedOrStopping() const { return (wanted_ && !writer_turn
 // starts the log over, and it never waits for a reader (a long one keeps the log, as before).
 int WalCheckpointer::OnCommit(void* self, sqlite3* writer, const char* db_name, int log_pages) {
   auto* c = static_cast<WalCheckpointer*>(self);
-  if (log_pages < kCheckpointPages) return SQLITE_OK;
+  if (log_pages < c->checkpoint_pages_) return SQLITE_OK;
   {
     absl::MutexLock lock(&c->mu_);
     c->wanted_ = true;
-    if (log_pages < kWriterCheckpointPages) return SQLITE_OK;
+    if (log_pages < kWriterCheckpointFactor * c->checkpoint_pages_) return SQLITE_OK;
     c->writer_turn_ = true;
     c->mu_.Await(absl::Condition(
         +[](bool* running) { return !*running; }, &c->running_));

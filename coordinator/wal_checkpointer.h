@@ -1,10 +1,10 @@
 // Checkpoints the state database's write-ahead log on a thread of its own.
 //
 // SQLite's default moves the WAL's pages into the database file inside the commit that takes the
-// WAL past 1,000 pages, on the committing connection: under metric ingest that was the writer,
-// holding the state database's lock, copying pages and syncing. With the checkpointer, a commit
-// past the threshold only wakes this thread, which checkpoints on a second connection while the
-// writer goes on (SQLite's PASSIVE mode). The log starts over at the first commit after a
+// WAL past 1,000 pages (4 MB of its default pages; this threshold is those 4 MB, whatever the page size), on the
+// committing connection: under metric ingest that was the writer, holding the state database's lock, copying pages and
+// syncing. With the checkpointer, a commit past the threshold only wakes this thread, which checkpoints on a second
+// connection while the writer goes on (SQLite's PASSIVE mode). The log starts over at the first commit after a
 // checkpoint caught up with it. A writer that never pauses long enough for that checkpoints
 // itself once the log reaches 16 times the threshold, which bounds it while no reader holds the
 // log (a read that lasts keeps it growing, as with SQLite's own checkpoints). Durability is
@@ -38,13 +38,14 @@ class WalCheckpointer {
   int64_t checkpoints() const;
 
  private:
-  WalCheckpointer(sqlite3* db, sqlite3* writer);
+  WalCheckpointer(sqlite3* db, sqlite3* writer, int checkpoint_pages);
   static int OnCommit(void* self, sqlite3* writer, const char* db_name, int log_pages);
   void Loop();
   bool WantedOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  sqlite3* const db_;      // used by the thread only
-  sqlite3* const writer_;  // its hook is ours until the destructor
+  sqlite3* const db_;           // used by the thread only
+  sqlite3* const writer_;       // its hook is ours until the destructor
+  const int checkpoint_pages_;  // the log's length that wakes the thread: 4 MB of the database's pages
   mutable absl::Mutex mu_;
   bool wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -29,24 +29,31 @@ int64_t FileSize(const std::string& path) {
 }
 
 // A writer as StateDb's: WAL, synchronous=NORMAL, and a 5 s busy timeout (what a checkpoint
-// waiting for readers would make a commit wait).
-void OpenWriter(const std::string& path, sqlite3** writer) {
+// waiting for readers would make a commit wait); pages of `page_size` bytes.
+void OpenWriter(const std::string& path, sqlite3** writer, int page_size = 4096) {
   ASSERT_EQ(sqlite3_open_v2(path.c_str(), writer, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                             nullptr),
             SQLITE_OK);
   sqlite3_busy_timeout(*writer, 5000);
-  Exec(*writer, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
+  Exec(*writer, "PRAGMA page_size=" + std::to_string(page_size) +
+                    "; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                    "CREATE TABLE t (id INTEGER PRIMARY KEY, b BLOB);");
 }
 
-TEST(WalCheckpointer, TheLogStaysBoundedWhileAWriterCommitsAndEveryCommitIsKept) {
+// With SQLite's default pages (4 KiB) and with the state database's (16 KiB): the bound is in
+// bytes, so larger pages do not let the log grow larger.
+class WalCheckpointerPages : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(PageSizes, WalCheckpointerPages, ::testing::Values(4096, 16384));
+
+TEST_P(WalCheckpointerPages, TheLogStaysBoundedWhileAWriterCommitsAndEveryCommitIsKept) {
   testing::TempDir tmp;
   const std::string path = JoinPath(tmp.path(), "state.db");
   sqlite3* writer = nullptr;
-  ASSERT_NO_FATAL_FAILURE(OpenWriter(path, &writer));
+  ASSERT_NO_FATAL_FAILURE(OpenWriter(path, &writer, GetParam()));
   absl::StatusOr<std::unique_ptr<WalCheckpointer>> checkpointer = WalCheckpointer::Start(path, writer);
   ASSERT_TRUE(checkpointer.ok()) << checkpointer.status();
 
-  // 4,000 commits of 40 KB (160 MB, 40,000 pages) with no pause between them, as under ingest.
+  // 4,000 commits of 40 KB (160 MB; 40,000 pages of 4 KiB) with no pause between them, as under ingest.
   // Without checkpoints the log would hold all of it; SQLite's own checkpoint is off (the hook).
   constexpr int kCommits = 4000;
   int64_t largest_log = 0;
@@ -59,7 +66,7 @@ TEST(WalCheckpointer, TheLogStaysBoundedWhileAWriterCommitsAndEveryCommitIsKept)
   }
   sqlite3_finalize(insert);
   EXPECT_GT((*checkpointer)->checkpoints(), 0);
-  // The log restarts once a checkpoint has caught up; at worst at 16,000 pages (66 MB with the
+  // The log restarts once a checkpoint has caught up; at worst at 16 times 4 MB (66 MB with the
   // frames' headers), where the writer checkpoints itself. Unbounded, it would reach 160 MB.
   EXPECT_LT(largest_log, 80 << 20) << "the write-ahead log grew to " << largest_log << " bytes";
 
