@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<StateDb>> StateDb::Open(const std::string& path) 
   // 16 KiB pages for a new database (an existing one keeps its own): metric batches are most of
   // what is written, and SQLite writes the log a page at a time (a header and a page, two writes
   // per page, and a third when checkpointed). With 4 KiB pages that was 42,000 writes a second
-  // under ingest, and metric ingest read 0.73x of what it reads with 16 KiB (bench/findings.md).
+  // under ingest, which read about 0.8x of what it reads with 16 KiB (bench/findings.md, 12-02).
   for (const char* pragma : {"PRAGMA page_size=16384;", "PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;",
                              "PRAGMA foreign_keys=ON;"}) {
     if (absl::Status s = state->Exec(pragma); !s.ok()) return s;

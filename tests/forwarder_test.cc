@@ -69,6 +69,12 @@ class ScriptedWandb {
     absl::MutexLock lock(&mu_);
     return posts_;
   }
+  // Runs `f` with the body of the next file_stream post while that post is in flight (before it
+  // is answered), once.
+  void DuringNextStreamPost(std::function<void(const std::string& body)> f) {
+    absl::MutexLock lock(&mu_);
+    during_stream_post_ = std::move(f);
+  }
 
  private:
   class Poster : public HttpPoster {
@@ -81,6 +87,12 @@ class ScriptedWandb {
   };
 
   HttpResult Post(const std::string& url, const std::string& body) {
+    std::function<void(const std::string&)> during;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!absl::EndsWith(url, "/graphql")) during = std::exchange(during_stream_post_, nullptr);
+    }
+    if (during) during(body);
     absl::MutexLock lock(&mu_);
     posts_.push_back({url, nlohmann::json::parse(body, nullptr, false), body, clock_->Now()});
     if (absl::EndsWith(url, "/graphql") && absl::StrContains(body, "upsertBucket")) {
@@ -101,6 +113,7 @@ class ScriptedWandb {
   std::deque<HttpResult> script_;
   std::string resume_ = R"({"data":{"model":null}})";
   std::vector<Posted> posts_;
+  std::function<void(const std::string&)> during_stream_post_;
 };
 
 class ForwarderTest : public ::testing::Test {
@@ -426,6 +439,36 @@ TEST_F(ForwarderTest, PointsAfterTheFinalPostResumeTheRunBeforeTheyAreStreamed) 
   EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
   EXPECT_EQ(streams.back().body["complete"], true);
   EXPECT_EQ(streams.back().body["exitcode"], 1);
+  EXPECT_TRUE(forwarder_->Idle());
+}
+
+// Points that arrive while the final post is on its way to W&B: once W&B accepts it, the run is
+// complete there, so it is resumed again (check, upsert), the points streamed, and finished again.
+TEST_F(ForwarderTest, PointsArrivingWhileTheFinalPostIsInFlightResumeTheRunAfterIt) {
+  Log(1, 3);
+  RunFor(absl::Seconds(3));
+  run_.set_state(v1::FAILED);
+  forwarder_->OnRunChanged(run_);
+  bool logged = false;
+  wandb_.DuringNextStreamPost([&](const std::string& body) {
+    EXPECT_THAT(body, HasSubstr("\"complete\":true"));  // the final post
+    wandb_.ExistingRun(/*lines=*/3, /*step=*/3, /*runtime=*/1);
+    Log(4, 5);
+    logged = true;
+  });
+  size_t before = wandb_.posts().size();
+  RunFor(absl::Seconds(10));
+  ASSERT_TRUE(logged);
+  std::vector<Posted> posts = wandb_.posts();
+  ASSERT_GE(posts.size(), before + 5u);
+  EXPECT_EQ(posts[before].body["complete"], true);
+  EXPECT_THAT(posts[before + 1].raw, HasSubstr("RunResumeStatus"));  // resumed after W&B completed it
+  EXPECT_THAT(posts[before + 2].raw, HasSubstr("upsertBucket"));
+  std::vector<Posted> streams = Streams();
+  const Posted& rows = streams[streams.size() - 2];
+  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["offset"], 3);
+  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
+  EXPECT_EQ(streams.back().body["complete"], true);
   EXPECT_TRUE(forwarder_->Idle());
 }
 

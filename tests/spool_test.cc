@@ -4,6 +4,8 @@
 #include "coordinator/wandb/spool.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cstring>
 #include <map>
@@ -176,6 +178,54 @@ TEST(Spool, StagedBatchesAreWrittenAtFlushAsIfAppendedOneByOne) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)->size(), 9);
   EXPECT_EQ(Steps(*(*again)->Read(0, 100)), all);
+}
+
+// A pass whose write fails (the disk full; here the file-size limit) is cut off again: its points
+// are refused with RESOURCE_EXHAUSTED naming the spool, the file ends where it did, and the next
+// pass is written and read back after the points before it, also after a reload.
+TEST(Spool, AFailedFlushLeavesTheFileAsItWasAndTheNextPassFollowsIt) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.Sub("spool");
+  const std::string points_bin = JoinPath(dir, "points.bin");
+  absl::StatusOr<std::unique_ptr<Spool>> spool = Spool::Open(dir, Meta());
+  ASSERT_TRUE(spool.ok()) << spool.status();
+  v1::MetricBatch first;
+  *first.mutable_columns() = Columns(1, 2);
+  ASSERT_TRUE((*spool)->Append(first).ok());
+  const size_t bytes_before = ReadFile(points_bin)->size();
+
+  v1::MetricBatch lost;
+  *lost.mutable_columns() = Columns(3, 200);
+  (*spool)->Stage(lost);
+  {
+    // Past this size a write(2) stops short, then fails with EFBIG (SIGXFSZ ignored).
+    struct rlimit old_limit = {};
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+    struct sigaction ignore = {}, old_action = {};
+    ignore.sa_handler = SIG_IGN;
+    ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old_action), 0);
+    struct rlimit small = old_limit;
+    small.rlim_cur = bytes_before + 100;
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    absl::Status flushed = (*spool)->Flush();
+    ::setrlimit(RLIMIT_FSIZE, &old_limit);
+    ::sigaction(SIGXFSZ, &old_action, nullptr);
+    EXPECT_EQ(flushed.code(), absl::StatusCode::kResourceExhausted) << flushed;
+    EXPECT_NE(flushed.message().find(dir), std::string::npos) << flushed;
+  }
+  EXPECT_EQ(ReadFile(points_bin)->size(), bytes_before);
+  EXPECT_EQ((*spool)->size(), 2);
+  EXPECT_EQ((*spool)->staged_points(), 0);
+
+  v1::MetricBatch next;
+  *next.mutable_columns() = Columns(203, 2);
+  ASSERT_TRUE((*spool)->Append(next).ok());
+  EXPECT_EQ(Steps(*(*spool)->Read(0, 100)), (std::vector<int64_t>{1, 2, 203, 204}));
+  EXPECT_EQ(Steps(*(*spool)->Read(2, 100)), (std::vector<int64_t>{203, 204}));
+  spool->reset();
+  absl::StatusOr<std::unique_ptr<Spool>> again = Spool::Load(dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Steps(*(*again)->Read(0, 100)), (std::vector<int64_t>{1, 2, 203, 204}));
 }
 
 // A columns record whose arrays disagree (a damaged disk) is refused when read, naming the spool;

@@ -452,28 +452,31 @@ void Forwarder::OnMetricPassEnd() {
   if (staged.empty()) return;
   for (Target* target : staged) {
     absl::MutexLock tl(&target->mu);
-    FlushStaged(*target);
+    // A batch after the final post (a rank's last flush once the run had ended; its summary alone
+    // too) reopens the W&B run.
+    if (FlushStaged(*target) && target->finished) ReopenFinished(*target);
   }
   absl::MutexLock lock(&mu_);
-  work_.Signal();
+  work_.SignalAll();  // a pass may have fed several W&B runs
 }
 
-void Forwarder::FlushStaged(Target& t) {
+bool Forwarder::FlushStaged(Target& t) {
   const int64_t points = t.spool->staged_points();
   if (absl::Status s = t.spool->Flush(); !s.ok()) {
     DT_LOG(Error) << s.message();
     if (stats_ != nullptr) stats_->CountDroppedPoints("spool_write_failed", points);
-    return;
+    return false;
   }
   t.spooled = t.spool->size();
-  if (t.finished && points > 0) {
-    // Points after the final post (a rank's last flush once the run had ended): W&B takes no
-    // more history for a run it saw complete, so the run is resumed first, as the SDK resumes
-    // one (check, upsert), then streamed, then finished again.
-    t.finished = false;
-    t.checked = false;
-    t.upserted = false;
-  }
+  return true;
+}
+
+void Forwarder::ReopenFinished(Target& t) {
+  // W&B takes no more history for a run it saw complete, so the run is resumed first, as the SDK
+  // resumes one (check, upsert), then streamed, then finished again.
+  t.finished = false;
+  t.checked = false;
+  t.upserted = false;
 }
 
 bool Forwarder::SpoolHasRoom(Target& t) {
@@ -818,6 +821,8 @@ void Forwarder::Accepted(Target& t, const Request& req, const HttpResult& r) {
       t.finished = true;
       DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
                    << st.acked_lines << " history lines)";
+      // Points spooled while the final post was in flight.
+      if (t.spool->size() > st.acked_points) ReopenFinished(t);
       break;
     case Request::kHeartbeat:
       break;
@@ -838,6 +843,7 @@ void Forwarder::Refused(Target& t, const Request& req, const HttpResult& r) {
     st.finished = true;
     t.finished = true;
     t.spool->StateChanged();
+    if (t.spool->size() > st.acked_points) ReopenFinished(t);
   } else {
     // The run cannot be created or checked (bad key, no such entity): try again much later.
     SetDue(t, options_.clock->Now() + absl::Minutes(5));

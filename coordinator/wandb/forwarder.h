@@ -106,7 +106,7 @@ class Forwarder : public RunObserver {
   // sees `mu` in the ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) contracts below.
   struct Target {
     absl::Mutex mu;  // the spool's appends and state, and the session; never held across HTTP
-    // Set once. Append, state() and Rebind under `mu`; Read, Sync and FlushState are the spool's
+    // Set once. Stage, Flush, state() and Rebind under `mu`; Read, Sync and FlushState are the spool's
     // own (see Spool), so a worker does them without `mu`, and ingest never waits behind them.
     std::unique_ptr<Spool> spool;
     std::string api_key;
@@ -194,8 +194,11 @@ class Forwarder : public RunObserver {
   // Whether the target's spool is under max_spool_bytes of points W&B has not accepted; says so
   // in the log when that changes.
   bool SpoolHasRoom(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
-  // Writes the target's staged points to its spool; a failed write counts them as dropped.
-  void FlushStaged(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // Writes the target's staged points to its spool; false when the write failed (the points
+  // counted as dropped).
+  bool FlushStaged(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // Points or a summary came after W&B completed the run: resume it before streaming them.
+  void ReopenFinished(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   void Backoff(Target& t, const HttpResult& r);
   void SetDue(Target& t, absl::Time due);
 
@@ -210,7 +213,8 @@ class Forwarder : public RunObserver {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Existing W&B runs taken over by a new dt run, rebound outside mu_ (lock order: target, then mu_).
   std::vector<std::pair<Target*, std::string>> rebind_ ABSL_GUARDED_BY(mu_);
-  // Targets with points staged since the last OnMetricPassEnd (delivery passes run one at a time).
+  // Targets with points staged since the last OnMetricPassEnd. The coordinator's passes run one
+  // at a time; where they did not (tests), a pass would only flush another's points early.
   std::vector<Target*> staged_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> opening_ ABSL_GUARDED_BY(mu_);  // targets_ keys whose spool is being opened
   std::vector<std::thread> workers_;

@@ -243,6 +243,10 @@ void AppendRecord(std::string* buf, Write write) {
 }  // namespace
 
 void Spool::Stage(const v1::MetricBatch& batch) {
+  if (unaligned_) {
+    staged_points_ += MetricPointCount(batch);  // Flush refuses them (DATA_LOSS); its caller counts them dropped
+    return;
+  }
   if (staged_.empty()) {
     // The caller's lock makes this the only appender: these change only in Flush.
     absl::MutexLock lock(&index_mu_);
@@ -275,7 +279,7 @@ void Spool::Stage(const v1::MetricBatch& batch) {
 }
 
 absl::Status Spool::Flush() {
-  if (staged_.empty()) return absl::OkStatus();
+  if (staged_.empty() && !unaligned_) return absl::OkStatus();
   std::string buf = std::move(staged_);
   std::vector<Record> added = std::move(staged_records_);
   staged_.clear();

@@ -1,6 +1,7 @@
 // One W&B run's durable queue. Every metric point is appended to points.bin (length-prefixed
 // dt.v1.MetricSpoolRecord records: a batch's columns as one record, a point of the map form as one)
-// before anything is sent (write(2) per batch, so a killed coordinator loses nothing; fdatasync
+// before anything is sent (one write(2) per delivery pass, made before the streams that sent its
+// batches are answered, so a killed coordinator loses nothing acknowledged; fdatasync
 // about once a second against power loss). state.json records what W&B has accepted (points,
 // history lines, last step) and is replaced atomically after each accepted post, so a restart
 // resumes at the right offset and sends nothing twice. meta.json describes the W&B run.
@@ -60,7 +61,7 @@ struct SpoolMeta {
   std::string dt_run_id;
 };
 
-// The caller (the forwarder, under its W&B run's lock) serializes Append, state(), StateChanged,
+// The caller (the forwarder, under its W&B run's lock) serializes Stage, Flush, Append, state(), StateChanged,
 // SaveState and Rebind. Read, Sync, FlushState and size take the spool's own short locks, so a
 // worker reads points, syncs and writes state.json while the next batch is appended: no ingest
 // waits for a post's body to be built or for an fsync.
