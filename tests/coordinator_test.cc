@@ -911,6 +911,54 @@ TEST_F(CoordinatorTest, AStreamsEndWaitsForTheDeliveryOfItsLastBatch) {
   EXPECT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(30)));
 }
 
+// An observer that buffers a delivery pass (the W&B spool writes each pass once) has finished it
+// before the stream that sent its batches ends: a stream answered OK has its points there.
+TEST_F(CoordinatorTest, AStreamEndsOnlyAfterTheObserversHaveEndedThePassOfItsBatches) {
+  class PassObserver : public RunObserver {
+   public:
+    void OnRunChanged(const v1::Run&) override {}
+    void OnMetrics(const v1::Run&, const v1::MetricBatch&) override {
+      absl::MutexLock lock(&mu);
+      ++given;
+    }
+    void OnMetricPassEnd() override {
+      absl::MutexLock lock(&mu);
+      ended = given;
+    }
+    absl::Mutex mu;
+    int given ABSL_GUARDED_BY(mu) = 0;
+    int ended ABSL_GUARDED_BY(mu) = 0;  // batches given before the last pass's end
+  };
+  PassObserver observer;
+  coord_->AddObserver(&observer);
+  std::string run = Submit(1, 1);
+  RegisterAll(run, 1, 1);
+  absl::Cleanup gone = [&] { coord_.reset(); };  // its file work drains before `observer` goes
+  absl::Notification done;
+  int ended_at_stream_end = -1;
+  for (int step = 1; step <= 3; ++step) {
+    v1::MetricBatch batch;
+    batch.set_run_id(run);
+    v1::MetricPoint* p = batch.add_points();
+    p->set_step(step);
+    (*p->mutable_values())["loss"] = 1.0 / step;
+    ASSERT_TRUE(coord_->metrics()
+                    .Ingest(batch,
+                            [&, step](const absl::Status& s) {
+                              EXPECT_TRUE(s.ok()) << s;
+                              if (step != 3) return;
+                              coord_->metrics().WhenDelivered([&] {
+                                absl::MutexLock lock(&observer.mu);
+                                ended_at_stream_end = observer.ended;
+                                done.Notify();
+                              });
+                            })
+                    .ok());
+  }
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(ended_at_stream_end, 3) << "the stream ended before the pass of its last batch was ended";
+}
+
 // The admin's dtctl passes a run's job id to scancel and squeue: a run token must not be able to
 // record "--user=root" (scancel would cancel every job of root) or terminal escapes.
 TEST_F(CoordinatorTest, AttachLaunchTakesOnlyTheSchedulersJobIdForm) {
