@@ -165,6 +165,19 @@ class ForwarderTest : public ::testing::Test {
     forwarder_->OnMetricPassEnd();
   }
 
+  // From posts[first] on: the run resumed (check, upsert), steps 4 and 5 streamed after its three
+  // lines, then the final post.
+  void ExpectResumedThenStreamedStepsFourAndFiveThenFinished(const std::vector<Posted>& posts, size_t first) {
+    EXPECT_THAT(posts[first].raw, HasSubstr("RunResumeStatus"));
+    EXPECT_THAT(posts[first + 1].raw, HasSubstr("upsertBucket"));
+    std::vector<Posted> streams = Streams();
+    ASSERT_GE(streams.size(), 2u);
+    const Posted& rows = streams[streams.size() - 2];
+    EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["offset"], 3);
+    EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
+    EXPECT_EQ(streams.back().body["complete"], true);
+  }
+
   // Serves whatever is due, as the workers would, advancing the clock to the next due moment up
   // to `horizon`.
   void RunFor(absl::Duration horizon) {
@@ -431,14 +444,8 @@ TEST_F(ForwarderTest, PointsAfterTheFinalPostResumeTheRunBeforeTheyAreStreamed) 
   RunFor(absl::Seconds(5));
   std::vector<Posted> posts = wandb_.posts();
   ASSERT_GE(posts.size(), before + 4u);
-  EXPECT_THAT(posts[before].raw, HasSubstr("RunResumeStatus"));  // resumed first
-  EXPECT_THAT(posts[before + 1].raw, HasSubstr("upsertBucket"));
-  std::vector<Posted> streams = Streams();
-  const Posted& rows = streams[streams.size() - 2];
-  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["offset"], 3);
-  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
-  EXPECT_EQ(streams.back().body["complete"], true);
-  EXPECT_EQ(streams.back().body["exitcode"], 1);
+  ExpectResumedThenStreamedStepsFourAndFiveThenFinished(posts, before);
+  EXPECT_EQ(Streams().back().body["exitcode"], 1);
   EXPECT_TRUE(forwarder_->Idle());
 }
 
@@ -462,13 +469,7 @@ TEST_F(ForwarderTest, PointsArrivingWhileTheFinalPostIsInFlightResumeTheRunAfter
   std::vector<Posted> posts = wandb_.posts();
   ASSERT_GE(posts.size(), before + 5u);
   EXPECT_EQ(posts[before].body["complete"], true);
-  EXPECT_THAT(posts[before + 1].raw, HasSubstr("RunResumeStatus"));  // resumed after W&B completed it
-  EXPECT_THAT(posts[before + 2].raw, HasSubstr("upsertBucket"));
-  std::vector<Posted> streams = Streams();
-  const Posted& rows = streams[streams.size() - 2];
-  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["offset"], 3);
-  EXPECT_EQ(rows.body["files"]["wandb-history.jsonl"]["content"].size(), 2u);  // steps 4 and 5
-  EXPECT_EQ(streams.back().body["complete"], true);
+  ExpectResumedThenStreamedStepsFourAndFiveThenFinished(posts, before + 1);  // after W&B completed it
   EXPECT_TRUE(forwarder_->Idle());
 }
 
