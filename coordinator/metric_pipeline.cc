@@ -168,9 +168,8 @@ void Coordinator::MetricPipeline::StorePass() {
 }
 
 void Coordinator::MetricPipeline::DeliverPass(std::vector<Waiting>& pass, const absl::Status& status) {
-  std::vector<RunObserver*> observers;
-  if (status.ok()) observers = coordinator_.Observers();
   if (status.ok()) {
+    const std::vector<RunObserver*> observers = coordinator_.Observers();
     for (Waiting& w : pass) Deliver(*w.run, w.batch, observers);
     for (RunObserver* o : observers) o->OnMetricPassEnd();
   }

@@ -471,6 +471,15 @@ bool Forwarder::FlushStaged(Target& t) {
   return true;
 }
 
+void Forwarder::Finished(Target& t) {
+  SpoolState& st = t.spool->state();
+  st.finished = true;
+  t.finished = true;
+  t.spool->StateChanged();
+  // Points spooled while the final post was in flight.
+  if (t.spool->size() > st.acked_points) ReopenFinished(t);
+}
+
 void Forwarder::ReopenFinished(Target& t) {
   // W&B takes no more history for a run it saw complete, so the run is resumed first, as the SDK
   // resumes one (check, upsert), then streamed, then finished again.
@@ -816,13 +825,9 @@ void Forwarder::Accepted(Target& t, const Request& req, const HttpResult& r) {
       next_due = now + options_.post_interval;
       break;
     case Request::kFinal:
-      st.finished = true;
-      t.spool->StateChanged();
-      t.finished = true;
       DT_LOG(Info) << "W&B run " << t.name << " finished (exit code " << st.exitcode.value_or(0) << ", "
                    << st.acked_lines << " history lines)";
-      // Points spooled while the final post was in flight.
-      if (t.spool->size() > st.acked_points) ReopenFinished(t);
+      Finished(t);
       break;
     case Request::kHeartbeat:
       break;
@@ -840,10 +845,7 @@ void Forwarder::Refused(Target& t, const Request& req, const HttpResult& r) {
     t.spool->StateChanged();
     if (stats_ != nullptr) stats_->CountDroppedPoints("wandb_rejected", req.points);
   } else if (req.kind == Request::kFinal) {
-    st.finished = true;
-    t.finished = true;
-    t.spool->StateChanged();
-    if (t.spool->size() > st.acked_points) ReopenFinished(t);
+    Finished(t);
   } else {
     // The run cannot be created or checked (bad key, no such entity): try again much later.
     SetDue(t, options_.clock->Now() + absl::Minutes(5));

@@ -197,6 +197,9 @@ class Forwarder : public RunObserver {
   // Writes the target's staged points to its spool; false when the write failed (the points
   // counted as dropped).
   bool FlushStaged(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
+  // W&B answered the final post (accepted or refused): the run is complete there, and reopened
+  // at once when points were spooled while the post was in flight.
+  void Finished(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   // Points or a summary came after W&B completed the run: resume it before streaming them.
   void ReopenFinished(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   void Backoff(Target& t, const HttpResult& r);
