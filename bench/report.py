@@ -159,8 +159,9 @@ HOW_MEASURED = [
      "The same rounds (5 quick, 9 full): in each, dt's time less that of the script's two processes started by "
      "hand with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, one thread each) until rank 0 prints "
      "\"step 1 loss\"; the median of those differences. The hand-started ranks' store is hosted before they "
-     "start, as torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE=True): with rank 0 hosting it, a rank "
-     "that connects before it listens waits out torch 1.13's fixed one-second retry, a race of the hand start. "
+     "start, as the agent of torchrun's static rendezvous hosts it (TORCHELASTIC_USE_AGENT_STORE=True): with "
+     "rank 0 hosting it, a rank that connects before it listens waits out torch 1.13's fixed one-second retry, "
+     "a race of the hand start. "
      "dt's ranks do not wait it out either (dtrun's relay listens before they start). Anchor: the 0.1 s goal."),
     (r"--exec: dtctl submit to the last rank started", "--exec: dtctl submit to the last rank started",
      "The same dt rounds: from just before `dtctl submit` to the time in dtrun's log at which it started the "

@@ -17,8 +17,8 @@
   4. Launch to first step of a user's Python script (examples/python/train_ddp.py, 2 local ranks)
      under `dtctl submit --exec` vs `torchrun --standalone`, side by side. Goal: dt <= 0.5x
      torchrun. Beside it the floor: the script's two processes started by hand with torchrun's
-     environment, their store hosted before they start (as torchrun's agent hosts it, so neither
-     waits out torch's one-second connect retry); dt's launch overhead (the median over rounds of
+     environment, their store hosted before they start (as the agent of torchrun's static
+     rendezvous hosts it, so neither waits out torch's one-second connect retry); dt's launch overhead (the median over rounds of
      dt's round less the floor's round beside it), goal <= 0.1 s.
   5. Memory of --zero 1 against --zero 0 (GPT-2 small at 2 and 4 ranks): the AdamW moments each
      rank holds (goal: 1/world of them) and each rank's peak resident memory; the training stall
@@ -296,7 +296,8 @@ def time_to_line(cmd, env, needle, timeout=120):
 
 
 # Hosts a c10d TCPStore on the port given, prints "ready" once it listens, and holds it until its
-# stdin closes: the bare floor's store, up before its ranks start, as torchrun's agent hosts it.
+# stdin closes: the bare floor's store, up before its ranks start, as the agent of torchrun's
+# static rendezvous hosts it.
 _STORE_HOST = """
 import sys, datetime
 import torch.distributed as dist
@@ -311,18 +312,19 @@ def bare_script_to_line(script, procs, needle, timeout=120):
     """Seconds from starting `procs` processes of `script` by hand, with the environment torchrun
     would give them (RANK, WORLD_SIZE, MASTER_ADDR/PORT, one thread each), until rank 0 prints a
     line containing `needle`; then waits for all of them. Their store is hosted before the clock
-    starts, as torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE=True): with rank 0 hosting
-    it, a rank that connects before rank 0 listens waits out torch 1.13's fixed one-second retry,
-    in about half the rounds, which is a race of the hand start and no part of the program's own
-    start."""
+    starts, as the agent of torchrun's static rendezvous hosts it (TORCHELASTIC_USE_AGENT_STORE=True):
+    with rank 0 hosting it, a rank that connects before rank 0 listens waits out torch 1.13's fixed
+    one-second retry, in about half the rounds, which is a race of the hand start and no part of the
+    program's own start. (`torchrun --standalone`, the anchor, has rank 0 host it.)"""
     port = free_port()
     host = subprocess.Popen([PY, "-c", _STORE_HOST, str(port), str(procs)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
+    ps = []
     try:
-        if host.stdout.readline().strip() != "ready":
-            raise RuntimeError("the bare floor's TCPStore did not start (exit %s)" % host.wait())
+        line = host.stdout.readline().strip()
+        if line != "ready":
+            raise RuntimeError("the bare floor's TCPStore did not start: %r" % line)
         start = time.perf_counter()
-        ps = []
         for r in range(procs):
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(procs), LOCAL_WORLD_SIZE=str(procs),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
@@ -336,8 +338,16 @@ def bare_script_to_line(script, procs, needle, timeout=120):
         for p in ps:
             p.wait(timeout=timeout)
     finally:
+        for p in ps:  # an error above: nothing of the round outlives it
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         host.stdin.close()
-        host.wait(timeout=timeout)
+        try:
+            host.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            host.kill()
+            host.wait()
     if seen is None or any(p.returncode != 0 for p in ps):
         raise RuntimeError("%s started bare: exits %s before %r" % (" ".join(script), [p.returncode for p in ps], needle))
     return seen
