@@ -205,12 +205,13 @@ std::optional<int> ParseCommandLine(int argc, char** argv, dt::DtcoordOptions& o
 int main(int argc, char** argv) {
   // absl's lock-order checking costs a graph update per lock; the tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  // The W&B forwarder builds posts of up to 8 MB, and gRPC and SQLite take blocks past glibc's
-  // 128 KiB mmap threshold: each was a fresh mapping, faulted in and zeroed again (14,000 page
-  // faults a second under metric ingest). Blocks up to 32 MB come from the heap instead, and up to
-  // 64 MB of freed heap stays mapped: 1,500 faults a second, ~10% less CPU per point.
+  // The W&B forwarder's posts (up to 8 MB, their spool reads and history text as large) were blocks
+  // past glibc's 128 KiB mmap threshold: a fresh mapping, faulted in and zeroed, at every post
+  // (9,000-14,000 page faults a second under metric ingest; bench/findings.md, 12-02). Blocks up to
+  // 32 MB come from the heap instead, and an arena keeps up to 32 MB free at its top: half a
+  // thread heap's 64 MB, so a thread's heap still shrinks after a peak.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 32 << 20);
   dt::SetLogProgram("dtcoord");
   dt::DtcoordOptions dtcoord;
   if (std::optional<int> code = ParseCommandLine(argc, argv, dtcoord)) return *code;
