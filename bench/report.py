@@ -161,8 +161,8 @@ HOW_MEASURED = [
      "\"step 1 loss\"; the median of those differences. The hand-started ranks' store is hosted before they "
      "start, as the agent of torchrun's static rendezvous hosts it (TORCHELASTIC_USE_AGENT_STORE=True): with "
      "rank 0 hosting it, a rank that connects before it listens waits out torch 1.13's fixed one-second retry, "
-     "a race of the hand start. "
-     "dt's ranks do not wait it out either (dtrun's relay listens before they start). Anchor: the 0.1 s goal."),
+     "a race of the hand start. dt's ranks do not wait it out either (dtrun's relay listens before they start). "
+     "Anchor: the 0.1 s goal."),
     (r"--exec: dtctl submit to the last rank started", "--exec: dtctl submit to the last rank started",
      "The same dt rounds: from just before `dtctl submit` to the time in dtrun's log at which it started the "
      "last rank (millisecond stamps), median: dt's own share of the launch, free of the programs' start-up "

@@ -18,8 +18,8 @@
      under `dtctl submit --exec` vs `torchrun --standalone`, side by side. Goal: dt <= 0.5x
      torchrun. Beside it the floor: the script's two processes started by hand with torchrun's
      environment, their store hosted before they start (as the agent of torchrun's static
-     rendezvous hosts it, so neither waits out torch's one-second connect retry); dt's launch overhead (the median over rounds of
-     dt's round less the floor's round beside it), goal <= 0.1 s.
+     rendezvous hosts it, so neither waits out torch's one-second connect retry); dt's launch
+     overhead (the median over rounds of dt's round less the floor's round beside it), goal <= 0.1 s.
   5. Memory of --zero 1 against --zero 0 (GPT-2 small at 2 and 4 ranks): the AdamW moments each
      rank holds (goal: 1/world of them) and each rank's peak resident memory; the training stall
      of a --zero 1 sharded round against its write time (goal <= 0.1x).
