@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/collective_ring.h"
 #include "common/fs.h"
@@ -91,6 +92,46 @@ TEST(StackCapture, PythonFramesOfEveryThreadComeFromTheInterpreter) {
   std::vector<v1::ProcessStacks> again = CaptureProcessStacks({py->pid()}, o);
   EXPECT_EQ(again[0].error(), "");
   EXPECT_EQ(again[0].threads_size(), 2);
+}
+
+// What the hook leaves a program: the sitecustomize it shadows (a user's, here) still runs; its
+// hook file names the thread threading calls main; a forked child writes its own.
+TEST(StackCapture, TheHookRunsTheNextSitecustomizeAndCoversForkedChildren) {
+  testing::TempDir tmp;
+  std::string stacks = tmp.Sub("stacks");
+  std::string user_site = tmp.Sub("user_site");
+  ASSERT_TRUE(WriteFileAtomic(JoinPath(user_site, "sitecustomize.py"),
+                              "import os\n"
+                              "open(os.environ['USER_SITE_MARK'], 'w').write('ran')\n")
+                  .ok());
+  std::string mark = JoinPath(tmp.path(), "user_site_ran");
+  std::string program = JoinPath(tmp.path(), "prog.py");
+  ASSERT_TRUE(WriteFileAtomic(program,
+                              "import os, threading\n"
+                              "print('main', os.getpid(), threading.main_thread().ident, flush=True)\n"
+                              "pid = os.fork()\n"
+                              "if pid == 0:\n"
+                              "    print('child', os.getpid(), threading.main_thread().ident, flush=True)\n"
+                              "    os._exit(0)\n"
+                              "os.waitpid(pid, 0)\n")
+                  .ok());
+  std::string log = JoinPath(tmp.path(), "py.log");
+  Subprocess py(
+      {kPython, program},
+      {{"PYTHONPATH", absl::StrCat(HookDir(), ":", user_site)}, {"DT_STACKS_DIR", stacks}, {"USER_SITE_MARK", mark}},
+      log);
+  ASSERT_EQ(py.Wait(absl::Seconds(60)), 0) << testing::Slurp(log);
+  EXPECT_EQ(testing::Slurp(mark), "ran") << testing::Slurp(log);
+  int seen = 0;
+  for (absl::string_view line : absl::StrSplit(testing::Slurp(log), '\n', absl::SkipEmpty())) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    ASSERT_EQ(f.size(), 3u) << line;
+    std::string hook = testing::Slurp(JoinPath(stacks, absl::StrCat(f[1], ".hook")));
+    EXPECT_TRUE(absl::StrContains(hook, absl::StrCat("pid=", f[1], "\n"))) << f[0] << ":\n" << hook;
+    EXPECT_TRUE(absl::StrContains(hook, absl::StrCat("main_thread=", f[2], "\n"))) << f[0] << ":\n" << hook;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 2) << testing::Slurp(log);
 }
 
 TEST(StackCapture, NativeFramesWithFunctionNamesFromEuStack) {
