@@ -283,8 +283,10 @@ class Launcher {
     }
     stop_waiting_since_ = absl::InfiniteFuture();
     // The old generation's processes are gone only when none of the run's is left: the next
-    // generation must be the only one writing to the experiment.
-    EndLeftovers(kOldGenerationGrace);
+    // generation must be the only one writing to the experiment. Before this launcher's first
+    // generation there is none to look for (it alone starts the run's processes, and it has
+    // started nothing yet), so the first skips the scan of /proc (about 5 ms of every launch).
+    if (launched_generation_ >= 0) EndLeftovers(kOldGenerationGrace);
     launched_generation_ = run_.generation();
     reported_ = false;
     children_.clear();
