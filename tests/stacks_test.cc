@@ -95,7 +95,8 @@ TEST(StackCapture, PythonFramesOfEveryThreadComeFromTheInterpreter) {
 }
 
 // What the hook leaves a program: the sitecustomize it shadows (a user's, here) still runs; its
-// hook file names the thread threading calls main; a forked child writes its own.
+// hook file names the thread threading calls main; a child forked from another thread (which
+// becomes the child's main thread) writes its own.
 TEST(StackCapture, TheHookRunsTheNextSitecustomizeAndCoversForkedChildren) {
   testing::TempDir tmp;
   std::string stacks = tmp.Sub("stacks");
@@ -105,33 +106,40 @@ TEST(StackCapture, TheHookRunsTheNextSitecustomizeAndCoversForkedChildren) {
                               "open(os.environ['USER_SITE_MARK'], 'w').write('ran')\n")
                   .ok());
   std::string mark = JoinPath(tmp.path(), "user_site_ran");
+  std::string seen_file = JoinPath(tmp.path(), "seen");
   std::string program = JoinPath(tmp.path(), "prog.py");
   ASSERT_TRUE(WriteFileAtomic(program,
-                              "import os, threading\n"
-                              "print('main', os.getpid(), threading.main_thread().ident, flush=True)\n"
-                              "pid = os.fork()\n"
-                              "if pid == 0:\n"
-                              "    print('child', os.getpid(), threading.main_thread().ident, flush=True)\n"
-                              "    os._exit(0)\n"
-                              "os.waitpid(pid, 0)\n")
+                              "import os, sys, threading\n"
+                              "def record(who):\n"
+                              "    with open(sys.argv[1], 'a') as f:\n"
+                              "        f.write('%s %d %d\\n' % (who, os.getpid(), threading.main_thread().ident))\n"
+                              "def fork():\n"
+                              "    pid = os.fork()\n"
+                              "    if pid == 0:\n"
+                              "        record('child')\n"
+                              "        os._exit(0)\n"
+                              "    os.waitpid(pid, 0)\n"
+                              "record('main')\n"
+                              "t = threading.Thread(target=fork)\n"
+                              "t.start()\n"
+                              "t.join()\n")
                   .ok());
   std::string log = JoinPath(tmp.path(), "py.log");
   Subprocess py(
-      {kPython, program},
+      {kPython, program, seen_file},
       {{"PYTHONPATH", absl::StrCat(HookDir(), ":", user_site)}, {"DT_STACKS_DIR", stacks}, {"USER_SITE_MARK", mark}},
       log);
   ASSERT_EQ(py.Wait(absl::Seconds(60)), 0) << testing::Slurp(log);
   EXPECT_EQ(testing::Slurp(mark), "ran") << testing::Slurp(log);
-  int seen = 0;
-  for (absl::string_view line : absl::StrSplit(testing::Slurp(log), '\n', absl::SkipEmpty())) {
+  std::vector<std::string> seen = absl::StrSplit(testing::Slurp(seen_file), '\n', absl::SkipEmpty());
+  ASSERT_EQ(seen.size(), 2u) << testing::Slurp(seen_file) << testing::Slurp(log);
+  for (const std::string& line : seen) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     ASSERT_EQ(f.size(), 3u) << line;
     std::string hook = testing::Slurp(JoinPath(stacks, absl::StrCat(f[1], ".hook")));
     EXPECT_TRUE(absl::StrContains(hook, absl::StrCat("pid=", f[1], "\n"))) << f[0] << ":\n" << hook;
     EXPECT_TRUE(absl::StrContains(hook, absl::StrCat("main_thread=", f[2], "\n"))) << f[0] << ":\n" << hook;
-    ++seen;
   }
-  EXPECT_EQ(seen, 2) << testing::Slurp(log);
 }
 
 TEST(StackCapture, NativeFramesWithFunctionNamesFromEuStack) {

@@ -77,8 +77,10 @@ def _yama_restricts_ptrace():
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope", "rb") as f:
             return f.read().strip() == b"1"
-    except OSError:  # no Yama: any process of the same user may attach
+    except FileNotFoundError:  # no Yama: any process of the same user may attach
         return False
+    except OSError:  # unreadable: assume the restriction
+        return True
 
 
 def _dt_safely(f):
