@@ -153,6 +153,14 @@ uint64_t CpuTicks(const std::vector<pid_t>& pids) {
   return total;
 }
 
+uint64_t CpuTicks(const std::vector<pid_t>& pids, const std::vector<ProcessInfo>& all) {
+  uint64_t total = 0;
+  for (const ProcessInfo& p : all) {
+    if (std::find(pids.begin(), pids.end(), p.pid) != pids.end()) total += p.cpu_ticks;
+  }
+  return total;
+}
+
 int64_t ClockTicksPerSecond() {
   static const int64_t ticks = std::max<int64_t>(1, ::sysconf(_SC_CLK_TCK));
   return ticks;
@@ -188,10 +196,12 @@ int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace, const std
 
 void BecomeChildSubreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }
 
-int ReapOrphans(const std::vector<pid_t>& keep) {
+int ReapOrphans(const std::vector<pid_t>& keep) { return ReapOrphans(keep, AllProcesses()); }
+
+int ReapOrphans(const std::vector<pid_t>& keep, const std::vector<ProcessInfo>& all) {
   int reaped = 0;
   pid_t self = ::getpid();
-  for (const ProcessInfo& p : AllProcesses()) {
+  for (const ProcessInfo& p : all) {
     if (p.ppid != self || p.state != 'Z') continue;
     if (std::find(keep.begin(), keep.end(), p.pid) != keep.end()) continue;
     int status = 0;

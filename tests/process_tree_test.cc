@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -110,6 +112,36 @@ TEST(ProcessTree, DescendantsFollowParentLinks) {
   ASSERT_TRUE(testing::WaitFor([&] { return Descendants(shell.pid()).size() == 2; }, absl::Seconds(5)));
   for (pid_t p : Descendants(shell.pid())) EXPECT_EQ(ReadProcess(p)->ppid, shell.pid());
   SignalProcesses(Descendants(shell.pid()), SIGKILL);
+}
+
+// dtrun's tending reads /proc once a tick and serves every rank from that snapshot: its CPU
+// count and its orphan reaping must find what a fresh look would.
+TEST(ProcessTree, OneSnapshotServesCpuTimeAndOrphanReaping) {
+  {
+    Subprocess busy({"bash", "-c", "while :; do :; done"});
+    ASSERT_TRUE(testing::WaitFor([&] { return CpuTicks({busy.pid()}) >= 5; }, absl::Seconds(10)));
+    std::vector<ProcessInfo> all = AllProcesses();
+    uint64_t from_snapshot = CpuTicks({busy.pid()}, all);
+    EXPECT_GE(from_snapshot, 5u);
+    EXPECT_LE(from_snapshot, CpuTicks({busy.pid()}));  // a later fresh look counts at least as much
+    EXPECT_EQ(CpuTicks({-1}, all), 0u);                // a pid not in the snapshot counts nothing
+  }  // stopped and reaped by its owner: no zombie of it for the reaping below
+
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  auto zombie_in = [child](const std::vector<ProcessInfo>& procs) {
+    return std::any_of(procs.begin(), procs.end(),
+                       [child](const ProcessInfo& p) { return p.pid == child && p.state == 'Z'; });
+  };
+  ASSERT_TRUE(testing::WaitFor([&] { return zombie_in(AllProcesses()); }, absl::Seconds(10)));
+  std::vector<ProcessInfo> snapshot = AllProcesses();
+  ReapOrphans({child}, snapshot);
+  EXPECT_TRUE(zombie_in(AllProcesses())) << "a kept child is left to its owner";
+  EXPECT_GE(ReapOrphans({}, snapshot), 1);
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, WNOHANG), -1);  // reaped already
+  EXPECT_EQ(errno, ECHILD);
 }
 
 }  // namespace
