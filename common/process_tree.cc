@@ -154,9 +154,11 @@ uint64_t CpuTicks(const std::vector<pid_t>& pids) {
 }
 
 uint64_t CpuTicks(const std::vector<pid_t>& pids, const std::vector<ProcessInfo>& all) {
+  std::vector<pid_t> sorted = pids;
+  std::sort(sorted.begin(), sorted.end());
   uint64_t total = 0;
   for (const ProcessInfo& p : all) {
-    if (std::find(pids.begin(), pids.end(), p.pid) != pids.end()) total += p.cpu_ticks;
+    if (std::binary_search(sorted.begin(), sorted.end(), p.pid)) total += p.cpu_ticks;
   }
   return total;
 }
@@ -204,6 +206,10 @@ int ReapOrphans(const std::vector<pid_t>& keep, const std::vector<ProcessInfo>& 
   for (const ProcessInfo& p : all) {
     if (p.ppid != self || p.state != 'Z') continue;
     if (std::find(keep.begin(), keep.end(), p.pid) != keep.end()) continue;
+    // Still that zombie? A snapshot's pid may have been reaped since and given to a new child,
+    // whose status is its owner's to collect.
+    std::optional<ProcessInfo> now = ReadProcess(p.pid);
+    if (!now || now->state != 'Z' || now->ppid != self || now->start_ticks != p.start_ticks) continue;
     int status = 0;
     if (::waitpid(p.pid, &status, WNOHANG) == p.pid) ++reaped;
   }

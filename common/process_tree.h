@@ -62,7 +62,8 @@ std::optional<std::string> ProcessEnv(pid_t pid, const std::string& name);
 std::vector<pid_t> ProcessesWithMarker(const MarkerMatch& match);
 // CPU time (clock ticks) of `pids` together, gone ones counting nothing.
 uint64_t CpuTicks(const std::vector<pid_t>& pids);
-// The same from a snapshot of AllProcesses(): no second read of /proc.
+// The same from a snapshot of AllProcesses(): no second read of /proc (pids not in it count
+// nothing).
 uint64_t CpuTicks(const std::vector<pid_t>& pids, const std::vector<ProcessInfo>& all);
 // Ticks per second (sysconf(_SC_CLK_TCK)).
 int64_t ClockTicksPerSecond();
@@ -89,7 +90,8 @@ void BecomeChildSubreaper();
 // subreaper, whose status nobody else collects). Returns how many.
 int ReapOrphans(const std::vector<pid_t>& keep);
 // The same, finding the zombies in a snapshot of AllProcesses() (one that missed a zombie finds
-// it at the next call).
+// it at the next call). Each is read again before it is reaped: a pid reaped elsewhere since and
+// reused by a new child is left alone.
 int ReapOrphans(const std::vector<pid_t>& keep, const std::vector<ProcessInfo>& all);
 
 }  // namespace dt

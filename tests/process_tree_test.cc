@@ -140,8 +140,10 @@ TEST(ProcessTree, OneSnapshotServesCpuTimeAndOrphanReaping) {
   EXPECT_TRUE(zombie_in(AllProcesses())) << "a kept child is left to its owner";
   EXPECT_GE(ReapOrphans({}, snapshot), 1);
   int status = 0;
-  EXPECT_EQ(::waitpid(child, &status, WNOHANG), -1);  // reaped already
-  EXPECT_EQ(errno, ECHILD);
+  pid_t again = ::waitpid(child, &status, WNOHANG);
+  int error = errno;
+  EXPECT_EQ(again, -1);  // reaped already
+  EXPECT_EQ(error, ECHILD);
 }
 
 }  // namespace
