@@ -63,10 +63,13 @@ if [[ $grouped == 1 ]]; then args+=(-Wl,--end-group); fi
 
 "${args[@]}" -static-libstdc++ -static-libgcc
 if [[ -z $output ]]; then exit 0; fi
-left=$(readelf -d "$output" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' |
-       grep -Ev '^(libc|libm|libmvec|libdl|librt|libpthread|libutil|libresolv)\.so|^ld-linux' || true)
-if [[ -n $left ]]; then
-  echo "link-static-deps.sh: $output would keep $(echo $left) shared beside a static libstdc++;" \
+left=()
+for needed in $(readelf -d "$output" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+  name="${needed%%.so*}"
+  if [[ $name != ld-linux* ]] && ! is_glibc "${name#lib}"; then left+=("$needed"); fi
+done
+if [[ ${#left[@]} -gt 0 ]]; then
+  echo "link-static-deps.sh: $output would keep ${left[*]} shared beside a static libstdc++;" \
        "linked all shared instead" >&2
   exec "$@"
 fi
