@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/fs.h"
+#include "common/subprocess.h"
 
 namespace dt {
 
@@ -176,7 +177,7 @@ void SignalProcesses(const std::vector<pid_t>& pids, int signal) {
   }
 }
 
-int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace, const std::vector<pid_t>& keep) {
+int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace) {
   std::vector<pid_t> found = ProcessesWithMarker(match);
   if (found.empty()) return 0;
   SignalProcesses(found, SIGTERM);
@@ -184,7 +185,7 @@ int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace, const std
   absl::Time give_up = kill_at + absl::Seconds(5);
   bool killed = false;
   while (true) {
-    ReapOrphans(keep);
+    ReapOrphans();
     std::vector<pid_t> left = ProcessesWithMarker(match);
     if (left.empty() || absl::Now() >= give_up) break;
     if (!killed && absl::Now() >= kill_at) {
@@ -198,20 +199,18 @@ int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace, const std
 
 void BecomeChildSubreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); }
 
-int ReapOrphans(const std::vector<pid_t>& keep) { return ReapOrphans(keep, AllProcesses()); }
+int ReapOrphans() { return ReapOrphans(AllProcesses()); }
 
-int ReapOrphans(const std::vector<pid_t>& keep, const std::vector<ProcessInfo>& all) {
+int ReapOrphans(const std::vector<ProcessInfo>& all) {
   int reaped = 0;
   pid_t self = ::getpid();
   for (const ProcessInfo& p : all) {
     if (p.ppid != self || p.state != 'Z') continue;
-    if (std::find(keep.begin(), keep.end(), p.pid) != keep.end()) continue;
     // Still that zombie? A snapshot's pid may have been reaped since and given to a new child,
     // whose status is its owner's to collect.
     std::optional<ProcessInfo> now = ReadProcess(p.pid);
     if (!now || now->state != 'Z' || now->ppid != self || now->start_ticks != p.start_ticks) continue;
-    int status = 0;
-    if (::waitpid(p.pid, &status, WNOHANG) == p.pid) ++reaped;
+    if (ReapIfNotOwned(p.pid)) ++reaped;
   }
   return reaped;
 }

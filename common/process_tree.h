@@ -78,20 +78,19 @@ void SignalProcesses(const std::vector<pid_t>& pids, int signal);
 // Ends every process whose marker `match` takes (not this one): SIGTERM, then SIGKILL to
 // whatever is left after `grace`. Waits until they are gone or `grace` + 5 s passed; returns how
 // many were found at first. Reaps those that are this process's children (a subreaper inherits
-// orphans), except `keep` (children whose status their owner collects). For launchers clearing
-// what an earlier generation left behind.
-int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace, const std::vector<pid_t>& keep = {});
+// orphans) and no Subprocess owns. For launchers clearing what an earlier generation left behind.
+int EndMarkedProcesses(const MarkerMatch& match, absl::Duration grace);
 
 // Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): a process
 // whose parent dies is re-parented here, not to init, so it stays in this process's tree.
 void BecomeChildSubreaper();
 
-// Reaps children of this process that are zombies and not in `keep` (orphans inherited as a
-// subreaper, whose status nobody else collects). Returns how many.
-int ReapOrphans(const std::vector<pid_t>& keep);
+// Reaps children of this process that are zombies and that no live Subprocess owns (orphans
+// inherited as a subreaper, whose status nobody else collects). Returns how many.
+int ReapOrphans();
 // The same, finding the zombies in a snapshot of AllProcesses() (one that missed a zombie finds
 // it at the next call). Each is read again before it is reaped: a pid reaped elsewhere since and
 // reused by a new child is left alone.
-int ReapOrphans(const std::vector<pid_t>& keep, const std::vector<ProcessInfo>& all);
+int ReapOrphans(const std::vector<ProcessInfo>& all);
 
 }  // namespace dt

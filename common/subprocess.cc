@@ -13,8 +13,10 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/crypto.h"
 #include "common/fs.h"
@@ -26,6 +28,26 @@ extern char** environ;
 namespace dt {
 
 namespace {
+
+// The children live Subprocess objects own. A pid enters at fork, under the lock an orphan
+// reaper holds from its look to its waitpid, so no reaper sees a child in between.
+struct OwnedChildren {
+  absl::Mutex mu;
+  std::vector<pid_t> pids ABSL_GUARDED_BY(mu);
+};
+
+OwnedChildren& Owned() {
+  static auto* owned = new OwnedChildren;  // never destroyed: children may outlive static destruction
+  return *owned;
+}
+
+// Removes one entry: once reaped, the pid may already belong to a new child registered beside it.
+void Disown(pid_t pid) {
+  OwnedChildren& o = Owned();
+  absl::MutexLock lock(&o.mu);
+  auto it = std::find(o.pids.begin(), o.pids.end(), pid);
+  if (it != o.pids.end()) o.pids.erase(it);
+}
 
 // Where the child failed before its program ran (written with the errno to the parent).
 enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
@@ -75,6 +97,7 @@ enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
   stage = kStageExec;
   ::execve(program, argv, envp);
   fail();
+  ::_exit(127);  // not reached (fail() exits); tells the compiler so
 }
 
 }  // namespace
@@ -105,12 +128,21 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
   }
   pid_t parent = ::getpid();
   const char* output = options.output_file.empty() ? nullptr : options.output_file.c_str();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(pipe_fds[0]);
-    ExecChild(program.c_str(), argp.data(), envp.data(), options, output, parent, pipe_fds[1]);
+  pid_t pid;
+  int fork_errno;
+  {
+    // Held across fork: the child never touches it (it execs or exits), and a reaper on another
+    // thread cannot take the new pid before it is registered.
+    OwnedChildren& owned = Owned();
+    absl::MutexLock lock(&owned.mu);
+    pid = ::fork();
+    if (pid == 0) {
+      ::close(pipe_fds[0]);
+      ExecChild(program.c_str(), argp.data(), envp.data(), options, output, parent, pipe_fds[1]);
+    }
+    fork_errno = errno;
+    if (pid > 0) owned.pids.push_back(pid);
   }
-  int fork_errno = errno;
   ::close(pipe_fds[1]);
   if (pid < 0) {
     ::close(pipe_fds[0]);
@@ -126,6 +158,7 @@ absl::Status Subprocess::Start(const std::vector<std::string>& argv, const Spawn
     int status;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    Disown(pid);
     if (report[0] == kStageOutput) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot start ", argv[0], ": its output file ", options.output_file,
@@ -155,7 +188,13 @@ Subprocess::~Subprocess() {
   if (!reaped_ && !released_ && pid_ > 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, &status_, 0);
+    Disown(pid_);
   }
+}
+
+void Subprocess::Release() {
+  if (!released_ && !reaped_ && pid_ > 0) Disown(pid_);
+  released_ = true;
 }
 
 void Subprocess::Signal(int sig) {
@@ -169,12 +208,14 @@ int Subprocess::Wait(absl::Duration timeout) {
     pid_t r = ::waitpid(pid_, &status_, WNOHANG);
     if (r == pid_) {
       reaped_ = true;
+      Disown(pid_);
       return status_;
     }
     if (r < 0 && errno == ECHILD) {
-      // Reaped by someone else (SIGCHLD ignored): the exit status is unknown; do not call it a
-      // success.
+      // Reaped by someone else (SIGCHLD ignored, or a released child): the exit status is
+      // unknown; do not call it a success.
       reaped_ = true;
+      Disown(pid_);
       status_ = W_EXITCODE(255, 0);
       return status_;
     }
@@ -184,6 +225,14 @@ int Subprocess::Wait(absl::Duration timeout) {
 }
 
 bool Subprocess::running() { return Wait(absl::ZeroDuration()) == -1; }
+
+bool ReapIfNotOwned(pid_t pid) {
+  OwnedChildren& o = Owned();
+  absl::MutexLock lock(&o.mu);
+  if (std::find(o.pids.begin(), o.pids.end(), pid) != o.pids.end()) return false;
+  int status = 0;
+  return ::waitpid(pid, &status, WNOHANG) == pid;
+}
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));

@@ -44,8 +44,9 @@ class Subprocess {
   // The raw wait status once it exited; -1 if still running after `timeout`.
   int Wait(absl::Duration timeout);
   bool running();
-  // Leaves the child running when this object dies.
-  void Release() { released_ = true; }
+  // Leaves the child to someone else: this object neither kills nor waits for it any more, and
+  // an orphan reaper (ReapIfNotOwned) may collect it.
+  void Release();
 
  private:
   Subprocess() = default;
@@ -61,6 +62,12 @@ class Subprocess {
 // `grace` later (logged); returns
 // each one's wait status (-1 if it could not be reaped). For launchers stopping their children.
 std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace);
+
+// Reaps `pid` if it is a zombie child of this process that no live Subprocess owns; true if it
+// was reaped. The one way an orphan reaper waits, so it never takes the exit status a Subprocess
+// is waiting for (a stack capture's eu-stack, a rank's dtslot): those pids are registered from
+// fork, under the same lock, until their owner reaps or releases them.
+bool ReapIfNotOwned(pid_t pid);
 
 // "exited with code 3", "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int status);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/fs.h"
 #include "common/process_tree.h"
+#include "common/subprocess.h"
 #include "tests/test_util.h"
 
 namespace dt {
@@ -127,23 +129,50 @@ TEST(ProcessTree, OneSnapshotServesCpuTimeAndOrphanReaping) {
     EXPECT_EQ(CpuTicks({-1}, all), 0u);                // a pid not in the snapshot counts nothing
   }  // stopped and reaped by its owner: no zombie of it for the reaping below
 
-  pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  ASSERT_GT(child, 0);
-  auto zombie_in = [child](const std::vector<ProcessInfo>& procs) {
+  // A child a Subprocess owns is left to it; a released one is an orphan to reap.
+  Subprocess owned({"bash", "-c", "exit 7"});
+  pid_t released_pid;
+  {
+    Subprocess released({"bash", "-c", "exit 0"});
+    released.Release();
+    released_pid = released.pid();
+  }
+  auto zombie_in = [](pid_t pid, const std::vector<ProcessInfo>& procs) {
     return std::any_of(procs.begin(), procs.end(),
-                       [child](const ProcessInfo& p) { return p.pid == child && p.state == 'Z'; });
+                       [pid](const ProcessInfo& p) { return p.pid == pid && p.state == 'Z'; });
   };
-  ASSERT_TRUE(testing::WaitFor([&] { return zombie_in(AllProcesses()); }, absl::Seconds(10)));
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        std::vector<ProcessInfo> now = AllProcesses();
+        return zombie_in(owned.pid(), now) && zombie_in(released_pid, now);
+      },
+      absl::Seconds(10)));
   std::vector<ProcessInfo> snapshot = AllProcesses();
-  ReapOrphans({child}, snapshot);
-  EXPECT_TRUE(zombie_in(AllProcesses())) << "a kept child is left to its owner";
-  EXPECT_GE(ReapOrphans({}, snapshot), 1);
+  EXPECT_GE(ReapOrphans(snapshot), 1);
   int status = 0;
-  pid_t again = ::waitpid(child, &status, WNOHANG);
+  pid_t again = ::waitpid(released_pid, &status, WNOHANG);
   int error = errno;
   EXPECT_EQ(again, -1);  // reaped already
   EXPECT_EQ(error, ECHILD);
+  EXPECT_TRUE(zombie_in(owned.pid(), AllProcesses())) << "an owned child is left to its Subprocess";
+  EXPECT_EQ(DescribeWaitStatus(owned.Wait(absl::Seconds(5))), "exited with code 7");
+}
+
+// dtrun reaps orphans on its tending thread while other threads start and wait for children of
+// their own (a stack capture's eu-stack): the reaper never takes their exit status, not even one
+// that ends between fork and its registration.
+TEST(ProcessTree, OrphanReapingNeverTakesAnOwnedChildsStatus) {
+  std::atomic<bool> stop{false};
+  std::thread reaper([&] {
+    while (!stop.load()) ReapOrphans();
+  });
+  for (int i = 0; i < 40; ++i) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn({"/bin/sh", "-c", "exit 5"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(DescribeWaitStatus((*p)->Wait(absl::Seconds(10))), "exited with code 5") << "child " << i;
+  }
+  stop = true;
+  reaper.join();
 }
 
 }  // namespace

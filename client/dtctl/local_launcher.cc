@@ -222,9 +222,7 @@ class Launcher {
   // killed with SIGKILL (re-parented here, this launcher being their subreaper, and stopping
   // within their dtslot's grace), or any that escaped. Found by their slot marker and ended.
   void EndLeftovers(absl::Duration grace) {
-    std::vector<pid_t> keep;
-    for (const Child& c : children_) keep.push_back(c.process->pid());
-    int ended = EndMarkedProcesses(MarkerOfRun(l_.run_id), grace, keep);
+    int ended = EndMarkedProcesses(MarkerOfRun(l_.run_id), grace);
     if (ended > 0) DT_LOG(Warning) << "ended " << ended << " leftover process(es) of run " << l_.run_id;
   }
 
@@ -232,9 +230,7 @@ class Launcher {
   void ReapInherited() {
     if (absl::Now() - last_reap_ < absl::Seconds(1)) return;
     last_reap_ = absl::Now();
-    std::vector<pid_t> keep;
-    for (const Child& c : children_) keep.push_back(c.process->pid());
-    ReapOrphans(keep);
+    ReapOrphans();  // leaves the trainers and dtruns, whose Subprocess reaps them
   }
 
   // Reaps trainers; tells the coordinator at once about one that died in the current generation.

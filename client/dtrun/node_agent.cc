@@ -442,13 +442,11 @@ class NodeAgent {
       last_tended_ = absl::Now();
     }
     const std::vector<ProcessInfo> all = AllProcesses();  // outside the lock: file-system work
-    std::vector<pid_t> ours;
     {
       absl::MutexLock lock(&mu_);
       programs_known_ = true;
       for (Worker& w : workers_) {
         if (!w.process) continue;
-        ours.push_back(w.process->pid());
         if (w.done || (!due && w.program_pid != 0)) continue;
         std::vector<pid_t> tree = Descendants(w.process->pid(), all);
         if (!tree.empty() && tree.front() != w.program_pid) {
@@ -460,8 +458,7 @@ class NodeAgent {
       }
     }
     if (!due) return;
-    if (agent_store_) ours.push_back(agent_store_->pid());
-    ReapOrphans(ours, all);
+    ReapOrphans(all);  // leaves the children a Subprocess owns (workers, the store, a stack capture)
   }
 
   // A rank is idle while its processes neither print (its log does not grow) nor use CPU (under 1%
