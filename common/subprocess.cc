@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -198,11 +199,12 @@ void Subprocess::Release() {
 }
 
 void Subprocess::Signal(int sig) {
-  if (!reaped_ && pid_ > 0) ::kill(pid_, sig);
+  if (!reaped_ && !released_ && pid_ > 0) ::kill(pid_, sig);  // a released pid may be someone else's now
 }
 
 int Subprocess::Wait(absl::Duration timeout) {
   if (reaped_) return status_;
+  if (released_) return W_EXITCODE(255, 0);  // not ours to wait for: its status is unknown here
   absl::Time deadline = absl::Now() + timeout;
   while (true) {
     pid_t r = ::waitpid(pid_, &status_, WNOHANG);
@@ -232,6 +234,21 @@ bool ReapIfNotOwned(pid_t pid) {
   if (std::find(o.pids.begin(), o.pids.end(), pid) != o.pids.end()) return false;
   int status = 0;
   return ::waitpid(pid, &status, WNOHANG) == pid;
+}
+
+void BlockChildSignal() {
+  sigset_t child;
+  sigemptyset(&child);
+  sigaddset(&child, SIGCHLD);
+  ::pthread_sigmask(SIG_BLOCK, &child, nullptr);
+}
+
+bool WaitForChildSignal(absl::Duration timeout) {
+  sigset_t child;
+  sigemptyset(&child);
+  sigaddset(&child, SIGCHLD);
+  struct timespec wait = absl::ToTimespec(std::max(timeout, absl::ZeroDuration()));
+  return ::sigtimedwait(&child, nullptr, &wait) == SIGCHLD;
 }
 
 std::string DescribeWaitStatus(int status) {

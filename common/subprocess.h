@@ -69,6 +69,16 @@ std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::
 // fork, under the same lock, until their owner reaps or releases them.
 bool ReapIfNotOwned(pid_t pid);
 
+// For a parent whose main loop waits for its children: blocks SIGCHLD in the calling thread,
+// and in the threads created afterwards, which inherit the mask (call before any thread exists,
+// or a library thread may take the signal and drop it). Subprocess's children start with an
+// empty mask.
+void BlockChildSignal();
+
+// Waits until SIGCHLD arrives (a child, or an orphan inherited as a subreaper, ended or stopped)
+// or `timeout` passes; true on SIGCHLD. Signals coalesce: reap every child after it.
+bool WaitForChildSignal(absl::Duration timeout);
+
 // "exited with code 3", "killed by signal 9 (SIGKILL)".
 std::string DescribeWaitStatus(int status);
 

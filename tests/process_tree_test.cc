@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/fs.h"
@@ -159,20 +160,21 @@ TEST(ProcessTree, OneSnapshotServesCpuTimeAndOrphanReaping) {
 }
 
 // dtrun reaps orphans on its tending thread while other threads start and wait for children of
-// their own (a stack capture's eu-stack): the reaper never takes their exit status, not even one
-// that ends between fork and its registration.
+// their own (a stack capture's eu-stack): the reaper never takes their exit status.
 TEST(ProcessTree, OrphanReapingNeverTakesAnOwnedChildsStatus) {
   std::atomic<bool> stop{false};
   std::thread reaper([&] {
     while (!stop.load()) ReapOrphans();
   });
+  absl::Cleanup join = [&] {
+    stop = true;
+    reaper.join();
+  };
   for (int i = 0; i < 40; ++i) {
     absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn({"/bin/sh", "-c", "exit 5"});
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ(DescribeWaitStatus((*p)->Wait(absl::Seconds(10))), "exited with code 5") << "child " << i;
   }
-  stop = true;
-  reaper.join();
 }
 
 }  // namespace

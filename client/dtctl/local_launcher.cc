@@ -55,6 +55,8 @@ void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_
 // (It was 30 s: a rank still registering when its peer died waited that long, found by
 // scripts/chaos.sh.)
 constexpr absl::Duration kOldGenerationGrace = absl::Seconds(5);
+// How often the launcher asks the coordinator for the run (and sooner after a child dies).
+constexpr absl::Duration kRunQueryInterval = absl::Milliseconds(250);
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   std::vector<Subprocess*> running;
@@ -175,7 +177,9 @@ class Launcher {
       if (!all_done_ && run_.generation() > launched_generation_ && run_.state() != v1::RUN_STATE_UNSPECIFIED) {
         if (std::optional<int> code = StartNextGeneration()) return *code;
       }
-      absl::SleepFor(absl::Milliseconds(50));
+      // Wakes at once when a child ends (reaped and reported at the next turn) and otherwise at
+      // the next look at the run: a few turns a second, not twenty.
+      WaitForChildSignal(last_query_ + kRunQueryInterval - absl::Now());
     }
   }
 
@@ -183,7 +187,7 @@ class Launcher {
   // What does the coordinator say? An exit code once the launcher is done: the run ended, the
   // coordinator refused the launcher, or it was away too long with no trainer left.
   std::optional<int> FollowRun() {
-    if (absl::Now() - last_query_ >= absl::Milliseconds(250)) {
+    if (absl::Now() - last_query_ >= kRunQueryInterval) {
       v1::GetRunRequest req;
       req.set_run_id(l_.run_id);
       absl::StatusOr<v1::Run> got =
@@ -338,6 +342,7 @@ class Launcher {
 
 int RunLocalLauncher(const LocalLaunch& launch) {
   SetLogProgram("dt-launcher");
+  BlockChildSignal();  // before gRPC starts its threads: the loop waits for SIGCHLD
   LocalLaunch l = launch;
   // With --exec each node's dtrun chooses for its own workers: loading OpenBLAS here too would
   // only delay the start.
