@@ -50,6 +50,14 @@ void Disown(pid_t pid) {
   if (it != o.pids.end()) o.pids.erase(it);
 }
 
+// SIGCHLD alone: what BlockChildSignal blocks and WaitForChildSignal takes.
+sigset_t ChildSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  return set;
+}
+
 // Where the child failed before its program ran (written with the errno to the parent).
 enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
 
@@ -214,8 +222,8 @@ int Subprocess::Wait(absl::Duration timeout) {
       return status_;
     }
     if (r < 0 && errno == ECHILD) {
-      // Reaped by someone else (SIGCHLD ignored, or a released child): the exit status is
-      // unknown; do not call it a success.
+      // Reaped by someone else (SIGCHLD ignored): the exit status is unknown; do not call it a
+      // success.
       reaped_ = true;
       Disown(pid_);
       status_ = W_EXITCODE(255, 0);
@@ -237,16 +245,12 @@ bool ReapIfNotOwned(pid_t pid) {
 }
 
 void BlockChildSignal() {
-  sigset_t child;
-  sigemptyset(&child);
-  sigaddset(&child, SIGCHLD);
+  sigset_t child = ChildSignalSet();
   ::pthread_sigmask(SIG_BLOCK, &child, nullptr);
 }
 
 bool WaitForChildSignal(absl::Duration timeout) {
-  sigset_t child;
-  sigemptyset(&child);
-  sigaddset(&child, SIGCHLD);
+  sigset_t child = ChildSignalSet();
   struct timespec wait = absl::ToTimespec(std::max(timeout, absl::ZeroDuration()));
   return ::sigtimedwait(&child, nullptr, &wait) == SIGCHLD;
 }
