@@ -63,10 +63,10 @@ class Subprocess {
 // each one's wait status (-1 if it could not be reaped). For launchers stopping their children.
 std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::Duration grace);
 
-// Reaps `pid` if it is a zombie child of this process that no live Subprocess owns; true if it
-// was reaped. The one way an orphan reaper waits, so it never takes the exit status a Subprocess
-// is waiting for (a stack capture's eu-stack, a rank's dtslot): those pids are registered from
-// fork, under the same lock, until their owner reaps or releases them.
+// Reaps `pid` if it is a child of this process that no live Subprocess owns and it has exited
+// (a live one is left running: the wait does not block); true if it was reaped. The one way an orphan reaper waits, so
+// it never takes the exit status a Subprocess is waiting for (a stack capture's eu-stack, a rank's dtslot): those pids
+// are registered from fork, under the same lock, until their owner reaps or releases them.
 bool ReapIfNotOwned(pid_t pid);
 
 // For a parent whose main loop waits for its children: blocks SIGCHLD in the calling thread,

@@ -66,10 +66,12 @@ void TimerQueue::Loop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
-      absl::Time next = heap_.empty() ? clock_->Now() + absl::Milliseconds(50) : heap_.top().when;
-      // Wake at the next deadline or when Schedule() adds an earlier one. The 50 ms cap bounds
-      // the error when the clock is not the wall clock.
-      absl::Duration wait = std::min(next - clock_->Now(), absl::Milliseconds(50));
+      absl::Time next = heap_.empty() ? absl::InfiniteFuture() : heap_.top().when;
+      // Wake at the next deadline or when Schedule() adds an earlier one, so an idle coordinator's
+      // timer thread sleeps. A clock that is not the wall clock (tests) may jump past the
+      // deadline during the wait: look again every 50 ms there.
+      absl::Duration wait = next - clock_->Now();
+      if (clock_ != RealClock::Get()) wait = std::min(wait, absl::Milliseconds(50));
       if (wait > absl::ZeroDuration()) {
         auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
         mu_.AwaitWithTimeout(absl::Condition(&woken), wait);

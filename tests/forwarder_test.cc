@@ -484,5 +484,63 @@ TEST_F(ForwarderTest, AnIdleRunIsKeptAliveWithHeartbeats) {
   EXPECT_GE(streams[2].at - streams[1].at, absl::Seconds(30));
 }
 
+// Workers on the wall clock sleep until some run's work falls due (no timed polling): new points
+// must wake them, and an idle run's keep-alive must be the time they wake at.
+class ForwarderWorkersTest : public ForwarderTest {
+ protected:
+  void StartOnTheWallClock(absl::Duration heartbeat_after) {
+    Rebuild([&](ForwarderOptions& o) {
+      o.clock = RealClock::Get();
+      o.post_interval = absl::Milliseconds(20);
+      o.heartbeat_after = heartbeat_after;
+    });
+    forwarder_->Start();
+  }
+  // Steps [first, last], stamped 10 s ago by the wall clock (the newest step is then not held
+  // back for stragglers).
+  void LogNow(int64_t first, int64_t last) {
+    v1::MetricBatch batch;
+    batch.set_rank(0);
+    for (int64_t step = first; step <= last; ++step) {
+      v1::MetricPoint* p = batch.add_points();
+      p->set_step(step);
+      p->set_time(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - 10);
+      (*p->mutable_values())["loss"] = 10.0 - step;
+    }
+    Deliver(run_, batch);
+  }
+  bool StepPosted(int64_t step) {
+    for (const Posted& p : Streams()) {
+      for (const auto& line : p.body["files"]["wandb-history.jsonl"]["content"]) {
+        if (nlohmann::json::parse(line.get<std::string>())["_step"] == step) return true;
+      }
+    }
+    return false;
+  }
+};
+
+TEST_F(ForwarderWorkersTest, NewPointsWakeWorkersThatHaveNothingDue) {
+  StartOnTheWallClock(/*heartbeat_after=*/absl::Hours(1));  // nothing else would wake them
+  LogNow(0, 1);
+  ASSERT_TRUE(testing::WaitFor([&] { return StepPosted(1); }, absl::Seconds(30)));
+  // Every worker is idle again, with nothing due for an hour.
+  LogNow(2, 3);
+  EXPECT_TRUE(testing::WaitFor([&] { return StepPosted(3); }, absl::Seconds(30)))
+      << "points logged while every worker slept were not posted";
+}
+
+TEST_F(ForwarderWorkersTest, AnIdleRunsKeepAliveWakesTheWorkers) {
+  StartOnTheWallClock(/*heartbeat_after=*/absl::Milliseconds(300));
+  LogNow(0, 1);
+  ASSERT_TRUE(testing::WaitFor([&] { return StepPosted(1); }, absl::Seconds(30)));
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        std::vector<Posted> streams = Streams();
+        return streams.back().raw == HeartbeatBody();
+      },
+      absl::Seconds(30)))
+      << "no keep-alive post for an idle W&B run";
+}
+
 }  // namespace
 }  // namespace dt::wandb

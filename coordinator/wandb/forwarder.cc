@@ -574,21 +574,29 @@ bool Forwarder::Idle() const {
   return true;
 }
 
-bool Forwarder::HasWork(const Target& t, absl::Time now) const {
-  if (t.busy || t.offline || t.due > now) return false;
-  if (t.spooled.load() > t.acked.load()) return true;
-  if (t.ended.load() && !t.finished.load()) return true;
+absl::Time Forwarder::WorkDue(const Target& t) const {
+  if (t.busy || t.offline) return absl::InfiniteFuture();
+  if (t.spooled.load() > t.acked.load()) return t.due;
+  if (t.ended.load() && !t.finished.load()) return t.due;
   // Keep an idle, unfinished W&B run alive.
-  return t.upserted.load() && !t.finished.load() && now - t.last_post() >= options_.heartbeat_after;
+  if (t.upserted.load() && !t.finished.load()) return std::max(t.due, t.last_post() + options_.heartbeat_after);
+  return absl::InfiniteFuture();  // until new points or the run's end (both wake the workers)
 }
 
-Forwarder::Target* Forwarder::TakeDue() {
+Forwarder::Target* Forwarder::TakeDue(absl::Time* next_wake) {
   absl::Time now = options_.clock->Now();
+  absl::Time next = absl::InfiniteFuture();
   Target* t = nullptr;
   for (auto& [key, target] : targets_) {
-    if (HasWork(*target, now) && (t == nullptr || target->due < t->due)) t = target.get();
+    absl::Time work = WorkDue(*target);
+    if (work > now) {
+      next = std::min(next, work);
+    } else if (t == nullptr || target->due < t->due) {
+      t = target.get();
+    }
   }
   if (t != nullptr) t->busy = true;
+  if (next_wake != nullptr) *next_wake = next;
   return t;
 }
 
@@ -614,7 +622,15 @@ void Forwarder::WorkerLoop() {
     Target* t = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && (t = TakeDue()) == nullptr) work_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
+      absl::Time next_wake;
+      while (!stopping_ && (t = TakeDue(&next_wake)) == nullptr) {
+        // Sleep until a run's work falls due; new points, a run's end and Stop() signal work_
+        // sooner. An idle coordinator's workers then do not wake at all. A clock that is not the
+        // wall clock (tests) may jump ahead of the wait: look again every 50 ms there.
+        absl::Duration wait = next_wake - options_.clock->Now();
+        if (options_.clock != RealClock::Get()) wait = std::min(wait, absl::Milliseconds(50));
+        work_.WaitWithTimeout(&mu_, wait);
+      }
       if (stopping_) {
         if (t != nullptr) t->busy = false;
         return;

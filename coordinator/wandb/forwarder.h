@@ -158,8 +158,9 @@ class Forwarder : public RunObserver {
   Target* OpenTarget(const v1::Run& run, const SpoolToOpen& open) ABSL_LOCKS_EXCLUDED(mu_);
   Target* AddTarget(std::unique_ptr<Spool> spool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WorkerLoop();
-  // The due target with the earliest due time, marked busy; nullptr when none is due.
-  Target* TakeDue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The due target with the earliest due time, marked busy; nullptr when none is due. `next_wake`
+  // gets when the first target not taken falls due (InfiniteFuture: none until it is signalled).
+  Target* TakeDue(absl::Time* next_wake = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One step of one W&B run's protocol (resume check, upsert, a history post, the final post).
   void Serve(Target& t);
   // What a history post is built from, copied under the W&B run's lock: reading the spool and
@@ -190,7 +191,10 @@ class Forwarder : public RunObserver {
   void Accepted(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
   // Not retryable (400, 401, 403, 404, 409, 410): counted, and the run moves on.
   void Refused(Target& t, const Request& req, const HttpResult& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
-  bool HasWork(const Target& t, absl::Time now) const;
+  // When the target has something to send: its due time once it holds unsent points or owes its
+  // final post, or when its keep-alive falls due; InfiniteFuture while it is being served, is
+  // offline, or waits for points (scheduler state: called under mu_).
+  absl::Time WorkDue(const Target& t) const;
   // Whether the target's spool is under max_spool_bytes of points W&B has not accepted; says so
   // in the log when that changes.
   bool SpoolHasRoom(Target& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu);
