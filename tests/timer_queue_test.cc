@@ -28,6 +28,8 @@ TEST(TimerQueueTest, AnIdleQueueWakesForItsFirstTimerAndStopsWithNonePending) {
   TimerQueue timers(RealClock::Get());
   timers.Start();
   absl::Notification ran;
+  // Whether the thread is already asleep with no deadline or not, the first timer runs.
+  absl::SleepFor(absl::Milliseconds(20));
   timers.Schedule(RealClock::Get()->Now(), [&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(30)));
   // Nothing pending: the thread sleeps with no deadline, and Stop() still ends it.
