@@ -39,12 +39,13 @@ TEST(TimerQueueTest, AnIdleQueueWakesForItsFirstTimerAndStopsWithNonePending) {
 
 TEST(TimerQueueTest, ACancelledTimerNeverRuns) {
   TimerQueue timers(RealClock::Get());
-  timers.Start();
+  // Both are scheduled, and one cancelled, before the thread starts: the cancel cannot lose a race.
   std::atomic<bool> cancelled_ran{false};
   TimerQueue::Id id = timers.Schedule(RealClock::Get()->Now() + absl::Milliseconds(30), [&] { cancelled_ran = true; });
-  EXPECT_TRUE(timers.Cancel(id));
+  ASSERT_TRUE(timers.Cancel(id));
   absl::Notification after;
   timers.Schedule(RealClock::Get()->Now() + absl::Milliseconds(60), [&] { after.Notify(); });
+  timers.Start();
   ASSERT_TRUE(after.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_FALSE(cancelled_ran);  // its deadline passed before the later timer's
 }

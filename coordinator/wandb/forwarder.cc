@@ -395,6 +395,8 @@ Forwarder::Target* Forwarder::OpenTarget(const v1::Run& run, const SpoolToOpen& 
   t->dt_run_id = run.run_id();
   auto route = routes_.find(run.run_id());
   if (route != routes_.end()) route->second.by_rank[open.rank] = t;
+  // A reopened spool may hold points W&B has not accepted, with nothing staged to signal them.
+  work_.SignalAll();
   return t;
 }
 
