@@ -1,6 +1,7 @@
 // Time source for the coordinator's logic. Tests drive a FakeClock; the server uses RealClock.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/synchronization/mutex.h"
@@ -31,6 +32,14 @@ class RealClock : public Clock {
     return &clock;
   }
 };
+
+// How long a thread waiting for `deadline` by `clock` sleeps before it looks again: until the
+// deadline on the wall clock; at most 50 ms on any other, which a test may move past the deadline
+// during the wait. Whatever should end the wait sooner must wake the thread.
+inline absl::Duration TimeToSleep(const Clock* clock, absl::Time deadline) {
+  absl::Duration wait = deadline - clock->Now();
+  return clock == RealClock::Get() ? wait : std::min(wait, absl::Milliseconds(50));
+}
 
 class FakeClock : public Clock {
  public:

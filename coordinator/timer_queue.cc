@@ -68,10 +68,8 @@ void TimerQueue::Loop() {
       if (stopping_) return;
       absl::Time next = heap_.empty() ? absl::InfiniteFuture() : heap_.top().when;
       // Wake at the next deadline or when Schedule() adds an earlier one, so an idle coordinator's
-      // timer thread sleeps. A clock that is not the wall clock (tests) may jump past the
-      // deadline during the wait: look again every 50 ms there.
-      absl::Duration wait = next - clock_->Now();
-      if (clock_ != RealClock::Get()) wait = std::min(wait, absl::Milliseconds(50));
+      // timer thread sleeps.
+      absl::Duration wait = TimeToSleep(clock_, next);
       if (wait > absl::ZeroDuration()) {
         auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wake_; };
         mu_.AwaitWithTimeout(absl::Condition(&woken), wait);

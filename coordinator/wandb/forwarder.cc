@@ -627,11 +627,8 @@ void Forwarder::WorkerLoop() {
       absl::Time next_wake;
       while (!stopping_ && (t = TakeDue(&next_wake)) == nullptr) {
         // Sleep until a run's work falls due; new points, a run's end and Stop() signal work_
-        // sooner. An idle coordinator's workers then do not wake at all. A clock that is not the
-        // wall clock (tests) may jump ahead of the wait: look again every 50 ms there.
-        absl::Duration wait = next_wake - options_.clock->Now();
-        if (options_.clock != RealClock::Get()) wait = std::min(wait, absl::Milliseconds(50));
-        work_.WaitWithTimeout(&mu_, wait);
+        // sooner. An idle coordinator's workers then do not wake at all.
+        work_.WaitWithTimeout(&mu_, TimeToSleep(options_.clock, next_wake));
       }
       if (stopping_) {
         if (t != nullptr) t->busy = false;
