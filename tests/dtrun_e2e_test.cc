@@ -147,6 +147,24 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   EXPECT_EQ(scraped->output.find("method=\"Register\""), std::string::npos);
   EXPECT_EQ(scraped->output.find("method=\"Heartbeat\""), std::string::npos);
 
+  // The run succeeded when both ranks left, while their dtrun was still exiting: the launcher,
+  // which sees the end at once on its WatchRun stream, lets dtrun exit by itself. (A dtrun
+  // stopped at that moment logs a stop from outside and reports its ranks stopped.)
+  const std::string launcher_log = JoinPath(exp_dir, "logs/launcher.log");
+  ASSERT_TRUE(testing::WaitFor([&] { return absl::StrContains(testing::Slurp(launcher_log), "launcher exits"); },
+                               absl::Seconds(30)))
+      << testing::Slurp(launcher_log);
+  int dtrun_logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(JoinPath(exp_dir, "logs"))) {
+    if (!absl::StartsWith(entry.path().filename().string(), "dtrun-")) continue;
+    ++dtrun_logs;
+    std::string log = testing::Slurp(entry.path().string());
+    EXPECT_FALSE(absl::StrContains(log, "from outside")) << log;
+    EXPECT_TRUE(absl::StrContains(log, "exited with code 0")) << log;
+  }
+  EXPECT_EQ(dtrun_logs, 1);
+  EXPECT_TRUE(absl::StrContains(testing::Slurp(launcher_log), "exited with code 0"));
+
   // dtctl status shows the script's processes as the ranks' pids, and never the run token.
   nlohmann::json s = Status(run);
   EXPECT_EQ(s["state"], "SUCCEEDED");

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
+#include "client/dtctl/run_follower.h"
 #include "common/blas_core.h"
 #include "common/fs.h"
 #include "common/log.h"
@@ -55,8 +56,13 @@ void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_
 // (It was 30 s: a rank still registering when its peer died waited that long, found by
 // scripts/chaos.sh.)
 constexpr absl::Duration kOldGenerationGrace = absl::Seconds(5);
-// How often the launcher asks the coordinator for the run (and sooner after a child dies).
+// How often the launcher asks the coordinator for the run while its WatchRun stream is down (and
+// sooner after a child dies), and how often while the stream is up: a safety net for a stream
+// that stalls without ending, and for a snapshot overtaken by an older one after a reconnect.
 constexpr absl::Duration kRunQueryInterval = absl::Milliseconds(250);
+constexpr absl::Duration kStreamingQueryInterval = absl::Seconds(5);
+// How long the processes of a run that succeeded get to exit by themselves.
+constexpr absl::Duration kCleanExitGrace = absl::Seconds(5);
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   std::vector<Subprocess*> running;
@@ -158,9 +164,17 @@ namespace {
 // first to die in the current generation), and starts each new generation once the last is gone.
 class Launcher {
  public:
-  Launcher(const LocalLaunch& l, std::shared_ptr<CoordinatorClient> client) : l_(l), client_(std::move(client)) {}
+  // The follower wakes the loop with a SIGCHLD sent to the process: every thread blocks the
+  // signal (BlockChildSignal ran first), so it waits for the loop's WaitForChildSignal, and a
+  // spurious one only makes the loop look at its children once more.
+  Launcher(const LocalLaunch& l, std::shared_ptr<CoordinatorClient> client)
+      : l_(l), client_(std::move(client)), follower_(client_, l_.run_id, [] { ::kill(::getpid(), SIGCHLD); }) {}
 
   int Run() {
+    follower_.Start();
+    // The stream's first snapshot usually arrives within milliseconds: give it one query
+    // interval before asking with GetRun.
+    last_query_ = absl::Now();
     while (true) {
       if (std::optional<int> code = FollowRun()) return *code;
       ReapChildren();
@@ -179,7 +193,7 @@ class Launcher {
       }
       // Wakes at once when a child ends (reaped and reported at the next turn) and otherwise at
       // the next look at the run: a few turns a second, not twenty.
-      WaitForChildSignal(last_query_ + kRunQueryInterval - absl::Now());
+      WaitForChildSignal(last_query_ + QueryInterval() - absl::Now());
     }
   }
 
@@ -187,7 +201,15 @@ class Launcher {
   // What does the coordinator say? An exit code once the launcher is done: the run ended, the
   // coordinator refused the launcher, or it was away too long with no trainer left.
   std::optional<int> FollowRun() {
-    if (absl::Now() - last_query_ >= kRunQueryInterval) {
+    // Within one coordinator's life revisions only grow: a snapshot older than the run as last
+    // seen (one the stream delivered after a GetRun answered) is dropped. After a coordinator
+    // restart they start again from zero; the safety GetRun, always taken, brings the launcher
+    // back in step within kStreamingQueryInterval.
+    if (std::optional<v1::Run> pushed = follower_.Take(); pushed && pushed->revision() >= run_.revision()) {
+      run_ = std::move(*pushed);
+      last_reached_ = absl::Now();
+    }
+    if (absl::Now() - last_query_ >= QueryInterval()) {
       v1::GetRunRequest req;
       req.set_run_id(l_.run_id);
       absl::StatusOr<v1::Run> got =
@@ -210,12 +232,28 @@ class Launcher {
       }
     }
     if (IsTerminal(run_.state())) {
+      // A run succeeds once its last rank has left; its processes are exiting by then. The stream
+      // shows the end at once, so they get a moment to finish before anything is stopped (a
+      // dtrun stopped while exiting would log, and report, a stop from outside).
+      if (run_.state() == v1::SUCCEEDED) AwaitChildren(kCleanExitGrace);
       StopAll(children_, absl::Seconds(10));
       EndLeftovers(absl::Seconds(2));
       DT_LOG(Info) << "run " << l_.run_id << " ended " << v1::RunState_Name(run_.state()) << "; launcher exits";
       return run_.state() == v1::SUCCEEDED ? 0 : 1;
     }
     return std::nullopt;
+  }
+
+  absl::Duration QueryInterval() const { return follower_.Streaming() ? kStreamingQueryInterval : kRunQueryInterval; }
+
+  // Reaps children as they end, until none is left or `limit` passes.
+  void AwaitChildren(absl::Duration limit) {
+    absl::Time until = absl::Now() + limit;
+    while (true) {
+      ReapChildren();
+      if (!AnyAlive() || absl::Now() >= until) return;
+      WaitForChildSignal(until - absl::Now());
+    }
   }
 
   bool AnyAlive() const {
@@ -336,6 +374,7 @@ class Launcher {
   absl::Time stop_waiting_since_ = absl::InfiniteFuture();
   absl::Time last_reached_ = absl::Now();
   absl::Time last_reap_;
+  RunFollower follower_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace
