@@ -164,6 +164,22 @@ TEST_F(DtrunTest, APlainTorchrunScriptRunsUnchangedWithTorchrunsEnvironmentAndLo
   }
   EXPECT_EQ(dtrun_logs, 1);
   EXPECT_TRUE(absl::StrContains(testing::Slurp(launcher_log), "exited with code 0"));
+  // The launcher followed the run on one WatchRun stream (the other is this test's `dtctl watch`;
+  // a stream is counted when it ends, with the run), asking with GetRun at most every 5 s beside
+  // it, not every 250 ms as it once polled (about 4 calls a second).
+  const std::string watched = "dt_coordinator_rpc_duration_seconds_count{code=\"OK\",method=\"WatchRun\"} 2";
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        scraped = RunCommand({"curl", "-s", absl::StrCat("http://", coord_.metrics_address(), "/metrics")},
+                             absl::Seconds(10));
+        return scraped.ok() && absl::StrContains(scraped->output, watched);
+      },
+      absl::Seconds(20)))
+      << (scraped.ok() ? scraped->output : scraped.status().ToString());
+  EXPECT_LE(
+      testing::MetricValue(scraped->output, "dt_coordinator_rpc_duration_seconds_count{code=\"OK\",method=\"GetRun\"}"),
+      4)
+      << scraped->output;
 
   // dtctl status shows the script's processes as the ranks' pids, and never the run token.
   nlohmann::json s = Status(run);

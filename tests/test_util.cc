@@ -380,4 +380,15 @@ nlohmann::json DtctlJson(const CommandResult& r) {
   return nlohmann::json::parse(start == std::string::npos ? "" : r.output.substr(start), nullptr, false);
 }
 
+double MetricValue(const std::string& exposition, const std::string& series) {
+  std::istringstream lines(exposition);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return 0;
+}
+
 }  // namespace dt::testing

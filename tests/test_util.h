@@ -128,6 +128,9 @@ CommandResult RunDtctl(const CoordinatorProcess& coord, const std::vector<std::s
 // The JSON dtctl printed on stdout (the combined output may hold stderr notes first); a
 // discarded value when there is none.
 nlohmann::json DtctlJson(const CommandResult& result);
+// The value of `series` (its name and labels, as exposed) in a Prometheus text exposition; 0 when
+// it is not there (a counter that never counted is not exposed).
+double MetricValue(const std::string& exposition, const std::string& series);
 
 class CoordinatorProcess {
  public:

@@ -58,11 +58,15 @@ void ReportLaunchFailure(CoordinatorClient& client, const LocalLaunch& l, int64_
 constexpr absl::Duration kOldGenerationGrace = absl::Seconds(5);
 // How often the launcher asks the coordinator for the run while its WatchRun stream is down (and
 // sooner after a child dies), and how often while the stream is up: a safety net for a stream
-// that stalls without ending, and for a snapshot overtaken by an older one after a reconnect.
+// that stalls without ending.
 constexpr absl::Duration kRunQueryInterval = absl::Milliseconds(250);
 constexpr absl::Duration kStreamingQueryInterval = absl::Seconds(5);
 // How long the processes of a run that succeeded get to exit by themselves.
 constexpr absl::Duration kCleanExitGrace = absl::Seconds(5);
+// How often the orphans re-parented to the launcher are reaped.
+constexpr absl::Duration kReapInterval = absl::Seconds(1);
+// How long a run whose every trainer exited 0 may take to succeed.
+constexpr absl::Duration kAllDoneWait = absl::Seconds(60);
 
 void StopAll(std::vector<Child>& children, absl::Duration grace) {
   std::vector<Subprocess*> running;
@@ -182,7 +186,7 @@ class Launcher {
       // Every trainer finished cleanly: the run should succeed any moment.
       if (all_done_) {
         if (all_done_at_ == absl::InfiniteFuture()) all_done_at_ = absl::Now();
-        if (absl::Now() - all_done_at_ > absl::Seconds(60)) {
+        if (absl::Now() - all_done_at_ > kAllDoneWait) {
           DT_LOG(Error) << "every trainer exited 0 but run " << l_.run_id << " is still "
                         << v1::RunState_Name(run_.state());
           return 1;
@@ -191,9 +195,9 @@ class Launcher {
       if (!all_done_ && run_.generation() > launched_generation_ && run_.state() != v1::RUN_STATE_UNSPECIFIED) {
         if (std::optional<int> code = StartNextGeneration()) return *code;
       }
-      // Wakes at once when a child ends (reaped and reported at the next turn) and otherwise at
-      // the next look at the run: a few turns a second, not twenty.
-      WaitForChildSignal(last_query_ + QueryInterval() - absl::Now());
+      // Wakes at once when a child ends (reaped and reported at the next turn) or the run
+      // changes, and otherwise when the next timer of the loop falls due.
+      WaitForChildSignal(NextWake() - absl::Now());
     }
   }
 
@@ -203,12 +207,17 @@ class Launcher {
   std::optional<int> FollowRun() {
     // Within one coordinator's life revisions only grow: a snapshot older than the run as last
     // seen (one the stream delivered after a GetRun answered) is dropped. After a coordinator
-    // restart they start again from zero; the safety GetRun, always taken, brings the launcher
-    // back in step within kStreamingQueryInterval.
-    if (std::optional<v1::Run> pushed = follower_.Take(); pushed && pushed->revision() >= run_.revision()) {
-      run_ = std::move(*pushed);
-      last_reached_ = absl::Now();
+    // restart they start again from zero: a dropped snapshot makes the launcher ask with GetRun
+    // at once, whose answer it always takes.
+    if (std::optional<v1::Run> pushed = follower_.Take()) {
+      if (pushed->revision() >= run_.revision()) {
+        run_ = std::move(*pushed);
+        last_reached_ = absl::Now();
+      } else {
+        last_query_ = absl::Time();  // most likely a restarted coordinator: ask now
+      }
     }
+    NoteStreamChange();
     if (absl::Now() - last_query_ >= QueryInterval()) {
       v1::GetRunRequest req;
       req.set_run_id(l_.run_id);
@@ -235,7 +244,10 @@ class Launcher {
       // A run succeeds once its last rank has left; its processes are exiting by then. The stream
       // shows the end at once, so they get a moment to finish before anything is stopped (a
       // dtrun stopped while exiting would log, and report, a stop from outside).
-      if (run_.state() == v1::SUCCEEDED) AwaitChildren(kCleanExitGrace);
+      if (run_.state() == v1::SUCCEEDED) {
+        reported_ = true;  // the run is over: an exit now is no failure to report
+        AwaitChildren(kCleanExitGrace);
+      }
       StopAll(children_, absl::Seconds(10));
       EndLeftovers(absl::Seconds(2));
       DT_LOG(Info) << "run " << l_.run_id << " ended " << v1::RunState_Name(run_.state()) << "; launcher exits";
@@ -245,6 +257,31 @@ class Launcher {
   }
 
   absl::Duration QueryInterval() const { return follower_.Streaming() ? kStreamingQueryInterval : kRunQueryInterval; }
+
+  // The earliest of the loop's timers: the next look at the run, the end of the old generation's
+  // grace, the next reap of orphans, the end of the wait for a run whose trainers all exited 0.
+  absl::Time NextWake() const {
+    absl::Time wake = std::min(last_query_ + QueryInterval(), last_reap_ + kReapInterval);
+    if (stop_waiting_since_ != absl::InfiniteFuture()) wake = std::min(wake, stop_waiting_since_ + kOldGenerationGrace);
+    if (all_done_at_ != absl::InfiniteFuture()) wake = std::min(wake, all_done_at_ + kAllDoneWait);
+    return wake;
+  }
+
+  // Says in the log when the launcher starts or stops following the run's stream, and why a
+  // stream ended: a launcher that asks with GetRun every 250 ms should say why.
+  void NoteStreamChange() {
+    if (IsTerminal(run_.state())) return;
+    bool streaming = follower_.Streaming();
+    bool ended = follower_.Ended();
+    if (streaming && !streaming_logged_) {
+      DT_LOG(Info) << "following run " << l_.run_id << " on its WatchRun stream";
+    } else if (!streaming && (streaming_logged_ || (ended && !ended_logged_))) {
+      DT_LOG(Warning) << "the run's WatchRun stream ended (" << follower_.LastEnd() << "); asking with GetRun every "
+                      << absl::FormatDuration(kRunQueryInterval) << (ended ? "" : " until it is open again");
+      ended_logged_ = ended;
+    }
+    streaming_logged_ = streaming;
+  }
 
   // Reaps children as they end, until none is left or `limit` passes.
   void AwaitChildren(absl::Duration limit) {
@@ -270,7 +307,7 @@ class Launcher {
 
   // Reaps, once a second, the orphans re-parented here.
   void ReapInherited() {
-    if (absl::Now() - last_reap_ < absl::Seconds(1)) return;
+    if (absl::Now() - last_reap_ < kReapInterval) return;
     last_reap_ = absl::Now();
     ReapOrphans();  // leaves the trainers and dtruns, whose Subprocess reaps them
   }
@@ -374,6 +411,8 @@ class Launcher {
   absl::Time stop_waiting_since_ = absl::InfiniteFuture();
   absl::Time last_reached_ = absl::Now();
   absl::Time last_reap_;
+  bool streaming_logged_ = false;  // what the log last said of the stream
+  bool ended_logged_ = false;
   RunFollower follower_;  // last: its thread stops before the rest goes
 };
 

@@ -4,9 +4,8 @@
 
 namespace dt::ctl {
 
-RunFollower::RunFollower(std::shared_ptr<CoordinatorClient> client, std::string run_id,
-                         std::function<void()> on_snapshot)
-    : client_(std::move(client)), run_id_(std::move(run_id)), on_snapshot_(std::move(on_snapshot)) {}
+RunFollower::RunFollower(std::shared_ptr<CoordinatorClient> client, std::string run_id, std::function<void()> on_change)
+    : client_(std::move(client)), run_id_(std::move(run_id)), on_change_(std::move(on_change)) {}
 
 RunFollower::~RunFollower() {
   {
@@ -38,17 +37,51 @@ absl::Status RunFollower::LastEnd() const {
   return last_end_;
 }
 
+bool RunFollower::Ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+namespace {
+
+// A stream that ended with the run (OK after its terminal snapshot) has nothing more to say, and
+// asking again cannot change these answers; anything else (the coordinator away or restarting,
+// shutting down, overloaded) is asked again.
+bool Final(const absl::Status& end) {
+  switch (end.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void RunFollower::Loop(absl::Duration retry) {
   while (true) {
     absl::Status end = FollowOnce();
+    bool again;
+    {
+      absl::MutexLock lock(&mu_);
+      streaming_ = false;
+      last_end_ = end;
+      ended_ = stop_ || Final(end);
+      again = !ended_;
+    }
+    on_change_();  // the launcher asks with GetRun again while no stream is up
+    if (!again) return;
     absl::MutexLock lock(&mu_);
-    streaming_ = false;
-    last_end_ = end;
-    // A stream that ended with the run (OK after its terminal snapshot) has nothing more to say;
-    // one the coordinator ended otherwise is opened again after `retry`, until stopped.
-    if (stop_ || end.ok()) return;
     mu_.AwaitWithTimeout(absl::Condition(&stop_), retry);
-    if (stop_) return;
+    if (stop_) {
+      ended_ = true;
+      return;
+    }
   }
 }
 
@@ -70,7 +103,7 @@ absl::Status RunFollower::FollowOnce() {
       newest_ = std::move(*event.mutable_snapshot());
       streaming_ = true;
     }
-    on_snapshot_();
+    on_change_();
   }
   grpc::Status status = reader->Finish();
   absl::MutexLock lock(&mu_);
