@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -60,6 +61,26 @@ TEST(ProcessTree, WhatTheProgramLeavesBehindIsStoppedAndItsExitCodeKept) {
   ASSERT_NE(status, -1);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << DescribeWaitStatus(status);
   EXPECT_TRUE(ProcessesWithMarker(MarkerIn({marker})).empty());
+}
+
+// dtslot ends as soon as the last process of its tree has, not at its next look: with nothing to
+// stop it waits up to a second for a signal, and its check comes before that wait. (A check after
+// the wait would hold every rank's end, and so a restart, by up to that second.)
+TEST(ProcessTree, DtslotEndsAsSoonAsItsProgramDoes) {
+  testing::TempDir tmp;
+  const std::string ended = JoinPath(tmp.path(), "ended");
+  for (int round = 0; round < 3; ++round) {
+    ::unlink(ended.c_str());
+    Subprocess slot({Dtslot(), "--", "bash", "-c", absl::StrCat("sleep 0.2; touch ", ended, "; exit 5")}, {},
+                    JoinPath(tmp.path(), "slot.log"));
+    int status = slot.Wait(absl::Seconds(10));
+    absl::Time reaped = absl::Now();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5) << DescribeWaitStatus(status);
+    struct stat st;
+    ASSERT_EQ(::stat(ended.c_str(), &st), 0);
+    absl::Time program_end = absl::TimeFromTimespec(st.st_mtim);
+    EXPECT_LT(reaped - program_end, absl::Milliseconds(500)) << "round " << round;
+  }
 }
 
 TEST(ProcessTree, TheDeathOfWhoeverStartedDtslotStopsTheTree) {

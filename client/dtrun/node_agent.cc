@@ -60,6 +60,10 @@ constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
 // How much longer than its own grace dtrun gives a dtslot to stop its tree before it kills the
 // dtslot (whose tree would then escape to dtrun, to be killed by marker).
 constexpr absl::Duration kSlotStopMargin = absl::Seconds(5);
+// How often the supervisor looks at the node's processes (orphans to reap, idleness, the workers'
+// store) when nothing wakes it; until every rank's program is seen, it looks every kFindPrograms.
+constexpr absl::Duration kTendInterval = absl::Seconds(1);
+constexpr absl::Duration kFindPrograms = absl::Milliseconds(50);
 
 struct Worker {
   std::unique_ptr<Agent> agent;
@@ -330,8 +334,11 @@ class NodeAgent {
         while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
         }
         absl::Time now = absl::Now();
-        absl::MutexLock lock(&mu_);
-        w.exited_at = std::min(w.exited_at, now);
+        {
+          absl::MutexLock lock(&mu_);
+          w.exited_at = std::min(w.exited_at, now);
+        }
+        WakeSupervisor();
       });
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
       if (a.rank() == 0 && !master.agent_store && !store_relay_ && workers_.size() > 1) {
@@ -426,8 +433,22 @@ class NodeAgent {
       }
       if (all_done && failed == nullptr) return all_clean || PreemptionRequested() ? kExitOk : kExitStopped;
       TendTrees();
-      absl::SleepFor(absl::Milliseconds(50));
+      absl::Time next = programs_known_ ? last_tended_ + kTendInterval : absl::Now() + kFindPrograms;
+      if (failed != nullptr) next = std::min(next, ReportTime(*failed));
+      WaitForWake(next);
     }
+  }
+
+  // A child's end (its watcher thread) or a word to stop (a heartbeat thread) wakes the
+  // supervisor at once; it does not poll for them.
+  void WakeSupervisor() {
+    absl::MutexLock lock(&wake_mu_);
+    wake_ = true;
+  }
+  void WaitForWake(absl::Time deadline) {
+    absl::MutexLock lock(&wake_mu_);
+    wake_mu_.AwaitWithDeadline(absl::Condition(&wake_), deadline);
+    wake_ = false;
   }
 
   // Once a second: reaps the orphans the rank trees left here (dtrun is their subreaper), and
@@ -435,7 +456,7 @@ class NodeAgent {
   // status` shows the pid to look at. One look at /proc serves every rank and the orphans: its
   // cost grows with the node's processes, and a node of 8 ranks looked 9 times a second.
   void TendTrees() {
-    bool due = absl::Now() - last_tended_ >= absl::Seconds(1);
+    bool due = absl::Now() - last_tended_ >= kTendInterval;
     if (!due && programs_known_) return;
     if (due) {
       last_tended_before_ = last_tended_ == absl::Time() ? absl::Now() : last_tended_;
@@ -566,8 +587,11 @@ class NodeAgent {
 
   // From a heartbeat thread: the coordinator says stop (a peer failed, a restart, a cancel).
   void OnToldToStop(const std::string& reason) {
-    absl::MutexLock lock(&stop_mu_);
-    if (!stop_reason_) stop_reason_ = reason;
+    {
+      absl::MutexLock lock(&stop_mu_);
+      if (!stop_reason_) stop_reason_ = reason;
+    }
+    WakeSupervisor();
   }
   std::optional<std::string> StopReason() {
     absl::MutexLock lock(&stop_mu_);
@@ -600,6 +624,8 @@ class NodeAgent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex stop_mu_;
   std::optional<std::string> stop_reason_ ABSL_GUARDED_BY(stop_mu_);
+  absl::Mutex wake_mu_;
+  bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;  // something for the supervisor to look at
 };
 
 }  // namespace

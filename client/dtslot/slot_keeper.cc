@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <memory>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/dtslot/output_relay.h"
 #include "common/log.h"
 #include "common/process_tree.h"
@@ -56,12 +58,16 @@ class Keeper {
     }
     (*p)->Release();  // reaped here, with every orphan of the tree
     program_ = (*p)->pid();
-    while (!Done()) {
+    // Every wait ends with a signal: a child's end (the tree's orphans come here too), a stop, or
+    // the death of dtslot's starter (its death signal). The check comes before the wait, so dtslot
+    // ends as soon as the last process of its tree has.
+    while (true) {
       Reap();
       if (program_ended_ && stop_began_ == absl::InfiniteFuture() && !Descendants(::getpid()).empty()) {
         BeginStop("the program ended");
       }
       if (stop_began_ != absl::InfiniteFuture() && absl::Now() >= stop_began_ + options_.grace) KillRest();
+      if (Done()) break;
       WaitForSignal(handled);
     }
     if (relay) relay->Join();  // the tree is gone: the pipe has ended
@@ -110,8 +116,12 @@ class Keeper {
     SignalProcesses(tree, SIGKILL);  // again each round: a process forking meanwhile
   }
 
+  // Up to 50 ms while stopping (the grace's end needs no signal), else up to a second: nothing
+  // but a signal has anything for dtslot to do then, and a program's run costs it one wakeup a
+  // second instead of twenty.
   void WaitForSignal(const sigset_t& handled) {
-    timespec wait = {0, 50 * 1000 * 1000};
+    absl::Duration most = stop_began_ == absl::InfiniteFuture() ? absl::Seconds(1) : absl::Milliseconds(50);
+    timespec wait = absl::ToTimespec(most);
     siginfo_t info;
     int s = ::sigtimedwait(&handled, &info, &wait);
     if (s > 0 && IsStopSignal(s) && stop_began_ == absl::InfiniteFuture()) {
