@@ -105,6 +105,12 @@ HOW_MEASURED = [
      "The same load: dtcoord's CPU over the window (/proc/PID/stat), its resident set at the end (VmRSS; the "
      "peak, VmHWM, in the row's name), and the calls of all three kinds that failed. Anchors: the goals (one "
      "core, 1 GiB, none)."),
+    (r"storm, .*: (heartbeat p99|calls answered wrongly)", "storm: heartbeat p99, calls answered wrongly",
+     "`bench_scale`: a dtcoord process started with `--max-ranks 512` and one run of 512 ranks (64 nodes x 8, "
+     "each its own connection) heartbeating every 2 s, spread evenly, asynchronous, while 8 clients (their own "
+     "connections) submit 8-rank runs back to back, every one past the limit; for 10 s (30 s full): the "
+     "heartbeats' p99 as the ranks see it; the heartbeats that failed plus the submissions not refused with "
+     "RESOURCE_EXHAUSTED naming `--max-ranks`. Anchors: the goals (50 ms, none)."),
     (r"checkpoint write rate ", "checkpoint write rate",
      "`bench_checkpoint`: GPT-2 states after one AdamW step (weights and both moments), 193 MB quick (n_embd 256, "
      "4 layers; about 600 MB full) and GPT-2 small's 1.5 GB, torch on one thread, an embedded coordinator; 4 "
