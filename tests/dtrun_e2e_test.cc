@@ -265,6 +265,61 @@ pid_t NodeAgentOf(pid_t pid) {
   return 0;
 }
 
+// The workers' store (dtrun-store, DT_AGENT_STORE=1) killed under running ranks is the run's root
+// cause, not the rank whose store call fails a few milliseconds later: its watcher wakes dtrun the
+// moment it ends, and dtrun reports whichever ended first.
+TEST_F(DtrunTest, AKilledWorkersStoreIsNamedAsTheCauseNotTheRanksThatLostIt) {
+  const std::string ready = tmp_.Sub("ready");
+  const std::string script = JoinPath(tmp_.path(), "store_user.py");
+  std::ofstream(script) << R"(import os, socket, sys, time
+rank = os.environ["RANK"]
+store = (os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]))
+deadline = time.time() + 60
+while True:  # dtrun-store loads LibTorch as the ranks start: it listens a little later
+    try:
+        socket.create_connection(store, timeout=1).close()
+        break
+    except OSError as e:
+        if time.time() > deadline:
+            sys.exit("rank %s: the store at %s:%d never listened: %s" % (rank, store[0], store[1], e))
+        time.sleep(0.05)
+open(os.path.join(sys.argv[1], "rank-" + rank), "w").write(str(os.getpid()))
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        socket.create_connection(store, timeout=1).close()
+    except OSError as e:
+        sys.exit("rank %s: the store at %s:%d is gone: %s" % (rank, store[0], store[1], e))
+    time.sleep(0.005)
+sys.exit("rank %s: the store outlived the test" % rank)
+)";
+  std::string run = SubmitScript("store-killed", 0, {ready}, script, {{"DT_AGENT_STORE", "1"}});
+  const std::string rank0 = JoinPath(ready, "rank-0");
+  ASSERT_TRUE(testing::WaitFor(
+      [&] { return ::access(rank0.c_str(), F_OK) == 0 && ::access(JoinPath(ready, "rank-1").c_str(), F_OK) == 0; },
+      absl::Minutes(1)));
+  pid_t agent = NodeAgentOf(std::stoi(testing::Slurp(rank0)));
+  ASSERT_GT(agent, 0);
+  pid_t store = 0;
+  for (const ProcessInfo& p : AllProcesses()) {
+    if (p.ppid == agent && p.comm == "dtrun-store") store = p.pid;
+  }
+  ASSERT_GT(store, 0) << "no dtrun-store under dtrun " << agent;
+  ASSERT_EQ(::kill(store, SIGKILL), 0);
+
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_NE(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["state"], "FAILED") << s;
+  ASSERT_FALSE(s["failures"].empty()) << s;
+  const std::string cause = s["failures"][0]["message"];
+  EXPECT_TRUE(absl::StrContains(cause, absl::StrCat("the workers' TCPStore (dtrun-store, pid ", store)) &&
+              absl::StrContains(cause, "killed by signal 9 (SIGKILL)"))
+      << s["failures"];
+  // (The ranks notice within 5 ms and exit with their own message; dtrun is woken first, or reads
+  // the store's end as the earlier of the two.)
+}
+
 // An elastic run (--nodes 2:3) whose third node stops answering (its dtrun and program stopped with
 // SIGSTOP, as a node that hangs or drops off the network) goes on at once on the two that remain,
 // from the script's checkpoint, with WORLD_SIZE 2, and succeeds; status shows both generations.

@@ -60,8 +60,8 @@ constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
 // How much longer than its own grace dtrun gives a dtslot to stop its tree before it kills the
 // dtslot (whose tree would then escape to dtrun, to be killed by marker).
 constexpr absl::Duration kSlotStopMargin = absl::Seconds(5);
-// How often the supervisor looks at the node's processes (orphans to reap, idleness, the workers'
-// store) when nothing wakes it; until every rank's program is seen, it looks every kFindPrograms.
+// How often the supervisor looks at the node's processes (orphans to reap, idleness) when nothing
+// wakes it; until every rank's program is seen, it looks every kFindPrograms.
 constexpr absl::Duration kTendInterval = absl::Seconds(1);
 constexpr absl::Duration kFindPrograms = absl::Milliseconds(50);
 
@@ -108,7 +108,10 @@ class NodeAgent {
  public:
   ~NodeAgent() {
     if (heartbeats_) heartbeats_->Stop();  // it acts on the agents, which go below
-    // Each watcher ends with its child, and every path out of Run() leaves no child running.
+    // Each watcher ends with its child, and every path out of Run() leaves no child running. The
+    // workers' store outlives them until here: it ends (killed and reaped) before its watcher joins.
+    agent_store_.reset();
+    if (store_watcher_.joinable()) store_watcher_.join();
     for (Worker& w : workers_) {
       if (w.watcher.joinable()) w.watcher.join();
       w.agent.reset();  // its capture thread ends before the directory goes
@@ -241,6 +244,7 @@ class NodeAgent {
           config_.agent_store ? StartAgentStore() : absl::UnimplementedError("not asked for");
       if (hosted.ok()) {
         agent_store_ = std::move(*hosted);
+        store_watcher_ = WatchChild(agent_store_->pid(), &store_exited_at_);
         e.port = agent_store_->port();
         e.agent_store = true;
       } else {
@@ -328,18 +332,7 @@ class NodeAgent {
       absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
       if (!p.ok()) return p.status();
       w.process = std::move(*p);
-      w.watcher = std::thread([this, &w, pid = w.process->pid()] {
-        siginfo_t info;
-        // WNOWAIT: the supervisor reaps; this only notes the moment.
-        while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
-        }
-        absl::Time now = absl::Now();
-        {
-          absl::MutexLock lock(&mu_);
-          w.exited_at = std::min(w.exited_at, now);
-        }
-        WakeSupervisor();
-      });
+      w.watcher = WatchChild(w.process->pid(), &w.exited_at);
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
       if (a.rank() == 0 && !master.agent_store && !store_relay_ && workers_.size() > 1) {
         // Without the relay (its address could not be bound here): a rank whose connection is
@@ -351,6 +344,22 @@ class NodeAgent {
       }
     }
     return absl::OkStatus();
+  }
+
+  // A thread that notes the moment child `pid` ends in `*exited_at` (guarded by mu_) and wakes the
+  // supervisor. WNOWAIT: the supervisor reaps; this only notes the moment. It ends with the child.
+  std::thread WatchChild(pid_t pid, absl::Time* exited_at) {
+    return std::thread([this, pid, exited_at] {
+      siginfo_t info;
+      while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
+      }
+      absl::Time now = absl::Now();
+      {
+        absl::MutexLock lock(&mu_);
+        *exited_at = std::min(*exited_at, now);
+      }
+      WakeSupervisor();
+    });
   }
 
   // On group rank 0's node, when rank 0's program hosts the workers' store and the node runs
@@ -379,8 +388,10 @@ class NodeAgent {
       std::vector<std::pair<Worker*, int>> leaving;  // a rank whose child ended well, and the preemption signal
       bool all_done = true;
       bool all_clean = true;
+      bool stopped_before = false;  // a stop (a signal from outside, a failure) under way before this sweep
       {
         absl::MutexLock lock(&mu_);
+        stopped_before = stopping_;
         for (Worker& w : workers_) {
           if (!w.done) {
             int status = w.process->Wait(absl::ZeroDuration());
@@ -413,12 +424,8 @@ class NodeAgent {
           DT_LOG(Warning) << "rank " << w->agent->rank() << " ended but could not tell the coordinator: " << s;
         }
       }
-      // The workers' store went away under them: they cannot finish forming their group.
-      if (agent_store_ && !all_done && failed == nullptr && !StopReason()) {
-        if (std::optional<int> ended = agent_store_->Ended()) {
-          return ReportSetupFailure(absl::StrCat("the workers' TCPStore (dtrun-store on port ", agent_store_->port(),
-                                                 ") ", DescribeWaitStatus(*ended)));
-        }
+      if (!stopped_before && !StopReason()) {
+        if (std::optional<std::string> gone = StoreEndedFirst(failed, all_done)) return ReportSetupFailure(*gone);
       }
       if (failed != nullptr && absl::Now() >= ReportTime(*failed)) {
         // Told to stop meanwhile: another node's report failed the generation first.
@@ -439,13 +446,27 @@ class NodeAgent {
     }
   }
 
+  // The workers' store went away under them (they cannot form their group, nor finish a store
+  // call) before any of them failed: it is the cause, and the ranks that fail within milliseconds
+  // for want of it are not. Its watcher wakes the supervisor the moment it ends.
+  std::optional<std::string> StoreEndedFirst(const Worker* failed, bool all_done) {
+    if (!agent_store_ || (all_done && failed == nullptr)) return std::nullopt;
+    std::optional<int> ended = agent_store_->Ended();
+    if (!ended) return std::nullopt;
+    absl::MutexLock lock(&mu_);
+    store_exited_at_ = std::min(store_exited_at_, absl::Now());
+    if (failed != nullptr && failed->exited_at < store_exited_at_) return std::nullopt;
+    return absl::StrCat("the workers' TCPStore (dtrun-store, pid ", agent_store_->pid(), ", port ",
+                        agent_store_->port(), ") ", DescribeWaitStatus(*ended), " while ranks still needed it");
+  }
+
   // A child's end (its watcher thread) or a word to stop (a heartbeat thread) wakes the
   // supervisor at once; it does not poll for them.
-  void WakeSupervisor() {
+  void WakeSupervisor() ABSL_LOCKS_EXCLUDED(wake_mu_) {
     absl::MutexLock lock(&wake_mu_);
     wake_ = true;
   }
-  void WaitForWake(absl::Time deadline) {
+  void WaitForWake(absl::Time deadline) ABSL_LOCKS_EXCLUDED(wake_mu_, mu_) {
     absl::MutexLock lock(&wake_mu_);
     wake_mu_.AwaitWithDeadline(absl::Condition(&wake_), deadline);
     wake_ = false;
@@ -619,9 +640,11 @@ class NodeAgent {
   bool programs_known_ = false;              // every worker's program pid was seen (main thread only)
   absl::Time last_tended_before_;            // the look before (idleness is measured between the two)
   std::unique_ptr<AgentStore> agent_store_;  // on group rank 0's node, for the children's lifetime
+  std::thread store_watcher_;                // notes its end (WatchChild)
   std::unique_ptr<StoreRelay> store_relay_;  // likewise, when rank 0's program hosts the store
   absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time store_exited_at_ = absl::InfiniteFuture();  // as Worker::exited_at, for the store; guarded by mu_
   absl::Mutex stop_mu_;
   std::optional<std::string> stop_reason_ ABSL_GUARDED_BY(stop_mu_);
   absl::Mutex wake_mu_;

@@ -58,9 +58,10 @@ class Keeper {
     }
     (*p)->Release();  // reaped here, with every orphan of the tree
     program_ = (*p)->pid();
-    // Every wait ends with a signal: a child's end (the tree's orphans come here too), a stop, or
-    // the death of dtslot's starter (its death signal). The check comes before the wait, so dtslot
-    // ends as soon as the last process of its tree has.
+    // Everything dtslot acts on arrives as a signal: a child's end (the tree's orphans come here
+    // too), a stop, or the death of dtslot's starter (its death signal); the wait's timeout serves
+    // only the grace. The check comes before the wait, so dtslot ends as soon as the last process
+    // of its tree has.
     while (true) {
       Reap();
       if (program_ended_ && stop_began_ == absl::InfiniteFuture() && !Descendants(::getpid()).empty()) {
