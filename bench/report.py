@@ -144,7 +144,7 @@ HOW_MEASURED = [
      "`trainer_bench.py launch`: `dtctl submit --nproc-per-node 2` of dttrainer (tiny GPT-2: 2 layers of 64, "
      "1 step) to a local dtcoord, until rank 0's log shows step 1. Anchor: `torchrun --standalone "
      "--nproc_per_node 2` of bench/python/gpt2_ddp.py (the same model, PyTorch DDP over Gloo, one thread) until "
-     "its first step, its whole session then killed. One unmeasured round, then 3 (4 full), each dt then torchrun; medians."),
+     "its first step, its whole session then killed. One unmeasured round, then 5 (7 full), each dt then torchrun; medians. Each round starts once the one before has left the cores (the launcher's exit)."),
     (r"launch to first step, 2 local ranks, anchor with dt's", "launch to first step, anchor with dt's settings",
      "The same dt rounds. Anchor: the same torchrun, in the same rounds, given the OpenBLAS kernels dt's rank 0 "
      "reported (OPENBLAS_CORETYPE) and dttrainer's malloc settings (GLIBC_TUNABLES mmap_max=0, trim threshold "
@@ -153,16 +153,17 @@ HOW_MEASURED = [
      "`trainer_bench.py exec-launch`: `dtctl submit --exec --nproc-per-node 2 -- python3 "
      "examples/python/train_ddp.py --steps 1 --ckpt-every 0` until rank 0's log shows \"step 1 loss\". Anchor: "
      "`torchrun --standalone --nproc_per_node 2` of the same script until its output shows it. One unmeasured "
-     "round, then 5 (9 full); medians."),
+     "round, then 9 (15 full); medians. Each round starts once the one before has left the cores."),
     (r"--exec launch to first step with dtrun --agent-store", "--exec launch with dtrun --agent-store",
      "The same, with DT_AGENT_STORE=1 (the workers' c10d TCPStore served by dtrun-store beside them instead of "
      "by rank 0), in the same rounds. Anchor: the same torchrun median."),
     (r"launch overhead over the floor, dttrainer", "launch overhead over the floor, dttrainer",
-     "The same rounds: dt's median less the median of the same two dttrainers started by hand (same arguments, "
-     "OMP_NUM_THREADS=1, the OpenBLAS kernels dt's rank 0 reported) on a run submitted beforehand over gRPC, "
-     "until rank 0's log shows step 1. Anchor: the 0.1 s goal."),
+     "The same rounds: in each, dt's time less that of the same two dttrainers started by hand right after it "
+     "(same arguments, OMP_NUM_THREADS=1, the OpenBLAS kernels dt's rank 0 reported) on a run submitted "
+     "beforehand over gRPC, until rank 0's log shows step 1; the median of those differences. Anchor: the "
+     "0.1 s goal."),
     (r"launch overhead over the floor, --exec", "launch overhead over the floor, --exec",
-     "The same rounds (5 quick, 9 full): in each, dt's time less that of the script's two processes started by "
+     "The same rounds (9 quick, 15 full): in each, dt's time less that of the script's two processes started by "
      "hand with torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT, one thread each) until rank 0 prints "
      "\"step 1 loss\"; the median of those differences. The hand-started ranks' store is hosted before they "
      "start, as the agent of torchrun's static rendezvous hosts it (TORCHELASTIC_USE_AGENT_STORE=True): with "
