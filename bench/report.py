@@ -153,7 +153,7 @@ HOW_MEASURED = [
      "`trainer_bench.py exec-launch`: `dtctl submit --exec --nproc-per-node 2 -- python3 "
      "examples/python/train_ddp.py --steps 1 --ckpt-every 0` until rank 0's log shows \"step 1 loss\". Anchor: "
      "`torchrun --standalone --nproc_per_node 2` of the same script until its output shows it. One unmeasured "
-     "round, then 9 (15 full); medians. Each round starts once the one before has left the cores."),
+     "round, then 9 (15 full); medians. Each round starts 3 s after the one before has left the cores (a round right after another process's `import torch` imports it faster)."),
     (r"--exec launch to first step with dtrun --agent-store", "--exec launch with dtrun --agent-store",
      "The same, with DT_AGENT_STORE=1 (the workers' c10d TCPStore served by dtrun-store beside them instead of "
      "by rank 0), in the same rounds. Anchor: the same torchrun median."),

@@ -57,6 +57,12 @@ LAUNCH_REPEATS = 5 if QUICK else 7
 # The --exec floor row is a median of per-round differences: more rounds than the other launch rows.
 EXEC_LAUNCH_REPEATS = 9 if QUICK else 15
 WORK = tempfile.mkdtemp(prefix="dt-bench-trainer-")
+# Idle time before each --exec launch round. A round started right after another process's `import
+# torch` imports torch faster: two ranks' import read a median of 1.051 s against 1.125 s right
+# after a third process imported it, and 1.133 against 1.139 s with 3 s between (12-16 interleaved
+# pairs, 2026-12-03). The floor's store host imports torch just before its ranks start, so without
+# this the floor ran warm and dt's rounds did not.
+EXEC_ROUND_SETTLE_S = 3.0
 
 
 def report(name, value, unit, anchor, anchor_value, goal="", goal_ratio=0, higher=False, met=None):
@@ -329,14 +335,15 @@ sys.stdin.read()
 """
 
 
-def bare_script_to_line(script, procs, needle, timeout=120):
+def bare_script_to_line(script, procs, needle, timeout=120, settle=0.0):
     """Seconds from starting `procs` processes of `script` by hand, with the environment torchrun
     would give them (RANK, WORLD_SIZE, MASTER_ADDR/PORT, one thread each), until rank 0 prints a
     line containing `needle`; then waits for all of them. Their store is hosted before the clock
     starts, as the agent of torchrun's static rendezvous hosts it (TORCHELASTIC_USE_AGENT_STORE=True):
     with rank 0 hosting it, a rank that connects before rank 0 listens waits out torch 1.13's fixed
     one-second retry, in about half the rounds, which is a race of the hand start and no part of the
-    program's own start. (`torchrun --standalone`, the anchor, has rank 0 host it.)"""
+    program's own start. (`torchrun --standalone`, the anchor, has rank 0 host it.) The clock starts
+    `settle` seconds after the store is up, so its own import of torch does not warm the ranks'."""
     port = free_port()
     host = subprocess.Popen([PY, "-c", _STORE_HOST, str(port), str(procs)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -345,6 +352,7 @@ def bare_script_to_line(script, procs, needle, timeout=120):
         line = host.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError("the bare floor's TCPStore did not start: %r" % line)
+        time.sleep(settle)
         start = time.perf_counter()
         for r in range(procs):
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(procs), LOCAL_WORLD_SIZE=str(procs),
@@ -387,6 +395,7 @@ def exec_launch():
     dt_times, agent_store_times, torchrun_times, bare_times, dt_paths = [], [], [], [], []
 
     def dt_run(name, env=None, paths=None):
+        time.sleep(EXEC_ROUND_SETTLE_S)
         wall_start = time.time()
         start = time.perf_counter()
         r = coord.dtctl("submit", "-o", "json", "--name", name, "--save-dir", os.path.join(WORK, "runs"),
@@ -404,10 +413,11 @@ def exec_launch():
         dt_times.append(dt_run("exec-%d" % i, paths=dt_paths))
         # dtrun --agent-store (DT_AGENT_STORE=1): the workers' TCPStore in dtrun-store, as torchrun's agent.
         agent_store_times.append(dt_run("exec-agent-%d" % i, {"DT_AGENT_STORE": "1"}))
+        time.sleep(EXEC_ROUND_SETTLE_S)
         torchrun_times.append(time_to_line(
             [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "--redirects", "1", "--tee",
              "1", *script], dict(os.environ), "step 1 loss"))
-        bare_times.append(bare_script_to_line(script, 2, "step 1 loss"))
+        bare_times.append(bare_script_to_line(script, 2, "step 1 loss", settle=EXEC_ROUND_SETTLE_S))
         if i < 0:
             for times in (dt_times, agent_store_times, torchrun_times, bare_times, dt_paths):
                 times.pop()
