@@ -83,6 +83,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(Coor
   std::string host = options.listen.substr(0, options.listen.rfind(':'));
   server->address_ = absl::StrCat(host, ":", port);
   server->server_->GetHealthCheckService()->SetServingStatus(true);
+  // A third of the second after which gRPC's callback threads doze (callback_queue_keeper.h).
+  server->keeper_ = std::make_unique<CallbackQueueKeeper>(server->server_.get(), absl::Milliseconds(300));
   return server;
 }
 
@@ -92,6 +94,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   if (!server_) return;  // it never started
+  if (keeper_) keeper_->Stop();
   server_->GetHealthCheckService()->SetServingStatus(false);
   coordinator_->Shutdown();
   store_service_->CloseSessions(

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/auth.h"
+#include "coordinator/callback_queue_keeper.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/reactors.h"
 #include "dt/v1/store.pb.h"
@@ -52,6 +53,7 @@ class CoordinatorServer {
   std::vector<std::unique_ptr<grpc::Service>> services_;
   StoreServiceImpl* store_service_ = nullptr;  // owned by services_
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CallbackQueueKeeper> keeper_;  // ends before server_ shuts down
   std::string address_;
   bool shut_down_ = false;
   std::atomic<int64_t> waiting_calls_{0};
