@@ -22,6 +22,7 @@
 #include "common/fs.h"
 #include "common/process_tree.h"
 #include "common/procs_per_node.h"
+#include "common/stop_signals.h"
 #include "common/subprocess.h"
 #include "tests/test_util.h"
 
@@ -283,7 +284,9 @@ while True:  # dtrun-store loads LibTorch as the ranks start: it listens a littl
         if time.time() > deadline:
             sys.exit("rank %s: the store at %s:%d never listened: %s" % (rank, store[0], store[1], e))
         time.sleep(0.05)
-open(os.path.join(sys.argv[1], "rank-" + rank), "w").write(str(os.getpid()))
+path = os.path.join(sys.argv[1], "rank-" + rank)
+open(path + ".tmp", "w").write(str(os.getpid()))
+os.replace(path + ".tmp", path)  # whole or not at all: the test reads it once it exists
 deadline = time.time() + 120
 while time.time() < deadline:
     try:
@@ -305,6 +308,15 @@ sys.exit("rank %s: the store outlived the test" % rank)
     if (p.ppid == agent && p.comm == "dtrun-store") store = p.pid;
   }
   ASSERT_GT(store, 0) << "no dtrun-store under dtrun " << agent;
+  // The step's signals are for the ranks and dtrun: Slurm's SIGUSR2 or scancel's SIGTERM sent to
+  // every process must leave the store up while the ranks checkpoint and leave.
+  uint64_t ignored = 0;
+  for (absl::string_view line : absl::StrSplit(testing::Slurp(absl::StrCat("/proc/", store, "/status")), '\n')) {
+    if (absl::StartsWith(line, "SigIgn:")) ignored = std::stoull(std::string(line.substr(7)), nullptr, 16);
+  }
+  for (int sig : {SIGTERM, SIGINT, SIGUSR2}) {
+    EXPECT_TRUE(ignored & (uint64_t{1} << (sig - 1))) << "dtrun-store does not ignore " << SignalName(sig);
+  }
   ASSERT_EQ(::kill(store, SIGKILL), 0);
 
   CommandResult watch = Dtctl({"watch", run});
@@ -316,8 +328,8 @@ sys.exit("rank %s: the store outlived the test" % rank)
   EXPECT_TRUE(absl::StrContains(cause, absl::StrCat("the workers' TCPStore (dtrun-store, pid ", store)) &&
               absl::StrContains(cause, "killed by signal 9 (SIGKILL)"))
       << s["failures"];
-  // (The ranks notice within 5 ms and exit with their own message; dtrun is woken first, or reads
-  // the store's end as the earlier of the two.)
+  // (The ranks notice within 5 ms and exit with their own message; dtrun looks at the store before
+  // them and names it unless a rank ended well before it: node_agent.cc, StoreEndedFirst.)
 }
 
 // An elastic run (--nodes 2:3) whose third node stops answering (its dtrun and program stopped with

@@ -54,6 +54,10 @@ bool HasWandbSettings() {
 constexpr char kMasterKey[] = "dtrun/master_endpoint";
 constexpr size_t kLogTailBytes = 64 * 1024;
 constexpr absl::Duration kSecondaryFailureSettle = absl::Milliseconds(500);
+// How late the workers' store may be stamped after a rank and still be named the cause: the two
+// watcher threads run in whatever order the scheduler picks, and a rank that lost the store ends
+// 5-50 ms after it (StoreEndedFirst).
+constexpr absl::Duration kStoreStampSlack = absl::Milliseconds(250);
 // How much earlier than the others group rank 0's worker starts when no relay to its store could
 // be started (see StartWorkers).
 constexpr absl::Duration kRankZeroHeadStart = absl::Milliseconds(50);
@@ -389,8 +393,12 @@ class NodeAgent {
       bool all_done = true;
       bool all_clean = true;
       bool stopped_before = false;  // a stop (a signal from outside, a failure) under way before this sweep
+      // The store is looked at before the ranks: stamped after them, a rank that lost it would
+      // look like the first to end.
+      bool store_ended = agent_store_ && agent_store_->Ended().has_value();
       {
         absl::MutexLock lock(&mu_);
+        if (store_ended) store_exited_at_ = std::min(store_exited_at_, absl::Now());
         stopped_before = stopping_;
         for (Worker& w : workers_) {
           if (!w.done) {
@@ -448,14 +456,18 @@ class NodeAgent {
 
   // The workers' store went away under them (they cannot form their group, nor finish a store
   // call) before any of them failed: it is the cause, and the ranks that fail within milliseconds
-  // for want of it are not. Its watcher wakes the supervisor the moment it ends.
+  // for want of it are not. Its watcher wakes the supervisor the moment it ends. Nothing a rank
+  // does ends the store, so a rank stamped up to kStoreStampSlack before it (its watcher ran
+  // first) still gives way to it. Not during a stop from outside or a preemption: the store
+  // ignores their signals, and a store ended then is not what stopped the ranks.
   std::optional<std::string> StoreEndedFirst(const Worker* failed, bool all_done) {
     if (!agent_store_ || (all_done && failed == nullptr)) return std::nullopt;
+    if (stopped_from_outside_.load() || PreemptionRequested()) return std::nullopt;
     std::optional<int> ended = agent_store_->Ended();
     if (!ended) return std::nullopt;
     absl::MutexLock lock(&mu_);
     store_exited_at_ = std::min(store_exited_at_, absl::Now());
-    if (failed != nullptr && failed->exited_at < store_exited_at_) return std::nullopt;
+    if (failed != nullptr && failed->exited_at + kStoreStampSlack < store_exited_at_) return std::nullopt;
     return absl::StrCat("the workers' TCPStore (dtrun-store, pid ", agent_store_->pid(), ", port ",
                         agent_store_->port(), ") ", DescribeWaitStatus(*ended), " while ranks still needed it");
   }
@@ -598,7 +610,8 @@ class NodeAgent {
     if (!markers.empty()) EndMarkedProcesses(MarkerIn(markers), absl::ZeroDuration());
   }
 
-  // A child that could not start, or no master endpoint: the node's ranks cannot run.
+  // A child that could not start, no master endpoint, or the workers' store lost while they ran:
+  // the node's ranks cannot run.
   int ReportSetupFailure(const std::string& message) {
     DT_LOG(Error) << message;
     (void)workers_.front().agent->ReportError(message, "", "", 0, /*fatal=*/false);
@@ -623,6 +636,7 @@ class NodeAgent {
   // another node failed, scancel, a time limit). Its ranks are victims: say so, forward the
   // signal, and let the watcher end dtrun by the same signal.
   void OnStopSignal(int signal) {
+    stopped_from_outside_ = true;
     DT_LOG(Warning) << "stopped by " << SignalName(signal) << " from outside; stopping the workers";
     if (registered_) {
       for (Worker& w : workers_) (void)w.agent->ReportStopped(signal, 0, absl::Seconds(2));
@@ -645,6 +659,7 @@ class NodeAgent {
   absl::Mutex mu_;  // the children: reaped by the main loop, stopped by it or the signal watcher
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time store_exited_at_ = absl::InfiniteFuture();  // as Worker::exited_at, for the store; guarded by mu_
+  std::atomic<bool> stopped_from_outside_{false};        // OnStopSignal began
   absl::Mutex stop_mu_;
   std::optional<std::string> stop_reason_ ABSL_GUARDED_BY(stop_mu_);
   absl::Mutex wake_mu_;
