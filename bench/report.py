@@ -248,6 +248,11 @@ HOW_MEASURED = [
      "the same processes, as many at once, once."),
     (r"native-only capture ", "native-only capture (eu-stack)",
      "The same processes captured by eu-stack alone (no Python hook), p50. Anchor: the same gdb run."),
+    (r"start a rank's process ", "start a rank's process",
+     "`bench_spawn`: a process with 21 MB resident (dtrun's size in a run) and 2 threads writing it starts "
+     "/bin/true with `Subprocess::Spawn` (vfork and exec, as dtrun starts each rank's dtslot) until the child "
+     "has exec'd, 40 rounds (200 full), p50. Anchor: fork and exec of the same program from the same process, "
+     "waited for the same way (a close-on-exec pipe), interleaved with dt's rounds."),
 ]
 
 

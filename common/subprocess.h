@@ -1,4 +1,4 @@
-// Child processes: started with fork and exec, an environment added to this one's, output to a
+// Child processes: started with vfork and exec, an environment added to this one's, output to a
 // file; signalled, waited for with a timeout, killed and reaped when the object dies (unless
 // released). Used by the local launcher, dtctl's pre-flight checks, and the tests.
 #pragma once
@@ -66,7 +66,7 @@ std::vector<int> StopProcesses(const std::vector<Subprocess*>& processes, absl::
 // Reaps `pid` if it is a child of this process that no live Subprocess owns and it has exited
 // (a live one is left running: the wait does not block); true if it was reaped. The one way an orphan reaper waits, so
 // it never takes the exit status a Subprocess is waiting for (a stack capture's eu-stack, a rank's dtslot): those pids
-// are registered from fork, under the same lock, until their owner reaps or releases them.
+// are registered from vfork, under the same lock, until their owner reaps or releases them.
 bool ReapIfNotOwned(pid_t pid);
 
 // For a parent whose main loop waits for its children: blocks SIGCHLD in the calling thread,

@@ -20,6 +20,7 @@ build/bin/bench_checkpoint
 build/bin/bench_sharded_checkpoint
 build/bin/bench_metrics
 build/bin/bench_capture
+build/bin/bench_spawn
 /usr/bin/python3 bench/trainer_bench.py
 /usr/bin/python3 bench/report.py "$DT_BENCH_OUT" build/bench/results.json docs/benchmarks.md "$mode"
 echo "benchmarks ($mode) took $(( $(date +%s) - start )) s"

@@ -314,7 +314,9 @@ class SlurmTest : public ::testing::Test {
     return run;
   }
 
-  CommandResult Dtctl(std::vector<std::string> args) { return testing::RunDtctl(*coord_, args); }
+  CommandResult Dtctl(std::vector<std::string> args, const std::map<std::string, std::string>& env = {}) {
+    return testing::RunDtctl(*coord_, args, env);
+  }
   nlohmann::json Json(const CommandResult& r) { return testing::DtctlJson(r); }
   // `extra` goes to the trainers, `flags` to dtctl submit.
   std::string Submit(const std::string& name, int steps, int max_restarts = 0, std::vector<std::string> extra = {},
@@ -504,8 +506,12 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
 
 // The same for a program that knows nothing of dt or SIGUSR2: Slurm's signal ends it, dtrun
 // leaves its ranks as preempted, the job is requeued, and the script resumes from what it saved.
+// The workers' store is dtrun's (DT_AGENT_STORE=1): the signal reaches every process of the step,
+// dtrun-store included, which must outlive it rather than be named the run's cause (it did,
+// and the run ended FAILED instead of REQUEUED).
 TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromItsOwnCheckpoint) {
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec-preempt");
+  std::string env_dir = tmp_.Sub("env");
   CommandResult r = Dtctl({"submit",
                            "-o",
                            "json",
@@ -528,7 +534,10 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
                            "--ckpt-every",
                            "5",
                            "--step-sleep",
-                           "0.05"});
+                           "0.05",
+                           "--env-out",
+                           env_dir},
+                          {{"DT_AGENT_STORE", "1"}});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::string run = Json(r).value("run_id", "");
   ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
@@ -550,6 +559,11 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
   std::string log = testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
   EXPECT_NE(log.find("rank 0: resumed from step"), std::string::npos) << log;
   EXPECT_NE(log.find("done: 60 steps"), std::string::npos) << log;
+  for (int rank = 0; rank < 2; ++rank) {  // both jobs' ranks used dtrun's store
+    nlohmann::json env = nlohmann::json::parse(
+        testing::Slurp(JoinPath(env_dir, absl::StrCat("env-rank-", rank, ".json"))), nullptr, false);
+    EXPECT_EQ(env.value("TORCHELASTIC_USE_AGENT_STORE", ""), "True") << env;
+  }
 }
 
 // A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
