@@ -2,7 +2,7 @@
 # Every benchmark, each beside its anchor in the same run: builds in Release, runs bench/, and
 # writes docs/benchmarks.md and build/bench/results.json.
 #
-#   scripts/bench.sh [--quick]      --quick: fewer repeats and sizes, under 3 minutes
+#   scripts/bench.sh [--quick]      --quick: fewer repeats and sizes (about 25 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=full
