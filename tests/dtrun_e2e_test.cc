@@ -310,12 +310,9 @@ sys.exit("rank %s: the store outlived the test" % rank)
   ASSERT_GT(store, 0) << "no dtrun-store under dtrun " << agent;
   // The step's signals are for the ranks and dtrun: Slurm's SIGUSR2 or scancel's SIGTERM sent to
   // every process must leave the store up while the ranks checkpoint and leave.
-  uint64_t ignored = 0;
-  for (absl::string_view line : absl::StrSplit(testing::Slurp(absl::StrCat("/proc/", store, "/status")), '\n')) {
-    if (absl::StartsWith(line, "SigIgn:")) ignored = std::stoull(std::string(line.substr(7)), nullptr, 16);
-  }
+  uint64_t ignored = testing::SignalMask(testing::Slurp(absl::StrCat("/proc/", store, "/status")), "SigIgn:");
   for (int sig : {SIGTERM, SIGINT, SIGUSR2}) {
-    EXPECT_TRUE(ignored & (uint64_t{1} << (sig - 1))) << "dtrun-store does not ignore " << SignalName(sig);
+    EXPECT_TRUE(testing::MaskHas(ignored, sig)) << "dtrun-store does not ignore " << SignalName(sig);
   }
   ASSERT_EQ(::kill(store, SIGKILL), 0);
 

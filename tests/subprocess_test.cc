@@ -14,9 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -24,18 +22,6 @@
 
 namespace dt {
 namespace {
-
-// The mask of one "Sig...:" line of /proc/PID/status text.
-uint64_t SignalMask(const std::string& status, absl::string_view field) {
-  for (absl::string_view line : absl::StrSplit(status, '\n')) {
-    if (absl::ConsumePrefix(&line, field))
-      return std::stoull(std::string(absl::StripLeadingAsciiWhitespace(line)), nullptr, 16);
-  }
-  ADD_FAILURE() << "no " << field << " in " << status;
-  return 0;
-}
-
-bool Has(uint64_t mask, int sig) { return (mask & (uint64_t{1} << (sig - 1))) != 0; }
 
 void IgnoreInHandler(int) {}
 
@@ -72,12 +58,12 @@ TEST(Subprocess, AChildStartsWithAnEmptyMaskDefaultHandlersAndWhatItsStarterIgno
   ASSERT_EQ((*p)->Wait(absl::Seconds(30)), 0);
 
   std::string status = testing::Slurp(out);
-  EXPECT_EQ(SignalMask(status, "SigBlk:"), 0u) << status;
-  uint64_t child_ignores = SignalMask(status, "SigIgn:");
-  EXPECT_TRUE(Has(child_ignores, SIGTERM)) << "a SIGTERM ignored on purpose (nohup) stays ignored";
-  EXPECT_FALSE(Has(child_ignores, SIGPIPE)) << "SIGPIPE goes back to its default, or writers to a closed pipe spin";
-  EXPECT_FALSE(Has(child_ignores, SIGUSR1));
-  EXPECT_EQ(SignalMask(status, "SigCgt:"), 0u) << status;
+  EXPECT_EQ(testing::SignalMask(status, "SigBlk:"), 0u) << status;
+  uint64_t child_ignores = testing::SignalMask(status, "SigIgn:");
+  EXPECT_TRUE(testing::MaskHas(child_ignores, SIGTERM)) << "a SIGTERM ignored on purpose (nohup) stays ignored";
+  EXPECT_FALSE(testing::MaskHas(child_ignores, SIGPIPE)) << "SIGPIPE goes back to its default, or writers to a closed pipe spin";
+  EXPECT_FALSE(testing::MaskHas(child_ignores, SIGUSR1));
+  EXPECT_EQ(testing::SignalMask(status, "SigCgt:"), 0u) << status;
 }
 
 // Every spawn has a window between vfork and exec in which the child runs on its starter's memory.

@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/blas_core.h"
 #include "common/crypto.h"
@@ -65,6 +67,17 @@ std::string ReadToEnd(int fd) {
   ::close(fd);
   return out;
 }
+
+uint64_t SignalMask(const std::string& proc_status, absl::string_view field) {
+  for (absl::string_view line : absl::StrSplit(proc_status, '\n')) {
+    if (absl::ConsumePrefix(&line, field))
+      return std::stoull(std::string(absl::StripLeadingAsciiWhitespace(line)), nullptr, 16);
+  }
+  ADD_FAILURE() << "no " << field << " in " << proc_status;
+  return 0;
+}
+
+bool MaskHas(uint64_t mask, int sig) { return (mask & (uint64_t{1} << (sig - 1))) != 0; }
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -52,6 +54,12 @@ std::string DataDir();
 std::string Slurp(const std::string& path);
 // Reads a pipe (or any descriptor) to its end, and closes it.
 std::string ReadToEnd(int fd);
+
+// The mask of one "Sig...:" line ("SigIgn:", "SigBlk:", "SigCgt:") of /proc/PID/status text;
+// a test failure if the line is missing.
+uint64_t SignalMask(const std::string& proc_status, absl::string_view field);
+// Whether `mask` (as SignalMask reads it) holds signal `sig`.
+bool MaskHas(uint64_t mask, int sig);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
