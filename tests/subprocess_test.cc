@@ -61,7 +61,8 @@ TEST(Subprocess, AChildStartsWithAnEmptyMaskDefaultHandlersAndWhatItsStarterIgno
   EXPECT_EQ(testing::SignalMask(status, "SigBlk:"), 0u) << status;
   uint64_t child_ignores = testing::SignalMask(status, "SigIgn:");
   EXPECT_TRUE(testing::MaskHas(child_ignores, SIGTERM)) << "a SIGTERM ignored on purpose (nohup) stays ignored";
-  EXPECT_FALSE(testing::MaskHas(child_ignores, SIGPIPE)) << "SIGPIPE goes back to its default, or writers to a closed pipe spin";
+  EXPECT_FALSE(testing::MaskHas(child_ignores, SIGPIPE))
+      << "SIGPIPE goes back to its default, or writers to a closed pipe spin";
   EXPECT_FALSE(testing::MaskHas(child_ignores, SIGUSR1));
   EXPECT_EQ(testing::SignalMask(status, "SigCgt:"), 0u) << status;
 }
