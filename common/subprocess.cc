@@ -98,6 +98,7 @@ enum ChildStage : int { kStageSetup = 1, kStageOutput = 2, kStageExec = 3 };
     if (::getppid() != parent) ::kill(::getpid(), options.parent_death_signal);
   }
   if (options.ptracer > 0) ::prctl(PR_SET_PTRACER, options.ptracer, 0, 0, 0);  // without Yama: EINVAL, harmless
+  if (options.keep_fd >= 0 && ::fcntl(options.keep_fd, F_SETFD, 0) < 0) fail();
   if (options.output_fd >= 0) {
     stage = kStageOutput;
     if (::dup2(options.output_fd, 1) < 0 || ::dup2(options.output_fd, 2) < 0) fail();

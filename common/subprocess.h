@@ -27,6 +27,10 @@ struct SpawnOptions {
   // PR_SET_PTRACER: this process (and what it starts, such as a stack capture tool) may attach to
   // the child under Yama's ptrace_scope 1, where only ancestors may by default. 0: no change.
   pid_t ptracer = 0;
+  // A descriptor the child keeps, under the same number, although it was opened O_CLOEXEC: made
+  // inheritable in this child only, so children that other threads start meanwhile do not hold
+  // it (the end of a pipe whose end-of-file must mean this child is gone). -1: none.
+  int keep_fd = -1;
 };
 
 class Subprocess {

@@ -417,6 +417,28 @@ TEST_F(DtrunTest, APythonExceptionIsTheRootCauseWithItsRankTypeAndMessage) {
   EXPECT_EQ(s["ranks"][1]["state"], "FAILED") << s;
 }
 
+// The failing rank leaves a child that ignores SIGTERM, so its dtslot stops it for the whole grace
+// (10 s) and ends long after rank 0, whose collective failed within moments for the lost peer.
+// The cause is still rank 1's exception: dtrun orders ranks by when their programs ended (dtslot's
+// status pipe), not by when their keepers did.
+TEST_F(DtrunTest, TheFirstProgramToFailIsTheCauseEvenWhenWhatItLeftTakesTheGraceToStop) {
+  std::string run = SubmitScript("raises-leaves-child", 0,
+                                 {"--steps", "30", "--fail-rank", "1", "--fail-at-step", "3", "--fail-leaves-child"});
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_EQ(watch.exit_code, 1) << watch.output;
+  nlohmann::json s = Status(run);
+  EXPECT_EQ(s["state"], "FAILED");
+  ASSERT_FALSE(s["failures"].empty()) << s;
+  nlohmann::json failure = s["failures"][0];
+  EXPECT_EQ(failure["rank"], 1) << s["failures"];
+  EXPECT_EQ(failure["exception_type"], "ValueError") << failure;
+  EXPECT_TRUE(absl::StrContains(failure["message"].get<std::string>(), "injected failure at step 3")) << failure;
+  // The keeper stops the leftover at the grace's end (10 s after the program's): then nothing of
+  // the rank is left.
+  EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({SlotMarker(run, 0, "rank-1")})).empty(); },
+                               absl::Seconds(30)));
+}
+
 TEST_F(DtrunTest, SubmitRefusesAProgramThatCannotRunAndCreatesNothing) {
   for (const std::vector<std::string>& command :
        {std::vector<std::string>{"/nonexistent/train"}, {"no-such-program-on-path"}, {Script()}}) {

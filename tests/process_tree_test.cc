@@ -3,6 +3,8 @@
 // the program did; markers find processes that left their tree. Real processes.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <optional>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -105,6 +108,88 @@ TEST(ProcessTree, TheDeathOfWhoeverStartedDtslotStopsTheTree) {
   int status = slot->Wait(absl::Seconds(10));
   ASSERT_NE(status, -1) << "dtslot outlived its parent";
   EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerIn({marker})).empty(); }, absl::Seconds(5)));
+}
+
+// Everything a pipe gives until end of file; nothing if that does not come within `timeout`.
+std::optional<std::string> ReadPipeUntilEnd(int fd, absl::Duration timeout) {
+  std::string out;
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    pollfd p = {fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()))) <= 0) break;
+    char buf[64];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) return out;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return std::nullopt;
+}
+
+// dtrun orders a failing group's ranks by when their programs ended. A dtslot stopping what its
+// program left (here a child that ignores SIGTERM, for a grace of 60 s) must not make that rank
+// look like the last to end: its status comes through --status-fd the moment the program ends,
+// with end of file (neither the program nor what it left holds the pipe).
+TEST(ProcessTree, DtslotTellsTheProgramsStatusTheMomentItEndsNotWhenItsTreeIsGone) {
+  testing::TempDir tmp;
+  std::string marker = SlotMarker("run-tree-status", 0, "rank-1");
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  SpawnOptions o;
+  o.env = {{kSlotMarkerEnv, marker}};
+  o.output_file = JoinPath(tmp.path(), "slot.log");
+  o.keep_fd = pipe_fds[1];
+  absl::StatusOr<std::unique_ptr<Subprocess>> slot =
+      Subprocess::Spawn({Dtslot(), "--grace", "60", "--status-fd", absl::StrCat(pipe_fds[1]), "--", "bash", "-c",
+                         "(trap '' TERM; exec sleep 600) & sleep 0.2; exit 7"},
+                        o);
+  ::close(pipe_fds[1]);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  absl::Cleanup close_read = [&] {
+    ::close(pipe_fds[0]);
+    EndMarkedProcesses(MarkerIn({marker}), absl::ZeroDuration());  // after a failure, too
+  };
+  std::optional<std::string> told = ReadPipeUntilEnd(pipe_fds[0], absl::Seconds(20));
+  ASSERT_TRUE(told.has_value()) << "no end of file while the leftover ran: it holds the status pipe";
+  EXPECT_EQ(*told, "1792\n");  // exit code 7, as waitpid gives it
+  std::vector<pid_t> left = ProcessesWithMarker(MarkerIn({marker}));
+  EXPECT_EQ(left.size(), 2u) << "dtslot and the leftover sleep should still run (it ignores SIGTERM)";
+  EXPECT_EQ((*slot)->Wait(absl::ZeroDuration()), -1);
+  for (pid_t pid : left) {
+    if (pid != (*slot)->pid()) ::kill(pid, SIGKILL);  // rather than wait out the grace
+  }
+  int status = (*slot)->Wait(absl::Seconds(15));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << DescribeWaitStatus(status);
+  EXPECT_TRUE(ProcessesWithMarker(MarkerIn({marker})).empty());
+}
+
+// A dtslot that ends before its program tells nothing: its starter reads end of file alone.
+TEST(ProcessTree, AKilledDtslotClosesItsStatusPipeWithoutAStatus) {
+  testing::TempDir tmp;
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  SpawnOptions o;
+  o.output_file = JoinPath(tmp.path(), "slot.log");
+  o.keep_fd = pipe_fds[1];
+  absl::StatusOr<std::unique_ptr<Subprocess>> slot = Subprocess::Spawn(
+      {Dtslot(), "--status-fd", absl::StrCat(pipe_fds[1]), "--", "bash", "-c", "echo started; sleep 600"}, o);
+  ::close(pipe_fds[1]);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  ASSERT_TRUE(testing::WaitFor([&] { return testing::Slurp(o.output_file).find("started") != std::string::npos; },
+                               absl::Seconds(10)));
+  (*slot)->Signal(SIGKILL);  // its program dies with it (PR_SET_PDEATHSIG)
+  EXPECT_EQ(ReadPipeUntilEnd(pipe_fds[0], absl::Seconds(20)), "");
+  int status = (*slot)->Wait(absl::Seconds(10));
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << DescribeWaitStatus(status);
+}
+
+TEST(ProcessTree, DtslotRefusesAStatusDescriptorItDoesNotHave) {
+  for (const char* fd : {"1", "97"}) {
+    CommandResult r = testing::RunBinary("dtslot", {"--status-fd", fd, "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 2) << fd << ": " << r.output;
+    EXPECT_NE(r.output.find(absl::StrCat("--status-fd ", fd, " is not an open descriptor")), std::string::npos)
+        << r.output;
+  }
 }
 
 // A program whose output file cannot be opened (its experiment's logs/ was deleted) is not reported

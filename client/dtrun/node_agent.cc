@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,12 @@ struct Worker {
   // survivors' collectives fail within milliseconds, so several children end between two sweeps
   // of the supervisor, and only these times say which went first. Guarded by NodeAgent::mu_.
   absl::Time exited_at = absl::InfiniteFuture();
+  // The program's wait status, from its dtslot the moment the program ended (dtslot's
+  // --status-fd), while the dtslot may still be stopping what the program left for up to the
+  // grace: a rank whose program failed first is the cause even when its dtslot ends after the
+  // survivors'. Guarded by NodeAgent::mu_.
+  std::optional<int> program_status;
+  bool program_end_noted = false;  // the supervisor acted on program_status (main thread only)
   std::thread watcher;
 };
 
@@ -106,6 +113,23 @@ std::string Tail(const std::string& path, size_t bytes) {
   std::string out(static_cast<size_t>(size - from), '\0');
   in.read(out.data(), static_cast<std::streamsize>(out.size()));
   return out;
+}
+
+// What a dtslot writes to its --status-fd: the program's wait status, then end of file; nothing
+// when the dtslot ended first. Closes `fd`.
+std::optional<int> ReadProgramStatus(int fd) {
+  std::string text;
+  char buf[32];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  int status;
+  if (!absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(text), &status)) return std::nullopt;
+  return status;
 }
 
 class NodeAgent {
@@ -321,11 +345,16 @@ class NodeAgent {
       // included) stops it too. This is the main thread, which lives as long as dtrun.
       o.parent_death_signal = SIGTERM;
       // The times of the output's chunks go beside the log, for `dtctl logs --all`.
+      int status_pipe[2];
+      if (::pipe2(status_pipe, O_CLOEXEC) != 0) return ErrnoStatus("make", "a pipe for the rank's status", errno);
+      o.keep_fd = status_pipe[1];
       std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtslot"),
                                        "--grace",
                                        absl::StrCat(absl::ToDoubleSeconds(config_.stop_grace)),
                                        "--times",
                                        absl::StrCat(w.log_file, ".times"),
+                                       "--status-fd",
+                                       absl::StrCat(status_pipe[1]),
                                        "--"};
       argv.insert(argv.end(), config_.command.begin(), config_.command.end());
       std::ofstream(w.log_file, std::ios::app)
@@ -334,9 +363,13 @@ class NodeAgent {
           << (master_port != master.port ? absl::StrCat(" (dtrun's relay to rank 0's store on ", master.port, ")") : "")
           << ": " << absl::StrJoin(config_.command, " ") << "\n";
       absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Spawn(argv, o);
-      if (!p.ok()) return p.status();
+      ::close(status_pipe[1]);  // the dtslot's alone now: its end of file is the dtslot's end
+      if (!p.ok()) {
+        ::close(status_pipe[0]);
+        return p.status();
+      }
       w.process = std::move(*p);
-      w.watcher = WatchChild(w.process->pid(), &w.exited_at);
+      w.watcher = WatchChild(w.process->pid(), &w.exited_at, status_pipe[0], &w.program_status);
       DT_LOG(Info) << "rank " << a.rank() << ": pid " << w.process->pid() << ", output to " << w.log_file;
       if (a.rank() == 0 && !master.agent_store && !store_relay_ && workers_.size() > 1) {
         // Without the relay (its address could not be bound here): a rank whose connection is
@@ -352,8 +385,23 @@ class NodeAgent {
 
   // A thread that notes the moment child `pid` ends in `*exited_at` (guarded by mu_) and wakes the
   // supervisor. WNOWAIT: the supervisor reaps; this only notes the moment. It ends with the child.
-  std::thread WatchChild(pid_t pid, absl::Time* exited_at) {
-    return std::thread([this, pid, exited_at] {
+  // With a dtslot's status pipe (`status_fd`, closed here), it first notes the moment the rank's
+  // program ends and its status in `*program_status`, and wakes the supervisor then too.
+  std::thread WatchChild(pid_t pid, absl::Time* exited_at, int status_fd = -1,
+                         std::optional<int>* program_status = nullptr) {
+    return std::thread([this, pid, exited_at, status_fd, program_status] {
+      if (status_fd >= 0) {
+        std::optional<int> status = ReadProgramStatus(status_fd);
+        if (status) {
+          absl::Time now = absl::Now();
+          {
+            absl::MutexLock lock(&mu_);
+            *program_status = status;
+            *exited_at = std::min(*exited_at, now);
+          }
+          WakeSupervisor();
+        }
+      }
       siginfo_t info;
       while (::waitid(P_PID, pid, &info, WEXITED | WNOWAIT) != 0 && errno == EINTR) {
       }
@@ -408,17 +456,17 @@ class NodeAgent {
               w.status = status;
               w.exited_at = std::min(w.exited_at, absl::Now());
               bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-              // Slurm's SIGUSR2 (preemption, time limit) ended a program that does not handle it:
-              // the rank leaves as preempted, so the run is requeued rather than failed.
-              bool preempted = PreemptionRequested() && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2;
               DT_LOG(Info) << "rank " << w.agent->rank() << " (pid " << w.process->pid() << ") "
                            << DescribeWaitStatus(status);
               // A child that exits 0 after the signal checkpointed on its own: preempted as well.
-              if (clean || preempted) leaving.push_back({&w, PreemptionRequested() ? SIGUSR2 : 0});
-              // The first to end is the cause; the others most likely failed because it did.
-              if (!clean && !preempted && !stopping_ && (failed == nullptr || w.exited_at < failed->exited_at)) {
-                failed = &w;
-              }
+              if (clean || Preempted(status)) leaving.push_back({&w, PreemptionRequested() ? SIGUSR2 : 0});
+              if (IsFailure(status)) ConsiderFailure(w, status, failed);
+            } else if (w.program_status && !w.program_end_noted && IsFailure(*w.program_status)) {
+              w.program_end_noted = true;
+              // The program failed; its dtslot is still stopping what the program left running.
+              DT_LOG(Info) << "rank " << w.agent->rank() << "'s program " << DescribeWaitStatus(*w.program_status)
+                           << "; its keeper (pid " << w.process->pid() << ") is stopping what it left running";
+              ConsiderFailure(w, *w.program_status, failed);
             }
           }
           all_done = all_done && w.done;
@@ -452,6 +500,19 @@ class NodeAgent {
       if (failed != nullptr) next = std::min(next, ReportTime(*failed));
       WaitForWake(next);
     }
+  }
+
+  // Slurm's SIGUSR2 (preemption, time limit) ended a program that does not handle it: the rank
+  // leaves as preempted, so the run is requeued rather than failed.
+  bool Preempted(int status) { return PreemptionRequested() && WIFSIGNALED(status) && WTERMSIG(status) == SIGUSR2; }
+  bool IsFailure(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !Preempted(status); }
+
+  // A rank's program ended with `status`, a failure: the first to end is the cause, and the others
+  // most likely failed because it did. Not once a stop is under way (their failures are its).
+  void ConsiderFailure(Worker& w, int status, Worker*& failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_ || (failed != nullptr && failed->exited_at <= w.exited_at)) return;
+    w.status = status;
+    failed = &w;
   }
 
   // The workers' store went away under them (they cannot form their group, nor finish a store

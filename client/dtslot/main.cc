@@ -1,8 +1,9 @@
 // dtslot: runs one rank's program and owns its whole process tree (client/dtslot/slot_keeper.h).
 // dt starts it; a person has no reason to.
 //
-//   dtslot [--grace SECONDS] [--times FILE] -- PROGRAM ARGS...
+//   dtslot [--grace SECONDS] [--times FILE] [--status-fd FD] -- PROGRAM ARGS...
 
+#include <fcntl.h>
 #include <sys/resource.h>
 
 #include <iostream>
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   app.add_option("--grace", grace_s, "seconds between SIGTERM and SIGKILL")->capture_default_str();
   app.add_option("--times", options.times_file,
                  "copy the program's output to stdout through a pipe, recording when each chunk came in this file");
+  app.add_option("--status-fd", options.status_fd,
+                 "an inherited descriptor: the program's wait status is written to it the moment the program ends");
   app.add_option("command", options.command, "the program and its arguments, after --")->required();
   try {
     app.parse(argc, argv);
@@ -36,6 +39,11 @@ int main(int argc, char** argv) {
   }
   if (grace_s < 0) {
     std::cerr << "dtslot: --grace must not be negative\n";
+    return 2;
+  }
+  if (options.status_fd >= 0 && (options.status_fd <= 2 || ::fcntl(options.status_fd, F_GETFD) < 0)) {
+    std::cerr << "dtslot: --status-fd " << options.status_fd
+              << " is not an open descriptor other than stdin, stdout or stderr; pass one this process inherited\n";
     return 2;
   }
   options.grace = absl::Seconds(grace_s);

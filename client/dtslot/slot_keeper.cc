@@ -1,5 +1,6 @@
 #include "client/dtslot/slot_keeper.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +37,11 @@ class Keeper {
     sigset_t handled = HandledSignals();
     ::sigprocmask(SIG_BLOCK, &handled, nullptr);
     BecomeChildSubreaper();
+    // The program and its tree must not hold the status pipe: its end of file means dtslot is gone.
+    if (options_.status_fd >= 0) ::fcntl(options_.status_fd, F_SETFD, FD_CLOEXEC);
+    // A reader gone (the status pipe's, the log's) fails the write instead of killing the keeper.
+    // The program starts with SIGPIPE at its default again (Subprocess resets it).
+    ::signal(SIGPIPE, SIG_IGN);
     SpawnOptions o;
     o.new_process_group = true;
     o.parent_death_signal = SIGKILL;  // a dtslot killed by SIGKILL takes the program with it
@@ -94,8 +100,25 @@ class Keeper {
       if (pid == program_) {
         program_ended_ = true;
         status_ = status;
+        TellStatus();
       }
     }
+  }
+
+  // The program's status to the starter, at once (SlotOptions::status_fd).
+  void TellStatus() {
+    if (options_.status_fd < 0) return;
+    std::string line = absl::StrCat(status_, "\n");
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      ssize_t n = ::write(options_.status_fd, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the starter is gone: nobody to tell
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    ::close(options_.status_fd);
   }
 
   void BeginStop(const char* why) {

@@ -29,6 +29,12 @@ struct SlotOptions {
   // of each chunk recorded here (client/dtslot/output_relay.h). Empty: the program writes to
   // dtslot's stdout and stderr itself.
   std::string times_file;
+  // >= 0: the program's wait status is written here, in decimal and a newline, the moment the
+  // program ends, and the descriptor closed; the rest of its tree may take up to the grace to
+  // stop after it. The starter (dtrun) learns when the rank's program ended, not when dtslot
+  // did, which is what says which rank of a failing group ended first. End of file without a
+  // status: dtslot ended before its program did (it was killed), or the program never started.
+  int status_fd = -1;
 };
 
 // Runs `command` as described above and returns what main() should do: the exit code, or

@@ -15,6 +15,7 @@ else into --ckpt-dir, and resumes from there after a restart.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -49,6 +50,9 @@ def parse_args():
     p.add_argument("--losses-out", default="", help="rank 0 writes 'step loss' lines here")
     p.add_argument("--fail-rank", type=int, default=-1, help="tests: this rank raises ValueError ...")
     p.add_argument("--fail-at-step", type=int, default=-1, help="... at this step")
+    p.add_argument("--fail-leaves-child", action="store_true",
+                   help="tests: ... after starting a child that ignores SIGTERM and outlives it (as a logging "
+                        "service still flushing might)")
     return p.parse_args()
 
 
@@ -137,6 +141,8 @@ def main():
     losses = open(args.losses_out, "a") if args.losses_out and rank == 0 else None
     for step in range(start + 1, args.steps + 1):
         if rank == args.fail_rank and step == args.fail_at_step:
+            if args.fail_leaves_child:
+                subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 600"])
             raise ValueError(f"injected failure at step {step}")
         mean = train_step(model, opt, data, args, step, rank, world)
         if rank == 0:
