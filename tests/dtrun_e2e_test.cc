@@ -256,16 +256,6 @@ TEST_F(DtrunTest, AKilledRankRestartsTheGroupWhichResumesFromTheScriptsCheckpoin
 }
 
 // The dtrun of the node that runs `pid` (its nearest dtrun ancestor); 0 when there is none.
-pid_t NodeAgentOf(pid_t pid) {
-  for (int hops = 0; pid > 1 && hops < 8; ++hops) {
-    std::optional<ProcessInfo> p = ReadProcess(pid);
-    if (!p) return 0;
-    if (p->comm == "dtrun") return pid;
-    pid = p->ppid;
-  }
-  return 0;
-}
-
 // The workers' store (dtrun-store, DT_AGENT_STORE=1) killed under running ranks is the run's root
 // cause, not the rank whose store call fails a few milliseconds later: its watcher wakes dtrun the
 // moment it ends, and dtrun reports whichever ended first.
@@ -301,12 +291,9 @@ sys.exit("rank %s: the store outlived the test" % rank)
   ASSERT_TRUE(testing::WaitFor(
       [&] { return ::access(rank0.c_str(), F_OK) == 0 && ::access(JoinPath(ready, "rank-1").c_str(), F_OK) == 0; },
       absl::Minutes(1)));
-  pid_t agent = NodeAgentOf(std::stoi(testing::Slurp(rank0)));
+  pid_t agent = testing::NodeAgentOf(std::stoi(testing::Slurp(rank0)));
   ASSERT_GT(agent, 0);
-  pid_t store = 0;
-  for (const ProcessInfo& p : AllProcesses()) {
-    if (p.ppid == agent && p.comm == "dtrun-store") store = p.pid;
-  }
+  pid_t store = testing::WorkersStoreOf(agent);
   ASSERT_GT(store, 0) << "no dtrun-store under dtrun " << agent;
   // The step's signals are for the ranks and dtrun: Slurm's SIGUSR2 or scancel's SIGTERM sent to
   // every process must leave the store up while the ranks checkpoint and leave.
@@ -356,7 +343,7 @@ TEST_F(DtrunTest, AnElasticRunGoesOnWithTheNodesThatRemainWhenOneIsLost) {
   ASSERT_EQ(s["state"], "RUNNING") << s;
   ASSERT_EQ(s["world_size"], 3) << s;
   std::string lost = s["ranks"][2]["node"];
-  pid_t agent = NodeAgentOf(s["ranks"][2]["pid"].get<int>());
+  pid_t agent = testing::NodeAgentOf(s["ranks"][2]["pid"].get<int>());
   ASSERT_GT(agent, 0) << s;
   std::vector<pid_t> tree = Descendants(agent);
   tree.push_back(agent);

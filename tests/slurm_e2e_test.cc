@@ -566,6 +566,77 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
   }
 }
 
+// scancel without --signal (as a user or an admin ends a job, or Slurm at a time limit): SIGTERM
+// to every process of the step, the workers' store (DT_AGENT_STORE=1) included. The run ends
+// with the stop as its cause, its ranks listed as stopped, not with the store named for
+// ending under them (it ignores the step's signals and dtrun ends it last).
+TEST_F(SlurmTest, AScancelledScriptsRunEndsStoppedFromOutsideNotByItsWorkersStore) {
+  std::string exp_dir = JoinPath(save_dir_, "slurm-exec-scancel");
+  CommandResult r = Dtctl({"submit",
+                           "-o",
+                           "json",
+                           "--scheduler",
+                           "slurm",
+                           "--name",
+                           "slurm-exec-scancel",
+                           "--save-dir",
+                           save_dir_,
+                           "--nodes",
+                           "2",
+                           "--nproc-per-node",
+                           "1",
+                           "--exec",
+                           "--",
+                           "/usr/bin/python3",
+                           JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"),
+                           "--steps",
+                           "100000",
+                           "--ckpt-every",
+                           "5",
+                           "--step-sleep",
+                           "0.05"},
+                          {{"DT_AGENT_STORE", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string run = Json(r).value("run_id", "");
+  ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
+                               absl::Minutes(2)));
+  pid_t rank0 = 0;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        rank0 = Json(Dtctl({"status", run, "-o", "json"}))["ranks"][0].value("pid", 0);
+        return rank0 > 0;
+      },
+      absl::Seconds(30)));
+  pid_t store = testing::WorkersStoreOf(testing::NodeAgentOf(rank0));
+  ASSERT_GT(store, 0) << "the run's workers' store should be dtrun's";
+  std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
+  // Slurm signals the step's processes one at a time, and the store may be the first: here it is.
+  ASSERT_EQ(::kill(store, SIGTERM), 0);
+  auto cancel = RunCommand({"scancel", job}, absl::Seconds(30));
+  ASSERT_TRUE(cancel.ok() && cancel->exit_code == 0);
+  CommandResult watch = Dtctl({"watch", run});
+  EXPECT_NE(watch.exit_code, 0) << watch.output;
+  nlohmann::json s = Json(Dtctl({"status", run, "-o", "json"}));
+  EXPECT_EQ(s["state"], "FAILED") << s;
+  ASSERT_EQ(s["failures"].size(), 1u) << s["failures"];
+  const nlohmann::json& failure = s["failures"][0];
+  EXPECT_EQ(failure["kind"], "TERMINATED") << failure;
+  EXPECT_EQ(failure["stopped_ranks"].get<std::set<int>>(), (std::set<int>{0, 1})) << failure;
+  const std::string message = failure["message"];
+  EXPECT_TRUE(absl::StrContains(message, "every rank was stopped by a signal from outside and none failed first") &&
+              absl::StrContains(message, "by SIGTERM"))
+      << message;
+  std::string agent_logs;
+  for (const char* node : {"n1", "n2"}) {
+    agent_logs += testing::Slurp(JoinPath(exp_dir, absl::StrCat("logs/dtrun-", node, ".log")));
+  }
+  EXPECT_TRUE(absl::StrContains(agent_logs, "stopped by SIGTERM from outside")) << agent_logs;
+  EXPECT_FALSE(absl::StrContains(agent_logs, "while ranks still needed it")) << agent_logs;
+  EXPECT_TRUE(testing::WaitFor([&] { return ProcessesWithMarker(MarkerOfRun(run)).empty() && ::kill(store, 0) != 0; },
+                               absl::Seconds(30)))
+      << "a process of the run outlived the cancel";
+}
+
 // A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
 // starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
 // (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.

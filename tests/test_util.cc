@@ -25,6 +25,7 @@
 #include "common/blas_core.h"
 #include "common/crypto.h"
 #include "common/fs.h"
+#include "common/process_tree.h"
 
 namespace dt::testing {
 
@@ -78,6 +79,23 @@ uint64_t SignalMask(const std::string& proc_status, absl::string_view field) {
 }
 
 bool MaskHas(uint64_t mask, int sig) { return (mask & (uint64_t{1} << (sig - 1))) != 0; }
+
+pid_t NodeAgentOf(pid_t pid) {
+  for (int hops = 0; pid > 1 && hops < 8; ++hops) {
+    std::optional<ProcessInfo> p = ReadProcess(pid);
+    if (!p) return 0;
+    if (p->comm == "dtrun") return pid;
+    pid = p->ppid;
+  }
+  return 0;
+}
+
+pid_t WorkersStoreOf(pid_t agent) {
+  for (const ProcessInfo& p : AllProcesses()) {
+    if (p.ppid == agent && p.comm == "dtrun-store") return p.pid;
+  }
+  return 0;
+}
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;

@@ -61,6 +61,11 @@ uint64_t SignalMask(const std::string& proc_status, absl::string_view field);
 // Whether `mask` (as SignalMask reads it) holds signal `sig`.
 bool MaskHas(uint64_t mask, int sig);
 
+// The dtrun above `pid` (a rank's program or its dtslot), by parent links; 0 if there is none.
+pid_t NodeAgentOf(pid_t pid);
+// The workers' store (dtrun-store, DT_AGENT_STORE=1) that dtrun `agent` started; 0 if none.
+pid_t WorkersStoreOf(pid_t agent);
+
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout);
 
