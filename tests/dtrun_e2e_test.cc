@@ -385,23 +385,32 @@ TEST_F(DtrunTest, AnElasticRunGoesOnWithTheNodesThatRemainWhenOneIsLost) {
       << status.output;
 }
 
+// Whichever hosts the workers' store (rank 0's program, or dtrun-store with DT_AGENT_STORE=1,
+// which dtrun ends only once the ranks are stopped), the rank that raised is the cause.
 TEST_F(DtrunTest, APythonExceptionIsTheRootCauseWithItsRankTypeAndMessage) {
-  std::string run = SubmitScript("raises", 0, {"--steps", "30", "--fail-rank", "1", "--fail-at-step", "3"});
-  CommandResult watch = Dtctl({"watch", run});
-  EXPECT_EQ(watch.exit_code, 1) << watch.output;
-  nlohmann::json s = Status(run);
-  EXPECT_EQ(s["state"], "FAILED");
-  nlohmann::json failure = s["failures"][0];
-  EXPECT_EQ(failure["rank"], 1) << failure;
-  EXPECT_EQ(failure["kind"], "REPORTED_ERROR") << failure;
-  EXPECT_EQ(failure["exception_type"], "ValueError") << failure;
-  std::string message = failure["message"];
-  EXPECT_NE(message.find("injected failure at step 3"), std::string::npos) << message;
-  EXPECT_NE(message.find("exited with code 1"), std::string::npos) << message;
-  // The traceback torch's @record wrote is kept with the failure (shown by dtctl status).
-  CommandResult table = Dtctl({"status", run});
-  EXPECT_NE(table.output.find("ValueError: injected failure at step 3"), std::string::npos) << table.output;
-  EXPECT_EQ(s["ranks"][1]["state"], "FAILED") << s;
+  for (bool agent_store : {false, true}) {
+    SCOPED_TRACE(agent_store ? "the store in dtrun" : "the store in rank 0");
+    std::map<std::string, std::string> env;
+    if (agent_store) env["DT_AGENT_STORE"] = "1";
+    std::string run = SubmitScript(agent_store ? "raises-agent-store" : "raises", 0,
+                                   {"--steps", "30", "--fail-rank", "1", "--fail-at-step", "3"}, Script(), env);
+    CommandResult watch = Dtctl({"watch", run});
+    EXPECT_EQ(watch.exit_code, 1) << watch.output;
+    nlohmann::json s = Status(run);
+    EXPECT_EQ(s["state"], "FAILED");
+    ASSERT_EQ(s["failures"].size(), 1u) << s["failures"];
+    nlohmann::json failure = s["failures"][0];
+    EXPECT_EQ(failure["rank"], 1) << failure;
+    EXPECT_EQ(failure["kind"], "REPORTED_ERROR") << failure;
+    EXPECT_EQ(failure["exception_type"], "ValueError") << failure;
+    std::string message = failure["message"];
+    EXPECT_NE(message.find("injected failure at step 3"), std::string::npos) << message;
+    EXPECT_NE(message.find("exited with code 1"), std::string::npos) << message;
+    // The traceback torch's @record wrote is kept with the failure (shown by dtctl status).
+    CommandResult table = Dtctl({"status", run});
+    EXPECT_NE(table.output.find("ValueError: injected failure at step 3"), std::string::npos) << table.output;
+    EXPECT_EQ(s["ranks"][1]["state"], "FAILED") << s;
+  }
 }
 
 // The failing rank leaves a child that ignores SIGTERM, so its dtslot stops it for the whole grace

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -387,8 +388,20 @@ class NodeAgent {
   // supervisor. WNOWAIT: the supervisor reaps; this only notes the moment. It ends with the child.
   // With a dtslot's status pipe (`status_fd`, closed here), it first notes the moment the rank's
   // program ends and its status in `*program_status`, and wakes the supervisor then too.
+  // A thread that cannot be made (the node out of threads or memory) leaves the child to the
+  // supervisor's own sweeps, at least once a second, rather than end dtrun with its ranks.
   std::thread WatchChild(pid_t pid, absl::Time* exited_at, int status_fd = -1,
                          std::optional<int>* program_status = nullptr) {
+    try {
+      return StartWatcher(pid, exited_at, status_fd, program_status);
+    } catch (const std::system_error& e) {
+      DT_LOG(Warning) << "no watcher thread for pid " << pid << " (" << e.what()
+                      << "): its end is seen at the next look, within a second";
+      if (status_fd >= 0) ::close(status_fd);
+      return std::thread();
+    }
+  }
+  std::thread StartWatcher(pid_t pid, absl::Time* exited_at, int status_fd, std::optional<int>* program_status) {
     return std::thread([this, pid, exited_at, status_fd, program_status] {
       if (status_fd >= 0) {
         std::optional<int> status = ReadProgramStatus(status_fd);
