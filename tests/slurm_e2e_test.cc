@@ -346,16 +346,17 @@ class SlurmTest : public ::testing::Test {
     return Json(r).value("run_id", "");
   }
 
-  // dtctl submit --scheduler slurm, 2 nodes × 1, `flags`, --exec -- `command` → run id.
+  // dtctl submit --scheduler slurm, 2 nodes × 1, `flags`, --exec -- `command` → run id. `env`
+  // is dtctl's (DT_AGENT_STORE reaches dtrun through the job).
   std::string SubmitExec(const std::string& name, std::vector<std::string> flags,
-                         const std::vector<std::string>& command) {
+                         const std::vector<std::string>& command, const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> args = {"submit", "-o",         "json",    "--scheduler", "slurm", "--name",
                                      name,     "--save-dir", save_dir_, "--nodes",     "2",     "--nproc-per-node",
                                      "1"};
     args.insert(args.end(), flags.begin(), flags.end());
     args.insert(args.end(), {"--exec", "--"});
     args.insert(args.end(), command.begin(), command.end());
-    CommandResult r = Dtctl(args);
+    CommandResult r = Dtctl(args, env);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return Json(r).value("run_id", "");
   }
@@ -512,34 +513,10 @@ TEST_F(SlurmTest, APreemptionCheckpointsRequeuesAndResumesWhereItStopped) {
 TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromItsOwnCheckpoint) {
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec-preempt");
   std::string env_dir = tmp_.Sub("env");
-  CommandResult r = Dtctl({"submit",
-                           "-o",
-                           "json",
-                           "--scheduler",
-                           "slurm",
-                           "--name",
-                           "slurm-exec-preempt",
-                           "--save-dir",
-                           save_dir_,
-                           "--nodes",
-                           "2",
-                           "--nproc-per-node",
-                           "1",
-                           "--exec",
-                           "--",
-                           "/usr/bin/python3",
-                           JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"),
-                           "--steps",
-                           "60",
-                           "--ckpt-every",
-                           "5",
-                           "--step-sleep",
-                           "0.05",
-                           "--env-out",
-                           env_dir},
-                          {{"DT_AGENT_STORE", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::string run = Json(r).value("run_id", "");
+  std::string run = SubmitExec("slurm-exec-preempt", {},
+                               {"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
+                                "60", "--ckpt-every", "5", "--step-sleep", "0.05", "--env-out", env_dir},
+                               {{"DT_AGENT_STORE", "1"}});
   ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
                                absl::Minutes(2)));
   std::string job = Json(Dtctl({"status", run, "-o", "json"}))["scheduler_job_id"];
@@ -572,32 +549,10 @@ TEST_F(SlurmTest, APreemptedScriptThatIgnoresTheSignalIsRequeuedAndResumesFromIt
 // ending under them (it ignores the step's signals and dtrun ends it last).
 TEST_F(SlurmTest, AScancelledScriptsRunEndsStoppedFromOutsideNotByItsWorkersStore) {
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec-scancel");
-  CommandResult r = Dtctl({"submit",
-                           "-o",
-                           "json",
-                           "--scheduler",
-                           "slurm",
-                           "--name",
-                           "slurm-exec-scancel",
-                           "--save-dir",
-                           save_dir_,
-                           "--nodes",
-                           "2",
-                           "--nproc-per-node",
-                           "1",
-                           "--exec",
-                           "--",
-                           "/usr/bin/python3",
-                           JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"),
-                           "--steps",
-                           "100000",
-                           "--ckpt-every",
-                           "5",
-                           "--step-sleep",
-                           "0.05"},
-                          {{"DT_AGENT_STORE", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::string run = Json(r).value("run_id", "");
+  std::string run = SubmitExec("slurm-exec-scancel", {},
+                               {"/usr/bin/python3", JoinPath(DT_SOURCE_DIR, "examples/python/train_ddp.py"), "--steps",
+                                "100000", "--ckpt-every", "5", "--step-sleep", "0.05"},
+                               {{"DT_AGENT_STORE", "1"}});
   ASSERT_TRUE(testing::WaitFor([&] { return ::access(JoinPath(exp_dir, "train_ddp.pt").c_str(), F_OK) == 0; },
                                absl::Minutes(2)));
   pid_t rank0 = 0;
@@ -637,9 +592,6 @@ TEST_F(SlurmTest, AScancelledScriptsRunEndsStoppedFromOutsideNotByItsWorkersStor
       << "a process of the run outlived the cancel";
 }
 
-// A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
-// starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
-// (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.
 // A script that uses the dt module: dt.should_stop() has every rank stop after the same step once
 // Slurm's SIGUSR2 arrives, dt.checkpoint() saves it, the job is requeued and resumes from it.
 TEST_F(SlurmTest, ADtModuleScriptCheckpointsOnTheSignalAndResumesWhereItStopped) {
@@ -703,6 +655,9 @@ TEST_F(SlurmTest, ADtModuleScriptCheckpointsOnTheSignalAndResumesWhereItStopped)
   EXPECT_NE(log0.find("done: 200 steps"), std::string::npos) << log0;
 }
 
+// A user's unmodified torchrun-style script on two nodes: one dtrun per node (one srun task each)
+// starts it with torchrun's variables; a kill -9 of the script on n2 is named as the root cause
+// (not dtrun on n1, which srun then stops), and the next srun step in the allocation resumes.
 TEST_F(SlurmTest, AnUnmodifiedTorchrunScriptRunsOnTwoNodesAndRestartsInsideTheAllocation) {
   std::string env_dir = tmp_.Sub("env");
   std::string exp_dir = JoinPath(save_dir_, "slurm-exec");
