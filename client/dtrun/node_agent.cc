@@ -345,10 +345,11 @@ class NodeAgent {
       // The rank's tree is kept by a dtslot, which stops it whole; dtrun's own death (SIGKILL
       // included) stops it too. This is the main thread, which lives as long as dtrun.
       o.parent_death_signal = SIGTERM;
-      // The times of the output's chunks go beside the log, for `dtctl logs --all`.
+      // The program's status comes back the moment it ends (dtslot's --status-fd).
       int status_pipe[2];
       if (::pipe2(status_pipe, O_CLOEXEC) != 0) return ErrnoStatus("make", "a pipe for the rank's status", errno);
       o.keep_fd = status_pipe[1];
+      // The times of the output's chunks go beside the log, for `dtctl logs --all`.
       std::vector<std::string> argv = {JoinPath(ExecutableDir(), "dtslot"),
                                        "--grace",
                                        absl::StrCat(absl::ToDoubleSeconds(config_.stop_grace)),

@@ -8,25 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/fs.h"
 #include "common/log.h"
 
 namespace dt::slot {
-namespace {
-
-// Writes all of `data`; false when the descriptor refuses (a full disk: the bytes are lost, as
-// they would be had the program written to the file itself).
-bool WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<OutputRelay>> OutputRelay::Start(int out_fd, const std::string& times_path) {
   std::unique_ptr<OutputRelay> r(new OutputRelay());
@@ -68,11 +53,12 @@ void OutputRelay::Copy() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // every writer closed the pipe
     int64_t micros = absl::ToUnixMicros(absl::Now());
-    if (!WriteAll(out_fd_, buffer, static_cast<size_t>(n))) continue;
+    // A descriptor that refuses (a full disk) loses the bytes, as the program's own write would.
+    if (WriteFully(out_fd_, buffer, static_cast<size_t>(n)) != 0) continue;
     off_t size = ::lseek(out_fd_, 0, SEEK_CUR);  // O_APPEND: the log's end after this chunk
     if (times_fd_ >= 0 && size >= 0) {
       std::string line = absl::StrCat(size, " ", micros, "\n");
-      (void)WriteAll(times_fd_, line.data(), line.size());
+      (void)WriteFully(times_fd_, line.data(), line.size());
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/dtslot/output_relay.h"
+#include "common/fs.h"
 #include "common/log.h"
 #include "common/process_tree.h"
 #include "common/stop_signals.h"
@@ -109,15 +110,7 @@ class Keeper {
   void TellStatus() {
     if (options_.status_fd < 0) return;
     std::string line = absl::StrCat(status_, "\n");
-    const char* p = line.data();
-    size_t left = line.size();
-    while (left > 0) {
-      ssize_t n = ::write(options_.status_fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;  // the starter is gone: nobody to tell
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
+    (void)WriteFully(options_.status_fd, line.data(), line.size());  // EPIPE: the starter is gone
     ::close(options_.status_fd);
   }
 
