@@ -52,6 +52,10 @@ ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_ddp.py")
 GPU_ANCHOR = os.path.join(ROOT, "bench", "python", "gpt2_gpu.py")
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_ddp.py")
 QUICK = os.environ.get("DT_BENCH_QUICK") == "1"
+# gpu modes: where Chrome traces of warmup steps 2 to 4 go (dttrainer --profile-trace beside
+# gpt2_gpu.py --profile-out), with profile_summary.py's comparison; unset: no traces.
+GPU_PROFILE_DIR = os.environ.get("DT_GPU_PROFILE_DIR")
+PROFILE_STEPS = 3
 # Launch rounds each side: an odd count in quick mode, so the median is a round, not the mean of two.
 LAUNCH_REPEATS = 5 if QUICK else 7
 # The --exec floor row is a median of per-round differences: more rounds than the other launch rows.
@@ -640,18 +644,43 @@ def capture_cost():
 GPU_SHAPE = (768, 12, 12, 1024, 8)  # GPT-2 124M: n_embd, n_layer, n_head, seq (= n_positions), batch
 
 
-def gpu_anchor(precision, steps, warmup, compile=False):
+def gpu_anchor(precision, steps, warmup, compile=False, trace=None):
     """bench/python/gpt2_gpu.py on GPU_SHAPE: its DT_BENCH_RESULT (step_times, tokens_per_s, mfu,
-    flops_per_token, peak_tflops, ...)."""
+    flops_per_token, peak_tflops, ...). `trace`: a Chrome trace of warmup steps 2 to 4 goes there."""
     n_embd, n_layer, n_head, seq, batch = GPU_SHAPE
     cmd = [PY, GPU_ANCHOR, "--n-embd", str(n_embd), "--n-layer", str(n_layer), "--n-head", str(n_head),
            "--n-positions", str(seq), "--seq-len", str(seq), "--batch-size", str(batch), "--steps", str(steps),
-           "--warmup", str(warmup), "--precision", precision, "--device", "cuda"] + (["--compile"] if compile else [])
+           "--warmup", str(warmup), "--precision", precision, "--device", "cuda"] + (["--compile"] if compile else []) + (
+        ["--profile-out", trace, "--profile-steps", str(PROFILE_STEPS)] if trace else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     m = re.search(r"DT_BENCH_RESULT (\{.*\})", r.stdout)
     if r.returncode != 0 or not m:
         raise RuntimeError("%s: exit %d\n%s%s" % (" ".join(cmd), r.returncode, r.stdout[-2000:], r.stderr[-4000:]))
     return json.loads(m.group(1))
+
+
+def profile_args(trace, first_step=2):
+    """dttrainer's flags for a trace of PROFILE_STEPS steps from first_step (none without a path)."""
+    return ["--profile-trace", trace, "--profile-first-step", str(first_step),
+            "--profile-steps", str(PROFILE_STEPS)] if trace else []
+
+
+def trace_path(label):
+    return os.path.join(GPU_PROFILE_DIR, label + ".json") if GPU_PROFILE_DIR else None
+
+
+def summarize_traces(labels):
+    """profile_summary.py over the traces made: printed, and written beside them."""
+    traces = ["%s=%s" % (label, trace_path(label)) for label in labels if os.path.exists(trace_path(label))]
+    if not traces:
+        print("no traces were written in %s" % GPU_PROFILE_DIR)
+        return
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "profile_summary.py"), "--steps",
+                          str(PROFILE_STEPS)] + traces, capture_output=True, text=True)
+    text = out.stdout + out.stderr
+    print(text)
+    with open(os.path.join(GPU_PROFILE_DIR, "summary.txt"), "w") as f:
+        f.write(text)
 
 
 def dt_gpu_run(coord, name, trainer_args):
@@ -705,9 +734,11 @@ def gpu():
     dt_tps_by, dt_period_by = {}, {}
     try:
         for precision in ("fp32", "bf16"):
-            eager = gpu_anchor(precision, steps, skip)
-            dt_steps, _ = dt_gpu_run(coord, "gpu-%s" % precision, ["--precision", precision,
-                                                                   "--max-steps", str(steps + skip)])
+            # Traces of warmup steps 2 to 4 (skip > PROFILE_STEPS + 1): the timed steps come after.
+            eager = gpu_anchor(precision, steps, skip, trace=trace_path("eager-" + precision))
+            dt_steps, _ = dt_gpu_run(coord, "gpu-%s" % precision,
+                                     ["--precision", precision, "--max-steps", str(steps + skip)] +
+                                     profile_args(trace_path("dttrainer-" + precision)))
             periods = list(step_periods(dt_steps, skip).values())
             dt_period_by[precision] = statistics.median(periods)
             dt_tps = dt_tps_by[precision] = batch * seq / dt_period_by[precision]
@@ -728,7 +759,10 @@ def gpu():
                 print("%s MFU: no peak known for %s (gpt2_gpu.py --peak-tflops)" % (precision, eager["device"]))
 
         gpu_checkpoint_stall(coord, dt_period_by["bf16"])
-        gpu_compile_row(dt_tps_by["bf16"], steps, skip)
+        if GPU_PROFILE_DIR:
+            summarize_traces(["dttrainer-fp32", "eager-fp32", "dttrainer-bf16", "eager-bf16", "dttrainer-bf16-round"])
+        if os.environ.get("DT_GPU_BENCH_COMPILE", "1") != "0":
+            gpu_compile_row(dt_tps_by["bf16"], steps, skip)
     finally:
         coord.stop()
 
@@ -739,9 +773,15 @@ def gpu_checkpoint_stall(coord, bf16_period=None):
     # The checkpoint stall: rounds begun at steps 30, 60 and 90 (95 steps), bf16. 30 steps (about
     # 2.4 s) outlast a round's write (1.5 s on the H200): a round that began while the last was
     # still writing would wait for it, a cost of rounds closer than their write, not of a round.
+    # With traces, a fourth round at 120 is traced (steps 120 to 122) and left out of the figures.
     freq, ckpt_steps = 30, 95
-    dt_steps, ckpt = dt_gpu_run(coord, "gpu-ckpt", ["--precision", "bf16", "--max-steps", str(ckpt_steps),
-                                                    "--ckpt-freq", str(freq)])
+    traced = 4 * freq if GPU_PROFILE_DIR else None
+    dt_steps, ckpt = dt_gpu_run(coord, "gpu-ckpt", ["--precision", "bf16", "--ckpt-freq", str(freq), "--max-steps",
+                                                    str(traced + 5 if traced else ckpt_steps)] +
+                                (profile_args(trace_path("dttrainer-bf16-round"), traced) if traced else []))
+    if traced:
+        dt_steps = {k: v for k, v in dt_steps.items() if k <= ckpt_steps}
+        ckpt = {key: {k: v for k, v in values.items() if k <= ckpt_steps} for key, values in ckpt.items()}
     rounds = [s for s in range(freq, ckpt_steps, freq) if s + 1 in dt_steps]
     base = statistics.median(step_periods(dt_steps, skip, rounds).values())
     # What a round begun at S costs training: the time from S's point to S + 1's (the wait for

@@ -5,12 +5,17 @@
 #
 #   scripts/gpu-check.sh                unpack the bundle into /opt/dtdeps; configure and build
 #                                       dtcoord dtctl dttrainer trainer_cuda_e2e_test in build-gpu/
-#                                       against the wheel's LibTorch; run the test, then
-#                                       bench/trainer_bench.py gpu where it exists. Logs in $OUT.
+#                                       against the wheel's LibTorch; run the CUDA test; build dtrun
+#                                       and dtrun_e2e_test, and run the DCP test on the wheel's
+#                                       torch (DtrunTest.Dcp*); then bench/trainer_bench.py gpu with
+#                                       Chrome traces of a few steps of each side laid together
+#                                       (bench/profile_summary.py). Logs in $OUT.
 #                                       DT_GPU_TEST_TIMEOUT (300 s), DT_GPU_BENCH_TIMEOUT (300 s),
 #                                       DT_GPU_BENCH=0 (no benchmark), DT_GPU_JOBS (16),
 #                                       DT_GPU_TEST_FILTER (a gtest filter), DT_GPU_BENCH_MODE (gpu;
-#                                       gpu-ckpt: the checkpoint stall row alone).
+#                                       gpu-ckpt: the checkpoint stall row alone), DT_GPU_DCP=0 (no
+#                                       DCP test), DT_GPU_PROFILE=0 (no traces),
+#                                       DT_GPU_BENCH_COMPILE=0 (no torch.compile row).
 #   scripts/gpu-check.sh --local-check  on Debian 12, compiling nothing: unpack into
 #                                       /tmp/dtdeps-test and configure with the same options
 #                                       against Debian's LibTorch, every find confined to the bundle
@@ -192,11 +197,34 @@ cuda_test() {
   rm -f "$o"; return $rc
 }
 
+dcp_test() {
+  # examples/python/train_dcp.py under dtrun on the wheel's torch (Debian's 1.13 has no DCP): it
+  # skips itself without one, a failure here.
+  if [[ ${DT_GPU_DCP:-1} == 0 ]]; then log "DT_GPU_DCP=0: not run"; return 0; fi
+  # Built here, not in build: a failure of these stops neither the CUDA test nor the benchmark.
+  cmake --build "$B" -j "${DT_GPU_JOBS:-16}" --target dtrun dt_python dtrun_e2e_test || return
+  local o=$OUT/.dcp-test.out rc
+  DT_TEST_TORCH2_PYTHON=$(command -v python3) timeout "${DT_GPU_DCP_TIMEOUT:-180}" "$B/bin/dtrun_e2e_test" \
+    --gtest_filter='DtrunTest.Dcp*' 2>&1 | tee "$o"
+  rc=${PIPESTATUS[0]}
+  grep -q '^\[  SKIPPED \]' "$o" && { log "the DCP test SKIPPED itself: a failure here"; rc=1; }
+  rm -f "$o"; return $rc
+}
+
 bench() {
   if [[ ${DT_GPU_BENCH:-1} == 0 ]]; then log "DT_GPU_BENCH=0: not run"; return 0; fi
   if ! grep -qE "[\"']gpu[\"']" bench/trainer_bench.py; then log "bench/trainer_bench.py has no gpu mode: not run"; return 0; fi
+  # The traces stay on the machine; their summary and a compressed copy come back.
+  local traces=/tmp/dt-profiles rc
+  rm -rf "$traces" && mkdir -p "$traces"
+  [[ ${DT_GPU_PROFILE:-1} == 0 ]] && traces=""
   DT_BENCH_BIN=$B/bin DT_BENCH_OUT=$OUT/bench.jsonl DT_BENCH_PYTHON=$(command -v python3) PYTHONUNBUFFERED=1 \
-    timeout "${DT_GPU_BENCH_TIMEOUT:-300}" python3 bench/trainer_bench.py "${DT_GPU_BENCH_MODE:-gpu}" || return
+    DT_GPU_PROFILE_DIR=$traces timeout "${DT_GPU_BENCH_TIMEOUT:-300}" python3 bench/trainer_bench.py "${DT_GPU_BENCH_MODE:-gpu}"
+  rc=$?
+  if [[ -n $traces ]] && ls "$traces"/*.json >/dev/null 2>&1; then
+    tar -C /tmp -czf "$OUT/profiles.tar.gz" dt-profiles && log "traces: $(du -sh "$traces" | cut -f1), $(du -h "$OUT/profiles.tar.gz" | cut -f1) compressed"
+  fi
+  ((rc == 0)) || return $rc
   # The page for docs/benchmarks-gpu.md, the card and its software named as the machine.
   local machine
   machine=$(python3 -c 'import torch, os
@@ -214,7 +242,7 @@ main() {
   phase unpack unpack && phase tools tools && phase configure configure && {
     phase leaks leaks  # reported; the build goes on
     # The test needs the build; the benchmark needs the build, not a passing test.
-    [[ $mode != gpu ]] || { phase build build && { phase test cuda_test; phase bench bench; }; }
+    [[ $mode != gpu ]] || { phase build build && { phase test cuda_test; phase dcp dcp_test; phase bench bench; }; }
   }
   log "summary: ${results[*]}"
   [[ " ${results[*]} " != *FAILED* ]]

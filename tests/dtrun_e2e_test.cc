@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -52,7 +53,8 @@ class DtrunTest : public ::testing::Test {
 
   // `dtctl submit --exec -- python3 SCRIPT ARGS` with 2 local ranks → run id.
   std::string SubmitScript(const std::string& name, int max_restarts, const std::vector<std::string>& script_args,
-                           const std::string& script = Script(), const std::map<std::string, std::string>& env = {}) {
+                           const std::string& script = Script(), const std::map<std::string, std::string>& env = {},
+                           const std::string& python = kPython) {
     std::vector<std::string> args = {"submit",
                                      "-o",
                                      "json",
@@ -66,12 +68,53 @@ class DtrunTest : public ::testing::Test {
                                      absl::StrCat(max_restarts),
                                      "--exec",
                                      "--",
-                                     kPython,
+                                     python,
                                      script};
     args.insert(args.end(), script_args.begin(), script_args.end());
     CommandResult r = Dtctl(args, env);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return testing::DtctlJson(r).value("run_id", "");
+  }
+
+  // Runs a program of examples/python twice over 20 steps with a round every 5: whole, and with
+  // rank 1 killed (SIGKILL, by itself: at a known step) at step 12, after the rounds of steps 5
+  // and 10. The restart must resume rank 1 from step 10 and train exactly as the whole run: the
+  // same losses step by step and bit for bit the same parameters at the end. Returns the killed
+  // run's id and experiment directory.
+  std::pair<std::string, std::string> ExpectAKilledRankResumesAsTheWholeRun(const std::string& name,
+                                                                            const std::string& script,
+                                                                            const std::string& python = kPython) {
+    const std::string whole_name = name + "-whole";
+    std::string whole = SubmitScript(whole_name, 0, {"--steps", "20", "--ckpt-every", "5"}, script, {}, python);
+    CommandResult watch = Dtctl({"watch", whole});
+    EXPECT_EQ(watch.exit_code, 0) << watch.output
+                                  << testing::Slurp(JoinPath(save_dir_, whole_name + "/logs/rank-0.log"));
+    std::string run =
+        SubmitScript(name, 1, {"--steps", "20", "--ckpt-every", "5", "--kill-rank", "1", "--kill-at-step", "12"},
+                     script, {}, python);
+    std::string exp_dir = JoinPath(save_dir_, name);
+    watch = Dtctl({"watch", run});
+    EXPECT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
+    if (::testing::Test::HasFailure()) return {run, exp_dir};
+    EXPECT_EQ(Status(run)["restarts"], 1);
+    std::string log1 = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
+    EXPECT_NE(log1.find("rank 1: resumed from step 10"), std::string::npos) << log1;
+    EXPECT_EQ(Status(run)["failures"][0]["rank"], 1) << Status(run);
+
+    std::vector<v1::MetricRecord> expected = coord_.Metrics(whole, "loss", 0);
+    std::vector<v1::MetricRecord> got = coord_.Metrics(run, "loss", 0);
+    EXPECT_EQ(expected.size(), 20u);
+    EXPECT_EQ(got.size(), 20u);
+    for (size_t k = 0; k < std::min(expected.size(), got.size()); ++k) {
+      EXPECT_NEAR(got[k].value(), expected[k].value(), 1e-9) << "step " << k + 1;
+    }
+    auto final_line = [&](const std::string& dir) {
+      std::string log = testing::Slurp(JoinPath(save_dir_, dir + "/logs/rank-0.log"));
+      size_t at = log.find("done: 20 steps, parameters sha256 ");
+      return at == std::string::npos ? std::string("(no final line)\n" + log) : log.substr(at, log.find('\n', at) - at);
+    };
+    EXPECT_EQ(final_line(name), final_line(whole_name));
+    return {run, exp_dir};
   }
 
   nlohmann::json EnvOf(const std::string& dir, int rank) {
@@ -951,35 +994,9 @@ TEST_F(DtrunTest, AShardedRoundCommitsTheFilesEachRankClaimedByPattern) {
 // rank; after a rank is killed the group resumes from the shards and trains exactly as a run that
 // was never interrupted.
 TEST_F(DtrunTest, TheZeroExampleSavesEveryRanksShardInOneRoundAndResumesExactly) {
-  const std::string script = JoinPath(DT_SOURCE_DIR, "examples/python/train_zero.py");
-  std::string whole = SubmitScript("zero-whole", 0, {"--steps", "20", "--ckpt-every", "5"}, script);
-  CommandResult watch = Dtctl({"watch", whole});
-  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(save_dir_, "zero-whole/logs/rank-0.log"));
-
-  // Rank 1 is killed (SIGKILL, by itself: at a known step) after the rounds of steps 5 and 10.
-  std::string run = SubmitScript(
-      "zero", 1, {"--steps", "20", "--ckpt-every", "5", "--kill-rank", "1", "--kill-at-step", "12"}, script);
-  std::string exp_dir = JoinPath(save_dir_, "zero");
-  watch = Dtctl({"watch", run});
-  ASSERT_EQ(watch.exit_code, 0) << watch.output << testing::Slurp(JoinPath(exp_dir, "logs/rank-0.log"));
-  EXPECT_EQ(Status(run)["restarts"], 1);
-  std::string log1 = testing::Slurp(JoinPath(exp_dir, "logs/rank-1.log"));
-  EXPECT_NE(log1.find("rank 1: resumed from step 10"), std::string::npos) << log1;
-  EXPECT_EQ(Status(run)["failures"][0]["rank"], 1) << Status(run);
-
-  // The same losses, step by step, as the run that was never interrupted.
-  std::vector<v1::MetricRecord> expected = coord_.Metrics(whole, "loss", 0);
-  std::vector<v1::MetricRecord> got = coord_.Metrics(run, "loss", 0);
-  ASSERT_EQ(expected.size(), 20u);
-  ASSERT_EQ(got.size(), 20u);
-  for (int k = 0; k < 20; ++k) EXPECT_NEAR(got[k].value(), expected[k].value(), 1e-9) << "step " << k + 1;
-  // And bit for bit the same parameters at the end.
-  auto final_line = [&](const std::string& name) {
-    std::string log = testing::Slurp(JoinPath(save_dir_, name + "/logs/rank-0.log"));
-    size_t at = log.find("done: 20 steps, parameters sha256 ");
-    return at == std::string::npos ? std::string("(no final line)\n" + log) : log.substr(at, log.find('\n', at) - at);
-  };
-  EXPECT_EQ(final_line("zero"), final_line("zero-whole"));
+  auto [run, exp_dir] =
+      ExpectAKilledRankResumesAsTheWholeRun("zero", JoinPath(DT_SOURCE_DIR, "examples/python/train_zero.py"));
+  if (HasFailure()) return;
 
   // One manifest per round, naming each shard's rank, the world size and the program's layout.
   nlohmann::json manifest =
@@ -999,6 +1016,55 @@ TEST_F(DtrunTest, TheZeroExampleSavesEveryRanksShardInOneRoundAndResumesExactly)
   EXPECT_EQ(cks[2]["shards"][1]["files"], 1) << cks;
   CommandResult table = Dtctl({"checkpoints", run});
   EXPECT_NE(table.output.find("2 of 2 ranks (sharded)"), std::string::npos) << table.output;
+}
+
+// examples/python/train_dcp.py: torch.distributed.checkpoint's dcp.save of DTensor shards inside a
+// sharded round, each rank claiming the files DCP wrote for it (rank 0 also DCP's .metadata), and
+// dcp.load of the latest round after a rank is killed. Needs a torch with DCP and DTensor (2.4 or
+// later): Debian's 1.13 has neither, so the test runs where DT_TEST_TORCH2_PYTHON names such a
+// Python (scripts/gpu-check.sh: the GPU machine's wheel) and is skipped elsewhere.
+TEST_F(DtrunTest, DcpShardsSavedInOneRoundAndLoadedAfterAKillResumeExactly) {
+  const char* torch2 = std::getenv("DT_TEST_TORCH2_PYTHON");
+  const std::string python = torch2 != nullptr && *torch2 != '\0' ? torch2 : kPython;
+  absl::StatusOr<CommandResult> probe = RunCommand(
+      {python, "-c", "import torch.distributed.checkpoint, torch.distributed.tensor, torch.distributed.device_mesh"},
+      absl::Minutes(1));
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  if (probe->exit_code != 0) {
+    GTEST_SKIP() << python << " has no torch.distributed.checkpoint with DTensor (torch >= 2.4); set "
+                 << "DT_TEST_TORCH2_PYTHON to a Python that has: " << probe->output.substr(0, 300);
+  }
+  auto [run, exp_dir] =
+      ExpectAKilledRankResumesAsTheWholeRun("dcp", JoinPath(DT_SOURCE_DIR, "examples/python/train_dcp.py"), python);
+  if (HasFailure()) return;
+
+  // One manifest for each round: DCP's files, each claimed by the rank that wrote it.
+  nlohmann::json manifest =
+      nlohmann::json::parse(testing::Slurp(JoinPath(exp_dir, "checkpoints/step-20/manifest.json")), nullptr, false);
+  ASSERT_FALSE(manifest.is_discarded());
+  EXPECT_EQ(manifest["world_size"], 2) << manifest;
+  EXPECT_EQ(manifest["sharded"], true) << manifest;
+  EXPECT_EQ(manifest["layout"]["format"], "torch.distributed.checkpoint") << manifest;
+  std::set<int> writers;
+  bool index = false;
+  for (const auto& f : manifest["files"]) {
+    const std::string name = f["name"].get<std::string>();
+    const int rank = f["rank"].get<int>();
+    writers.insert(rank);
+    if (name == ".metadata") {
+      index = true;
+      EXPECT_EQ(rank, 0) << manifest;
+    } else {
+      EXPECT_TRUE(absl::StartsWith(name, absl::StrCat("__", rank, "_")) && absl::EndsWith(name, ".distcp"))
+          << name << " claimed by rank " << rank << ": " << manifest;
+    }
+  }
+  EXPECT_TRUE(index) << "no .metadata in " << manifest;
+  EXPECT_EQ(writers, (std::set<int>{0, 1})) << manifest;
+  nlohmann::json cks = testing::DtctlJson(Dtctl({"checkpoints", run, "--verify", "-o", "json"}));
+  ASSERT_EQ(cks.size(), 3u) << cks;
+  EXPECT_EQ(cks[2]["verified"], "ok") << cks;
+  ASSERT_EQ(cks[2]["shards"].size(), 2u) << cks;
 }
 
 // A coordinator restart (systemd's SIGTERM, down for 7 s) does not end a program that uses the dt

@@ -241,6 +241,18 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
                  "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);
+  app.add_option("--profile-trace", c.profile_trace,
+                 "rank 0 writes a Chrome trace (torch.profiler's format: operators, and CUDA kernels on a GPU) of "
+                 "--profile-steps steps from --profile-first-step to this file")
+      ->group(loop);
+  app.add_option("--profile-first-step", c.profile_first_step, "the first step --profile-trace traces")
+      ->group(loop)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--profile-steps", c.profile_steps, "how many steps --profile-trace traces")
+      ->group(loop)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 // The debugging tools: tokenize, decode, ckpt-diff.

@@ -49,6 +49,7 @@
 #include "trainer/lr_schedule.h"
 #include "trainer/process_group.h"
 #include "trainer/sampler.h"
+#include "trainer/step_profiler.h"
 #include "trainer/token_cache.h"
 #include "trainer/zero_optimizer.h"
 
@@ -237,8 +238,17 @@ class Trainer {
     model_->train();
     cpu_at_log_ = ProcessCpuSeconds();
     step_at_log_ = state_.step;
+    StepProfiler profiler(rank_ == 0 ? cfg_.profile_trace : "", cfg_.profile_first_step, cfg_.profile_steps,
+                          device_.is_cuda());
     while (state_.step < total_steps_) {
+      profiler.BeforeStep(state_.step + 1);
       TrainStep();
+      if (absl::StatusOr<bool> traced = profiler.AfterStep(state_.step); !traced.ok()) {
+        DT_LOG(Warning) << traced.status().message();
+      } else if (*traced) {
+        DT_LOG(Info) << "wrote the trace of steps " << cfg_.profile_first_step << " to " << state_.step << " to "
+                     << cfg_.profile_trace;
+      }
       if (state_.step < total_steps_ && PreemptionAgreed()) return LeaveForPreemption();
       if (cfg_.exit_after_step > 0 && state_.step == cfg_.exit_after_step) {
         CollectCheckpoint(rounds_->Wait());

@@ -80,6 +80,10 @@ struct TrainerConfig {
   std::vector<std::string> stop_nodes;
   int64_t rendezvous_timeout_s = 900;
   std::string log_dir;  // --log-dir / DT_LOG_DIR: write output to <dir>/rank-<R>.log
+  // --profile-trace: rank 0 writes a Chrome trace of profile_steps steps from profile_first_step.
+  std::string profile_trace;
+  int64_t profile_first_step = 6;
+  int64_t profile_steps = 3;
 };
 
 }  // namespace dt

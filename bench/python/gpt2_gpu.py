@@ -73,9 +73,16 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=None,
                     help="the device's dense peak for --precision, for MFU (default: by device name; 0: no MFU)")
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--profile-out", default=None,
+                    help="write a Chrome trace (torch.profiler) of --profile-steps untimed warmup steps here, from "
+                         "the second step (as dttrainer --profile-trace --profile-first-step 2)")
+    ap.add_argument("--profile-steps", type=int, default=3)
     args = ap.parse_args()
     if args.seq_len > args.n_positions:
         ap.error("--seq-len %d exceeds --n-positions %d" % (args.seq_len, args.n_positions))
+    if args.profile_out and args.warmup < args.profile_steps + 1:
+        ap.error("--profile-out traces warmup steps 2 to %d: give --warmup %d or more" % (
+            args.profile_steps + 1, args.profile_steps + 1))
     if args.compile and not hasattr(torch, "compile"):
         sys.exit("gpt2_gpu.py: --compile needs torch.compile (torch >= 2.0); this is torch %s" % torch.__version__)
 
@@ -108,8 +115,16 @@ def main():
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     times = []
+    # Warmup steps (untimed): the trace's own cost stays out of the step times.
+    profiled = range(1, 1 + args.profile_steps) if args.profile_out else range(0)
+    prof = None
     sync()
     for step in range(total):
+        if step == profiled.start and profiled:
+            sync()  # as dttrainer's --profile-trace: the window opens on an idle device
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []))
+            prof.__enter__()
         t0 = time.perf_counter()
         batch = data[step]
         with autocast():
@@ -121,6 +136,10 @@ def main():
         sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
+        if prof is not None and step == profiled[-1]:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(args.profile_out)
+            prof = None
 
     tokens_per_step = args.batch_size * args.seq_len
     tokens_per_s = tokens_per_step / statistics.median(times)
