@@ -4,10 +4,12 @@
 // NCCL or sees no CUDA device: CI's machines, and every CPU build. Run it on a GPU machine with the
 // CUDA build (scripts/build.sh --torch-dir ..., see README "GPUs").
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -87,6 +89,30 @@ class TrainerCudaE2ETest : public ::testing::Test {
 
 TEST_F(TrainerCudaE2ETest, AGpuRankTrainsOverNcclAndResumesExactlyAfterACrash) {
   ASSERT_NO_FATAL_FAILURE(ExpectResumeAfterACrashIsExact("gpu", {}));
+}
+
+// A preemption on the GPU (Slurm's SIGUSR2): the rank agrees on a step, checkpoints it and leaves
+// with status 0, resumable there. A GPU rank acts on the agreement a step after it was made (its
+// host does not wait for the device each step), so it stops at most a step later than a CPU rank.
+TEST_F(TrainerCudaE2ETest, APreemptedGpuRankCheckpointsTheStepItStopsAtAndLeaves) {
+  auto run = Submit("gpu-preempt");
+  auto procs = testing::StartTrainers(
+      coord_, run, 1, 1, {"--max-steps", "100000", "--ckpt-freq", "0", "--batch-size", "2", "--backend", "nccl"},
+      tmp_.path());
+  ASSERT_TRUE(
+      testing::WaitFor([&] { return testing::Slurp(Log(run)).find("step 3/") != std::string::npos; }, absl::Minutes(3)))
+      << testing::Slurp(Log(run));
+  procs[0]->Signal(SIGUSR2);
+  int status = procs[0]->Wait(absl::Minutes(2));
+  std::string log = testing::Slurp(Log(run));
+  ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << log;
+  size_t at = log.find("stopped at step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int64_t step = std::atoll(log.c_str() + at + std::string("stopped at step ").size());
+  EXPECT_GE(step, 3) << log;
+  EXPECT_NE(log.find("checkpointed there"), std::string::npos) << log;
+  EXPECT_TRUE(std::filesystem::is_directory(JoinPath(save_dir_, absl::StrCat("gpu-preempt/checkpoints/step-", step))))
+      << log;
 }
 
 // bf16 autocast on the GPU: fp32 master weights and AdamW state, checkpointed whole, so the resume

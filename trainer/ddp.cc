@@ -29,7 +29,7 @@ class AfterAccumulate : public torch::autograd::FunctionPostHook {
 DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> parameters,
                                                  c10::intrusive_ptr<CommGroup> group, int64_t bucket_cap_bytes,
                                                  int64_t first_bucket_bytes)
-    : parameters_(std::move(parameters)), group_(std::move(group)) {
+    : parameters_(std::move(parameters)), group_(std::move(group)), alone_(group_->getSize() == 1) {
   bucket_of_.resize(parameters_.size());
   ready_.assign(parameters_.size(), false);
   slot_of_.resize(parameters_.size());
@@ -97,7 +97,7 @@ void DistributedDataParallel::Prepare() {
 }
 
 void DistributedDataParallel::OnGradReady(size_t param) {
-  if (!sync_ || !prepared_ || ready_[param]) return;
+  if (!sync_ || !prepared_ || alone_ || ready_[param]) return;
   ready_[param] = true;
   Bucket& b = buckets_[bucket_of_[param]];
   const torch::Tensor& grad = parameters_[param].grad();
@@ -125,6 +125,10 @@ void DistributedDataParallel::LaunchReady() {
 void DistributedDataParallel::Finish() {
   if (!sync_) return;
   TORCH_CHECK(prepared_, "DistributedDataParallel::Finish without Prepare");
+  if (alone_) {  // one rank: its gradients are the average already
+    prepared_ = false;
+    return;
+  }
   // Parameters that took no part in the loss never fire their hook: they contribute zeros.
   for (auto& b : buckets_) {
     if (b.pending == 0) continue;
