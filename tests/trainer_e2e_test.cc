@@ -452,6 +452,28 @@ TEST_F(TrainerE2ETest, TinyGpt2LearnsAlpaca) {
   EXPECT_EQ(status.latest_checkpoint_step(), 200);
 }
 
+// --profile-trace writes a Chrome trace of the steps asked for where LibTorch has Kineto (a CUDA
+// wheel's: scripts/gpu-check.sh reads them); Debian's LibTorch has none, and there the trainer says
+// why no trace came and trains on to the end.
+TEST_F(TrainerE2ETest, AProfileTraceIsWrittenOrWhyNotIsSaidAndTrainingGoesOn) {
+  auto run = Submit("profile", 1);
+  const std::string trace = JoinPath(tmp_.path(), "trace.json");
+  auto p = Start(run, 1,
+                 {"--max-steps", "6", "--batch-size", "2", "--profile-trace", trace, "--profile-first-step", "2",
+                  "--profile-steps", "2"});
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(run, p, 0, absl::Minutes(3)));
+  std::string log = testing::Slurp(Log(run, 0));
+  if (log.find("wrote the trace of steps 2 to 3 to " + trace) != std::string::npos) {
+    nlohmann::json events = nlohmann::json::parse(testing::Slurp(trace), nullptr, false);
+    ASSERT_FALSE(events.is_discarded()) << trace;
+    EXPECT_FALSE(events["traceEvents"].empty()) << trace;
+  } else {
+    EXPECT_NE(log.find("cannot write the trace of steps 2 to 3 to " + trace + ": "), std::string::npos) << log;
+    EXPECT_NE(log.find("Kineto"), std::string::npos) << log;
+  }
+  EXPECT_EQ(coord_.GetRun(run.run_id()).step(), 6);
+}
+
 TEST_F(TrainerE2ETest, AKilledRankStopsTheOtherWithTheCauseNamed) {
   auto run = Submit("killed", 2);
   auto procs = Start(run, 2, {"--max-steps", "100000", "--batch-size", "2"});
