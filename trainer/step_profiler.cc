@@ -25,16 +25,21 @@ void StepProfiler::Synchronize() const {
   if (cuda_) torch::cuda::synchronize();
 }
 
-void StepProfiler::BeforeStep(int64_t step) {
-  if (path_.empty() || step != first_step_) return;
+absl::Status StepProfiler::BeforeStep(int64_t step) {
+  if (path_.empty() || step != first_step_) return absl::OkStatus();
   Synchronize();
   // As torch.profiler does: the activities are prepared (CUPTI set up) before the window opens.
   const ProfilerConfig config(ProfilerState::KINETO);
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (cuda_) activities.insert(ActivityType::CUDA);
-  profiler::prepareProfiler(config, activities);
-  profiler::enableProfiler(config, activities);
+  try {
+    profiler::prepareProfiler(config, activities);
+    profiler::enableProfiler(config, activities);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cannot trace steps ", first_step_, " to ", last_step_, ": ", e.what()));
+  }
   tracing_ = true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> StepProfiler::AfterStep(int64_t step) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace dt {
@@ -16,8 +17,9 @@ class StepProfiler {
   StepProfiler(std::string path, int64_t first_step, int64_t steps, bool cuda);
 
   // Before the step: the trace starts at first_step, after the device has finished the steps
-  // before it (so their kernels do not spill into the window).
-  void BeforeStep(int64_t step);
+  // before it (so their kernels do not spill into the window). A profiler that cannot start (one
+  // already running in this process) is said in the status; training goes on.
+  absl::Status BeforeStep(int64_t step);
   // After the step: at the window's last step, waits for the device and writes the trace (true:
   // written now). A failed write is said in the status; training goes on.
   absl::StatusOr<bool> AfterStep(int64_t step);

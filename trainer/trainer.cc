@@ -242,7 +242,9 @@ class Trainer {
     StepProfiler profiler(rank_ == 0 ? cfg_.profile_trace : "", cfg_.profile_first_step, cfg_.profile_steps,
                           device_.is_cuda());
     while (state_.step < total_steps_) {
-      profiler.BeforeStep(state_.step + 1);
+      if (absl::Status tracing = profiler.BeforeStep(state_.step + 1); !tracing.ok()) {
+        DT_LOG(Warning) << tracing.message();
+      }
       TrainStep();
       if (absl::StatusOr<bool> traced = profiler.AfterStep(state_.step); !traced.ok()) {
         DT_LOG(Warning) << traced.status().message();
@@ -499,9 +501,9 @@ class Trainer {
     return model_->Loss(batch.narrow(1, 0, cfg_.seq_len), batch.narrow(1, 1, cfg_.seq_len));
   }
 
-  // Tokens of samples [first, first + count) shaped [count, seq_len + 1].
-  // A GPU's batch goes up from pinned memory behind the step's work: a copy from pageable memory
-  // makes the host wait for it, and the device idled meanwhile.
+  // Tokens of samples [first, first + count) shaped [count, seq_len + 1], on the device. A GPU's
+  // batch goes up from pinned memory behind the step's work: a copy from pageable memory makes the
+  // host wait for it, and the device idled meanwhile.
   torch::Tensor Batch(const std::vector<int64_t>& samples) {
     torch::Tensor batch = Gather(*tokens_, samples, cfg_.seq_len);
     if (!device_.is_cuda()) return batch.to(device_);
