@@ -117,6 +117,18 @@ class DtrunTest : public ::testing::Test {
     return {run, exp_dir};
   }
 
+  // The manifest of step-20, the last round of ExpectAKilledRankResumesAsTheWholeRun's runs, which
+  // two ranks wrote together: sharded, world size 2 (null when it cannot be read).
+  nlohmann::json ShardedManifestOfTheLastRound(const std::string& exp_dir) {
+    nlohmann::json manifest =
+        nlohmann::json::parse(testing::Slurp(JoinPath(exp_dir, "checkpoints/step-20/manifest.json")), nullptr, false);
+    EXPECT_FALSE(manifest.is_discarded()) << exp_dir;
+    if (manifest.is_discarded()) return nullptr;
+    EXPECT_EQ(manifest["world_size"], 2) << manifest;
+    EXPECT_EQ(manifest["sharded"], true) << manifest;
+    return manifest;
+  }
+
   nlohmann::json EnvOf(const std::string& dir, int rank) {
     return nlohmann::json::parse(testing::Slurp(JoinPath(dir, absl::StrCat("env-rank-", rank, ".json"))), nullptr,
                                  false);
@@ -999,11 +1011,7 @@ TEST_F(DtrunTest, TheZeroExampleSavesEveryRanksShardInOneRoundAndResumesExactly)
   if (HasFailure()) return;
 
   // One manifest per round, naming each shard's rank, the world size and the program's layout.
-  nlohmann::json manifest =
-      nlohmann::json::parse(testing::Slurp(JoinPath(exp_dir, "checkpoints/step-20/manifest.json")), nullptr, false);
-  ASSERT_FALSE(manifest.is_discarded());
-  EXPECT_EQ(manifest["world_size"], 2) << manifest;
-  EXPECT_EQ(manifest["sharded"], true) << manifest;
+  nlohmann::json manifest = ShardedManifestOfTheLastRound(exp_dir);
   EXPECT_EQ(manifest["layout"]["optimizer"], "ZeroRedundancyOptimizer") << manifest;
   std::map<std::string, int> ranks;
   for (const auto& f : manifest["files"]) ranks[f["name"].get<std::string>()] = f["rank"].get<int>();
@@ -1039,11 +1047,7 @@ TEST_F(DtrunTest, DcpShardsSavedInOneRoundAndLoadedAfterAKillResumeExactly) {
   if (HasFailure()) return;
 
   // One manifest for each round: DCP's files, each claimed by the rank that wrote it.
-  nlohmann::json manifest =
-      nlohmann::json::parse(testing::Slurp(JoinPath(exp_dir, "checkpoints/step-20/manifest.json")), nullptr, false);
-  ASSERT_FALSE(manifest.is_discarded());
-  EXPECT_EQ(manifest["world_size"], 2) << manifest;
-  EXPECT_EQ(manifest["sharded"], true) << manifest;
+  nlohmann::json manifest = ShardedManifestOfTheLastRound(exp_dir);
   EXPECT_EQ(manifest["layout"]["format"], "torch.distributed.checkpoint") << manifest;
   std::set<int> writers;
   bool index = false;
