@@ -186,29 +186,33 @@ build() {
   "$B/bin/dttrainer" --version
 }
 
-cuda_test() {
-  # The test skips itself without NCCL or a GPU: here that is a failure.
-  local o=$OUT/.cuda-test.out rc
-  timeout "${DT_GPU_TEST_TIMEOUT:-300}" "$B/bin/trainer_cuda_e2e_test" --gtest_filter="${DT_GPU_TEST_FILTER:-*}" \
-    --gtest_output="json:$OUT/trainer_cuda_e2e_test.json" 2>&1 | tee "$o"
+# Runs a test binary that must run here (gtest_must_run NAME TIMEOUT COMMAND...). Its tests skip
+# themselves where they cannot run (no GPU, no DCP): on this machine a skip is a failure, and so is
+# running past the timeout.
+gtest_must_run() {
+  local name=$1 limit=$2 o=$OUT/.gtest.out rc
+  shift 2
+  timeout "$limit" "$@" 2>&1 | tee "$o"
   rc=${PIPESTATUS[0]}
-  ((rc == 124)) && log "the test ran past ${DT_GPU_TEST_TIMEOUT:-300} s"
-  grep -q '^\[  SKIPPED \]' "$o" && { log "the test SKIPPED itself: a failure on a GPU machine"; rc=1; }
+  ((rc == 124)) && log "$name ran past $limit s"
+  grep -q '^\[  SKIPPED \]' "$o" && { log "$name SKIPPED itself: a failure on a GPU machine"; rc=1; }
   rm -f "$o"; return $rc
 }
 
+cuda_test() {
+  # Without NCCL or a GPU the test skips itself.
+  gtest_must_run "the CUDA test" "${DT_GPU_TEST_TIMEOUT:-300}" "$B/bin/trainer_cuda_e2e_test" \
+    --gtest_filter="${DT_GPU_TEST_FILTER:-*}" --gtest_output="json:$OUT/trainer_cuda_e2e_test.json"
+}
+
 dcp_test() {
-  # examples/python/train_dcp.py under dtrun on the wheel's torch (Debian's 1.13 has no DCP): it
-  # skips itself without one, a failure here.
+  # examples/python/train_dcp.py under dtrun on the wheel's torch (Debian's 1.13 has no DCP: there
+  # the test skips itself).
   if [[ ${DT_GPU_DCP:-1} == 0 ]]; then log "DT_GPU_DCP=0: not run"; return 0; fi
   # Built here, not in build: a failure of these stops neither the CUDA test nor the benchmark.
   cmake --build "$B" -j "${DT_GPU_JOBS:-16}" --target dtrun dt_python dtrun_e2e_test || return
-  local o=$OUT/.dcp-test.out rc
-  DT_TEST_TORCH2_PYTHON=$(command -v python3) timeout "${DT_GPU_DCP_TIMEOUT:-180}" "$B/bin/dtrun_e2e_test" \
-    --gtest_filter='DtrunTest.Dcp*' 2>&1 | tee "$o"
-  rc=${PIPESTATUS[0]}
-  grep -q '^\[  SKIPPED \]' "$o" && { log "the DCP test SKIPPED itself: a failure here"; rc=1; }
-  rm -f "$o"; return $rc
+  gtest_must_run "the DCP test" "${DT_GPU_DCP_TIMEOUT:-180}" env DT_TEST_TORCH2_PYTHON="$(command -v python3)" \
+    "$B/bin/dtrun_e2e_test" --gtest_filter='DtrunTest.Dcp*'
 }
 
 bench() {
