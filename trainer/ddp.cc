@@ -29,10 +29,14 @@ class AfterAccumulate : public torch::autograd::FunctionPostHook {
 DistributedDataParallel::DistributedDataParallel(std::vector<torch::Tensor> parameters,
                                                  c10::intrusive_ptr<CommGroup> group, int64_t bucket_cap_bytes,
                                                  int64_t first_bucket_bytes)
-    : parameters_(std::move(parameters)), group_(std::move(group)), alone_(group_->getSize() == 1) {
+    : parameters_(std::move(parameters)), group_(std::move(group)) {
   bucket_of_.resize(parameters_.size());
   ready_.assign(parameters_.size(), false);
   slot_of_.resize(parameters_.size());
+  // A group of one has nothing to reduce: no buckets (a second copy of every gradient) and no
+  // hooks, so its steps make no copies into buckets and back (320 device copies a step for GPT-2
+  // small, 0.7 ms of an 83 ms step on an H200).
+  if (group_->getSize() == 1) return;
   // Backward produces gradients roughly in reverse registration order: bucket that way.
   int64_t cap = first_bucket_bytes;
   Bucket current;
@@ -71,6 +75,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 }
 
 void DistributedDataParallel::BroadcastParameters() {
+  if (group_->getSize() == 1) return;  // nothing to share
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat_parts;
   for (auto& p : parameters_) flat_parts.push_back(p.detach().reshape({-1}));
@@ -97,7 +102,7 @@ void DistributedDataParallel::Prepare() {
 }
 
 void DistributedDataParallel::OnGradReady(size_t param) {
-  if (!sync_ || !prepared_ || alone_ || ready_[param]) return;
+  if (!sync_ || !prepared_ || ready_[param]) return;
   ready_[param] = true;
   Bucket& b = buckets_[bucket_of_[param]];
   const torch::Tensor& grad = parameters_[param].grad();
@@ -125,10 +130,6 @@ void DistributedDataParallel::LaunchReady() {
 void DistributedDataParallel::Finish() {
   if (!sync_) return;
   TORCH_CHECK(prepared_, "DistributedDataParallel::Finish without Prepare");
-  if (alone_) {  // one rank: its gradients are the average already
-    prepared_ = false;
-    return;
-  }
   // Parameters that took no part in the loss never fire their hook: they contribute zeros.
   for (auto& b : buckets_) {
     if (b.pending == 0) continue;
