@@ -782,12 +782,14 @@ def gpu_checkpoint_stall(coord, bf16_period=None):
     if traced:
         dt_steps = {k: v for k, v in dt_steps.items() if k <= ckpt_steps}
         ckpt = {key: {k: v for k, v in values.items() if k <= ckpt_steps} for key, values in ckpt.items()}
-    rounds = [s for s in range(freq, ckpt_steps, freq) if s + 1 in dt_steps]
+    rounds = [s for s in range(freq, ckpt_steps, freq) if s - 1 in dt_steps and s + 2 in dt_steps]
     base = statistics.median(step_periods(dt_steps, skip, rounds).values())
-    # What a round begun at S costs training: the time from S's point to S + 1's (the wait for
+    # What a round begun at S costs training: the time from S - 1's point to S + 2's (the wait for
     # a round still in flight, BeginCheckpoint, queueing the copies, the optimizer step's wait
-    # for them, step S + 1) less a step without a round.
-    stalls = [dt_steps[s + 1][1] - dt_steps[s][1] - base for s in rounds]
+    # for them, step S + 1) less three steps without a round. Not S's point to S + 1's: on a GPU
+    # a step's point is made while the next step runs (trainer.cc, HeldPoint), so S's is made
+    # after the round began and can come late by its pause on the host, while the device runs on.
+    stalls = [dt_steps[s + 2][1] - dt_steps[s - 1][1] - 3 * base for s in rounds]
     pauses = [ckpt["checkpoint_pause_seconds"].get(s + 1, 0.0) for s in rounds]
     writes = list(ckpt["checkpoint_seconds"].values())
     # Beside it, whether a write in flight slows the steps it overlaps (not in the row): the

@@ -179,7 +179,7 @@ leaks() {
 }
 
 build() {
-  cmake --build "$B" -j "${DT_GPU_JOBS:-16}" --target dtcoord dtctl dttrainer trainer_cuda_e2e_test || return
+  cmake --build "$B" -j "${DT_GPU_JOBS:-16}" --target dtcoord dtctl dttrainer trainer_cuda_e2e_test trainer_checkpoint_tests || return
   readelf -d "$B/bin/dttrainer" | grep -E 'R(UN)?PATH'
   log "dttrainer's libraries from the system: $(ldd "$B/bin/dttrainer" | grep -vE "$P|/torch/|/nvidia/" | awk '$3 ~ /^\// {print $1}' | xargs)"
   ldd "$B/bin/dttrainer" "$B/bin/dtcoord" | grep "not found" && return 1
@@ -200,9 +200,12 @@ gtest_must_run() {
 }
 
 cuda_test() {
-  # Without NCCL or a GPU the test skips itself.
+  # Without NCCL or a GPU the tests skip themselves. The fused AdamW against LibTorch's, then dttrainer.
+  local rc=0
+  gtest_must_run "the fused AdamW test" 120 "$B/bin/trainer_checkpoint_tests" --gtest_filter='StepAdamW.*' || rc=1
   gtest_must_run "the CUDA test" "${DT_GPU_TEST_TIMEOUT:-300}" "$B/bin/trainer_cuda_e2e_test" \
-    --gtest_filter="${DT_GPU_TEST_FILTER:-*}" --gtest_output="json:$OUT/trainer_cuda_e2e_test.json"
+    --gtest_filter="${DT_GPU_TEST_FILTER:-*}" --gtest_output="json:$OUT/trainer_cuda_e2e_test.json" || rc=1
+  return $rc
 }
 
 dcp_test() {

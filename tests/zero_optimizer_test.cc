@@ -2,6 +2,7 @@
 // the unpartitioned AdamW does, and moments written at one world size regather at another.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <vector>
 
 #include "common/fs.h"
@@ -152,6 +153,41 @@ TEST(ZeroAdamW, AMissingShareIsNamedAndNothingIsLoaded) {
   std::vector<torch::Tensor> params = Params();
   ZeroAdamW share(params, 0, 2, kSettings);
   EXPECT_EQ(share.LoadMoments(parts[0]).code(), absl::StatusCode::kFailedPrecondition);  // not its range
+}
+
+// On a GPU, StepAdamW is ATen's fused AdamW kernel (LibTorch >= 2.1): over four steps it moves the
+// parameters and moments as LibTorch's own AdamW does on the CPU, up to float rounding, and counts
+// the same steps (which checkpoints hold). Skipped without a CUDA device.
+TEST(StepAdamW, OnAGpuStepsAsLibTorchsAdamWOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<torch::Tensor> on_cpu = Params();
+  std::vector<torch::Tensor> on_gpu;
+  for (const auto& p : on_cpu) on_gpu.push_back(p.detach().to(torch::kCUDA).requires_grad_());
+  std::unique_ptr<torch::optim::AdamW> reference = MakeAdamW(on_cpu, kSettings);
+  std::unique_ptr<torch::optim::AdamW> fused = MakeAdamW(on_gpu, kSettings);
+  for (int step = 1; step <= 4; ++step) {
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : on_cpu) grads.push_back(torch::randn(p.sizes()));
+    SetGrads(on_cpu, grads);
+    for (size_t i = 0; i < grads.size(); ++i) on_gpu[i].mutable_grad() = grads[i].to(torch::kCUDA);
+    reference->step();
+    StepAdamW(*fused);
+    std::vector<torch::Tensor> back;
+    for (const auto& p : on_gpu) back.push_back(p.detach().cpu());
+    ASSERT_TRUE(torch::allclose(Flat(back), Flat(on_cpu), 1e-6, 1e-7)) << "step " << step;
+  }
+  FlatMoments want = MomentsOfAdamW(*reference, on_cpu);
+  FlatMoments got = MomentsOfAdamW(*fused, on_gpu);
+  EXPECT_EQ(got.step, 4);
+  // The fused kernel forms the first moment as a lerp, LibTorch as a product and a sum: the two
+  // round apart by a few float steps of the largest moment (a wrong beta or bias correction would
+  // be thousands of them).
+  for (const auto& [name, a, b] :
+       {std::tuple{"exp_avg", got.exp_avg, want.exp_avg}, std::tuple{"exp_avg_sq", got.exp_avg_sq, want.exp_avg_sq}}) {
+    const double scale = b.abs().max().item<double>();
+    const double worst = (a.cpu() - b).abs().max().item<double>();
+    EXPECT_LE(worst, 1e-5 * scale) << name << ": largest difference " << worst << " of moments up to " << scale;
+  }
 }
 
 }  // namespace

@@ -47,4 +47,22 @@ void DeviceToHostCopies::Wait() const {
   while (!copied_.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
+LateRead::LateRead(const torch::Tensor& values) {
+  torch::Tensor flat = values.detach().reshape({-1}).to(torch::kDouble);
+  if (flat.device().is_cpu()) {
+    host_ = flat.clone();  // the caller may change `values` afterwards
+    return;
+  }
+  host_ = torch::empty({flat.numel()}, torch::TensorOptions().dtype(torch::kDouble).pinned_memory(true));
+  copy_ = std::make_unique<DeviceToHostCopies>(flat.device());
+  copy_->Add(host_, flat);
+  copy_->Seal();
+}
+
+std::vector<double> LateRead::Values() const {
+  if (copy_) copy_->Wait();
+  const double* data = host_.data_ptr<double>();
+  return std::vector<double>(data, data + host_.numel());
+}
+
 }  // namespace dt

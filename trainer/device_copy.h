@@ -13,6 +13,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <vector>
 
 namespace dt {
@@ -45,6 +46,22 @@ class DeviceToHostCopies {
   c10::Event copied_;
   bool sealed_ = false;
   std::vector<torch::Tensor> sources_;  // alive until copied (the live state usually is anyway)
+};
+
+// A few numbers of a step (its loss and gradient norm, the ranks' preemption agreement) on their
+// way to the host without making the host wait for the device: on a device they are copied into
+// pinned memory behind the work queued so far, and Values() waits for that copy alone, usually
+// done by the time the next step is queued. Waiting for them at once would idle the device while
+// the host logs, reports and queues the next step. On the CPU they are there at once.
+class LateRead {
+ public:
+  // `values`: any shape and floating or integral type, read as doubles in their flat order.
+  explicit LateRead(const torch::Tensor& values);
+  std::vector<double> Values() const;
+
+ private:
+  torch::Tensor host_;
+  std::unique_ptr<DeviceToHostCopies> copy_;  // null on the CPU
 };
 
 }  // namespace dt

@@ -13,12 +13,14 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -219,6 +221,7 @@ class Trainer {
     agent_.ReportProgress(state_.step, total_steps_);
     current_step_ = state_.step;
     last_checkpoint_ = checkpoint_started_ = state_.step;
+    points_through_ = state_.step;  // a resumed run's history holds its points to here
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
     // Every point up to a round's step is stored before this rank commits the round, so a
@@ -227,6 +230,10 @@ class Trainer {
     // An asynchronous round delivers on its own thread: the training loop does not wait for it.
     rounds_->SetBeforeCommit([this](int64_t step) {
       if (!reporter_) return;
+      if (!AwaitPointsThrough(step, absl::Seconds(10))) {
+        DT_LOG(Warning) << "the metrics point of step " << step
+                        << " was not made within 10 s of its checkpoint's commit";
+      }
       if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
         DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
       }
@@ -254,11 +261,13 @@ class Trainer {
       }
       if (state_.step < total_steps_ && PreemptionAgreed()) return LeaveForPreemption();
       if (cfg_.exit_after_step > 0 && state_.step == cfg_.exit_after_step) {
+        ReportHeldPoint();
         CollectCheckpoint(rounds_->Wait());
         DT_LOG(Warning) << "--exit-after-step " << state_.step << ": vanishing without cleanup (fault injection)";
         std::_Exit(137);
       }
       if (StopsAfterThisStep()) {
+        ReportHeldPoint();
         CollectCheckpoint(rounds_->Wait());
         DT_LOG(Warning) << "--stop-after-step " << state_.step << ": stopping this process (fault injection)";
         ::raise(SIGSTOP);
@@ -563,10 +572,12 @@ class Trainer {
     state_.samples_seen += static_cast<int64_t>(cfg_.batch_size) * grad_accum_ * world_;
     current_step_ = step;
     agent_.ReportProgress(step, total_steps_);
+    ReportHeldPoint();  // on a GPU, the step before's: its figures reach the host while this step runs
     double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
 
+    std::optional<StepFigures> figures;
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
-      LogStep(step, {loss_sum, grad_norm_on_device, lr, tokens_per_step, step_seconds, data_time});
+      figures = StageFigures(loss_sum, grad_norm_on_device, lr, tokens_per_step, step_seconds, data_time);
     }
     if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
       double eval_loss = EvaluateLoss();
@@ -577,60 +588,107 @@ class Trainer {
     }
     CollectCheckpoint(rounds_->Poll());  // a finished round's figures ride on this step's point
     // Everything a step reports goes out as one point (W&B wants one history row per step), queued
-    // before a checkpoint at this step, which delivers it first.
-    if (reporter_ && !step_metrics_.empty()) reporter_->Add(step, step_metrics_);
+    // before a checkpoint at this step, which delivers it first. On a GPU the point waits for the
+    // next step (HeldPoint).
+    held_ = HeldPoint{step, std::move(step_metrics_), std::move(figures)};
     step_metrics_.clear();
+    if (!device_.is_cuda()) ReportHeldPoint();
     if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
     if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
   }
 
-  // What a logged step reports: read back from the device here, and only here.
+  // What a logged step reports. The loss and the gradient norm are on their way from the device.
   struct StepFigures {
-    torch::Tensor loss_sum;   // the micro-steps' losses, summed
-    torch::Tensor grad_norm;  // before clipping
+    std::unique_ptr<LateRead> loss_and_grad_norm;  // the loss averaged over the ranks; the norm before clipping
     double lr;
     int64_t tokens_per_step;
     double step_seconds;
     absl::Duration data_time;
+    double epoch;
+    int64_t tokens_seen, samples_seen;
   };
 
-  // A logged step: its metrics into this step's point, and a line in rank 0's log.
-  void LogStep(int64_t step, const StepFigures& f) {
-    last_loss_ = AllReduceMean(f.loss_sum.item<double>() / grad_accum_);
-    const double grad_norm = f.grad_norm.item<double>();
+  // A step's point, until its figures are read. On a GPU it waits for the next step to be queued:
+  // reading the figures at once makes the host wait for the device, which then idles while the
+  // host logs, reports and queues the next step (1.7 ms of an 80 ms step on an H200). A checkpoint,
+  // the end and every way out report it first.
+  struct HeldPoint {
+    int64_t step = 0;
+    std::map<std::string, double> metrics;
+    std::optional<StepFigures> figures;  // none: not a logged step
+  };
+
+  void ReportHeldPoint() {
+    if (!held_) return;
+    HeldPoint point = std::move(*held_);
+    held_.reset();
+    if (point.figures) LogStep(point.step, *point.figures, point.metrics);
+    if (reporter_ && !point.metrics.empty()) reporter_->Add(point.step, point.metrics);
+    std::lock_guard<std::mutex> lock(points_mu_);
+    points_through_ = point.step;
+    points_made_.notify_all();
+  }
+
+  // On a round's thread: whether every point up to `step` has been handed to the reporter (on a
+  // GPU the step's own is made during the next step), waiting for it up to `limit`.
+  bool AwaitPointsThrough(int64_t step, absl::Duration limit) {
+    std::unique_lock<std::mutex> lock(points_mu_);
+    return points_made_.wait_for(lock, absl::ToChronoMilliseconds(limit), [&] { return points_through_ >= step; });
+  }
+
+  // A logged step's figures, queued for the host: the loss is averaged over the ranks on the device
+  // (one all-reduce of 8 bytes; none for one rank).
+  StepFigures StageFigures(const torch::Tensor& loss_sum, const torch::Tensor& grad_norm, double lr,
+                           int64_t tokens_per_step, double step_seconds, absl::Duration data_time) {
+    torch::Tensor loss = (loss_sum / grad_accum_).reshape({1});
+    if (world_ > 1) {
+      Collective("all-reduce of metrics", [&] {
+        std::vector<torch::Tensor> t = {loss};
+        RecordedWait("all-reduce", 8, [&] { return group_->allreduce(t); });
+      });
+      loss = loss / world_;
+    }
+    torch::Tensor both = torch::cat({loss, grad_norm.reshape({1}).to(loss.device(), torch::kDouble)});
+    double epoch = static_cast<double>(state_.epoch) +
+                   static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
+    return StepFigures{std::make_unique<LateRead>(both),
+                       lr,
+                       tokens_per_step,
+                       step_seconds,
+                       data_time,
+                       epoch,
+                       state_.tokens_seen,
+                       state_.samples_seen};
+  }
+
+  // A logged step: its metrics into its point, and a line in rank 0's log.
+  void LogStep(int64_t step, const StepFigures& f, std::map<std::string, double>& point) {
+    const std::vector<double> read = f.loss_and_grad_norm->Values();
+    last_loss_ = read[0];
+    const double grad_norm = read[1];
     // Since the last logged step: everything the loop did, logging and reporting included, on
     // every thread (the metrics reporter, gRPC, a checkpoint's writer): on a busy node, the step's cost.
     const double cpu_now = ProcessCpuSeconds();
     const double cpu_per_step = (cpu_now - cpu_at_log_) / static_cast<double>(step - step_at_log_);
     cpu_at_log_ = cpu_now;
     step_at_log_ = step;
-    double epoch = static_cast<double>(state_.epoch) +
-                   static_cast<double>(state_.batch) / static_cast<double>(sampler_->batches_per_epoch());
     const double tokens_per_s = static_cast<double>(f.tokens_per_step) / f.step_seconds;
-    step_metrics_.insert({{"loss", last_loss_},
-                          {"lr", f.lr},
-                          {"grad_norm", grad_norm},
-                          {"tokens_per_s", tokens_per_s},
-                          {"step_time_s", f.step_seconds},
-                          {"cpu_time_s", cpu_per_step},
-                          {"data_time_s", absl::ToDoubleSeconds(f.data_time)},
-                          {"epoch", epoch},
-                          {"tokens_seen", static_cast<double>(state_.tokens_seen)},
-                          {"samples_seen", static_cast<double>(state_.samples_seen)},
-                          {"rss_bytes", static_cast<double>(RssBytes())},
-                          {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
-                          {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
+    point.insert({{"loss", last_loss_},
+                  {"lr", f.lr},
+                  {"grad_norm", grad_norm},
+                  {"tokens_per_s", tokens_per_s},
+                  {"step_time_s", f.step_seconds},
+                  {"cpu_time_s", cpu_per_step},
+                  {"data_time_s", absl::ToDoubleSeconds(f.data_time)},
+                  {"epoch", f.epoch},
+                  {"tokens_seen", static_cast<double>(f.tokens_seen)},
+                  {"samples_seen", static_cast<double>(f.samples_seen)},
+                  {"rss_bytes", static_cast<double>(RssBytes())},
+                  {"peak_rss_bytes", static_cast<double>(PeakRssBytes())},
+                  {"optimizer_state_bytes", static_cast<double>(OptimizerStateBytes())}});
     Log(absl::StrFormat(
         "step %d/%d loss %.4f lr %.3g grad_norm %.3f %.0f tokens/s/rank %.3fs/step epoch %.2f cpu %.3fs", step,
-        total_steps_, last_loss_, f.lr, grad_norm, tokens_per_s, f.step_seconds, epoch, cpu_per_step));
-  }
-
-  double AllReduceMean(double value) {
-    return Collective("all-reduce of metrics", [&] {
-      std::vector<torch::Tensor> t = {torch::tensor({value}, torch::kDouble).to(device_)};
-      RecordedWait("all-reduce", 8, [&] { return group_->allreduce(t); });
-      return t[0].item<double>() / world_;
-    });
+        total_steps_, last_loss_, f.lr, grad_norm, tokens_per_s, f.step_seconds, f.epoch, cpu_per_step));
   }
 
   // The mean loss over the held-out samples (each rank a disjoint share, then all-reduced).
@@ -660,7 +718,11 @@ class Trainer {
   // that fails leaves training going (the coordinator stops this process through the heartbeat if
   // the generation is over); a full disk ends the run.
   // A round's pause is reported with the next step's point.
+  // The round begins without waiting for the device: its copies are queued behind the step's work
+  // while the device still runs it. Its commit waits for the step's point (SetBeforeCommit), which
+  // on a GPU is made during the next step; a synchronous round commits here, so it is made first.
   void Checkpoint(int64_t step) {
+    if (!rounds_->async()) ReportHeldPoint();
     CollectCheckpoint(rounds_->Wait());  // at most one round in flight
     absl::StatusOr<absl::Duration> paused =
         zero_ ? rounds_->StartZero(model_, *zero_, state_) : rounds_->Start(model_, *optimizer_, state_);
@@ -710,22 +772,15 @@ class Trainer {
   // wait for the device every step, and after a checkpoint round began the read queued behind the
   // round's copy of the state to the host (1.5 GB for GPT-2 small, 22 ms on an H200).
   bool AgreedTheStepBefore(const torch::Tensor& answer) {
-    bool agreed = false;
-    if (preemption_copy_) {
-      preemption_copy_->Wait();  // done long ago: a step has run since
-      agreed = preemption_answer_.item<float>() > 0;
-    } else {
-      preemption_answer_ = torch::empty({1}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));
-    }
-    preemption_copy_ = std::make_unique<DeviceToHostCopies>(device_);
-    preemption_copy_->Add(preemption_answer_, answer);
-    preemption_copy_->Seal();
+    bool agreed = preemption_read_ && preemption_read_->Values()[0] > 0;  // done long ago: a step has run since
+    preemption_read_ = std::make_unique<LateRead>(answer);
     return agreed;
   }
 
   // A preemption or the time limit: checkpoint this step and leave; the run is requeued and the
   // next job resumes here.
   int LeaveForPreemption() {
+    ReportHeldPoint();
     if (checkpoint_started_ != state_.step) Checkpoint(state_.step);
     CollectCheckpoint(rounds_->Wait());
     if (reporter_) (void)reporter_->Flush(absl::Seconds(10));
@@ -739,6 +794,7 @@ class Trainer {
 
   // Done: the last checkpoint (for a run resumed at its end), the summary metrics, Leave.
   int Finish() {
+    ReportHeldPoint();
     if (checkpoint_started_ != state_.step && state_.step > 0) Checkpoint(state_.step);
     CollectCheckpoint(rounds_->Wait());
     if (reporter_) {
@@ -789,8 +845,7 @@ class Trainer {
   TrainState state_;
   std::unique_ptr<CheckpointRounds> rounds_;
   // On a GPU, the ranks' preemption agreement on its way to host memory (AgreedTheStepBefore).
-  std::unique_ptr<DeviceToHostCopies> preemption_copy_;
-  torch::Tensor preemption_answer_;
+  std::unique_ptr<LateRead> preemption_read_;
   int64_t checkpoint_started_ = 0;  // the step of the last round started
   int64_t last_checkpoint_ = 0;     // the step of the last round committed
   const HangForTests hang_for_tests_ = HangForTestsFromEnvironment();
@@ -800,6 +855,10 @@ class Trainer {
   int64_t step_at_log_ = 0;
   double best_eval_ = std::numeric_limits<double>::infinity();
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it
+  std::optional<HeldPoint> held_;               // the last step's, on a GPU (ReportHeldPoint)
+  std::mutex points_mu_;                        // points_through_, between the loop and a round's thread
+  std::condition_variable points_made_;
+  int64_t points_through_ = 0;  // every point up to this step is with the reporter
 };
 
 // Runs `trainer` and turns an exception out of it into a report to the coordinator and an exit

@@ -233,7 +233,26 @@ struct StepGroup {
 };
 constexpr int64_t kStepGroupElements = int64_t{1} << 24;
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+constexpr bool kHasFusedAdamW = true;
+// The same step in one fused CUDA kernel per group (ATen's, which torch.optim.AdamW(fused=True)
+// calls): one pass that reads each parameter, gradient and moment once, where the _foreach
+// sequence makes nine passes over the parameters' size. Its step counts are float tensors on the
+// device; every parameter of the group shares one, read only.
+void FusedStepGroupOf(const StepGroup& g, int64_t step, const torch::optim::AdamWOptions& o) {
+  torch::Tensor count = torch::full({}, static_cast<double>(step), g.params[0].options().dtype(torch::kFloat));
+  std::vector<torch::Tensor> steps(g.params.size(), count);
+  at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr(),
+                    std::get<0>(o.betas()), std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false,
+                    /*maximize=*/false);
+}
+#else
+constexpr bool kHasFusedAdamW = false;  // LibTorch 1.13 (Debian's) has no fused AdamW
+void FusedStepGroupOf(const StepGroup&, int64_t, const torch::optim::AdamWOptions&) {}
+#endif
+
 void StepGroupOf(const StepGroup& g, int64_t step, const torch::optim::AdamWOptions& o) {
+  if (kHasFusedAdamW && g.params[0].is_cuda()) return FusedStepGroupOf(g, step, o);
   const double lr = o.lr(), beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));

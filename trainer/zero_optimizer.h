@@ -84,6 +84,8 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(const std::vector<torch::Tensor>&
 // (_foreach) kernels over groups of parameters: on a GPU, LibTorch's ten kernels per parameter
 // (1,500 for GPT-2 small) kept the device idle while the host queued them. The moments and step
 // counts stay in the optimizer's state, so checkpoints are unchanged. amsgrad is not offered.
+// On a CUDA device with LibTorch >= 2.1 it is ATen's fused AdamW kernel (one pass over the
+// parameters instead of nine), the same arithmetic up to rounding.
 void StepAdamW(torch::optim::AdamW& optimizer);
 
 // Scales the gradients of `params` so that their total 2-norm is at most `max_norm`, as
