@@ -60,7 +60,9 @@ class TrainerE2ETest : public ::testing::Test {
 
   // A 2-rank run of `extra` more flags that vanishes after its checkpoint at step 10 and is
   // resumed ends bit for bit where a run that never stopped ends (testing::ExpectResumeAfterACrashIsExact).
-  void ExpectResumeAfterACrashIsExact(const std::string& name, const std::vector<std::string>& extra) {
+  // `runs`, when given, gets the straight, crashed and resumed runs.
+  void ExpectResumeAfterACrashIsExact(const std::string& name, const std::vector<std::string>& extra,
+                                      std::vector<v1::SubmitRunResponse>* runs = nullptr) {
     std::vector<std::string> args = {"--max-steps",  "20", "--ckpt-freq", "10",   "--batch-size",   "2",
                                      "--seed",       "5",  "--lr",        "1e-3", "--warmup-steps", "3",
                                      "--eval-split", "0",  "--dropout",   "0.1"};
@@ -69,6 +71,7 @@ class TrainerE2ETest : public ::testing::Test {
         coord_, save_dir_, tmp_.path(), name, args, 10, 20,
         [&](const std::string& experiment, const std::vector<std::string>& a, int code) {
           auto run = Submit(experiment, 2);
+          if (runs != nullptr) runs->push_back(run);
           auto procs = Start(run, 2, a);
           ExpectExit(run, procs, code);
           return run;
@@ -140,6 +143,31 @@ TEST_F(TrainerE2ETest, ATrainerStartedByHandRunsTheBestOpenBlasKernelsOfItsCpu) 
 
 TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
   ASSERT_NO_FATAL_FAILURE(ExpectResumeAfterACrashIsExact("fp32", {}));
+}
+
+// A GPU rank makes a step's line and metrics point while the next step runs (the step's loss is
+// read from the device a step late) and begins a round before its step's point is made; the round's
+// commit waits for it. --late-step-points does the same on the CPU: a run that vanishes after its
+// round at step 10 has every point to 10 in its history, once, and its resume is still exact.
+TEST_F(TrainerE2ETest, PointsMadeAStepLateKeepTheHistoryWholeAndTheResumeExact) {
+  std::vector<v1::SubmitRunResponse> runs;
+  ASSERT_NO_FATAL_FAILURE(ExpectResumeAfterACrashIsExact("late", {"--late-step-points", "--log-freq", "1"}, &runs));
+  ASSERT_EQ(runs.size(), 3u);
+  for (const auto& [run, steps] : {std::pair{runs[0], 20}, std::pair{runs[1], 10}}) {
+    auto losses = coord_.Metrics(run.run_id(), "loss", 0);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(steps)) << run.run_id();
+    for (int i = 0; i < steps; ++i) EXPECT_EQ(losses[i].step(), i + 1) << run.run_id();
+  }
+  // Each line is made once, in order, the last one too.
+  std::string log = testing::Slurp(Log(runs[0], 0));
+  size_t at = 0;
+  for (int step = 1; step <= 20; ++step) {
+    std::string line = absl::StrCat("step ", step, "/20 loss ");
+    size_t found = log.find(line, at);
+    ASSERT_NE(found, std::string::npos) << line << " after offset " << at << ":\n" << log;
+    EXPECT_EQ(log.find(line, found + 1), std::string::npos) << line << " twice";
+    at = found;
+  }
 }
 
 // bf16 autocast keeps fp32 master weights and AdamW state, which a checkpoint holds whole: a bf16

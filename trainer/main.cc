@@ -238,6 +238,10 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->group(loop);
+  app.add_flag("--late-step-points", c.late_step_points,
+               "testing: make each step's log line and metrics point while the next step runs, as a GPU rank always "
+               "does (it reads the step's loss from the device a step late)")
+      ->group(loop);
   app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
                  "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);

@@ -222,6 +222,7 @@ class Trainer {
     current_step_ = state_.step;
     last_checkpoint_ = checkpoint_started_ = state_.step;
     points_through_ = state_.step;  // a resumed run's history holds its points to here
+    late_points_ = device_.is_cuda() || cfg_.late_step_points;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
                                                  cfg_.checkpoint_direct_io);
     // Every point up to a round's step is stored before this rank commits the round, so a
@@ -592,7 +593,7 @@ class Trainer {
     // next step (HeldPoint).
     held_ = HeldPoint{step, std::move(step_metrics_), std::move(figures)};
     step_metrics_.clear();
-    if (!device_.is_cuda()) ReportHeldPoint();
+    if (!late_points_) ReportHeldPoint();
     if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
     if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
   }
@@ -856,6 +857,7 @@ class Trainer {
   double best_eval_ = std::numeric_limits<double>::infinity();
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it
   std::optional<HeldPoint> held_;               // the last step's, on a GPU (ReportHeldPoint)
+  bool late_points_ = false;                    // a GPU, or --late-step-points
   std::mutex points_mu_;                        // points_through_, between the loop and a round's thread
   std::condition_variable points_made_;
   int64_t points_through_ = 0;  // every point up to this step is with the reporter

@@ -73,6 +73,9 @@ struct TrainerConfig {
   bool report_metrics = true;
   int64_t exit_after_step = 0;           // fault injection: vanish (no cleanup) after this step and its round
   int64_t exit_while_checkpointing = 0;  // fault injection: the writer vanishes before this round's commit
+  // Testing on the CPU: a logged step's line and point are made while the next step runs and a
+  // round begins before its step's point, as on a GPU (where it is always so).
+  bool late_step_points = false;
   // Fault injection: after step stop_after_steps[i] and its round, the process on stop_nodes[i]
   // (every process when no node is given) stops itself with SIGSTOP, as a node that hangs or drops
   // off the network.
