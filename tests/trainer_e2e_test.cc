@@ -148,7 +148,8 @@ TEST_F(TrainerE2ETest, ResumeAfterACrashIsExact) {
 // A GPU rank makes a step's line and metrics point while the next step runs (the step's loss is
 // read from the device a step late) and begins a round before its step's point is made; the round's
 // commit waits for it. --late-step-points does the same on the CPU: a run that vanishes after its
-// round at step 10 has every point to 10 in its history, once, and its resume is still exact.
+// round at step 10 has every point to 10 in its history, once, and its resume is still exact; a
+// synchronous round does not wait for its own point.
 TEST_F(TrainerE2ETest, PointsMadeAStepLateKeepTheHistoryWholeAndTheResumeExact) {
   std::vector<v1::SubmitRunResponse> runs;
   ASSERT_NO_FATAL_FAILURE(ExpectResumeAfterACrashIsExact("late", {"--late-step-points", "--log-freq", "1"}, &runs));
@@ -168,6 +169,16 @@ TEST_F(TrainerE2ETest, PointsMadeAStepLateKeepTheHistoryWholeAndTheResumeExact) 
     EXPECT_EQ(log.find(line, found + 1), std::string::npos) << line << " twice";
     at = found;
   }
+  // A synchronous round commits on the loop's own thread: it makes the held point itself (waiting
+  // for it there would never end).
+  auto sync = Submit("late-sync", 1);
+  auto procs = Start(sync, 1,
+                     {"--late-step-points", "--sync-checkpoint", "--ckpt-freq", "2", "--max-steps", "4", "--log-freq",
+                      "1", "--batch-size", "2", "--eval-split", "0"});
+  ASSERT_NO_FATAL_FAILURE(ExpectExit(sync, procs, 0, absl::Minutes(1)));
+  auto losses = coord_.Metrics(sync.run_id(), "loss", 0);
+  ASSERT_EQ(losses.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(losses[i].step(), i + 1);
 }
 
 // bf16 autocast keeps fp32 master weights and AdamW state, which a checkpoint holds whole: a bf16

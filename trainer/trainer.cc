@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -194,6 +195,16 @@ class Trainer {
   Trainer(const TrainerConfig& cfg, Agent& agent, std::unique_ptr<MetricsReporter>& reporter,
           std::atomic<int64_t>& current_step)
       : cfg_(cfg), agent_(agent), reporter_(reporter), current_step_(current_step) {}
+  // A round still in flight (the loop ended by an exception) may wait for a point that will not
+  // come: it is told, and its thread ends before the members it uses.
+  ~Trainer() {
+    {
+      std::lock_guard<std::mutex> lock(points_mu_);
+      points_abandoned_ = true;
+    }
+    points_made_.notify_all();
+    rounds_.reset();
+  }
 
   // The process's exit code; throws CollectiveError, ConfigError, StorageFullError or any other
   // exception for RunTrainer to report.
@@ -229,11 +240,16 @@ class Trainer {
     // checkpoint at S means the history holds every step to S: a rank killed later resumes from S
     // and logs only what comes after it again (a failed delivery is said, and the round goes on).
     // An asynchronous round delivers on its own thread: the training loop does not wait for it.
+    // The step's own point may still be held (HeldPoint): on the loop's thread (a synchronous round,
+    // or one written at once for want of host memory) it is made here; on the round's thread it is
+    // waited for (the loop makes it as soon as the round has begun).
+    loop_thread_ = std::this_thread::get_id();
     rounds_->SetBeforeCommit([this](int64_t step) {
       if (!reporter_) return;
-      if (!AwaitPointsThrough(step, absl::Seconds(10))) {
-        DT_LOG(Warning) << "the metrics point of step " << step
-                        << " was not made within 10 s of its checkpoint's commit";
+      if (std::this_thread::get_id() == loop_thread_) {
+        ReportHeldPoint();
+      } else if (!AwaitPointsThrough(step)) {
+        DT_LOG(Warning) << "the metrics point of step " << step << " was not made: the training loop ended first";
       }
       if (absl::Status s = reporter_->Flush(absl::Seconds(10)); !s.ok()) {
         DT_LOG(Warning) << "metrics up to step " << step << " not confirmed before its checkpoint: " << s.message();
@@ -573,12 +589,19 @@ class Trainer {
     state_.samples_seen += static_cast<int64_t>(cfg_.batch_size) * grad_accum_ * world_;
     current_step_ = step;
     agent_.ReportProgress(step, total_steps_);
-    ReportHeldPoint();  // on a GPU, the step before's: its figures reach the host while this step runs
+    // On a GPU, the step before's point: its figures reached the host while this step was queued.
+    // Waiting for them keeps the host a step ahead of the device at most, so a step's time is the
+    // device's pace.
+    ReportHeldPoint();
     double step_seconds = absl::ToDoubleSeconds(absl::Now() - step_start);
 
     std::optional<StepFigures> figures;
     if (cfg_.log_freq > 0 && (step % cfg_.log_freq == 0 || step == total_steps_)) {
       figures = StageFigures(loss_sum, grad_norm_on_device, lr, tokens_per_step, step_seconds, data_time);
+      if (!late_points_) {  // there at once: the step's line comes before its evaluation's
+        LogStep(step, *figures, step_metrics_);
+        figures.reset();
+      }
     }
     if (cfg_.eval_freq > 0 && eval_samples_ >= world_ && (step % cfg_.eval_freq == 0 || step == total_steps_)) {
       double eval_loss = EvaluateLoss();
@@ -630,11 +653,12 @@ class Trainer {
     points_made_.notify_all();
   }
 
-  // On a round's thread: whether every point up to `step` has been handed to the reporter (on a
-  // GPU the step's own is made during the next step), waiting for it up to `limit`.
-  bool AwaitPointsThrough(int64_t step, absl::Duration limit) {
+  // On a round's thread: waits until every point up to `step` is with the reporter, or the
+  // trainer is going away (false).
+  bool AwaitPointsThrough(int64_t step) {
     std::unique_lock<std::mutex> lock(points_mu_);
-    return points_made_.wait_for(lock, absl::ToChronoMilliseconds(limit), [&] { return points_through_ >= step; });
+    points_made_.wait(lock, [&] { return points_through_ >= step || points_abandoned_; });
+    return points_through_ >= step;
   }
 
   // A logged step's figures, queued for the host: the loss is averaged over the ranks on the device
@@ -720,16 +744,17 @@ class Trainer {
   // the generation is over); a full disk ends the run.
   // A round's pause is reported with the next step's point.
   // The round begins without waiting for the device: its copies are queued behind the step's work
-  // while the device still runs it. Its commit waits for the step's point (SetBeforeCommit), which
-  // on a GPU is made during the next step; a synchronous round commits here, so it is made first.
+  // while the device still runs it. Its commit waits for the step's point (SetBeforeCommit).
   void Checkpoint(int64_t step) {
-    if (!rounds_->async()) ReportHeldPoint();
     CollectCheckpoint(rounds_->Wait());  // at most one round in flight
     absl::StatusOr<absl::Duration> paused =
         zero_ ? rounds_->StartZero(model_, *zero_, state_) : rounds_->Start(model_, *optimizer_, state_);
     if (!paused.ok()) {
       throw CollectiveError(absl::StrCat("checkpoint round at step ", step, ": ", paused.status().ToString()));
     }
+    // The step's point now, before anything of the next step can fail: the host waits for the step
+    // to end on the device, which then runs the round's copies while the point is made.
+    ReportHeldPoint();
     checkpoint_started_ = step;
     step_metrics_["checkpoint_pause_seconds"] = absl::ToDoubleSeconds(*paused);
     if (!rounds_->async()) CollectCheckpoint(rounds_->Wait());
@@ -844,6 +869,13 @@ class Trainer {
   LrSchedule schedule_;
 
   TrainState state_;
+  // Between the loop and a round's thread (AwaitPointsThrough); declared before rounds_, whose
+  // thread may wait on them until the trainer is destroyed.
+  std::mutex points_mu_;
+  std::condition_variable points_made_;
+  int64_t points_through_ = 0;     // every point up to this step is with the reporter
+  bool points_abandoned_ = false;  // the trainer is going away: a waiting round stops waiting
+  std::thread::id loop_thread_;
   std::unique_ptr<CheckpointRounds> rounds_;
   // On a GPU, the ranks' preemption agreement on its way to host memory (AgreedTheStepBefore).
   std::unique_ptr<LateRead> preemption_read_;
@@ -858,9 +890,6 @@ class Trainer {
   std::map<std::string, double> step_metrics_;  // this step's point, sent after it
   std::optional<HeldPoint> held_;               // the last step's, on a GPU (ReportHeldPoint)
   bool late_points_ = false;                    // a GPU, or --late-step-points
-  std::mutex points_mu_;                        // points_through_, between the loop and a round's thread
-  std::condition_variable points_made_;
-  int64_t points_through_ = 0;  // every point up to this step is with the reporter
 };
 
 // Runs `trainer` and turns an exception out of it into a report to the coordinator and an exit
