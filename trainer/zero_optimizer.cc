@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <type_traits>
@@ -225,8 +226,8 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(const std::vector<torch::Tensor>&
 namespace {
 
 // One AdamW step's tensors, of parameters about to take the same step (whose bias corrections are
-// the same), in groups of at most kStepGroupElements elements: the temporaries of a group (the
-// denominators) stay that small.
+// the same), in groups of at most kStepGroupElements elements: the temporaries of a _foreach group
+// (the denominators) stay that small. The fused kernel makes no temporaries, so its group is whole.
 struct StepGroup {
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
   int64_t elements = 0;
@@ -288,7 +289,8 @@ void StepAdamW(torch::optim::AdamW& optimizer) {
       auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
       state.step(state.step() + 1);
       std::vector<StepGroup>& groups = by_step[state.step()];
-      if (groups.empty() || groups.back().elements + p.numel() > kStepGroupElements) groups.emplace_back();
+      const int64_t limit = kHasFusedAdamW && p.is_cuda() ? std::numeric_limits<int64_t>::max() : kStepGroupElements;
+      if (groups.empty() || groups.back().elements + p.numel() > limit) groups.emplace_back();
       StepGroup& g = groups.back();
       g.params.push_back(p);
       g.grads.push_back(p.grad());
