@@ -803,6 +803,10 @@ def gpu_checkpoint_stall(coord, bf16_period=None):
               ["%.2f" % w for w in writes], 1e3 * base,
               "%.1f ms" % (1e3 * bf16_period) if bf16_period else "not measured", 1e3 * overlapped, freq,
               freq * base))
+    for s in rounds:  # when each point around a round was made, for a trace or a thread sampler
+        print("round at %d: point %d at %.6f (Unix s); then %s ms after it" % (
+            s, s - 1, dt_steps[s - 1][1], ", ".join("%d: %.1f" % (k, 1e3 * (dt_steps[k][1] - dt_steps[s - 1][1]))
+                                                   for k in range(s, s + 4) if k in dt_steps)))
     stall_ms = 1e3 * statistics.median(stalls)
     report("GPU checkpoint stall per round, GPT-2 124M", stall_ms, "ms", "step without a round (median)",
            1e3 * base, "<= 10 ms (absolute)", 0, met=stall_ms <= 10)

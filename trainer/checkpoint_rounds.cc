@@ -4,6 +4,8 @@
 #include <memory>
 #include <utility>
 
+#include <ATen/record_function.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/background_thread.h"
 #include "common/log.h"
@@ -36,7 +38,10 @@ absl::StatusOr<absl::Duration> CheckpointRounds::Start(Gpt2& model, torch::optim
   pending_copy_.reset();  // the round that made it is over
   if (preparing_.joinable()) preparing_.join();
   absl::Time start = absl::Now();
-  absl::StatusOr<v1::BeginCheckpointResponse> round = agent_.BeginCheckpoint(state.step);
+  absl::StatusOr<v1::BeginCheckpointResponse> round = [&] {
+    RECORD_USER_SCOPE("dt::begin_checkpoint_rpc");
+    return agent_.BeginCheckpoint(state.step);
+  }();
   if (!round.ok()) return round.status();
   bool writer = round->writer_rank() == agent_.rank();
   if (!async_) {
@@ -111,7 +116,12 @@ absl::Duration CheckpointRounds::Launch(const v1::BeginCheckpointResponse& round
 absl::Duration CheckpointRounds::AwaitSnapshot() {
   if (!pending_copy_) return absl::ZeroDuration();
   absl::Time start = absl::Now();
-  bool already = pending_copy_->CompleteBeforeUpdate();
+  bool already;
+  {
+    RECORD_USER_SCOPE("dt::complete_copy_before_update");
+    already = pending_copy_->CompleteBeforeUpdate();
+  }
+  RECORD_USER_SCOPE("dt::release_copy");
   pending_copy_.reset();
   return already ? absl::ZeroDuration() : absl::Now() - start;
 }

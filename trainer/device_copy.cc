@@ -1,5 +1,6 @@
 #include "trainer/device_copy.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 
 #include <chrono>
@@ -42,6 +43,7 @@ void DeviceToHostCopies::Seal() {
 void DeviceToHostCopies::OrderBeforeNextDeviceWork() const { copied_.block(guard_.getStream(device_)); }
 
 void DeviceToHostCopies::Wait() const {
+  RECORD_USER_SCOPE("dt::device_to_host_wait");
   // c10::Event has no blocking wait in LibTorch 1.13; the writer's thread polls (a 1.5 GB copy
   // takes tens of milliseconds).
   while (!copied_.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));

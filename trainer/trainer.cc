@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -531,6 +532,7 @@ class Trainer {
   // batch goes up from pinned memory behind the step's work: a copy from pageable memory makes the
   // host wait for it, and the device idled meanwhile.
   torch::Tensor Batch(const std::vector<int64_t>& samples) {
+    RECORD_USER_SCOPE("dt::batch");
     torch::Tensor batch = Gather(*tokens_, samples, cfg_.seq_len);
     if (!device_.is_cuda()) return batch.to(device_);
     return batch.pin_memory().to(device_, /*non_blocking=*/true);
@@ -570,7 +572,7 @@ class Trainer {
     torch::Tensor grad_norm_on_device = ClipGradNorm(params_, cfg_.grad_clip);
     // A checkpoint round's copy of the state may still be going on (CheckpointRounds): the
     // optimizer step must not change what it copies. The wait counts as the round's pause.
-    if (absl::Duration waited = rounds_->AwaitSnapshot(); waited > absl::ZeroDuration()) {
+    if (absl::Duration waited = AwaitSnapshot(); waited > absl::ZeroDuration()) {
       step_metrics_["checkpoint_pause_seconds"] += absl::ToDoubleSeconds(waited);
     }
     double lr = schedule_.At(step);
@@ -580,7 +582,10 @@ class Trainer {
       model_->zero_grad();
     } else {
       for (auto& g : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
-      StepAdamW(*optimizer_);
+      {
+        RECORD_USER_SCOPE("dt::optimizer_step");
+        StepAdamW(*optimizer_);
+      }
       optimizer_->zero_grad();
     }
     state_.step = step;
@@ -621,6 +626,13 @@ class Trainer {
     if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
   }
 
+  // The wait for a round's copy of the state before the optimizer step changes it; named in a
+  // trace (--profile-trace), as dttrainer's other host work around a round is.
+  absl::Duration AwaitSnapshot() {
+    RECORD_USER_SCOPE("dt::await_snapshot");
+    return rounds_->AwaitSnapshot();
+  }
+
   // What a logged step reports. The loss and the gradient norm are on their way from the device.
   struct StepFigures {
     std::unique_ptr<LateRead> loss_and_grad_norm;  // the loss averaged over the ranks; the norm before clipping
@@ -644,6 +656,7 @@ class Trainer {
 
   void ReportHeldPoint() {
     if (!held_) return;
+    RECORD_USER_SCOPE("dt::report_point");
     HeldPoint point = std::move(*held_);
     held_.reset();
     if (point.figures) LogStep(point.step, *point.figures, point.metrics);
@@ -746,6 +759,7 @@ class Trainer {
   // The round begins without waiting for the device: its copies are queued behind the step's work
   // while the device still runs it. Its commit waits for the step's point (SetBeforeCommit).
   void Checkpoint(int64_t step) {
+    RECORD_USER_SCOPE("dt::checkpoint_round_begin");
     CollectCheckpoint(rounds_->Wait());  // at most one round in flight
     absl::StatusOr<absl::Duration> paused =
         zero_ ? rounds_->StartZero(model_, *zero_, state_) : rounds_->Start(model_, *optimizer_, state_);
@@ -782,6 +796,7 @@ class Trainer {
   // Whether any rank was asked to stop by the scheduler (SIGUSR2 reaches the ranks moments apart,
   // or only some of them): one tiny all-reduce per step makes every rank stop after the same step.
   bool PreemptionAgreed() {
+    RECORD_USER_SCOPE("dt::preemption_check");
     return Collective("preemption check", [&] {
       const float requested = PreemptionRequested() ? 1.0f : 0.0f;
       std::vector<torch::Tensor> t = {torch::full({1}, requested, torch::TensorOptions().device(device_))};
