@@ -8,8 +8,9 @@ does not record, or blocked (and then in which system call and kernel function).
 Waits for a process whose command name is NAME, samples each of its threads every PERIOD_MS (1 by
 default) until it exits, then waits for the next one, until it is stopped. OUT gets a `# pid`
 line per process, a `# tid` line naming each thread, and one line per sample:
-`unix_time tid:state:syscall:wchan:utime+stime ...` (state R running, S sleeping, D in I/O; the
-system call number from /proc/TID/syscall, `running` while in user space; CPU ticks so far).
+`unix_time tid:state:syscall:wchan:utime+stime:waited_us ...` (state R running, S sleeping, D in I/O; the
+system call number from /proc/TID/syscall, `running` while in user space; CPU ticks so far;
+microseconds spent runnable but waiting for a CPU so far, from /proc/TID/schedstat).
 To stay small it names only the threads that changed since the last sample, and every thread
 every 100 ms (those lines say `all`).
 """
@@ -47,7 +48,9 @@ def sample(pid):
         fields = stat[stat.rfind(")") + 2:].split()
         syscall = read("/proc/%s/task/%s/syscall" % (pid, tid)).split(" ", 1)[0].strip() or "?"
         wchan = read("/proc/%s/task/%s/wchan" % (pid, tid)).strip() or "-"
-        states.append((tid, fields[0], syscall, wchan, int(fields[11]) + int(fields[12])))
+        sched = read("/proc/%s/task/%s/schedstat" % (pid, tid)).split()
+        waited = int(sched[1]) // 1000 if len(sched) > 1 else -1
+        states.append((tid, fields[0], syscall, wchan, int(fields[11]) + int(fields[12]), waited))
     return states
 
 
@@ -66,7 +69,7 @@ def follow(pid, name, f, period):
         whole = t - full_at >= 0.1
         changed = [x for x in now if whole or last.get(x[0]) != x[1:4]]
         if changed:
-            f.write("%.6f%s %s\n" % (t, " all" if whole else "", " ".join("%s:%s:%s:%s:%d" % x for x in changed)))
+            f.write("%.6f%s %s\n" % (t, " all" if whole else "", " ".join("%s:%s:%s:%s:%d:%d" % x for x in changed)))
         if whole:
             full_at = t
         last = {x[0]: x[1:4] for x in now}
