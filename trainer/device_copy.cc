@@ -8,13 +8,17 @@
 
 namespace dt {
 
-DeviceToHostCopies::DeviceToHostCopies(torch::Device device)
-    : guard_(device.type()), device_(device), side_(guard_.getStreamFromGlobalPool(device)), copied_(device.type()) {
+DeviceToHostCopies::DeviceToHostCopies(torch::Device device, CopyStream stream)
+    : guard_(device.type()),
+      device_(device),
+      stream_(stream == CopyStream::kSide ? guard_.getStreamFromGlobalPool(device) : guard_.getStream(device)),
+      copied_(device.type()) {
+  if (stream == CopyStream::kCurrent) return;
   // The side stream starts where the training stream is: the step that just ended may still be
   // running on the device, and its optimizer step writes what is copied.
   c10::Event ready(device.type());
   ready.record(guard_.getStream(device));
-  ready.block(side_);
+  ready.block(stream_);
 }
 
 DeviceToHostCopies::~DeviceToHostCopies() {
@@ -29,14 +33,14 @@ DeviceToHostCopies::~DeviceToHostCopies() {
 void DeviceToHostCopies::Add(const torch::Tensor& to, const torch::Tensor& from) {
   TORCH_CHECK(from.device() == device_, "a snapshot's device copies come from one device: ", from.device(), " is not ",
               device_);
-  c10::StreamGuard on_side(side_);
-  // Reshaped on the side stream: a reshape that copies must come after the stream's wait too.
+  c10::StreamGuard on_stream(stream_);
+  // Reshaped on the copies' stream: a reshape that copies must come after a side stream's wait too.
   to.copy_(from.reshape(to.sizes()), /*non_blocking=*/true);
   sources_.push_back(from);
 }
 
 void DeviceToHostCopies::Seal() {
-  copied_.record(side_);
+  copied_.record(stream_);
   sealed_ = true;
 }
 
@@ -49,14 +53,14 @@ void DeviceToHostCopies::Wait() const {
   while (!copied_.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
-LateRead::LateRead(const torch::Tensor& values) {
+LateRead::LateRead(const torch::Tensor& values, CopyStream stream) {
   torch::Tensor flat = values.detach().reshape({-1}).to(torch::kDouble);
   if (flat.device().is_cpu()) {
     host_ = flat.clone();  // the caller may change `values` afterwards
     return;
   }
   host_ = torch::empty({flat.numel()}, torch::TensorOptions().dtype(torch::kDouble).pinned_memory(true));
-  copy_ = std::make_unique<DeviceToHostCopies>(flat.device());
+  copy_ = std::make_unique<DeviceToHostCopies>(flat.device(), stream);
   copy_->Add(host_, flat);
   copy_->Seal();
 }

@@ -18,17 +18,28 @@
 
 namespace dt {
 
+// Which of the device's streams copies run on.
+enum class CopyStream {
+  // A side stream, starting after what the current stream has queued so far: the copies overlap
+  // the current stream's later work.
+  kSide,
+  // The current stream, in its order. Copies later queued on a side stream start after these: a
+  // few bytes read on the current stream cannot wait behind a checkpoint's 1.5 GB queued on a
+  // side stream just after (an H200 ran them after all 456 of the round's copies, 30 ms late).
+  kCurrent,
+};
+
 class DeviceToHostCopies {
  public:
   // Copies from `device`, starting after everything its current stream has queued so far.
-  explicit DeviceToHostCopies(torch::Device device);
+  explicit DeviceToHostCopies(torch::Device device, CopyStream stream = CopyStream::kSide);
   // Copies queued but never sealed (a snapshot that failed half-way) are waited for: their buffers
   // and sources must not be reused while the device still copies.
   ~DeviceToHostCopies();
   DeviceToHostCopies(const DeviceToHostCopies&) = delete;
   DeviceToHostCopies& operator=(const DeviceToHostCopies&) = delete;
   // Queues `to` = `from` (`to`'s shape; `from` on this device, the same number of elements) on the
-  // side stream. `to`: host memory, pinned for the copy to run asynchronously (a pageable one makes
+  // copies' stream. `to`: host memory, pinned for the copy to run asynchronously (a pageable one makes
   // the host wait for it).
   void Add(const torch::Tensor& to, const torch::Tensor& from);
   // After the last Add: marks where the copies end.
@@ -42,7 +53,7 @@ class DeviceToHostCopies {
  private:
   c10::impl::VirtualGuardImpl guard_;
   torch::Device device_;
-  c10::Stream side_;
+  c10::Stream stream_;  // the copies'
   c10::Event copied_;
   bool sealed_ = false;
   std::vector<torch::Tensor> sources_;  // alive until copied (the live state usually is anyway)
@@ -56,7 +67,10 @@ class DeviceToHostCopies {
 class LateRead {
  public:
   // `values`: any shape and floating or integral type, read as doubles in their flat order.
-  explicit LateRead(const torch::Tensor& values);
+  // `stream`: a read that a checkpoint round may follow at once goes on the current stream (a
+  // round's copies then wait for it); kSide keeps even its few bytes off the current stream,
+  // where they could wait behind a round's copies already queued.
+  LateRead(const torch::Tensor& values, CopyStream stream);
   std::vector<double> Values() const;
 
  private:
