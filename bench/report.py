@@ -290,8 +290,8 @@ def main():
                for r in results], open(json_file, "w"), indent=1)
     machine = os.environ.get("DT_BENCH_MACHINE") or cpu()
     date = os.environ.get("DT_BENCH_DATE") or datetime.date.today().isoformat()
-    findings = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "findings.md"),
-                               os.path.dirname(os.path.abspath(md_file)))
+    # The link as the page reads it in docs/ (gpu-check.sh writes it outside the clone, to be copied there).
+    findings = "../bench/findings.md"
 
     # One "How measured" line per group of rows, in the order the groups first appear in the table.
     groups, undescribed = [], []
