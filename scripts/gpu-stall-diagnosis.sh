@@ -6,11 +6,14 @@
 # main thread then waits in the kernel, is throttled, or runs.
 #
 #   scripts/gpu-stall-diagnosis.sh [VARIANT...]   default (the first traced) | buffered
-#                                                 (--checkpoint-buffered-io). Output in $OUT.
+#                                                 (--checkpoint-buffered-io). Output: one
+#                                                 file, $OUT/gpu-stall-diagnosis.tar.gz (the
+#                                                 device tool hands back only a few files).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit
 OUT=${OUT:-/tmp/gpu-stall-out} B=$PWD/build-gpu
-mkdir -p "$OUT"
+D=/tmp/gpu-stall-diagnosis
+rm -rf "$D" && mkdir -p "$D" "$OUT"
 
 cgroup_figures() {
   echo "== $1 $(date +%s.%N)"
@@ -28,21 +31,23 @@ cgroup_figures() {
   echo "nproc $(nproc), $(grep -c ^processor /proc/cpuinfo) processors"
   cat /proc/self/cgroup; cat /sys/fs/cgroup/cgroup.controllers
   findmnt -T /tmp; findmnt -T "$PWD"; df -hT /tmp "$PWD"
-} >"$OUT/machine.txt" 2>&1
+} >"$D/machine.txt" 2>&1
 
-traced=1
+traced=1 n=0
 for variant in "${@:-default}"; do
+  n=$((n + 1)) name=$n-$variant  # a variant may be named twice
   args="" traces=""
   [[ $variant == buffered ]] && args="--checkpoint-buffered-io"
   if ((traced)); then traces=/tmp/dt-stall-profiles; rm -rf "$traces"; mkdir -p "$traces"; traced=0; fi
-  python3 bench/thread_states.py dttrainer "$OUT/threads-$variant.txt" 1 &
+  python3 bench/thread_states.py dttrainer "$D/threads-$name.txt" 1 &
   sampler=$!
-  cgroup_figures "before $variant" >>"$OUT/cgroup.txt"
-  DT_BENCH_BIN=$B/bin DT_BENCH_OUT=$OUT/bench-$variant.jsonl DT_BENCH_PYTHON=$(command -v python3) \
+  cgroup_figures "before $name" >>"$D/cgroup.txt"
+  DT_BENCH_BIN=$B/bin DT_BENCH_OUT=$D/bench-$name.jsonl DT_BENCH_PYTHON=$(command -v python3) \
     DT_GPU_CKPT_ARGS=$args DT_GPU_PROFILE_DIR=$traces PYTHONUNBUFFERED=1 \
-    timeout 150 python3 bench/trainer_bench.py gpu-ckpt 2>&1 | tee "$OUT/bench-$variant.log"
-  cgroup_figures "after $variant" >>"$OUT/cgroup.txt"
+    timeout 150 python3 bench/trainer_bench.py gpu-ckpt 2>&1 | tee "$D/bench-$name.log"
+  cgroup_figures "after $name" >>"$D/cgroup.txt"
   kill "$sampler"
-  gzip -f "$OUT/threads-$variant.txt"
-  [[ -n $traces ]] && tar -C /tmp -czf "$OUT/profiles-$variant.tar.gz" "$(basename "$traces")"
+  gzip -f "$D/threads-$name.txt"
+  [[ -n $traces ]] && tar -C /tmp -czf "$D/profiles-$name.tar.gz" "$(basename "$traces")"
 done
+tar -C /tmp -czf "$OUT/gpu-stall-diagnosis.tar.gz" "$(basename "$D")"
