@@ -200,9 +200,11 @@ gtest_must_run() {
 }
 
 cuda_test() {
-  # Without NCCL or a GPU the tests skip themselves. The fused AdamW against LibTorch's, then dttrainer.
+  # Without NCCL or a GPU the tests skip themselves. The fused AdamW against LibTorch's and the
+  # device-to-host copies' order, then dttrainer.
   local rc=0
-  gtest_must_run "the fused AdamW test" 120 "$B/bin/trainer_checkpoint_tests" --gtest_filter='StepAdamW.*' || rc=1
+  gtest_must_run "the fused AdamW and device copy tests" 120 "$B/bin/trainer_checkpoint_tests" \
+    --gtest_filter='StepAdamW.*:DeviceCopies.*' || rc=1
   gtest_must_run "the CUDA test" "${DT_GPU_TEST_TIMEOUT:-300}" "$B/bin/trainer_cuda_e2e_test" \
     --gtest_filter="${DT_GPU_TEST_FILTER:-*}" --gtest_output="json:$OUT/trainer_cuda_e2e_test.json" || rc=1
   return $rc

@@ -53,6 +53,8 @@ void DeviceToHostCopies::Wait() const {
   while (!copied_.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
+bool DeviceToHostCopies::Done() const { return copied_.query(); }
+
 LateRead::LateRead(const torch::Tensor& values, CopyStream stream) {
   torch::Tensor flat = values.detach().reshape({-1}).to(torch::kDouble);
   if (flat.device().is_cpu()) {

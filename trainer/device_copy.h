@@ -49,6 +49,8 @@ class DeviceToHostCopies {
   void OrderBeforeNextDeviceWork() const;
   // Waits on the host until every copy has finished.
   void Wait() const;
+  // Whether every copy has finished (after Seal), without waiting.
+  bool Done() const;
 
  private:
   c10::impl::VirtualGuardImpl guard_;
