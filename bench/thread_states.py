@@ -6,10 +6,10 @@ does not record, or blocked (and then in which system call and kernel function).
     thread_states.py NAME OUT [PERIOD_MS]
 
 Waits for a process whose command name is NAME, samples each of its threads every PERIOD_MS (1 by
-default; a sample of dttrainer's 100 threads itself takes about 5 ms) until it exits, then waits for the next one, until it is stopped. OUT gets a `# pid`
-line per process, a `# tid` line naming each thread, and one line per sample:
-`unix_time tid:state:syscall:wchan:utime+stime:waited_us ...` (state R running, S sleeping, D in I/O; the
-system call number from /proc/TID/syscall, `running` while in user space; CPU ticks so far;
+default; a sample of dttrainer's 100 threads itself takes about 5 ms) until it exits, then waits
+for the next one, until it is stopped. OUT gets a `# pid` line per process, a `# tid` line naming
+each thread, and one line per sample: `unix_time tid:state:syscall:wchan:utime+stime:waited_us ...`
+(state R running, S sleeping, D in I/O; the system call number from /proc/TID/syscall, `running` while in user space; CPU ticks so far;
 microseconds spent runnable but waiting for a CPU so far, from /proc/TID/schedstat).
 To stay small it names only the threads that changed since the last sample, and every thread
 every 100 ms (those lines say `all`).

@@ -114,14 +114,10 @@ absl::Duration CheckpointRounds::Launch(const v1::BeginCheckpointResponse& round
 }
 
 absl::Duration CheckpointRounds::AwaitSnapshot() {
+  RECORD_USER_SCOPE("dt::await_snapshot");  // named in a trace (--profile-trace), as the round's other host work
   if (!pending_copy_) return absl::ZeroDuration();
   absl::Time start = absl::Now();
-  bool already;
-  {
-    RECORD_USER_SCOPE("dt::complete_copy_before_update");
-    already = pending_copy_->CompleteBeforeUpdate();
-  }
-  RECORD_USER_SCOPE("dt::release_copy");
+  bool already = pending_copy_->CompleteBeforeUpdate();
   pending_copy_.reset();
   return already ? absl::ZeroDuration() : absl::Now() - start;
 }

@@ -50,7 +50,7 @@ void DeviceToHostCopies::Wait() const {
   RECORD_USER_SCOPE("dt::device_to_host_wait");
   // c10::Event has no blocking wait in LibTorch 1.13; the writer's thread polls (a 1.5 GB copy
   // takes tens of milliseconds).
-  while (!copied_.query()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  while (!Done()) std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
 bool DeviceToHostCopies::Done() const { return copied_.query(); }

@@ -572,7 +572,7 @@ class Trainer {
     torch::Tensor grad_norm_on_device = ClipGradNorm(params_, cfg_.grad_clip);
     // A checkpoint round's copy of the state may still be going on (CheckpointRounds): the
     // optimizer step must not change what it copies. The wait counts as the round's pause.
-    if (absl::Duration waited = AwaitSnapshot(); waited > absl::ZeroDuration()) {
+    if (absl::Duration waited = rounds_->AwaitSnapshot(); waited > absl::ZeroDuration()) {
       step_metrics_["checkpoint_pause_seconds"] += absl::ToDoubleSeconds(waited);
     }
     double lr = schedule_.At(step);
@@ -624,13 +624,6 @@ class Trainer {
     if (!late_points_) ReportHeldPoint();
     if (cfg_.ckpt_freq > 0 && step % cfg_.ckpt_freq == 0) Checkpoint(step);
     if (step == total_steps_ && checkpoint_started_ != step) Checkpoint(step);
-  }
-
-  // The wait for a round's copy of the state before the optimizer step changes it; named in a
-  // trace (--profile-trace), as dttrainer's other host work around a round is.
-  absl::Duration AwaitSnapshot() {
-    RECORD_USER_SCOPE("dt::await_snapshot");
-    return rounds_->AwaitSnapshot();
   }
 
   // What a logged step reports. The loss and the gradient norm are on their way from the device.

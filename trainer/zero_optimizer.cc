@@ -252,8 +252,11 @@ constexpr bool kHasFusedAdamW = false;  // LibTorch 1.13 (Debian's) has no fused
 void FusedStepGroupOf(const StepGroup&, int64_t, const torch::optim::AdamWOptions&) {}
 #endif
 
+// Whether `p` steps in the fused kernel.
+bool SteppedFused(const torch::Tensor& p) { return kHasFusedAdamW && p.is_cuda(); }
+
 void StepGroupOf(const StepGroup& g, int64_t step, const torch::optim::AdamWOptions& o) {
-  if (kHasFusedAdamW && g.params[0].is_cuda()) return FusedStepGroupOf(g, step, o);
+  if (SteppedFused(g.params[0])) return FusedStepGroupOf(g, step, o);
   const double lr = o.lr(), beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
@@ -289,7 +292,7 @@ void StepAdamW(torch::optim::AdamW& optimizer) {
       auto& state = static_cast<torch::optim::AdamWParamState&>(*slot);
       state.step(state.step() + 1);
       std::vector<StepGroup>& groups = by_step[state.step()];
-      const int64_t limit = kHasFusedAdamW && p.is_cuda() ? std::numeric_limits<int64_t>::max() : kStepGroupElements;
+      const int64_t limit = SteppedFused(p) ? std::numeric_limits<int64_t>::max() : kStepGroupElements;
       if (groups.empty() || groups.back().elements + p.numel() > limit) groups.emplace_back();
       StepGroup& g = groups.back();
       g.params.push_back(p);
