@@ -125,13 +125,14 @@ HOW_MEASURED = [
     (r"training step with an async checkpoint round in flight ", "training step with a checkpoint round in flight",
      "The same rounds: the training step run while the round is in flight, p50. Anchor: the same step without a "
      "round, run just before each round, p50."),
-    (r"sharded checkpoint round, ", "sharded checkpoint round, 2 and 4 writers, around and through the page cache",
+    (r"sharded checkpoint round, ", "sharded checkpoint round, 2 and 4 writers, written behind, around and through the page cache",
      "`bench_sharded_checkpoint`: an embedded coordinator and a run of W ranks (threads of one process, each "
      "with its own Agent and connection); each round every rank writes 1/W of 256 MB quick (1 GiB full) "
      "through HashingFileWriter (write and SHA-256 side by side, fsync), commits its manifest, and the "
      "coordinator checks the sizes and publishes; first Begin to last commit reply, 6 rounds (8 full), p50. "
-     "Around the page cache (O_DIRECT, dttrainer's default), then through it (`--checkpoint-buffered-io`; no "
-     "goal). Anchor: `dd if=/dev/zero bs=4M conv=fsync` of the same bytes beside each round, p50; the round and "
+     "Written behind (dttrainer's default: through the page cache, each 8 MiB range's write-back started at once "
+     "and its pages dropped once on disk), then around the page cache (`--checkpoint-io direct`, O_DIRECT) and "
+     "through it (`--checkpoint-io buffered`), these two without a goal. Anchor: `dd if=/dev/zero bs=4M conv=fsync` of the same bytes beside each round, p50; the round and "
      "`dd` take turns going first, since whatever follows a 256 MB write and delete runs slower on this disk."),
     (r"metric points ingested", "metric points ingested",
      "`bench_metrics`: a dtcoord process with the Prometheus exporter and the W&B forwarder on (strategy all, to "

@@ -88,8 +88,22 @@ constexpr size_t kAlignment = 4096;
 
 void HashingFileWriter::FreeBuffer::operator()(char* p) const { std::free(p); }
 
-HashingFileWriter::HashingFileWriter(std::string path, bool direct)
+const char* FileWriteModeName(FileWriteMode mode) {
+  switch (mode) {
+    case FileWriteMode::kWriteBehind:
+      return "write-behind";
+    case FileWriteMode::kDirect:
+      return "direct";
+    case FileWriteMode::kBuffered:
+      return "buffered";
+  }
+  return "unknown";
+}
+
+HashingFileWriter::HashingFileWriter(std::string path, FileWriteMode mode)
     : path_(std::move(path)), hash_(std::make_unique<BackgroundSha256>()) {
+  const bool direct = mode == FileWriteMode::kDirect;
+  write_behind_ = mode == FileWriteMode::kWriteBehind;
   fd_ = direct ? ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
   if (fd_ >= 0) {
     void* buffer = nullptr;
@@ -147,7 +161,25 @@ int HashingFileWriter::HashAndWrite(const char* data, size_t n) {
   int err = WriteAll(data, n);
   if (hand_over) hash_->AwaitPiece();
   if (err == 0) bytes_ += static_cast<int64_t>(n);
+  if (err == 0 && write_behind_) err = WriteBehind();
   return err;
+}
+
+int HashingFileWriter::WriteBehind() {
+  for (; bytes_ - started_ >= kWriteBehindRange; started_ += kWriteBehindRange) {
+    if (::sync_file_range(fd_, started_, kWriteBehindRange, SYNC_FILE_RANGE_WRITE) != 0) {
+      if (errno == EIO || errno == ENOSPC || errno == EDQUOT) return errno;
+      write_behind_ = false;  // no write-back to start here (EINVAL, ESPIPE): fsync does it all
+      return 0;
+    }
+  }
+  for (; started_ - dropped_ > kWriteBehindRange * kWriteBehindRangesInFlight; dropped_ += kWriteBehindRange) {
+    constexpr unsigned kWait = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
+    if (::sync_file_range(fd_, dropped_, kWriteBehindRange, kWait) != 0) return errno;
+    // Advice: pages the kernel keeps (still referenced) cost memory, not correctness.
+    ::posix_fadvise(fd_, dropped_, kWriteBehindRange, POSIX_FADV_DONTNEED);
+  }
+  return 0;
 }
 
 int HashingFileWriter::WriteAll(const char* data, size_t n) {
@@ -182,6 +214,7 @@ absl::StatusOr<v1::ManifestFile> HashingFileWriter::Finish(const std::string& na
   }
   if (error_.ok() && ::fsync(fd_) != 0) Fail(errno);
   if (!error_.ok()) return error_;
+  if (write_behind_) ::posix_fadvise(fd_, dropped_, 0, POSIX_FADV_DONTNEED);  // the last ranges, now on disk
   v1::ManifestFile f;
   f.set_name(name);
   f.set_size(bytes_);

@@ -5,15 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -74,9 +80,9 @@ bool TakesDirectWrites(const std::string& dir) {
 
 // Several direct buffers' worth, in writes that never line up with them, and a tail that is not
 // whole blocks: the file and the digest are exactly what was written, on every file system.
-void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true) {
+void ExpectExactFileAcrossBuffers(const std::string& dir, FileWriteMode mode) {
   std::string path = JoinPath(dir, "optimizer.pt");
-  HashingFileWriter writer(path, try_direct);
+  HashingFileWriter writer(path, mode);
   std::string expected;
   uint32_t seed = 11;
   for (size_t n : {size_t{64}, HashingFileWriter::kDirectBuffer - 64 + 1, size_t{3} << 20, size_t{5'000'003},
@@ -87,7 +93,7 @@ void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true
   }
   // Whole buffers have been written by now (the tail waits for Finish): a file system that took
   // the open but refuses direct writes has been found out, as the probe finds it.
-  EXPECT_EQ(writer.direct(), try_direct && TakesDirectWrites(dir))
+  EXPECT_EQ(writer.direct(), mode == FileWriteMode::kDirect && TakesDirectWrites(dir))
       << "around the page cache exactly where " << dir << " allows and it was asked for";
   absl::StatusOr<v1::ManifestFile> f = writer.Finish("optimizer.pt");
   ASSERT_TRUE(f.ok()) << f.status();
@@ -100,19 +106,75 @@ void ExpectExactFileAcrossBuffers(const std::string& dir, bool try_direct = true
 
 TEST(HashingFileWriterTest, WritesAroundThePageCacheWhereTheFileSystemAllowsWithTheSameBytes) {
   testing::TempDir tmp;  // a disk's file system here (ext4 takes O_DIRECT)
-  ExpectExactFileAcrossBuffers(tmp.path());
+  ExpectExactFileAcrossBuffers(tmp.path(), FileWriteMode::kDirect);
+}
+
+TEST(HashingFileWriterTest, WritesBehindWithTheSameBytes) {
+  testing::TempDir tmp;
+  ExpectExactFileAcrossBuffers(tmp.path(), FileWriteMode::kWriteBehind);  // the default
 }
 
 TEST(HashingFileWriterTest, WritesThroughThePageCacheWhenAskedTo) {
   testing::TempDir tmp;
-  ExpectExactFileAcrossBuffers(tmp.path(), /*try_direct=*/false);  // --checkpoint-buffered-io
+  ExpectExactFileAcrossBuffers(tmp.path(), FileWriteMode::kBuffered);  // --checkpoint-io buffered
+}
+
+// Bytes of `path` in the page cache (mincore over a mapping of the whole file).
+int64_t ResidentBytes(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  int64_t resident = 0;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    if (map != MAP_FAILED) {
+      std::vector<unsigned char> in_core((static_cast<size_t>(st.st_size) + page - 1) / page);
+      if (::mincore(map, static_cast<size_t>(st.st_size), in_core.data()) == 0) {
+        for (unsigned char c : in_core) resident += (c & 1) * static_cast<int64_t>(page);
+      } else {
+        resident = -1;
+      }
+      ::munmap(map, static_cast<size_t>(st.st_size));
+    } else {
+      resident = -1;
+    }
+  }
+  ::close(fd);
+  return resident;
+}
+
+// What write-behind is for: a checkpoint many times larger than its ranges in flight holds no
+// more of the node's page cache than those ranges while it is written, and almost none once done.
+TEST(HashingFileWriterTest, AFileWrittenBehindHoldsOnlyItsRangesInFlightInThePageCache) {
+  testing::TempDir tmp;
+  struct statfs fs {};
+  ASSERT_EQ(::statfs(tmp.path().c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << tmp.path() << " is tmpfs: the page cache is the file";
+  std::string path = JoinPath(tmp.path(), "model.pt");
+  HashingFileWriter writer(path, FileWriteMode::kWriteBehind);
+  const int64_t bound = HashingFileWriter::kWriteBehindRange * (HashingFileWriter::kWriteBehindRangesInFlight + 1);
+  const std::string piece = RandomBytes(4 << 20, 3);
+  int64_t most = 0;
+  for (int i = 0; i < 24; ++i) {  // 96 MiB: four times the bound
+    writer.Write(piece.data(), piece.size());
+    int64_t resident = ResidentBytes(path);
+    ASSERT_GE(resident, 0) << "mincore of " << path;
+    most = std::max(most, resident);
+  }
+  EXPECT_TRUE(writer.writing_behind()) << "this file system gave no write-back to start";
+  EXPECT_LE(most, bound) << "bytes of the file in the page cache while it was written (96 MiB)";
+  absl::StatusOr<v1::ManifestFile> f = writer.Finish("model.pt");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->size(), 24 * static_cast<int64_t>(piece.size()));
+  EXPECT_LE(ResidentBytes(path), HashingFileWriter::kWriteBehindRange) << "bytes left in the page cache once on disk";
 }
 
 TEST(HashingFileWriterTest, WritesThroughThePageCacheWhereTheFileSystemRefusesDirectWrites) {
   if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm (tmpfs) here";
   std::string dir = absl::StrCat("/dev/shm/dt-hfw-", ::getpid());
   ASSERT_TRUE(MakeDirs(dir).ok());
-  ExpectExactFileAcrossBuffers(dir);  // tmpfs refuses O_DIRECT at open
+  ExpectExactFileAcrossBuffers(dir, FileWriteMode::kDirect);  // tmpfs refuses O_DIRECT at open
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
@@ -131,7 +193,7 @@ TEST(HashingFileWriterTest, ADirectWriteRefusedPartWayIsReportedWithThePath) {
   std::string path = JoinPath(tmp.path(), "model.pt");
   absl::StatusOr<v1::ManifestFile> f;
   {
-    HashingFileWriter writer(path);
+    HashingFileWriter writer(path, FileWriteMode::kDirect);
     std::string big = RandomBytes(3 * HashingFileWriter::kDirectBuffer, 5);
     EXPECT_EQ(writer.Write(big.data(), big.size()), big.size());  // never short towards the archive
     f = writer.Finish("model.pt");

@@ -638,6 +638,7 @@ TEST_F(TrainerE2ETest, MistakesAreNamedWithWhatToDo) {
       {{"--global-batch-size", "-3"}, "--global-batch-size must be ≥ 1, got -3"},
       {{"--global-batch-size", "8", "--grad-accum", "2"}, "give --global-batch-size or --grad-accum, not both"},
       {{"--zero", "2"}, "--zero 2 is not offered: dttrainer has stage 0"},
+      {{"--checkpoint-io", "fast"}, "--checkpoint-io: fast not in {write-behind,direct,buffered}"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = base;

@@ -409,14 +409,15 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
   return a;
 }
 
-absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives, bool direct_io) {
+absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives,
+                                           FileWriteMode write_mode) {
   if (archives.pending_copy) archives.pending_copy->Complete();
   // The large files are serialised straight to disk (no in-memory copy) and hashed on the way,
   // model and optimizer on two threads.
   auto save_archive = [&](const std::string& name,
                           torch::serialize::OutputArchive& archive) -> absl::StatusOr<v1::ManifestFile> {
     std::string path = JoinPath(dir, name);
-    HashingFileWriter writer(path, direct_io);
+    HashingFileWriter writer(path, write_mode);
     try {
       archive.save_to([&writer](const void* data, size_t n) { return writer.Write(data, n); });
     } catch (const std::exception& e) {

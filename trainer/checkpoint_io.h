@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/file_write_mode.h"
 #include "dt/v1/checkpoint.pb.h"
 #include "trainer/device_copy.h"
 #include "trainer/gpt2_model.h"
@@ -169,9 +170,10 @@ absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdam
 
 // Writes model.pt, optimizer.pt, rng.pt and state.json into `dir` (a ZeRO-1 share: what it holds) (completing a
 // snapshot's pending copy first), hashing each file as it is written, fsyncs them and the directory, and returns the
-// manifest for the coordinator. RESOURCE_EXHAUSTED when the disk is full (the message names the file). `direct_io`: the
-// large files around the page cache where the file system allows it (HashingFileWriter).
-absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives, bool direct_io = true);
+// manifest for the coordinator. RESOURCE_EXHAUSTED when the disk is full (the message names the file). `write_mode`:
+// how the large files reach the disk (HashingFileWriter).
+absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives,
+                                           FileWriteMode write_mode = FileWriteMode::kWriteBehind);
 
 // WriteArchives of LiveArchives.
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,

@@ -131,7 +131,7 @@ CheckpointRounds::Outcome CheckpointRounds::Finish(const v1::BeginCheckpointResp
     if (before_commit_) before_commit_(step);
     out.committed = agent_.CommitCheckpoint(round.round_id(), nullptr);
   } else {
-    absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives, direct_io_);
+    absl::StatusOr<v1::Manifest> manifest = WriteArchives(round.partial_dir(), *archives, write_mode_);
     if (!manifest.ok()) {
       (void)agent_.AbortCheckpoint(round.round_id(), manifest.status().ToString());
       out.disk_full = absl::IsResourceExhausted(manifest.status());

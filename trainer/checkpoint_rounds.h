@@ -36,10 +36,11 @@ class CheckpointRounds {
   };
 
   // `exit_before_commit_at`: fault injection: the writer of the round at that step vanishes
-  // (exit 137, no cleanup) after writing every file, before the commit (0: never). `direct_io`:
+  // (exit 137, no cleanup) after writing every file, before the commit (0: never). `write_mode`:
   // WriteArchives's.
-  CheckpointRounds(Agent& agent, bool async, int64_t exit_before_commit_at = 0, bool direct_io = true)
-      : agent_(agent), async_(async), exit_before_commit_at_(exit_before_commit_at), direct_io_(direct_io) {}
+  CheckpointRounds(Agent& agent, bool async, int64_t exit_before_commit_at = 0,
+                   FileWriteMode write_mode = FileWriteMode::kWriteBehind)
+      : agent_(agent), async_(async), exit_before_commit_at_(exit_before_commit_at), write_mode_(write_mode) {}
   ~CheckpointRounds();  // waits for the round in flight
 
   // Starts a round at `state.step` (waiting first for the one in flight, whose outcome is then
@@ -84,7 +85,7 @@ class CheckpointRounds {
   Agent& agent_;
   const bool async_;
   const int64_t exit_before_commit_at_;
-  const bool direct_io_;
+  const FileWriteMode write_mode_;
   SnapshotStaging staging_;                     // used by one round at a time: the next starts after it
   std::shared_ptr<SnapshotCopy> pending_copy_;  // the round's copy, until AwaitSnapshot
   std::thread preparing_;                       // PrepareStaging's; joined before the first round

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "client/agent.h"
 #include "client/coordinator_client.h"
+#include "client/file_write_mode.h"
 #include "common/data_dir.h"
 #include "common/env.h"
 #include "common/fs.h"
@@ -192,12 +194,24 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "share of each checkpoint")
       ->group(loop)
       ->capture_default_str();
-  app.add_flag("--checkpoint-direct-io,!--checkpoint-buffered-io", c.checkpoint_direct_io,
-               "write checkpoint files around the page cache (O_DIRECT) where the file system allows it: less CPU, "
-               "and a checkpoint of many gigabytes does not push the node's page cache out (--checkpoint-buffered-io: "
-               "through the page cache, for a file system where direct writes are slow)")
+  static const std::map<std::string, dt::FileWriteMode> kWriteModes = {
+      {"write-behind", dt::FileWriteMode::kWriteBehind},
+      {"direct", dt::FileWriteMode::kDirect},
+      {"buffered", dt::FileWriteMode::kBuffered}};
+  app.add_option_function<std::string>(
+         "--checkpoint-io", [&c](const std::string& name) { c.checkpoint_io = kWriteModes.at(name); },
+         "how checkpoint files reach the disk: write-behind (through the page cache, each 8 MiB range written "
+         "back at once and dropped from the cache once on disk: the disk's queue stays deep and a checkpoint "
+         "holds about 24 MiB of the node's page cache), direct (O_DIRECT: the least CPU, one write in flight "
+         "per file), buffered (left in the page cache until the fsync)")
+      ->check(CLI::IsMember(std::vector<std::string>{"write-behind", "direct", "buffered"}))
+      ->type_name("MODE")
       ->group(loop)
-      ->capture_default_str();
+      ->default_str(dt::FileWriteModeName(c.checkpoint_io));
+  // The flags before --checkpoint-io, kept for the scripts that use them.
+  app.add_flag_callback("--checkpoint-direct-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kDirect; })->group("");
+  app.add_flag_callback("--checkpoint-buffered-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kBuffered; })
+      ->group("");
   app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
   app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
   app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "client/file_write_mode.h"
+
 namespace dt {
 
 struct TrainerConfig {
@@ -63,9 +65,8 @@ struct TrainerConfig {
   // host memory (twice the model and optimizer's memory for that while); false: it waits for the
   // whole write and commit.
   bool async_checkpoint = true;
-  // Checkpoint files written around the page cache (O_DIRECT) where the file system allows it;
-  // false: through the page cache (HashingFileWriter).
-  bool checkpoint_direct_io = true;
+  // How checkpoint files reach the disk (client/file_write_mode.h).
+  FileWriteMode checkpoint_io = FileWriteMode::kWriteBehind;
   int64_t log_freq = 10;
   uint64_t seed = 1337;
   int threads = 0;      // 0: OMP_NUM_THREADS, else 1

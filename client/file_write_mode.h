@@ -1,0 +1,26 @@
+// How a checkpoint file reaches the disk: its own header, so configuration structs name it
+// without the writer's dependencies.
+#pragma once
+
+namespace dt {
+
+// How a checkpoint file reaches the disk.
+enum class FileWriteMode {
+  // Through the page cache, each 8 MiB range's write-back started as soon as it is filled
+  // (sync_file_range) and its pages dropped once on disk (POSIX_FADV_DONTNEED), two ranges
+  // behind the writer: the disk gets a deep queue, as `dd`'s write-back gives it, and a file
+  // holds at most about 24 MiB of the node's page cache however large it is. Measured here
+  // (bench/findings.md): 256 MB from 2 and 4 writers in 0.21-0.22 s against 0.39-0.40 s direct
+  // and 0.25-0.30 s for `dd conv=fsync`; 1 GiB from 2 writers in 0.95 s against 1.66 s direct.
+  kWriteBehind,
+  // Around the page cache (O_DIRECT) from an aligned buffer: the least CPU (no copy into the
+  // cache), but one write in flight per file.
+  kDirect,
+  // Through the page cache, left there for the kernel's write-back until fsync.
+  kBuffered,
+};
+
+// "write-behind", "direct", "buffered": the names dttrainer's --checkpoint-io takes.
+const char* FileWriteModeName(FileWriteMode mode);
+
+}  // namespace dt
