@@ -60,7 +60,8 @@ absl::Status MeasureShape(Agent& agent, const std::string& save_dir, const Shape
   TrainStep(model, optimizer, batch, [] {});  // fills the optimizer state
   TrainState state;
   state.model_config = DescribeConfig(*config);
-  CheckpointRounds rounds(agent, /*async=*/true);
+  // Written as dttrainer writes on the CPU (--checkpoint-io auto).
+  CheckpointRounds rounds(agent, /*async=*/true, /*exit_before_commit_at=*/0, CheckpointWriteMode(torch::kCPU));
   // Mapped ahead of the first round, as dttrainer does (its thread overlaps the first steps of
   // training; here the first round waits for it).
   rounds.PrepareStaging(StagingShapes(model));

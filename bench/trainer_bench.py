@@ -776,7 +776,7 @@ def gpu_checkpoint_stall(coord, bf16_period=None):
     # With traces, a fourth round at 120 is traced (steps 120 to 122) and left out of the figures.
     freq, ckpt_steps = 30, 95
     traced = 4 * freq if GPU_PROFILE_DIR else None
-    # DT_GPU_CKPT_ARGS: more dttrainer flags for this run (a diagnosis's variant, e.g. --checkpoint-buffered-io).
+    # DT_GPU_CKPT_ARGS: more dttrainer flags for this run (a diagnosis's variant, e.g. --checkpoint-io buffered).
     dt_steps, ckpt = dt_gpu_run(coord, "gpu-ckpt", ["--precision", "bf16", "--ckpt-freq", str(freq), "--max-steps",
                                                     str(traced + 5 if traced else ckpt_steps)] +
                                 (profile_args(trace_path("dttrainer-bf16-round"), traced) if traced else []) +

@@ -10,8 +10,9 @@ enum class FileWriteMode {
   // (sync_file_range) and its pages dropped once on disk (POSIX_FADV_DONTNEED), two ranges
   // behind the writer: the disk gets a deep queue, as `dd`'s write-back gives it, and a file
   // holds at most about 24 MiB of the node's page cache however large it is. Measured here
-  // (bench/findings.md): 256 MB from 2 and 4 writers in 0.21-0.22 s against 0.39-0.40 s direct
-  // and 0.25-0.30 s for `dd conv=fsync`; 1 GiB from 2 writers in 0.95 s against 1.66 s direct.
+  // (bench/findings.md): sharded rounds of 256 MB from 2 and 4 writers at 0.85-1.68x `dd
+  // conv=fsync`, against 0.46-0.83x direct. The copy into the cache costs CPU: where training
+  // keeps the cores busy, direct writes faster.
   kWriteBehind,
   // Around the page cache (O_DIRECT) from an aligned buffer: the least CPU (no copy into the
   // cache), but one write in flight per file.

@@ -5,8 +5,8 @@
 # stall some rounds show and others do not (30 ms against 2 on an H200): whether the trainer's
 # main thread then waits in the kernel, is throttled, or runs.
 #
-#   scripts/gpu-stall-diagnosis.sh [VARIANT...]   default (the first traced) | buffered
-#                                                 (--checkpoint-buffered-io). Output: one
+#   scripts/gpu-stall-diagnosis.sh [VARIANT...]   default (the first traced) | write-behind |
+#                                                 direct | buffered (--checkpoint-io). Output: one
 #                                                 file, $OUT/gpu-stall-diagnosis.tar.gz (the
 #                                                 device tool hands back only a few files).
 set -uo pipefail
@@ -37,7 +37,7 @@ traced=1 n=0
 for variant in "${@:-default}"; do
   n=$((n + 1)) name=$n-$variant  # a variant may be named twice
   args="" traces=""
-  [[ $variant == buffered ]] && args="--checkpoint-buffered-io"
+  [[ $variant != default ]] && args="--checkpoint-io $variant"
   if ((traced)); then traces=/tmp/dt-stall-profiles; rm -rf "$traces"; mkdir -p "$traces"; traced=0; fi
   python3 bench/thread_states.py dttrainer "$D/threads-$name.txt" 1 &
   sampler=$!

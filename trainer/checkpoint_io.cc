@@ -409,6 +409,10 @@ absl::StatusOr<CheckpointArchives> SnapshotArchives(Gpt2& model, torch::optim::O
   return a;
 }
 
+FileWriteMode CheckpointWriteMode(const torch::Device& device) {
+  return device.is_cuda() ? FileWriteMode::kWriteBehind : FileWriteMode::kDirect;
+}
+
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives,
                                            FileWriteMode write_mode) {
   if (archives.pending_copy) archives.pending_copy->Complete();

@@ -175,6 +175,12 @@ absl::StatusOr<CheckpointArchives> ZeroShardArchives(Gpt2& model, const ZeroAdam
 absl::StatusOr<v1::Manifest> WriteArchives(const std::string& dir, CheckpointArchives& archives,
                                            FileWriteMode write_mode = FileWriteMode::kWriteBehind);
 
+// How dttrainer writes checkpoint files unless told (--checkpoint-io auto): written behind on a
+// GPU, whose host cores are free while it trains; around the page cache on the CPU, where the copy
+// into the cache takes a core from training (GPT-2 small's 1.5 GB round beside a step on 2 cores:
+// 490 MB/s direct, 280-300 MB/s written behind; bench/findings.md).
+FileWriteMode CheckpointWriteMode(const torch::Device& device);
+
 // WriteArchives of LiveArchives.
 absl::StatusOr<v1::Manifest> WriteCheckpoint(const std::string& dir, Gpt2& model, torch::optim::Optimizer& optimizer,
                                              const TrainState& state);

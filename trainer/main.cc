@@ -194,7 +194,8 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "share of each checkpoint")
       ->group(loop)
       ->capture_default_str();
-  static const std::map<std::string, dt::FileWriteMode> kWriteModes = {
+  static const std::map<std::string, std::optional<dt::FileWriteMode>> kWriteModes = {
+      {"auto", std::nullopt},
       {"write-behind", dt::FileWriteMode::kWriteBehind},
       {"direct", dt::FileWriteMode::kDirect},
       {"buffered", dt::FileWriteMode::kBuffered}};
@@ -202,12 +203,14 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
          "--checkpoint-io", [&c](const std::string& name) { c.checkpoint_io = kWriteModes.at(name); },
          "how checkpoint files reach the disk: write-behind (through the page cache, each 8 MiB range written "
          "back at once and dropped from the cache once on disk: the disk's queue stays deep and a checkpoint "
-         "holds about 24 MiB of the node's page cache), direct (O_DIRECT: the least CPU, one write in flight "
-         "per file), buffered (left in the page cache until the fsync)")
-      ->check(CLI::IsMember(std::vector<std::string>{"write-behind", "direct", "buffered"}))
+         "holds about 24 MiB of the node's page cache; the most throughput where the host's cores are free), "
+         "direct (O_DIRECT: the least CPU, one write in flight per file; the most throughput where training "
+         "keeps the cores busy), buffered (left in the page cache until the fsync), auto (write-behind on a "
+         "GPU, direct on the CPU)")
+      ->check(CLI::IsMember(std::vector<std::string>{"auto", "write-behind", "direct", "buffered"}))
       ->type_name("MODE")
       ->group(loop)
-      ->default_str(dt::FileWriteModeName(c.checkpoint_io));
+      ->default_str("auto");
   // The flags before --checkpoint-io, kept for the scripts that use them.
   app.add_flag_callback("--checkpoint-direct-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kDirect; })->group("");
   app.add_flag_callback("--checkpoint-buffered-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kBuffered; })

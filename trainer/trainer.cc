@@ -236,7 +236,7 @@ class Trainer {
     points_through_ = state_.step;  // a resumed run's history holds its points to here
     late_points_ = device_.is_cuda() || cfg_.late_step_points;
     rounds_ = std::make_unique<CheckpointRounds>(agent_, cfg_.async_checkpoint, cfg_.exit_while_checkpointing,
-                                                 cfg_.checkpoint_io);
+                                                 cfg_.checkpoint_io.value_or(CheckpointWriteMode(device_)));
     // Every point up to a round's step is stored before this rank commits the round, so a
     // checkpoint at S means the history holds every step to S: a rank killed later resumes from S
     // and logs only what comes after it again (a failed delivery is said, and the round goes on).

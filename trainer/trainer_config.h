@@ -65,8 +65,9 @@ struct TrainerConfig {
   // host memory (twice the model and optimizer's memory for that while); false: it waits for the
   // whole write and commit.
   bool async_checkpoint = true;
-  // How checkpoint files reach the disk (client/file_write_mode.h).
-  FileWriteMode checkpoint_io = FileWriteMode::kWriteBehind;
+  // How checkpoint files reach the disk (client/file_write_mode.h); unset: CheckpointWriteMode's
+  // choice for the device.
+  std::optional<FileWriteMode> checkpoint_io;
   int64_t log_freq = 10;
   uint64_t seed = 1337;
   int threads = 0;      // 0: OMP_NUM_THREADS, else 1
