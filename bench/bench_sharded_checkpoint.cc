@@ -44,15 +44,8 @@ absl::Status WriteShard(Agent& agent, int64_t step, int64_t bytes, FileWriteMode
 
 // The rows' names after the writers' count: the default's bare, the others' named.
 std::string ModeSuffix(FileWriteMode mode) {
-  switch (mode) {
-    case FileWriteMode::kWriteBehind:
-      return "";
-    case FileWriteMode::kDirect:
-      return " around the page cache";
-    case FileWriteMode::kBuffered:
-      return " through the page cache";
-  }
-  return "";
+  if (mode == FileWriteMode::kWriteBehind) return "";
+  return mode == FileWriteMode::kDirect ? " around the page cache" : " through the page cache";
 }
 
 // `mode`: how the writers' files reach the disk (dttrainer's --checkpoint-io).
