@@ -179,22 +179,20 @@ TEST(HashingFileWriterTest, WritesThroughThePageCacheWhereTheFileSystemRefusesDi
   std::filesystem::remove_all(dir, ec);
 }
 
-TEST(HashingFileWriterTest, ADirectWriteRefusedPartWayIsReportedWithThePath) {
-  testing::TempDir tmp;
-  if (!TakesDirectWrites(tmp.path())) GTEST_SKIP() << tmp.path() << " does not take direct writes";
-  // A file size limit of 1.5 buffers: the second buffer's direct write comes up short, the next
-  // write is refused (EFBIG; SIGXFSZ ignored, as the default would end the test).
+// A file size limit of `limit` bytes, not a whole number of writes: a write comes up short, the next
+// is refused (EFBIG; SIGXFSZ ignored, as the default would end the test).
+void ExpectAWriteRefusedPartWayReportedWithThePath(const std::string& dir, FileWriteMode mode, size_t limit_bytes) {
   struct rlimit old_limit;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
   struct rlimit limit = old_limit;
-  limit.rlim_cur = HashingFileWriter::kDirectBuffer * 3 / 2;
+  limit.rlim_cur = limit_bytes;
   auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
-  std::string path = JoinPath(tmp.path(), "model.pt");
+  std::string path = JoinPath(dir, "model.pt");
   absl::StatusOr<v1::ManifestFile> f;
   {
-    HashingFileWriter writer(path, FileWriteMode::kDirect);
-    std::string big = RandomBytes(3 * HashingFileWriter::kDirectBuffer, 5);
+    HashingFileWriter writer(path, mode);
+    std::string big = RandomBytes(2 * limit_bytes, 5);
     EXPECT_EQ(writer.Write(big.data(), big.size()), big.size());  // never short towards the archive
     f = writer.Finish("model.pt");
   }
@@ -203,6 +201,21 @@ TEST(HashingFileWriterTest, ADirectWriteRefusedPartWayIsReportedWithThePath) {
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("cannot write " + path), std::string::npos) << f.status();
   EXPECT_NE(f.status().message().find(std::strerror(EFBIG)), std::string::npos) << f.status();
+}
+
+TEST(HashingFileWriterTest, ADirectWriteRefusedPartWayIsReportedWithThePath) {
+  testing::TempDir tmp;
+  if (!TakesDirectWrites(tmp.path())) GTEST_SKIP() << tmp.path() << " does not take direct writes";
+  // Within the second direct buffer.
+  ExpectAWriteRefusedPartWayReportedWithThePath(tmp.path(), FileWriteMode::kDirect,
+                                                HashingFileWriter::kDirectBuffer * 3 / 2);
+}
+
+TEST(HashingFileWriterTest, AWriteRefusedPartWayWhileWritingBehindIsReportedWithThePath) {
+  testing::TempDir tmp;
+  // Past two ranges whose write-back was started, half a megabyte into a piece.
+  ExpectAWriteRefusedPartWayReportedWithThePath(tmp.path(), FileWriteMode::kWriteBehind,
+                                                2 * HashingFileWriter::kWriteBehindRange + (5 << 19));
 }
 
 TEST(HashingFileWriterTest, AFullDiskIsNamedWithThePathAndWhatToDo) {
