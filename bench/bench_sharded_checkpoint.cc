@@ -124,7 +124,7 @@ int main() {
   opts.timeouts.hang_timeout = absl::Hours(2);
   EmbeddedCoordinator coord(TempDir("sharded-coord"), opts);
   const int64_t bytes = int64_t{Quick() ? 256 : 1024} << 20;
-  for (FileWriteMode mode : {FileWriteMode::kWriteBehind, FileWriteMode::kDirect, FileWriteMode::kBuffered}) {
+  for (FileWriteMode mode : kFileWriteModes) {
     for (int writers : {2, 4}) {
       if (absl::Status s = MeasureWriters(coord, writers, mode, bytes, Quick() ? 6 : 8); !s.ok()) {
         std::cerr << s << "\n";

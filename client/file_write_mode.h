@@ -21,6 +21,10 @@ enum class FileWriteMode {
   kBuffered,
 };
 
+// Every mode, in the order dttrainer's --checkpoint-io lists them.
+inline constexpr FileWriteMode kFileWriteModes[] = {FileWriteMode::kWriteBehind, FileWriteMode::kDirect,
+                                                    FileWriteMode::kBuffered};
+
 // "write-behind", "direct", "buffered": the names dttrainer's --checkpoint-io takes.
 const char* FileWriteModeName(FileWriteMode mode);
 

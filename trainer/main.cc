@@ -7,8 +7,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -194,20 +195,27 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
                  "share of each checkpoint")
       ->group(loop)
       ->capture_default_str();
-  static const std::map<std::string, std::optional<dt::FileWriteMode>> kWriteModes = {
-      {"auto", std::nullopt},
-      {"write-behind", dt::FileWriteMode::kWriteBehind},
-      {"direct", dt::FileWriteMode::kDirect},
-      {"buffered", dt::FileWriteMode::kBuffered}};
+  // --checkpoint-io's values: auto (unset), then every mode by its name.
+  using WriteModeNames = std::vector<std::pair<std::string, std::optional<dt::FileWriteMode>>>;
+  static const WriteModeNames kWriteModes = [] {
+    WriteModeNames modes = {{"auto", std::nullopt}};
+    for (dt::FileWriteMode mode : dt::kFileWriteModes) modes.emplace_back(dt::FileWriteModeName(mode), mode);
+    return modes;
+  }();
   app.add_option_function<std::string>(
-         "--checkpoint-io", [&c](const std::string& name) { c.checkpoint_io = kWriteModes.at(name); },
+         "--checkpoint-io",
+         [&c](const std::string& name) {
+           for (const auto& [known, mode] : kWriteModes) {
+             if (known == name) c.checkpoint_io = mode;
+           }
+         },
          "how checkpoint files reach the disk: write-behind (through the page cache, each 8 MiB range written "
          "back at once and dropped from the cache once on disk: the disk's queue stays deep and a checkpoint "
          "holds about 24 MiB of the node's page cache; the most throughput where the host's cores are free), "
          "direct (O_DIRECT: the least CPU, one write in flight per file; the most throughput where training "
          "keeps the cores busy), buffered (left in the page cache until the fsync), auto (write-behind on a "
          "GPU, direct on the CPU)")
-      ->check(CLI::IsMember(std::vector<std::string>{"auto", "write-behind", "direct", "buffered"}))
+      ->check(CLI::IsMember(kWriteModes))
       ->type_name("MODE")
       ->group(loop)
       ->default_str("auto");
