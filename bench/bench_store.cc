@@ -27,6 +27,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -288,6 +289,9 @@ int ClientMain(int argc, char** argv) {
       options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       int64_t start = MonotonicNowNs();
       {
+        // As dttrainer builds its group (trainer.cc): a wait fetches the value the get after it takes.
+        std::optional<CoordinatorStore::AddressExchange> exchange;
+        if (c == 'd') exchange.emplace(*dt_store);
         c10d::ProcessGroupGloo group(store, id, iterations, options);
         figures << start << " " << MonotonicNowNs();
       }
@@ -653,10 +657,11 @@ void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, co
       ProcessGroupRound(pool, dt_first ? 't' : 'd', n, dt_first ? &tcp : &dt);
     }
     Report({absl::StrCat("Gloo process group ready, ", n, " ranks (processes, p50)"), Summarize(dt.ms).p50, "ms",
-            "on a TCPStore", Summarize(tcp.ms).p50, "<= 1x", false, 1.0});
+            "on a TCPStore", Summarize(tcp.ms).p50, "", false, 0});
     // Rounds come in two modes (about 0.5 s and 0.85 s at 32 ranks here: the TIME-WAIT sockets of
-    // earlier rounds slow the kernel's port choice), and a p50 of rounds mixing them can move the
-    // ratio by 20%. A pair's two rounds share one mode, so each pair's ratio shows dt's share.
+    // earlier rounds slow the kernel's port choice), and a p50 of rounds mixing them moved the
+    // ratio by 20% on unchanged code. A pair's two rounds share one mode, so each pair's ratio
+    // shows dt's share: the goal is judged on their median.
     std::vector<double> pair_ratios;
     std::ostringstream rounds;
     for (size_t i = 0; i < dt.ms.size() && i < tcp.ms.size(); ++i) {
@@ -666,7 +671,7 @@ void ProcessGroupBench(EmbeddedCoordinator& coord, const std::string& run_id, co
     std::cout << "Gloo process group ready, " << n
               << " ranks, rounds in ms (dt/TCPStore, pair by pair):" << rounds.str() << "\n";
     Report({absl::StrCat("Gloo process group ready, ", n, " ranks, dt over TCPStore in each pair (median)"),
-            Summarize(pair_ratios).p50, "x", "the same pair's TCPStore round", 1.0, "", false, 0});
+            Summarize(pair_ratios).p50, "x", "the same pair's TCPStore round", 1.0, "<= 1x", false, 1.0});
     // Beside the latency, where its CPU went (p50 of the rounds): on two cores the span follows it.
     Report({absl::StrCat("Gloo process group client CPU per rank, ", n, " ranks"),
             Summarize(dt.client_cpu_ms_per_rank).p50, "ms", "TCPStore", Summarize(tcp.client_cpu_ms_per_rank).p50, "",

@@ -55,11 +55,12 @@ HOW_MEASURED = [
      "CPU summed (getrusage in each), over the round, divided by its operations. Anchor: TCPStore's."),
     (r"Gloo process group ready, ", "Gloo process group ready (8, 32 ranks)",
      "`bench_store pg`: N client processes each construct c10d::ProcessGroupGloo on a fresh PrefixStore over its "
-     "coordinator store session or its TCPStore connection; a round runs from the first rank starting its group "
-     "to the last rank's group ready. 8 rounds a side (16 full), interleaved, alternating which side goes first; "
-     "p50. Anchor: the same group on the TCPStore. Beside it, without a goal, the median over the pairs of each "
-     "pair's dt round over its TCPStore round: rounds come in a fast and a slow mode (the TIME-WAIT sockets of "
-     "earlier rounds), and a pair's two rounds share one."),
+     "coordinator store session (in an address exchange, as dttrainer builds its group) or its TCPStore "
+     "connection; a round runs from the first rank starting its group to the last rank's group ready. 8 rounds "
+     "a side (16 full), interleaved, alternating which side goes first. The goal row: the median over the pairs "
+     "of each pair's dt round over its TCPStore round (rounds come in a fast and a slow mode, the TIME-WAIT "
+     "sockets of earlier rounds, and a pair's two rounds share one). Beside it, without a goal, each side's p50. "
+     "Anchor: the same group on the TCPStore."),
     (r"Gloo process group (client CPU|server CPU|client sleeps) per rank, ",
      "Gloo process group client CPU, server CPU, client sleeps per rank",
      "The same rounds: the ranks' own CPU summed, the benchmark process's CPU (the store server under test), "

@@ -62,7 +62,7 @@ void CoordinatorStore::SettleSet(const char* op) {
 }
 
 void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  SettleSet("set");
+  Begin("set");
   std::string bytes = AsString(value);
   if (Combining()) {
     // Left for the node's carrier; its answer is read before this rank's next operation.
@@ -79,7 +79,7 @@ void CoordinatorStore::set(const std::string& key, const std::vector<uint8_t>& v
 
 std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                                   const std::vector<uint8_t>& desired) {
-  SettleSet("compareSet");
+  Begin("compareSet");
   CheckWritesAllowed("compareSet");
   absl::StatusOr<std::string> v = session_->CompareSet(key, AsString(expected), AsString(desired));
   Check(v.status(), "compareSet");
@@ -87,6 +87,7 @@ std::vector<uint8_t> CoordinatorStore::compareSet(const std::string& key, const 
 }
 
 std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
+  if (std::optional<std::string> fetched = TakeFetched(key)) return AsBytes(*fetched);
   SettleSet("get");
   bool waited = JustWaitedFor(key);
   if (ReadsMayCombine() && (waited || combiner_->Gathering())) {
@@ -102,7 +103,7 @@ std::vector<uint8_t> CoordinatorStore::get(const std::string& key) {
 }
 
 int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
-  SettleSet("add");
+  Begin("add");
   bool combined = combiner_ && session_->Quiescent();
   if (!combined) CheckWritesAllowed("add");
   absl::StatusOr<int64_t> v =
@@ -112,7 +113,7 @@ int64_t CoordinatorStore::add(const std::string& key, int64_t value) {
 }
 
 bool CoordinatorStore::deleteKey(const std::string& key) {
-  SettleSet("deleteKey");
+  Begin("deleteKey");
   CheckWritesAllowed("deleteKey");
   absl::StatusOr<bool> v = session_->DeleteKey(key);
   Check(v.status(), "deleteKey");
@@ -120,14 +121,14 @@ bool CoordinatorStore::deleteKey(const std::string& key) {
 }
 
 bool CoordinatorStore::check(const std::vector<std::string>& keys) {
-  SettleSet("check");
+  Begin("check");
   absl::StatusOr<bool> v = session_->Check(keys);
   Check(v.status(), "check");
   return *v;
 }
 
 int64_t CoordinatorStore::getNumKeys() {
-  SettleSet("getNumKeys");
+  Begin("getNumKeys");
   absl::StatusOr<int64_t> v = session_->NumKeys();
   Check(v.status(), "getNumKeys");
   return *v;
@@ -136,10 +137,18 @@ int64_t CoordinatorStore::getNumKeys() {
 void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  SettleSet("wait");
+  Begin("wait");
   JustWaitedFor("");  // a get after this wait follows this wait, not an earlier one
   auto start = std::chrono::steady_clock::now();
   absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);
+  if (keys.size() == 1 && exchanges_.load() > 0) {
+    // In an address exchange: the wait is a get, whose value the get after it takes.
+    absl::StatusOr<std::string> value = session_->Get(keys[0], ToAbsl(timeout));
+    Check(value.status(), "wait");
+    absl::MutexLock lock(&waited_mu_);
+    fetched_ = Fetched{keys[0], std::move(*value), std::this_thread::get_id()};
+    return;
+  }
   bool there = false;
   // Batches have taken checks from the start; gated on the same feature as gets, as one rule.
   if (keys.size() == 1 && ReadsMayCombine()) {
@@ -169,6 +178,22 @@ c10::intrusive_ptr<c10d::Store> CoordinatorStore::clone() {
                   "dt's coordinator store cannot be cloned (a process group split needs a store of its own)");
 }
 #endif
+
+void CoordinatorStore::Begin(const char* op) {
+  {
+    absl::MutexLock lock(&waited_mu_);
+    fetched_.reset();
+  }
+  SettleSet(op);
+}
+
+std::optional<std::string> CoordinatorStore::TakeFetched(const std::string& key) {
+  absl::MutexLock lock(&waited_mu_);
+  std::optional<Fetched> fetched = std::move(fetched_);
+  fetched_.reset();
+  if (!fetched || fetched->key != key || fetched->thread != std::this_thread::get_id()) return std::nullopt;
+  return std::move(fetched->value);
+}
 
 void CoordinatorStore::CheckWritesAllowed(const char* op) {
   if (combiner_) Check(combiner_->WritesAllowed(), op);

@@ -5,7 +5,11 @@
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <memory>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "client/store_combiner.h"
@@ -35,6 +39,24 @@ class CoordinatorStore : public c10d::Store {
     SettleSet("CombineWith");  // a set left in the combiner it replaces
     combiner_ = std::move(combiner);
   }
+
+  // While one is held, a wait for one key also fetches the key's value, and a get of that key by
+  // the same thread, as the store's next operation, returns it: one round trip per key where a
+  // wait and a get take two (Gloo's address exchange waits for each peer's address, then gets it;
+  // on two cores the exchange's round trips are its critical path). The get then sees the value
+  // as the wait found it, not one set in between, so hold it only around code whose keys are each
+  // written once: dttrainer holds it while it builds its process group (every key under the
+  // group's own prefix). Scopes nest; any thread may open one.
+  class AddressExchange {
+   public:
+    explicit AddressExchange(CoordinatorStore& store) : store_(store) { store_.exchanges_.fetch_add(1); }
+    ~AddressExchange() { store_.exchanges_.fetch_sub(1); }
+    AddressExchange(const AddressExchange&) = delete;
+    AddressExchange& operator=(const AddressExchange&) = delete;
+
+   private:
+    CoordinatorStore& store_;
+  };
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
@@ -70,6 +92,13 @@ class CoordinatorStore : public c10d::Store {
   // timeout, waits without end).
   absl::Duration CarrierTimeout() const;
 
+  // Begins operation `op` (any but get): the value a wait fetched is forgotten (see
+  // AddressExchange), then SettleSet.
+  void Begin(const char* op);
+  // The value fetched by the wait for `key` just before, when this thread's get of it is the
+  // store's next operation (see AddressExchange); forgets it either way.
+  std::optional<std::string> TakeFetched(const std::string& key);
+
   // With a combiner: c10d's error while a late write of this rank may still be applied.
   void CheckWritesAllowed(const char* op);
   // A get of the key this store's last wait was for (Gloo's pattern: wait for a peer's address,
@@ -80,6 +109,14 @@ class CoordinatorStore : public c10d::Store {
   std::unique_ptr<StoreCombiner> combiner_;
   absl::Mutex waited_mu_;
   std::string last_waited_ ABSL_GUARDED_BY(waited_mu_);
+  std::atomic<int> exchanges_{0};  // AddressExchange scopes held
+  // The value a wait fetched in an AddressExchange, for the get after it.
+  struct Fetched {
+    std::string key;
+    std::string value;
+    std::thread::id thread;
+  };
+  std::optional<Fetched> fetched_ ABSL_GUARDED_BY(waited_mu_);
 };
 
 }  // namespace dt

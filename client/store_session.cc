@@ -240,6 +240,11 @@ absl::StatusOr<int64_t> StoreSession::NumKeys() {
   return a->number();
 }
 
+uint64_t StoreSession::RequestsWritten() const {
+  absl::MutexLock lock(&write_mu_);
+  return writes_;
+}
+
 absl::Status StoreSession::Write(const v1::StoreRequest& request, uint64_t* position) {
   absl::MutexLock lock(&write_mu_);
   if (position != nullptr) *position = ++writes_;

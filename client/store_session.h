@@ -57,6 +57,10 @@ class StoreSession {
   // of an earlier set of this session is not theirs, so it stays for this session's next call.
   absl::StatusOr<v1::StoreResponse> CallCarrying(v1::StoreRequest request) { return Send(std::move(request), false); }
 
+  // Requests written to the stream so far (`open` included): what a caller's operations cost in
+  // messages, for tests and benchmarks.
+  uint64_t RequestsWritten() const ABSL_LOCKS_EXCLUDED(write_mu_);
+
   // What the coordinator's store sessions accept (its answer to `open`).
   const v1::StoreSessionFeatures& features() const { return features_; }
 
@@ -86,7 +90,7 @@ class StoreSession {
   v1::StoreSessionFeatures features_;  // set once, at Open
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::StoreRequest, v1::StoreResponse>> stream_;
-  absl::Mutex write_mu_;
+  mutable absl::Mutex write_mu_;
   mutable absl::Mutex mu_;
   absl::CondVar answered_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

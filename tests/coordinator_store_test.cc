@@ -1,12 +1,14 @@
 // CoordinatorStore, the c10d::Store that LibTorch's process groups use, with its node's store
 // combiner, against a real coordinator over gRPC: a wait and the get after it go through the
-// node's batches and see the store as it is; a wait for a key that never comes times out as a wait
-// should; a Gloo process group forms on four ranks' stores and reduces. The same client against a
+// node's batches and see the store as it is; in an address exchange the wait fetches the value and
+// the get takes it; a wait for a key that never comes times out as a wait should; a Gloo process
+// group forms on four ranks' stores and reduces. The same client against a
 // coordinator serving as one before StoreSessionFeatures (whose batches refuse gets): it sends
 // such a coordinator no get in a batch, and Gloo still forms on it.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -63,7 +65,8 @@ class CoordinatorStoreTest : public ::testing::Test {
 
   // Four ranks of node-a form a Gloo group on their stores and allreduce their rank + 1: each
   // rank's sum; `carried`, when given, what each rank's combiner carried.
-  std::vector<float> GlooGroupSums(std::vector<const StoreCombiner*>* carried = nullptr) {
+  // `exchange`: each rank builds its group in a CoordinatorStore::AddressExchange, as dttrainer does.
+  std::vector<float> GlooGroupSums(std::vector<const StoreCombiner*>* carried = nullptr, bool exchange = false) {
     std::vector<const StoreCombiner*> carriers(kRanks);
     std::vector<c10::intrusive_ptr<CoordinatorStore>> stores;
     for (int r = 0; r < kRanks; ++r) {
@@ -77,7 +80,10 @@ class CoordinatorStoreTest : public ::testing::Test {
         auto store = c10::make_intrusive<c10d::PrefixStore>("pg", stores[r]);
         auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
         options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        std::optional<CoordinatorStore::AddressExchange> scope;
+        if (exchange) scope.emplace(*stores[r]);
         c10d::ProcessGroupGloo group(store, r, kRanks, options);
+        scope.reset();
         std::vector<at::Tensor> tensors{torch::full({2}, static_cast<float>(r + 1))};
         group.allreduce(tensors)->wait();
         sums[r] = tensors[0][1].item<float>();
@@ -200,6 +206,86 @@ TEST_F(CoordinatorStoreTest, AGlooProcessGroupFormsOnTheNodesStoresAndReduces) {
   int64_t ops = 0;
   for (const StoreCombiner* c : carried) ops += c->carried().ops;
   EXPECT_GE(ops, kRanks * (kRanks - 1) + kRanks * (kRanks - 2));
+}
+
+// In an address exchange (as dttrainer builds its group), a wait for a key fetches its value and
+// the get right after it takes that value: one message on the rank's own stream, none carried.
+// The get sees the value as the wait found it; any other operation in between, or a get on another
+// thread, forgets it, and once the scope ends a get after a wait asks the coordinator again.
+TEST_F(CoordinatorStoreTest, InAnAddressExchangeTheGetAfterAWaitTakesTheValueTheWaitFetched) {
+  const StoreCombiner* carried = nullptr;
+  StoreSession* session = nullptr;
+  auto waiter = RankStore(0, std::chrono::seconds(30), &carried, &session);
+  auto setter = RankStore(1, std::chrono::seconds(30));
+  ASSERT_TRUE(waiter && setter);
+  auto set_and_confirm = [&](const std::string& value) {
+    setter->set("addr/1", Bytes(value));
+    EXPECT_EQ(setter->get("addr/1"), Bytes(value));  // applied: the setter's stream keeps its order
+  };
+  {
+    CoordinatorStore::AddressExchange exchange(*waiter);
+    // The key comes while the wait waits.
+    std::vector<uint8_t> got;
+    uint64_t before = session->RequestsWritten();
+    std::thread peer([&] {
+      waiter->wait({"addr/1"});
+      got = waiter->get("addr/1");
+    });
+    set_and_confirm("first");
+    peer.join();
+    EXPECT_EQ(got, Bytes("first"));
+    EXPECT_EQ(session->RequestsWritten() - before, 1) << "the wait and the get took more than one message";
+    EXPECT_EQ(carried->carried().ops, 0) << "a read went through the node's batches";
+
+    // The get after the wait sees the value as the wait found it.
+    waiter->wait({"addr/1"});
+    set_and_confirm("second");
+    EXPECT_EQ(waiter->get("addr/1"), Bytes("first"));
+    // A get no wait came just before asks the coordinator.
+    EXPECT_EQ(waiter->get("addr/1"), Bytes("second"));
+
+    // Another operation in between: the fetched value is forgotten.
+    waiter->wait({"addr/1"});
+    set_and_confirm("third");
+    EXPECT_TRUE(waiter->check({"addr/1"}));
+    EXPECT_EQ(waiter->get("addr/1"), Bytes("third"));
+
+    // A get on another thread does not take it, and is the store's next operation.
+    waiter->wait({"addr/1"});
+    set_and_confirm("fourth");
+    std::thread other([&] { EXPECT_EQ(waiter->get("addr/1"), Bytes("fourth")); });
+    other.join();
+    EXPECT_EQ(waiter->get("addr/1"), Bytes("fourth"));
+  }
+  // Outside the scope the wait fetches nothing: the get after it sees the value set in between.
+  waiter->wait({"addr/1"});
+  set_and_confirm("fifth");
+  EXPECT_EQ(waiter->get("addr/1"), Bytes("fifth"));
+}
+
+// A wait in an address exchange for a key that never comes times out with the store's timeout,
+// as a wait, naming the key.
+TEST_F(CoordinatorStoreTest, InAnAddressExchangeAWaitForAKeyThatNeverComesTimesOutNamingIt) {
+  auto store = RankStore(0, std::chrono::milliseconds(300));
+  ASSERT_TRUE(store);
+  CoordinatorStore::AddressExchange exchange(*store);
+  auto start = std::chrono::steady_clock::now();
+  try {
+    store->wait({"never-set"});
+    FAIL() << "the wait returned for a key nobody set";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("coordinator store wait failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("never-set"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+}
+
+// The group forms and reduces when every rank builds it in an address exchange, as dttrainer's do.
+TEST_F(CoordinatorStoreTest, AGlooProcessGroupFormsInAnAddressExchangeAndReduces) {
+  std::vector<float> sums = GlooGroupSums(nullptr, /*exchange=*/true);
+  ASSERT_EQ(sums.size(), kRanks);
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(sums[r], 1 + 2 + 3 + 4) << "rank " << r;
 }
 
 // A coordinator serving as one from before StoreSessionFeatures: its answer to `open` offers

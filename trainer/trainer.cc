@@ -328,9 +328,13 @@ class Trainer {
     if (std::unique_ptr<StoreCombiner> combiner = agent_.OpenStoreCombiner()) store->CombineWith(std::move(combiner));
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("pg.", backend.value()), store);
     absl::Time start = absl::Now();
-    absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg =
-        dt::CreateProcessGroup(*backend, prefixed, rank_, world_, a.local_rank(),
-                               std::chrono::milliseconds(a.timeouts().collective_timeout_ms()));
+    absl::StatusOr<c10::intrusive_ptr<CommGroup>> pg;
+    {
+      // The group's keys are each written once under its prefix: a wait may fetch the value.
+      CoordinatorStore::AddressExchange exchange(*store);
+      pg = dt::CreateProcessGroup(*backend, prefixed, rank_, world_, a.local_rank(),
+                                  std::chrono::milliseconds(a.timeouts().collective_timeout_ms()));
+    }
     if (!pg.ok()) throw CollectiveError(std::string(pg.status().message()));
     group_ = *pg;
     DT_LOG(Info) << "rank " << rank_ << "/" << world_ << " (node " << a.node_rank() << ", local " << a.local_rank()
