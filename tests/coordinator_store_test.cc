@@ -63,6 +63,21 @@ class CoordinatorStoreTest : public ::testing::Test {
     return store;
   }
 
+  // A wait for "never-set" fails as a wait, naming the key, after at least `timeout` (measured on
+  // the monotonic clock, as the deadline is kept: the wall clock may be slewed).
+  static void ExpectAWaitForANeverSetKeyTimesOut(CoordinatorStore& store, std::chrono::milliseconds timeout) {
+    auto start = std::chrono::steady_clock::now();
+    try {
+      store.wait({"never-set"});
+      FAIL() << "the wait returned for a key nobody set";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("coordinator store wait failed"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("never-set"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos) << e.what();
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - start, timeout);
+  }
+
   // Four ranks of node-a form a Gloo group on their stores and allreduce their rank + 1: each
   // rank's sum; `carried`, when given, what each rank's combiner carried.
   // `exchange`: each rank builds its group in a CoordinatorStore::AddressExchange, as dttrainer does.
@@ -181,16 +196,7 @@ TEST_F(CoordinatorStoreTest, ARefusedSetIsReportedByTheNextAddInsteadOfBeingCarr
 TEST_F(CoordinatorStoreTest, AWaitForAKeyThatNeverComesTimesOutNamingIt) {
   auto store = RankStore(0, std::chrono::milliseconds(300));
   ASSERT_TRUE(store);
-  // Measured on the monotonic clock, as the deadline is kept (the wall clock may be slewed).
-  auto start = std::chrono::steady_clock::now();
-  try {
-    store->wait({"never-set"});
-    FAIL() << "the wait returned for a key nobody set";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("never-set"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos) << e.what();
-  }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  ExpectAWaitForANeverSetKeyTimesOut(*store, std::chrono::milliseconds(300));
 }
 
 // Four ranks' stores on one node: the Gloo group forms through them (its address exchange carried
@@ -269,16 +275,7 @@ TEST_F(CoordinatorStoreTest, InAnAddressExchangeAWaitForAKeyThatNeverComesTimesO
   auto store = RankStore(0, std::chrono::milliseconds(300));
   ASSERT_TRUE(store);
   CoordinatorStore::AddressExchange exchange(*store);
-  auto start = std::chrono::steady_clock::now();
-  try {
-    store->wait({"never-set"});
-    FAIL() << "the wait returned for a key nobody set";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("coordinator store wait failed"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("never-set"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("DEADLINE_EXCEEDED"), std::string::npos) << e.what();
-  }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  ExpectAWaitForANeverSetKeyTimesOut(*store, std::chrono::milliseconds(300));
 }
 
 // The group forms and reduces when every rank builds it in an address exchange, as dttrainer's do.
