@@ -46,6 +46,7 @@
 #include "common/env.h"
 #include "common/fs.h"
 #include "common/process_tree.h"
+#include "common/stack_capture.h"
 #include "common/subprocess.h"
 #include "coordinator/embedded.h"
 
@@ -338,7 +339,7 @@ class ClientPool {
     for (auto& p : procs_) p->Wait(absl::Seconds(30));
     ::close(ready_);
     for (int fd : go_) ::close(fd);
-    (void)RemoveAll(dir_);
+    if (!keep_dir_) (void)RemoveAll(dir_);
   }
 
   struct Lines {
@@ -390,9 +391,11 @@ class ClientPool {
     for (int got = 0; got < clients_;) {
       pollfd ready{ready_, POLLIN, 0};
       if (::poll(&ready, 1, kRoundLimitMs) == 0) {
+        KeepStacks();
         procs_.clear();  // killed, so that unwinding does not wait for them
         throw std::runtime_error(absl::StrCat("round ", rounds_, " of ", clients_, " clients: ", clients_ - got,
-                                              " of them did not finish in ", kRoundLimitMs / 1000, " s"));
+                                              " of them did not finish in ", kRoundLimitMs / 1000,
+                                              " s; their stacks and logs are in ", dir_));
       }
       char buf[256];
       ssize_t n = ::read(ready_, buf, std::min<int>(sizeof buf, clients_ - got));
@@ -401,11 +404,28 @@ class ClientPool {
     }
   }
 
+  // Before a stalled round's clients are killed: every client's threads (eu-stack) into
+  // stacks.txt, and the pool's directory kept, so the next reader sees where they waited.
+  void KeepStacks() {
+    keep_dir_ = true;
+    KeepTempDir(dir_);
+    std::vector<pid_t> pids;
+    for (auto& p : procs_) pids.push_back(p->pid());
+    StackCaptureOptions options;
+    options.timeout = absl::Seconds(30);
+    v1::RankStacks all;
+    for (v1::ProcessStacks& process : CaptureProcessStacks(pids, options)) {
+      *all.add_processes() = std::move(process);
+    }
+    (void)WriteFileAtomic(JoinPath(dir_, "stacks.txt"), FormatRankStacks(all));
+  }
+
   int clients_;
   std::string dir_;
   int ready_ = -1;
   std::vector<int> go_;
   int rounds_ = 0;
+  bool keep_dir_ = false;  // a round did not end: its logs stay
   std::vector<std::unique_ptr<Subprocess>> procs_;
 };
 

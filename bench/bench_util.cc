@@ -80,19 +80,31 @@ std::string ReadLine(const std::string& path) {
   return std::string(absl::StripTrailingAsciiWhitespace(ReadFile(path).value_or("")));
 }
 
-std::string TempDir(const std::string& tag) {
-  std::string dir = (std::filesystem::temp_directory_path() / ("dt-bench-" + tag + "-" + RandomHex(4))).string();
-  std::filesystem::create_directories(dir);
+namespace {
+// The directories TempDir made, removed at exit unless kept.
+std::vector<std::string>& TempDirs() {
   static std::vector<std::string>* dirs = [] {
     auto* v = new std::vector<std::string>();
     std::atexit([] {
       std::error_code ec;
-      for (const auto& d : *dirs) std::filesystem::remove_all(d, ec);
+      for (const auto& d : TempDirs()) std::filesystem::remove_all(d, ec);
     });
     return v;
   }();
-  dirs->push_back(dir);
+  return *dirs;
+}
+}  // namespace
+
+std::string TempDir(const std::string& tag) {
+  std::string dir = (std::filesystem::temp_directory_path() / ("dt-bench-" + tag + "-" + RandomHex(4))).string();
+  std::filesystem::create_directories(dir);
+  TempDirs().push_back(dir);
   return dir;
+}
+
+void KeepTempDir(const std::string& dir) {
+  std::vector<std::string>& dirs = TempDirs();
+  dirs.erase(std::remove(dirs.begin(), dirs.end(), dir), dirs.end());
 }
 
 double PipeRoundTripMicros(bool two_processes, int round_trips) {

@@ -54,6 +54,8 @@ double PipeRoundTripMicros(bool two_processes, int round_trips);
 
 // A temporary directory removed at exit.
 std::string TempDir(const std::string& tag);
+// Leaves `dir` (one TempDir made) in place at exit: a failed part's evidence.
+void KeepTempDir(const std::string& dir);
 
 // A one-line file's text without its newline (dtcoord's address and admin token files); "" when
 // it cannot be read.
