@@ -139,8 +139,6 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys) { wait(keys, t
 void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   Begin("wait");
   JustWaitedFor("");  // a get after this wait follows this wait, not an earlier one
-  auto start = std::chrono::steady_clock::now();
-  absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);
   if (keys.size() == 1 && exchanges_.load() > 0) {
     // In an address exchange: the wait is a get, whose value the get after it takes.
     absl::StatusOr<std::string> value = session_->Get(keys[0], ToAbsl(timeout));
@@ -149,6 +147,8 @@ void CoordinatorStore::wait(const std::vector<std::string>& keys, const std::chr
     fetched_ = Fetched{keys[0], std::move(*value), std::this_thread::get_id()};
     return;
   }
+  auto start = std::chrono::steady_clock::now();
+  absl::Duration limit = timeout == kNoTimeout ? absl::InfiniteDuration() : ToAbsl(timeout);
   bool there = false;
   // Batches have taken checks from the start; gated on the same feature as gets, as one rule.
   if (keys.size() == 1 && ReadsMayCombine()) {
