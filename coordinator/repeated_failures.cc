@@ -10,11 +10,18 @@
 namespace dt {
 namespace {
 
-// A message with its digits blanked: the same failure names other pids, ports and times each time.
+// A message with each run of digits blanked to one '#': the same failure names other pids, ports
+// and times each time, of other lengths too (pid 981, then pid 1010).
 std::string WithoutNumbers(absl::string_view message) {
-  std::string out(message);
-  for (char& c : out) {
-    if (c >= '0' && c <= '9') c = '#';
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    bool digit = c >= '0' && c <= '9';
+    if (!digit) {
+      out.push_back(c);
+    } else if (out.empty() || out.back() != '#') {
+      out.push_back('#');
+    }
   }
   return out;
 }

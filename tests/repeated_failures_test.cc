@@ -121,6 +121,14 @@ TEST(RepeatedEarlyFailure, TheSameErrorFromAnotherRankIsRepeatedToo) {
   EXPECT_THAT(now.message(), HasSubstr("ended generation 3 before its first step too (from rank 1)"));
 }
 
+// Numbers of other lengths are other numbers too: seen in the suite when pids passed 999.
+TEST(RepeatedEarlyFailure, ANumberOfAnotherLengthIsTheSameFailure) {
+  v1::Failure now = EarlyError(1, 1, "ModuleNotFoundError", "No module named 'x' (pid 1010 exited with code 1)");
+  MarkRepeatedEarlyFailure(
+      {EarlyError(0, 0, "ModuleNotFoundError", "No module named 'x' (pid 981 exited with code 1)")}, now);
+  EXPECT_TRUE(now.fatal()) << now.message();
+}
+
 TEST(RepeatedEarlyFailure, AnotherTypeMessageOrGenerationIsNotRepeated) {
   const v1::Failure before = EarlyError(3, 1, "OSError", "cannot open /data/a");
   for (v1::Failure now :
