@@ -102,6 +102,112 @@ std::string JudgeCollectives(const std::vector<v1::RankStacks>& ranks, absl::Tim
   return out;
 }
 
+// The ranks that share a main stack, largest group first (ties: the lowest rank first).
+struct RankGroup {
+  std::string signature;
+  std::vector<int> ranks;
+  const v1::ThreadStack* stack = nullptr;  // null: the rank's capture failed (`error` says why)
+  std::string error;
+};
+
+std::vector<RankGroup> GroupByStack(const std::vector<v1::RankStacks>& ranks) {
+  std::vector<RankGroup> groups;
+  for (const v1::RankStacks& r : ranks) {
+    const v1::ThreadStack* stack = MainStack(r);
+    std::string error = r.error();
+    if (stack == nullptr && error.empty()) {
+      for (const v1::ProcessStacks& p : r.processes()) {
+        if (!p.error().empty()) error = p.error();
+      }
+    }
+    std::string signature = stack != nullptr ? StackSignature(*stack) : absl::StrCat("(no stacks: ", error, ")");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const RankGroup& g) { return g.signature == signature; });
+    if (it == groups.end()) {
+      groups.push_back({signature, {}, stack, error});
+      it = groups.end() - 1;
+    }
+    it->ranks.push_back(r.rank());
+  }
+  std::sort(groups.begin(), groups.end(), [](const RankGroup& a, const RankGroup& b) {
+    return a.ranks.size() != b.ranks.size()
+               ? a.ranks.size() > b.ranks.size()
+               : *std::min_element(a.ranks.begin(), a.ranks.end()) < *std::min_element(b.ranks.begin(), b.ranks.end());
+  });
+  return groups;
+}
+
+// Which groups are odd: those holding a rank behind in the collectives; without rings, the groups
+// not waiting in a collective while others do; else a group strictly smaller than every other.
+std::vector<bool> OddGroups(const std::vector<RankGroup>& groups, const std::vector<int>& behind) {
+  std::vector<bool> odd(groups.size(), false);
+  if (!behind.empty()) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (int r : groups[g].ranks) odd[g] = odd[g] || std::find(behind.begin(), behind.end(), r) != behind.end();
+    }
+    return odd;
+  }
+  if (groups.size() < 2) return odd;
+  std::vector<bool> waits(groups.size(), false);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].stack != nullptr) {
+      for (const v1::StackFrame& f : groups[g].stack->frames()) waits[g] = waits[g] || IsCollectiveWait(f);
+    }
+  }
+  size_t waiting = std::count(waits.begin(), waits.end(), true);
+  if (waiting > 0 && waiting < groups.size()) {
+    for (size_t g = 0; g < groups.size(); ++g) odd[g] = !waits[g];
+  } else if (groups.back().ranks.size() < groups[groups.size() - 2].ranks.size()) {
+    odd.back() = true;
+  }
+  return odd;
+}
+
+// The verdict's groups, odd ranks and signature, and the sentence a person reads first.
+void WriteGroupsAndSummary(const std::vector<RankGroup>& groups, const std::vector<bool>& odd,
+                           v1::HangVerdict* verdict) {
+  std::vector<std::string> odd_signatures;
+  std::vector<std::string> odd_text, others_text;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    v1::StackGroup* out = verdict->add_groups();
+    out->set_signature(groups[g].signature);
+    for (int r : groups[g].ranks) out->add_ranks(r);
+    if (groups[g].stack != nullptr) *out->mutable_frames() = groups[g].stack->frames();
+    out->set_odd(odd[g]);
+    std::string where = groups[g].stack != nullptr ? absl::StrCat("in ", DescribeTop(*groups[g].stack))
+                                                   : absl::StrCat("without stacks (", groups[g].error, ")");
+    std::string text =
+        absl::StrCat(groups[g].ranks.size() == 1 ? "rank " : "ranks ", RankList(groups[g].ranks), " ", where);
+    if (odd[g]) {
+      for (int r : groups[g].ranks) verdict->add_odd_ranks(r);
+      odd_signatures.push_back(groups[g].signature);
+      odd_text.push_back(text);
+    } else {
+      others_text.push_back(text);
+    }
+  }
+  std::sort(odd_signatures.begin(), odd_signatures.end());
+  verdict->set_odd_signature(absl::StrJoin(odd_signatures, " | "));
+  std::string summary;
+  if (groups.empty()) {
+    summary = "no rank's stacks arrived";
+  } else if (!odd_text.empty()) {
+    summary = absl::StrCat(
+        absl::StrJoin(odd_text, "; "),
+        odd_text.size() == 1 && verdict->odd_ranks_size() == 1 ? " is the odd one out" : " are the odd ones out",
+        others_text.empty() ? "" : absl::StrCat("; ", absl::StrJoin(others_text, "; ")));
+  } else if (groups.size() == 1) {
+    summary = absl::StrCat("every rank that answered shows the same stack: ", others_text.front());
+  } else {
+    summary = absl::StrCat("the ranks' stacks differ and no group stands out: ", absl::StrJoin(others_text, "; "));
+  }
+  if (!verdict->collectives().empty()) absl::StrAppend(&summary, ". Collectives: ", verdict->collectives());
+  if (!verdict->missing_ranks().empty()) {
+    std::vector<int> missing(verdict->missing_ranks().begin(), verdict->missing_ranks().end());
+    absl::StrAppend(&summary, ". No stacks from ", missing.size() == 1 ? "rank " : "ranks ", RankList(missing));
+  }
+  verdict->set_summary(summary);
+}
+
 }  // namespace
 
 const v1::ThreadStack* MainStack(const v1::RankStacks& rank) {
@@ -140,106 +246,17 @@ std::string RankList(std::vector<int> ranks) {
 
 v1::HangVerdict JudgeHang(const std::vector<v1::RankStacks>& ranks, int world_size, absl::Time now) {
   v1::HangVerdict verdict;
+  std::vector<RankGroup> groups = GroupByStack(ranks);
   std::vector<bool> answered(std::max(world_size, 0), false);
-  // Group the ranks by the signature of their main stack.
-  struct Group {
-    std::string signature;
-    std::vector<int> ranks;
-    const v1::ThreadStack* stack = nullptr;
-    std::string error;
-  };
-  std::vector<Group> groups;
   for (const v1::RankStacks& r : ranks) {
     if (r.rank() >= 0 && r.rank() < world_size) answered[r.rank()] = true;
-    const v1::ThreadStack* stack = MainStack(r);
-    std::string error = r.error();
-    if (stack == nullptr && error.empty()) {
-      for (const v1::ProcessStacks& p : r.processes()) {
-        if (!p.error().empty()) error = p.error();
-      }
-    }
-    std::string signature = stack != nullptr ? StackSignature(*stack) : absl::StrCat("(no stacks: ", error, ")");
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.signature == signature; });
-    if (it == groups.end()) {
-      groups.push_back({signature, {}, stack, error});
-      it = groups.end() - 1;
-    }
-    it->ranks.push_back(r.rank());
   }
   for (int k = 0; k < world_size; ++k) {
     if (!answered[k]) verdict.add_missing_ranks(k);
   }
-  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
-    return a.ranks.size() != b.ranks.size()
-               ? a.ranks.size() > b.ranks.size()
-               : *std::min_element(a.ranks.begin(), a.ranks.end()) < *std::min_element(b.ranks.begin(), b.ranks.end());
-  });
-
-  // The odd ranks: behind in the collectives, else the groups not waiting in one while others do,
-  // else a group strictly smaller than every other.
   std::vector<int> behind;
   verdict.set_collectives(JudgeCollectives(ranks, now, &behind));
-  std::vector<bool> odd(groups.size(), false);
-  if (!behind.empty()) {
-    for (size_t g = 0; g < groups.size(); ++g) {
-      for (int r : groups[g].ranks) odd[g] = odd[g] || std::find(behind.begin(), behind.end(), r) != behind.end();
-    }
-  } else if (groups.size() > 1) {
-    std::vector<bool> waits(groups.size(), false);
-    for (size_t g = 0; g < groups.size(); ++g) {
-      if (groups[g].stack != nullptr) {
-        for (const v1::StackFrame& f : groups[g].stack->frames()) waits[g] = waits[g] || IsCollectiveWait(f);
-      }
-    }
-    size_t waiting = std::count(waits.begin(), waits.end(), true);
-    if (waiting > 0 && waiting < groups.size()) {
-      for (size_t g = 0; g < groups.size(); ++g) odd[g] = !waits[g];
-    } else if (groups.back().ranks.size() < groups[groups.size() - 2].ranks.size()) {
-      odd.back() = true;
-    }
-  }
-
-  std::vector<std::string> odd_signatures;
-  std::vector<std::string> odd_text, others_text;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    v1::StackGroup* out = verdict.add_groups();
-    out->set_signature(groups[g].signature);
-    for (int r : groups[g].ranks) out->add_ranks(r);
-    if (groups[g].stack != nullptr) *out->mutable_frames() = groups[g].stack->frames();
-    out->set_odd(odd[g]);
-    std::string where = groups[g].stack != nullptr ? absl::StrCat("in ", DescribeTop(*groups[g].stack))
-                                                   : absl::StrCat("without stacks (", groups[g].error, ")");
-    std::string text =
-        absl::StrCat(groups[g].ranks.size() == 1 ? "rank " : "ranks ", RankList(groups[g].ranks), " ", where);
-    if (odd[g]) {
-      for (int r : groups[g].ranks) verdict.add_odd_ranks(r);
-      odd_signatures.push_back(groups[g].signature);
-      odd_text.push_back(text);
-    } else {
-      others_text.push_back(text);
-    }
-  }
-  std::sort(odd_signatures.begin(), odd_signatures.end());
-  verdict.set_odd_signature(absl::StrJoin(odd_signatures, " | "));
-  std::string summary;
-  if (groups.empty()) {
-    summary = "no rank's stacks arrived";
-  } else if (!odd_text.empty()) {
-    summary = absl::StrCat(
-        absl::StrJoin(odd_text, "; "),
-        odd_text.size() == 1 && verdict.odd_ranks_size() == 1 ? " is the odd one out" : " are the odd ones out",
-        others_text.empty() ? "" : absl::StrCat("; ", absl::StrJoin(others_text, "; ")));
-  } else if (groups.size() == 1) {
-    summary = absl::StrCat("every rank that answered shows the same stack: ", others_text.front());
-  } else {
-    summary = absl::StrCat("the ranks' stacks differ and no group stands out: ", absl::StrJoin(others_text, "; "));
-  }
-  if (!verdict.collectives().empty()) absl::StrAppend(&summary, ". Collectives: ", verdict.collectives());
-  if (!verdict.missing_ranks().empty()) {
-    std::vector<int> missing(verdict.missing_ranks().begin(), verdict.missing_ranks().end());
-    absl::StrAppend(&summary, ". No stacks from ", missing.size() == 1 ? "rank " : "ranks ", RankList(missing));
-  }
-  verdict.set_summary(summary);
+  WriteGroupsAndSummary(groups, OddGroups(groups, behind), &verdict);
   return verdict;
 }
 

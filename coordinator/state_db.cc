@@ -511,6 +511,39 @@ struct StoredValue {
   double value;
 };
 
+// The first `limit` of `found` as a page, and where the next page starts: after the page's last
+// record, or (the read stopped at `cut_at`) past every record of the steps before the cut.
+StateDb::MetricPage PageOf(const std::map<MetricKey, StoredValue>& found, int32_t limit, std::optional<int64_t> cut_at,
+                           int64_t batches_read) {
+  StateDb::MetricPage page;
+  page.batches_read = batches_read;
+  for (const auto& [key, stored] : found) {
+    if (static_cast<int32_t>(page.records.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    v1::MetricRecord& rec = page.records.emplace_back();
+    rec.set_step(std::get<0>(key));
+    rec.set_rank(std::get<1>(key));
+    rec.set_name(std::get<2>(key));
+    rec.set_time(stored.time);
+    rec.set_value(stored.value);
+  }
+  if (page.more) {
+    const v1::MetricRecord& last = page.records.back();
+    page.next.emplace();
+    page.next->set_step(last.step());
+    page.next->set_rank(last.rank());
+    page.next->set_name(last.name());
+  } else if (cut_at) {
+    page.more = true;
+    page.next.emplace();
+    page.next->set_step(*cut_at - 1);
+    page.next->set_rank(std::numeric_limits<int32_t>::max());
+  }
+  return page;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> StateDb::WidestBatch(const std::string& run_id) {
@@ -604,34 +637,7 @@ absl::StatusOr<StateDb::MetricPage> StateDb::QueryMetrics(const MetricQuery& q) 
     // Only what precedes the cut is complete: drop the rest, and go on from the cut next time.
     found.erase(found.lower_bound(MetricKey{*cut_at, std::numeric_limits<int32_t>::min(), ""}), found.end());
   }
-  MetricPage page;
-  page.batches_read = batches_read;
-  for (const auto& [key, stored] : found) {
-    if (static_cast<int32_t>(page.records.size()) == limit) {
-      page.more = true;
-      break;
-    }
-    v1::MetricRecord& rec = page.records.emplace_back();
-    rec.set_step(std::get<0>(key));
-    rec.set_rank(std::get<1>(key));
-    rec.set_name(std::get<2>(key));
-    rec.set_time(stored.time);
-    rec.set_value(stored.value);
-  }
-  if (page.more) {
-    const v1::MetricRecord& last = page.records.back();
-    page.next.emplace();
-    page.next->set_step(last.step());
-    page.next->set_rank(last.rank());
-    page.next->set_name(last.name());
-  } else if (cut_at) {
-    // Past every record of the steps before the cut (whatever their rank and name).
-    page.more = true;
-    page.next.emplace();
-    page.next->set_step(*cut_at - 1);
-    page.next->set_rank(std::numeric_limits<int32_t>::max());
-  }
-  return page;
+  return PageOf(found, limit, cut_at, batches_read);
 }
 
 }  // namespace dt

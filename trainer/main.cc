@@ -172,27 +172,15 @@ void DeclareModelAndDataFlags(CLI::App& app, dt::TrainerConfig& c, const std::st
       ->capture_default_str();
 }
 
-void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics) {
-  auto* loop = "Training";
-  app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-step")->group(loop)->capture_default_str();
-  app.add_option("--seq-len", c.seq_len, "tokens per sequence")->group(loop)->capture_default_str();
-  app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")
-      ->group(loop)
-      ->capture_default_str();
-  app.add_option("--global-batch-size", c.global_batch_size,
-                 "sequences per optimizer step across all ranks (= batch x accumulation x world): the accumulation "
-                 "is computed from the world size, so a run resumed at another size keeps its global batch and "
-                 "data order; replaces --grad-accum")
-      ->group(loop);
-  app.add_option("--precision", c.precision,
-                 "fp32, or bf16: the matrix products and attention in bfloat16 (autocast), the weights, gradients and "
-                 "AdamW state in fp32; no loss scaling is needed")
-      ->group(loop)
-      ->capture_default_str();
-  app.add_option("--zero", c.zero,
-                 "ZeRO stage: 0 keeps the whole AdamW state on every rank; 1 partitions it (each rank keeps and steps "
-                 "1/world of the moments, then the ranks share the updated parameters), and every rank writes its "
-                 "share of each checkpoint")
+// The Training group's checkpoint flags: when rounds happen, whether they overlap the steps, how
+// their files reach the disk.
+void DeclareCheckpointFlags(CLI::App& app, dt::TrainerConfig& c, const char* loop) {
+  app.add_option("--ckpt-freq", c.ckpt_freq, "checkpoint every N steps (0: only at the end)")->group(loop);
+  app.add_flag("--async-checkpoint,!--sync-checkpoint", c.async_checkpoint,
+               "write checkpoints in the background: the writer copies the model and optimizer into host memory "
+               "while the next step's forward and backward passes run (its optimizer step waits for what is left of "
+               "the copy), which needs that much memory again (--sync-checkpoint: pause for the whole write and "
+               "commit)")
       ->group(loop)
       ->capture_default_str();
   // --checkpoint-io's values: auto (unset), then every mode by its name.
@@ -223,30 +211,10 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_flag_callback("--checkpoint-direct-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kDirect; })->group("");
   app.add_flag_callback("--checkpoint-buffered-io", [&c] { c.checkpoint_io = dt::FileWriteMode::kBuffered; })
       ->group("");
-  app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
-  app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
-  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();
-  app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine decay (default: lr/10)")->group(loop);
-  app.add_option("--warmup-steps", c.warmup_steps, "linear warmup steps")->group(loop)->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (not on biases and LayerNorm)")
-      ->group(loop)
-      ->capture_default_str();
-  app.add_option("--beta1", c.beta1, "AdamW beta1")->group(loop)->capture_default_str();
-  app.add_option("--beta2", c.beta2, "AdamW beta2")->group(loop)->capture_default_str();
-  app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
-  app.add_option("--ckpt-freq", c.ckpt_freq, "checkpoint every N steps (0: only at the end)")->group(loop);
-  app.add_flag("--async-checkpoint,!--sync-checkpoint", c.async_checkpoint,
-               "write checkpoints in the background: the writer copies the model and optimizer into host memory "
-               "while the next step's forward and backward passes run (its optimizer step waits for what is left of "
-               "the copy), which needs that much memory again (--sync-checkpoint: pause for the whole write and "
-               "commit)")
-      ->group(loop)
-      ->capture_default_str();
-  app.add_option("--log-freq", c.log_freq, "report metrics every N steps")->group(loop)->capture_default_str();
-  app.add_option("--seed", c.seed, "seed of the model init and the data order")->group(loop)->capture_default_str();
-  app.add_option("--threads", c.threads, "intra-op threads (default: $OMP_NUM_THREADS, else 1)")->group(loop);
-  app.add_option("--backend", c.backend, "gloo or nccl (default: nccl when CUDA is available, else gloo)")->group(loop);
-  app.add_flag("--no-metrics", no_metrics, "do not report metrics to the coordinator")->group(loop);
+}
+
+// The flags the tests use to make a rank fail, hang or report late at a chosen step.
+void DeclareTestingFlags(CLI::App& app, dt::TrainerConfig& c, const char* loop) {
   app.add_option("--exit-after-step", c.exit_after_step,
                  "testing: vanish without cleanup after this step (and its checkpoint round), as a killed process "
                  "would")
@@ -270,6 +238,49 @@ void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics)
   app.add_option("--exit-while-checkpointing", c.exit_while_checkpointing,
                  "testing: the writer of the round at this step vanishes after writing its files, before the commit")
       ->group(loop);
+}
+
+void DeclareTrainingFlags(CLI::App& app, dt::TrainerConfig& c, bool& no_metrics) {
+  auto* loop = "Training";
+  app.add_option("--batch-size", c.batch_size, "sequences per rank per micro-step")->group(loop)->capture_default_str();
+  app.add_option("--seq-len", c.seq_len, "tokens per sequence")->group(loop)->capture_default_str();
+  app.add_option("--grad-accum", c.grad_accum, "micro-steps per optimizer step (gradients sync on the last)")
+      ->group(loop)
+      ->capture_default_str();
+  app.add_option("--global-batch-size", c.global_batch_size,
+                 "sequences per optimizer step across all ranks (= batch x accumulation x world): the accumulation "
+                 "is computed from the world size, so a run resumed at another size keeps its global batch and "
+                 "data order; replaces --grad-accum")
+      ->group(loop);
+  app.add_option("--precision", c.precision,
+                 "fp32, or bf16: the matrix products and attention in bfloat16 (autocast), the weights, gradients and "
+                 "AdamW state in fp32; no loss scaling is needed")
+      ->group(loop)
+      ->capture_default_str();
+  app.add_option("--zero", c.zero,
+                 "ZeRO stage: 0 keeps the whole AdamW state on every rank; 1 partitions it (each rank keeps and steps "
+                 "1/world of the moments, then the ranks share the updated parameters), and every rank writes its "
+                 "share of each checkpoint")
+      ->group(loop)
+      ->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "optimizer steps to train (or --num-epochs)")->group(loop);
+  app.add_option("--num-epochs", c.num_epochs, "epochs to train when --max-steps is 0")->group(loop);
+  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->group(loop)->capture_default_str();
+  app.add_option("--min-lr", c.min_lr, "final learning rate of the cosine decay (default: lr/10)")->group(loop);
+  app.add_option("--warmup-steps", c.warmup_steps, "linear warmup steps")->group(loop)->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay (not on biases and LayerNorm)")
+      ->group(loop)
+      ->capture_default_str();
+  app.add_option("--beta1", c.beta1, "AdamW beta1")->group(loop)->capture_default_str();
+  app.add_option("--beta2", c.beta2, "AdamW beta2")->group(loop)->capture_default_str();
+  app.add_option("--grad-clip", c.grad_clip, "clip the gradient norm to this")->group(loop)->capture_default_str();
+  app.add_option("--log-freq", c.log_freq, "report metrics every N steps")->group(loop)->capture_default_str();
+  app.add_option("--seed", c.seed, "seed of the model init and the data order")->group(loop)->capture_default_str();
+  app.add_option("--threads", c.threads, "intra-op threads (default: $OMP_NUM_THREADS, else 1)")->group(loop);
+  app.add_option("--backend", c.backend, "gloo or nccl (default: nccl when CUDA is available, else gloo)")->group(loop);
+  app.add_flag("--no-metrics", no_metrics, "do not report metrics to the coordinator")->group(loop);
+  DeclareCheckpointFlags(app, c, loop);
+  DeclareTestingFlags(app, c, loop);
   app.add_option("--profile-trace", c.profile_trace,
                  "rank 0 writes a Chrome trace (torch.profiler's format: operators, and CUDA kernels on a GPU) of "
                  "--profile-steps steps from --profile-first-step to this file")
