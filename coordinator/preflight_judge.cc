@@ -32,7 +32,7 @@ std::vector<UnhealthyRank> JudgePreflights(const std::vector<std::optional<v1::D
   double median = sorted[(sorted.size() - 1) / 2];
   std::vector<std::pair<double, int>> slow;
   for (size_t r = 0; r < times.size(); ++r) {
-    if (times[r] > policy.slowdown_limit * median && times[r] - median >= policy.min_excess_seconds) {
+    if (times[r] > policy.slowdown_limit * median) {
       slow.emplace_back(times[r], static_cast<int>(r));
     }
   }

@@ -15,10 +15,10 @@
 namespace dt {
 
 struct PreflightPolicy {
-  // A multiply that takes more than this many times the group's median marks the rank slow.
+  // A multiply that takes more than this many times the group's median marks the rank slow. No
+  // absolute floor: each figure is a median over samples of 10 ms or more (RunDevicePreflight), so
+  // a fast device's figure carries no timer noise, and a node 4x slower is slow at any speed.
   double slowdown_limit = 3.0;
-  // ... and by at least this much in absolute terms (timer noise on very fast devices).
-  double min_excess_seconds = 0.005;
 };
 
 struct UnhealthyRank {

@@ -57,11 +57,13 @@ TEST(PreflightJudge, SeveralSlowRanksComeWorstFirst) {
               ::testing::ElementsAre(3, 1));
 }
 
-TEST(PreflightJudge, TimerNoiseOnAFastDeviceIsNotASlowdown) {
-  PreflightPolicy policy;  // 4x, but only 3 ms more
-  EXPECT_TRUE(JudgePreflights({Timed(1), Timed(4), Timed(1)}, policy, true).empty());
-  policy.min_excess_seconds = 0.001;
-  EXPECT_THAT(Ranks(JudgePreflights({Timed(1), Timed(4), Timed(1)}, policy, true)), ::testing::ElementsAre(1));
+TEST(PreflightJudge, ASlowdownCountsHoweverFastTheDevice) {
+  // A node beside busy neighbours: 1.5 ms against 6 ms on one CPU core (the figures of a run whose
+  // slow node went unnamed while a 5 ms floor on the excess stood).
+  PreflightPolicy policy;
+  EXPECT_THAT(Ranks(JudgePreflights({Timed(1.48), Timed(5.96)}, policy, true)), ::testing::ElementsAre(1));
+  EXPECT_THAT(Ranks(JudgePreflights({Timed(0.2), Timed(0.8), Timed(0.21)}, policy, true)), ::testing::ElementsAre(1));
+  EXPECT_TRUE(JudgePreflights({Timed(0.2), Timed(0.58), Timed(0.21)}, policy, true).empty());
 }
 
 TEST(PreflightJudge, SpeedIsJudgedOnlyWhenAskedAndOnceEveryRankReported) {

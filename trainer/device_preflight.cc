@@ -10,16 +10,35 @@
 namespace dt {
 namespace {
 
-// At least this many multiplies, over at least this long: a device slowed by a neighbour must
-// show it, and a scheduler lets a freshly woken process run a burst of a few milliseconds
-// uncontended (five multiplies alone fit in one, and then read healthy).
-constexpr int kRepetitions = 5;
+// A rank's figure is the median, over samples, of a sample's time per multiply. Each sample runs
+// multiplies back to back for at least kSampleAtLeast: a scheduler lets a freshly woken process run
+// uncontended for a slice of a few milliseconds, and a sample shorter than a slice reads a node
+// shared with busy neighbours as healthy (a 1.5 ms multiply did, 4x slower beside them). At least
+// kSamples samples, over at least kMeasureAtLeast.
+constexpr int kSamples = 5;
+constexpr absl::Duration kSampleAtLeast = absl::Milliseconds(10);
 constexpr absl::Duration kMeasureAtLeast = absl::Milliseconds(100);
-constexpr int kMaxRepetitions = 1000;
+constexpr int kMaxSamples = 100;
+constexpr int kMaxMultipliesPerSample = 10'000;
 
 void Synchronize(const torch::Device& device) {
   // A CUDA kernel runs asynchronously: reading one element waits for it, on any device type.
   if (device.is_cuda()) (void)torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
+}
+
+// How many multiplies fill a sample of kSampleAtLeast, from the fastest of three timed alone (a
+// multiply slowed by a neighbour makes samples shorter, never a slow device look fast).
+int MultipliesPerSample(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, const torch::Device& device) {
+  absl::Duration fastest = absl::InfiniteDuration();
+  for (int k = 0; k < 3; ++k) {
+    absl::Time t0 = absl::Now();
+    c = torch::mm(a, b);
+    Synchronize(device);
+    fastest = std::min(fastest, absl::Now() - t0);
+  }
+  if (fastest <= absl::ZeroDuration()) return kMaxMultipliesPerSample;
+  double fit = std::ceil(absl::FDivDuration(kSampleAtLeast, fastest));
+  return static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(kMaxMultipliesPerSample)));
 }
 
 std::string DeviceName(const torch::Device& device) {
@@ -28,7 +47,7 @@ std::string DeviceName(const torch::Device& device) {
 }
 
 // Big enough to take milliseconds on a healthy device of its kind, small enough to cost little:
-// order 512 is ~0.27 GFLOP (a few ms on one CPU core), 8192 ~1.1 TFLOP (a few ms on a GPU).
+// order 512 is ~0.27 GFLOP (1-6 ms on one CPU core), 8192 ~1.1 TFLOP (a few ms on a GPU).
 int64_t MatrixOrder(const torch::Device& device) { return device.is_cuda() ? 8192 : 512; }
 
 }  // namespace
@@ -46,13 +65,14 @@ v1::DevicePreflight RunDevicePreflight(CommGroup& group, const torch::Device& de
     torch::Tensor b = a.t().contiguous();
     torch::Tensor c = torch::mm(a, b);  // warm-up: kernels loaded, memory allocated
     Synchronize(device);
+    const int per_sample = MultipliesPerSample(a, b, c, device);
     std::vector<double> seconds;
     absl::Time measure_until = absl::Now() + kMeasureAtLeast;
-    for (int k = 0; k < kMaxRepetitions && (k < kRepetitions || absl::Now() < measure_until); ++k) {
+    for (int k = 0; k < kMaxSamples && (k < kSamples || absl::Now() < measure_until); ++k) {
       absl::Time t0 = absl::Now();
-      c = torch::mm(a, b);
+      for (int m = 0; m < per_sample; ++m) c = torch::mm(a, b);
       Synchronize(device);
-      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0) / per_sample);
     }
     std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
     out.set_matmul_seconds(seconds[seconds.size() / 2]);
