@@ -26,8 +26,9 @@ void Synchronize(const torch::Device& device) {
   if (device.is_cuda()) (void)torch::zeros({1}, torch::TensorOptions().device(device)).cpu();
 }
 
-// How many multiplies fill a sample of kSampleAtLeast, from the fastest of three timed alone (a
-// multiply slowed by a neighbour makes samples shorter, never a slow device look fast).
+// How many multiplies fill a sample of kSampleAtLeast, from the fastest of three timed alone (the
+// first also loads the kernels and allocates `c`; a multiply slowed by a neighbour makes samples
+// shorter, never a slow device look fast).
 int MultipliesPerSample(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, const torch::Device& device) {
   absl::Duration fastest = absl::InfiniteDuration();
   for (int k = 0; k < 3; ++k) {
@@ -63,8 +64,7 @@ v1::DevicePreflight RunDevicePreflight(CommGroup& group, const torch::Device& de
     // Fixed inputs: the global random generator is left as the seed set it.
     torch::Tensor a = torch::linspace(-1, 1, n * n, options).reshape({n, n});
     torch::Tensor b = a.t().contiguous();
-    torch::Tensor c = torch::mm(a, b);  // warm-up: kernels loaded, memory allocated
-    Synchronize(device);
+    torch::Tensor c;
     const int per_sample = MultipliesPerSample(a, b, c, device);
     std::vector<double> seconds;
     absl::Time measure_until = absl::Now() + kMeasureAtLeast;
